@@ -1,0 +1,292 @@
+"""Stage 6, reduce: token means from raw sums, merged across pieces, divided once.
+
+Keep the loss sum, the gradient sums and the token count; merge raw sums; divide
+once at the end.  Never average per-piece means.  Every operation preflights its
+whole result first, so a failed call leaves the accumulator exactly as it was.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._checks import is_integer
+from .errors import AccumulationError
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def _real(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise AccumulationError(f"{name}={value!r} is not a real number; pass a finite float")
+    result = float(value)
+    if not math.isfinite(result):
+        raise AccumulationError(f"{name}={result!r} is not finite; a token's loss must be a finite float")
+    return result
+
+
+def _vector(values: Any, name: str) -> FloatArray:
+    array = np.asarray(values)
+    if array.dtype.kind not in "fiu" or array.ndim != 1:
+        raise AccumulationError(f"{name} has dtype {array.dtype} and shape {array.shape}; pass a 1-D sequence of floats")
+    result = np.array(array, dtype=np.float64)
+    _check_finite(result, name)
+    return result
+
+
+def _check_finite(values: FloatArray, name: str) -> None:
+    bad = ~np.isfinite(values)
+    if bad.any():
+        at = np.unravel_index(int(np.argmax(bad)), values.shape)
+        where = at[0] if len(at) == 1 else at
+        raise AccumulationError(f"{name}[{where}]={values[at]!r} is not finite; every gradient coordinate must be finite")
+
+
+@dataclass(frozen=True, eq=False)
+class TokenContribution:
+    """One target token's finite loss and non-empty finite gradient.
+
+    >>> TokenContribution(0.125, [0.25, 1.875]).gradient.tolist()
+    [0.25, 1.875]
+    """
+
+    loss: float
+    gradient: FloatArray
+
+    def __init__(self, loss: Any, gradient: Any) -> None:
+        object.__setattr__(self, "loss", _real(loss, "loss"))
+        vector = _vector(gradient, "gradient")
+        if vector.size == 0:
+            raise AccumulationError("gradient=[] is empty; a contribution needs at least one coordinate")
+        vector.flags.writeable = False
+        object.__setattr__(self, "gradient", vector)
+
+    @property
+    def gradient_width(self) -> int:
+        """Number of gradient coordinates."""
+        return int(self.gradient.size)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TokenContribution):
+            return NotImplemented
+        return self.loss == other.loss and np.array_equal(self.gradient, other.gradient)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, eq=False)
+class TokenMean:
+    """The token-mean loss and gradient: raw sums divided once by ``token_count``."""
+
+    token_count: int
+    mean_loss: float
+    mean_gradient: FloatArray
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TokenMean):
+            return NotImplemented
+        return (
+            self.token_count == other.token_count
+            and self.mean_loss == other.mean_loss
+            and np.array_equal(self.mean_gradient, other.mean_gradient)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class TokenMeanAccumulator:
+    """Raw loss sum, gradient sums and token count that merge before one division.
+
+    >>> acc = TokenMeanAccumulator(gradient_width=2)
+    >>> acc.add_token(TokenContribution(0.125, [0.25, 1.875]))
+    >>> acc.add_token(TokenContribution(0.375, [0.75, 1.625]))
+    >>> mean = acc.finish()
+    >>> mean.token_count, mean.mean_loss, mean.mean_gradient.tolist()
+    (2, 0.25, [0.5, 1.75])
+
+    A failed call changes nothing:
+
+    >>> acc.add_token(TokenContribution(1.0, [1.0]))
+    Traceback (most recent call last):
+    ...
+    streambatch.errors.AccumulationError: contribution has gradient width 1, but this accumulator has width 2; ...
+    >>> acc.token_count
+    2
+    """
+
+    __slots__ = ("_gradient_sums", "_loss_sum", "_token_count")
+
+    def __init__(self, gradient_width: int) -> None:
+        if not is_integer(gradient_width) or int(gradient_width) <= 0:
+            raise AccumulationError(
+                f"gradient_width={gradient_width!r} must be a positive int; pass the number of gradient coordinates"
+            )
+        self._loss_sum = 0.0
+        self._gradient_sums: FloatArray = np.zeros(int(gradient_width), dtype=np.float64)
+        self._token_count = 0
+
+    @property
+    def gradient_width(self) -> int:
+        """Number of gradient coordinates."""
+        return int(self._gradient_sums.size)
+
+    @property
+    def token_count(self) -> int:
+        """Target tokens added so far."""
+        return self._token_count
+
+    @property
+    def loss_sum(self) -> float:
+        """Raw sum of every added loss."""
+        return self._loss_sum
+
+    @property
+    def gradient_sums(self) -> FloatArray:
+        """Raw per-coordinate gradient sums (a read-only view)."""
+        view: FloatArray = self._gradient_sums.view()
+        view.flags.writeable = False
+        return view
+
+    def copy(self) -> TokenMeanAccumulator:
+        """An independent accumulator with the same sums."""
+        twin = TokenMeanAccumulator(self.gradient_width)
+        twin._commit(self._loss_sum, self._gradient_sums, self._token_count)
+        return twin
+
+    def add_token(self, contribution: TokenContribution) -> None:
+        """Add one target token's loss and gradient, left to right as the chapter does."""
+        if not isinstance(contribution, TokenContribution):
+            raise AccumulationError(
+                f"contribution={contribution!r} is not a TokenContribution; wrap it with TokenContribution(loss, gradient)"
+            )
+        self._check_width(contribution.gradient_width, "contribution")
+        self._apply(contribution.loss, contribution.gradient, 1)
+
+    def add_tokens(self, losses: Any, gradients: Any) -> None:
+        """Add many tokens at once: *losses* shape ``(k,)``, *gradients* ``(k, width)``.
+
+        The sums use numpy's (pairwise) summation order, so they may differ from
+        ``k`` calls of `add_token` in the last bits; use `add_token` when results must
+        match a left-to-right sum bit for bit.
+        """
+        loss_array = np.asarray(losses)
+        grad_array = np.asarray(gradients)
+        if loss_array.ndim != 1 or loss_array.dtype.kind not in "fiu":
+            raise AccumulationError(f"losses has shape {loss_array.shape} and dtype {loss_array.dtype}; pass a 1-D float array")
+        if grad_array.ndim != 2 or grad_array.dtype.kind not in "fiu":
+            raise AccumulationError(
+                f"gradients has shape {grad_array.shape} and dtype {grad_array.dtype}; pass a 2-D (tokens, width) float array"
+            )
+        if grad_array.shape[0] != loss_array.shape[0]:
+            raise AccumulationError(
+                f"losses has {loss_array.shape[0]} tokens but gradients has {grad_array.shape[0]} rows; "
+                "pass one gradient row per loss"
+            )
+        self._check_width(grad_array.shape[1], "gradients")
+        loss_values = loss_array.astype(np.float64)
+        grad_values = grad_array.astype(np.float64)
+        bad = ~np.isfinite(loss_values)
+        if bad.any():
+            at = int(np.argmax(bad))
+            raise AccumulationError(f"losses[{at}]={loss_values[at]!r} is not finite; every loss must be finite")
+        _check_finite(grad_values, "gradients")
+        self._apply(float(loss_values.sum()), grad_values.sum(axis=0), loss_values.size)
+
+    def add_sums(self, loss_sum: Any, gradient_sum: Any, token_count: Any) -> None:
+        """Add a pre-summed piece, e.g. after a sum-reduced backward over *token_count* tokens."""
+        if not is_integer(token_count) or int(token_count) < 0:
+            raise AccumulationError(
+                f"token_count={token_count!r} must be a non-negative int; pass the number of target tokens summed"
+            )
+        loss = _real(loss_sum, "loss_sum")
+        gradient = _vector(gradient_sum, "gradient_sum")
+        self._check_width(gradient.size, "gradient_sum")
+        if int(token_count) == 0 and (loss != 0.0 or gradient.any()):
+            raise AccumulationError("token_count=0 but the sums are not zero; a piece without tokens must carry zero sums")
+        self._apply(loss, gradient, int(token_count))
+
+    def merge(self, other: TokenMeanAccumulator) -> None:
+        """Add *other*'s raw sums to this one (never its mean)."""
+        if not isinstance(other, TokenMeanAccumulator):
+            raise AccumulationError(f"other={other!r} is not a TokenMeanAccumulator; merge accumulators only")
+        self._check_width(other.gradient_width, "other accumulator")
+        self._apply(other._loss_sum, other._gradient_sums, other._token_count)
+
+    def finish(self) -> TokenMean:
+        """Divide the raw sums once by the token count; an empty accumulator is an error."""
+        if self._token_count == 0:
+            raise AccumulationError("cannot finish an empty accumulator: token_count=0; add at least one token first")
+        denominator = float(self._token_count)
+        mean = self._gradient_sums / denominator
+        mean.flags.writeable = False
+        return TokenMean(self._token_count, self._loss_sum / denominator, mean)
+
+    def _check_width(self, width: int, what: str) -> None:
+        if width != self.gradient_width:
+            raise AccumulationError(
+                f"{what} has gradient width {width}, but this accumulator has width "
+                f"{self.gradient_width}; every contribution must have the same number of coordinates"
+            )
+
+    def _apply(self, loss: float, gradient: FloatArray, count: int) -> None:
+        # preflight everything, then commit: a failure leaves every field unchanged
+        next_loss = self._loss_sum + loss
+        if not math.isfinite(next_loss):
+            raise AccumulationError(
+                f"loss sum would become {next_loss!r} (not finite); nothing was added. "
+                "Scale the loss or accumulate in smaller pieces"
+            )
+        next_gradient = self._gradient_sums + gradient
+        bad = ~np.isfinite(next_gradient)
+        if bad.any():
+            at = int(np.argmax(bad))
+            raise AccumulationError(
+                f"gradient sum coordinate {at} would become {next_gradient[at]!r} (not finite); "
+                "nothing was added. Scale the gradients or accumulate in smaller pieces"
+            )
+        self._commit(next_loss, next_gradient, self._token_count + count)
+
+    def _commit(self, loss: float, gradient: FloatArray, count: int) -> None:
+        self._gradient_sums[...] = gradient  # in place: the allocation is kept
+        self._loss_sum = loss
+        self._token_count = count
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TokenMeanAccumulator):
+            return NotImplemented
+        return (
+            self._token_count == other._token_count
+            and self._loss_sum == other._loss_sum
+            and np.array_equal(self._gradient_sums, other._gradient_sums)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenMeanAccumulator(gradient_width={self.gradient_width}, token_count={self._token_count}, "
+            f"loss_sum={self._loss_sum!r})"
+        )
+
+
+def token_mean(contributions: Any, gradient_width: int | None = None) -> TokenMean:
+    """One-pass token mean of a sequence of `TokenContribution`, added left to right.
+
+    >>> token_mean([TokenContribution(1.0, [2.0]), TokenContribution(2.0, [4.0])]).mean_loss
+    1.5
+    """
+    items = list(contributions)
+    if not items:
+        raise AccumulationError("contributions=[] is empty; a token mean needs at least one contribution")
+    first = items[0]
+    if not isinstance(first, TokenContribution):
+        raise AccumulationError(f"contributions[0]={first!r} is not a TokenContribution")
+    accumulator = TokenMeanAccumulator(gradient_width or first.gradient_width)
+    for item in items:
+        accumulator.add_token(item)
+    return accumulator.finish()

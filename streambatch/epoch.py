@@ -1,0 +1,145 @@
+"""Compose the stages into one epoch: documents -> windows -> order -> chunks -> batches.
+
+`Epoch` validates at the call and adds no stage logic of its own; iteration is
+lazy and repeatable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._checks import check_non_negative, check_positive, check_seed
+from .chunk import batch_bounds, batch_count, batch_widths
+from .documents import DocumentStore, Partition, as_store
+from .materialize import Materializer, MiniBatch
+from .shuffle import IndexArray, shuffled_order
+from .windows import WindowConfig, WindowIndex
+
+
+class Epoch:
+    """Every window of one partition exactly once, batched; the final batch is smaller.
+
+    >>> import streambatch as sb
+    >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),
+    ...         sb.Document("train-b", "train", [0, 20, 21, 1])]
+    >>> epoch = sb.Epoch(docs, context_length=2, batch_size=3, seed=7)
+    >>> epoch.window_count, epoch.batch_count, [b.shape for b in epoch]
+    (5, 2, [(3, 2), (2, 2)])
+    >>> [str(p) for b in epoch for p in b.provenance]
+    ['train-b@1', 'train-a@1', 'train-b@0', 'train-a@0', 'train-a@2']
+    """
+
+    def __init__(
+        self,
+        documents: Any,
+        *,
+        context_length: int,
+        batch_size: int,
+        stride: int = 1,
+        seed: int | None = None,
+        partition: Partition | str = Partition.TRAIN,
+    ) -> None:
+        self.batch_size = check_positive(batch_size, "batch_size", "the number of windows per batch")
+        self.config = WindowConfig(context_length, stride)
+        self.seed = None if seed is None else check_seed(seed)
+        self.partition = Partition.parse(partition, "epoch")
+        self.store: DocumentStore = as_store(documents)
+        self.store.check_partition(self.partition)
+        self.index = WindowIndex(self.store.lengths, self.config)
+        self._materialize = Materializer(self.store, self.index)
+        self._plan: tuple[IndexArray | None, int | None] | None = None
+
+    @property
+    def context_length(self) -> int:
+        """``T``."""
+        return self.config.context_length
+
+    @property
+    def stride(self) -> int:
+        """Distance between window starts within a document."""
+        return self.config.stride
+
+    @property
+    def window_count(self) -> int:
+        """Complete windows in this epoch."""
+        return self.index.window_count
+
+    @property
+    def batch_count(self) -> int:
+        """Batches in this epoch: ``ceil(window_count / batch_size)``."""
+        return batch_count(self.window_count, self.batch_size)
+
+    @property
+    def batch_widths(self) -> list[int]:
+        """``[B, ..., B, r]``: the width of every batch."""
+        return batch_widths(self.window_count, self.batch_size)
+
+    def __len__(self) -> int:
+        return self.batch_count
+
+    def _order(self) -> tuple[IndexArray | None, int | None]:
+        if self._plan is None:  # computed on first use, then reused by every pass
+            if self.seed is None:
+                self._plan = (None, None)
+            else:
+                self._plan = shuffled_order(self.window_count, self.seed)
+        return self._plan
+
+    @property
+    def shuffle_state_after(self) -> int | None:
+        """SplitMix64 state after the shuffle; ``None`` for sequential order."""
+        return self._order()[1]
+
+    def window_order(self) -> npt.NDArray[np.integer[Any]]:
+        """Global window numbers in epoch order (materialized on request only)."""
+        order = self._order()[0]
+        return np.arange(self.window_count, dtype=np.int64) if order is None else order
+
+    def batch_windows(self, index: int) -> npt.NDArray[np.integer[Any]]:
+        """Window numbers of batch *index* (a view for shuffled order)."""
+        start, stop = batch_bounds(self.window_count, self.batch_size, index)
+        order = self._order()[0]
+        return np.arange(start, stop, dtype=np.int64) if order is None else order[start:stop]
+
+    def batch(self, index: int) -> MiniBatch:
+        """Materialize batch *index* alone."""
+        return self._materialize(self.batch_windows(index), index)
+
+    def iter_batches(self, start: int = 0, stop: int | None = None, step: int = 1) -> Iterator[MiniBatch]:
+        """Lazily yield batches ``start, start + step, ...`` below *stop* (a strided share)."""
+        begin = check_non_negative(start, "start", "the first batch index")
+        end = (
+            self.batch_count
+            if stop is None
+            else min(check_non_negative(stop, "stop", "the batch index to stop before"), self.batch_count)
+        )
+        stride = check_positive(step, "step", "the distance between yielded batches")
+        return (self.batch(i) for i in range(begin, end, stride))
+
+    def __iter__(self) -> Iterator[MiniBatch]:
+        return self.iter_batches()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Epoch):
+            return NotImplemented
+        return (
+            self.partition == other.partition
+            and self.config == other.config
+            and self.batch_size == other.batch_size
+            and self.window_count == other.window_count
+            and self.shuffle_state_after == other.shuffle_state_after
+            and all(a == b for a, b in zip(self, other, strict=True))
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        order = "sequential" if self.seed is None else f"seed={self.seed}"
+        return (
+            f"Epoch(windows={self.window_count}, batches={self.batch_count}, context_length={self.context_length}, "
+            f"stride={self.stride}, batch_size={self.batch_size}, {order}, partition={self.partition.value!r})"
+        )

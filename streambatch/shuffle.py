@@ -1,0 +1,202 @@
+"""Stage 3, order: the chapter's seeded shuffle, bit-exact, at numpy speed.
+
+The specification is a plain loop: SplitMix64 (state = seed; each draw adds
+``0x9E3779B97F4A7C15`` and mixes) drives Fisher–Yates from the last index down
+to 1, drawing each swap target below ``upper + 1`` by rejection (threshold
+``2**64 mod bound``; redraw while ``draw < threshold``; then ``draw % bound``).
+
+Here the same permutation is computed in two vectorized steps:
+
+1. `swap_targets`: every draw is ``mix(seed + k * golden)`` for its draw number
+   ``k``, so all draws are computed at once; the (astronomically rare) rejections
+   are found exactly and shift the later draw numbers by one.
+2. `apply_swaps`: the sequential swap chain is resolved without a loop per
+   window.  Position ``i`` finally holds what location ``H[i]`` held just before
+   step ``i``: the value left there by the previous (next-larger) step with the
+   same target, or ``H[i]`` itself if there was none; and what step ``m`` leaves
+   behind is what its own position held before it, which is a root-finding
+   problem in a forest, solved by pointer doubling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._checks import check_non_negative, check_seed
+
+GOLDEN = 0x9E3779B97F4A7C15
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_MASK64 = (1 << 64) - 1
+_CHUNK = 1 << 20
+_BLOCK = 1 << 15
+_U32_LIMIT = (1 << 32) - 1
+
+IndexArray = npt.NDArray[np.uint32] | npt.NDArray[np.int64]
+
+
+def splitmix64_draws(seed: int, first: int, count: int) -> npt.NDArray[np.uint64]:
+    """Draws number ``first .. first + count - 1`` (1-based) of SplitMix64 from *seed*.
+
+    >>> [hex(d) for d in splitmix64_draws(0, 1, 2).tolist()]
+    ['0xe220a8397b1dcdaf', '0x6e789e6aa1b965f4']
+    """
+    out = np.arange(count, dtype=np.uint64)
+    scratch = np.empty(min(count, _BLOCK), dtype=np.uint64)
+    offset = np.uint64(((first * GOLDEN) + seed) & _MASK64)
+    for lo in range(0, count, _BLOCK):  # cache-sized blocks, no temporaries
+        z = out[lo : lo + _BLOCK]
+        tmp = scratch[: z.size]
+        z *= np.uint64(GOLDEN)
+        z += offset
+        _mix(z, tmp)
+    return out
+
+
+def _mix(z: npt.NDArray[np.uint64], tmp: npt.NDArray[np.uint64]) -> None:
+    """SplitMix64's output function, in place on *z*, using *tmp* as scratch."""
+    for shift, factor in ((30, _MIX1), (27, _MIX2)):
+        np.right_shift(z, np.uint64(shift), out=tmp)
+        z ^= tmp
+        z *= factor
+    np.right_shift(z, np.uint64(31), out=tmp)
+    z ^= tmp
+
+
+def state_after(seed: int, draws: int) -> int:
+    """The SplitMix64 state after *draws* draws from *seed*.
+
+    >>> state_after(9, 0)
+    9
+    """
+    return (seed + draws * GOLDEN) & _MASK64
+
+
+def index_dtype(count: int) -> type[np.unsignedinteger[Any]] | type[np.signedinteger[Any]]:
+    """uint32 while every index and the count itself fit, else int64.
+
+    >>> index_dtype(5).__name__, index_dtype(2**32).__name__
+    ('uint32', 'int64')
+    """
+    return np.uint32 if count <= _U32_LIMIT else np.int64
+
+
+def swap_targets(count: int, seed: int) -> tuple[IndexArray, int]:
+    """Return ``(H, draws)``: step ``i`` swaps positions ``i`` and ``H[i]``.
+
+    Steps run ``i = count - 1`` down to 1; ``H[0] = 0`` is a no-op placeholder.
+    *draws* counts every SplitMix64 draw consumed, rejected ones included.
+
+    >>> H, draws = swap_targets(5, seed=7)
+    >>> H.tolist(), draws
+    ([0, 1, 0, 1, 4], 4)
+    """
+    count = check_non_negative(count, "count", "the number of items to shuffle")
+    seed = check_seed(seed)
+    targets = np.zeros(count, dtype=index_dtype(count))
+    extra = 0  # draws rejected so far; each shifts all later draw numbers by one
+    upper = count - 1
+    while upper >= 1:
+        lower = max(1, upper - _CHUNK + 1)
+        draws = splitmix64_draws(seed, count - upper + extra, upper - lower + 1)
+        bounds = np.arange(upper + 1, lower, -1, dtype=np.uint64)  # bound of step i is i + 1
+        accepted = draws.size
+        maybe = np.flatnonzero(draws < bounds)  # rejection needs draw < (2**64 % bound) < bound
+        if maybe.size:
+            bound = bounds[maybe]
+            rejected = maybe[draws[maybe] < (np.uint64(0) - bound) % bound]
+            if rejected.size:
+                accepted = int(rejected[0])
+        if accepted:
+            values = draws[:accepted] % bounds[:accepted]
+            targets[upper - accepted + 1 : upper + 1] = values[::-1]
+        if accepted < draws.size:
+            extra += 1  # redo step ``upper - accepted`` with the next draw
+        upper -= accepted
+        if accepted == draws.size:
+            upper = lower - 1
+    return targets, max(count - 1, 0) + extra
+
+
+def apply_swaps(targets: IndexArray) -> IndexArray:
+    """Resolve the Fisher–Yates swap chain ``targets`` into the final order, vectorized.
+
+    Equal to ``a = list(range(n)); for i in range(n - 1, 0, -1): a[i], a[t[i]] = a[t[i]], a[i]``.
+
+    >>> apply_swaps(np.array([0, 1, 0, 1, 4], dtype=np.uint32)).tolist()
+    [4, 1, 3, 0, 2]
+    """
+    count = int(targets.size)
+    if count <= 1:
+        return np.zeros(count, dtype=targets.dtype)
+    # uint32 needs one spare value for the sentinel "no such step"
+    dtype = np.uint32 if count < _U32_LIMIT else np.int64
+    none = count
+    # Steps grouped by target, ascending within a group.  Steps sharing target h
+    # write location h one after another (largest first), so the value step i
+    # finds at h is the leftover of the next-larger step in its group.
+    by_target, steps = _group_by_target(targets, dtype)
+    boundary = np.empty(count, dtype=bool)  # boundary[p]: p starts a new target group
+    boundary[0] = True
+    np.not_equal(by_target[1:], by_target[:-1], out=boundary[1:])
+    starts = np.flatnonzero(boundary).astype(dtype)
+    # parent[m]: the step whose leftover position m holds just before step m: the
+    # smallest step targeting m other than m itself (H[m] == m puts m first).
+    group_target = by_target[starts]
+    group_first = steps[starts]
+    own = group_first == group_target
+    following = starts[own] + 1  # the second member of a group led by its own step
+    exists = following < count
+    exists[exists] = ~boundary[following[exists]]
+    group_first[own] = np.where(exists, steps[np.minimum(following, count - 1)], none)
+    del following, exists, own, starts
+    # root[m]: what step m leaves at its target, i.e. position m's value before step m
+    root = np.arange(count + 1, dtype=dtype)
+    linked = group_first != none
+    active = group_target[linked]
+    root[active] = group_first[linked]  # increasing indices: a streaming write
+    del group_first, group_target, linked
+    while active.size:  # pointer doubling: each round halves every remaining path
+        ancestor = root[active]
+        jump = root[ancestor]
+        root[active] = jump
+        active = active[jump != ancestor]
+    # step steps[p] finds the leftover of steps[p + 1] when both share a target,
+    # else the untouched original value of its target
+    found = by_target.copy()
+    inner = np.flatnonzero(~boundary[1:])  # only these need a random gather
+    found[inner] = root[steps[inner + 1]]
+    result: IndexArray = root[:count]  # every position is rewritten below: reuse the buffer
+    result[steps] = found
+    return result
+
+
+def _group_by_target(targets: IndexArray, dtype: Any) -> tuple[Any, Any]:
+    """Steps sorted by (target, step), as two arrays, from one sort of packed 64-bit keys."""
+    count = int(targets.size)
+    if dtype == np.uint32 and np.little_endian:
+        keys = np.arange(count, dtype=np.uint64)  # low half: the step
+        halves = keys.view(np.uint32)
+        halves[1::2] = targets  # high half: its target
+        keys.sort()
+        return halves[1::2], halves[0::2]
+    order = np.argsort(targets, kind="stable")
+    return targets[order].astype(dtype), order.astype(dtype)
+
+
+def shuffled_order(count: int, seed: int) -> tuple[IndexArray, int]:
+    """Return ``(order, state_after)``: the chapter's seeded permutation of ``range(count)``.
+
+    *order* is uint32 when *count* fits (4 bytes per window), else int64.
+
+    >>> order, state = shuffled_order(5, seed=7)
+    >>> order.tolist()
+    [4, 1, 3, 0, 2]
+    >>> shuffled_order(0, seed=9)[1]
+    9
+    """
+    targets, draws = swap_targets(count, seed)
+    return apply_swaps(targets), state_after(int(seed), draws)
