@@ -42,9 +42,10 @@ def _vector(values: Any, name: str) -> FloatArray:
 def _check_finite(values: FloatArray, name: str) -> None:
     bad = ~np.isfinite(values)
     if bad.any():
-        at = np.unravel_index(int(np.argmax(bad)), values.shape)
+        at = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), values.shape))
         where = at[0] if len(at) == 1 else at
-        raise AccumulationError(f"{name}[{where}]={values[at]!r} is not finite; every gradient coordinate must be finite")
+        value = float(values[at])
+        raise AccumulationError(f"{name}[{where}]={value!r} is not finite; every gradient coordinate must be finite")
 
 
 @dataclass(frozen=True, eq=False)
@@ -193,7 +194,7 @@ class TokenMeanAccumulator:
         bad = ~np.isfinite(loss_values)
         if bad.any():
             at = int(np.argmax(bad))
-            raise AccumulationError(f"losses[{at}]={loss_values[at]!r} is not finite; every loss must be finite")
+            raise AccumulationError(f"losses[{at}]={float(loss_values[at])!r} is not finite; every loss must be finite")
         _check_finite(grad_values, "gradients")
         self._apply(float(loss_values.sum()), grad_values.sum(axis=0), loss_values.size)
 
@@ -241,12 +242,13 @@ class TokenMeanAccumulator:
                 f"loss sum would become {next_loss!r} (not finite); nothing was added. "
                 "Scale the loss or accumulate in smaller pieces"
             )
-        next_gradient = self._gradient_sums + gradient
+        with np.errstate(over="ignore", invalid="ignore"):
+            next_gradient = self._gradient_sums + gradient
         bad = ~np.isfinite(next_gradient)
         if bad.any():
             at = int(np.argmax(bad))
             raise AccumulationError(
-                f"gradient sum coordinate {at} would become {next_gradient[at]!r} (not finite); "
+                f"gradient sum coordinate {at} would become {float(next_gradient[at])!r} (not finite); "
                 "nothing was added. Scale the gradients or accumulate in smaller pieces"
             )
         self._commit(next_loss, next_gradient, self._token_count + count)

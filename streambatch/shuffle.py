@@ -92,7 +92,7 @@ def swap_targets(count: int, seed: int) -> tuple[IndexArray, int]:
 
     >>> H, draws = swap_targets(5, seed=7)
     >>> H.tolist(), draws
-    ([0, 1, 0, 1, 4], 4)
+    ([0, 1, 0, 0, 2], 4)
     """
     count = check_non_negative(count, "count", "the number of items to shuffle")
     seed = check_seed(seed)
@@ -126,7 +126,7 @@ def apply_swaps(targets: IndexArray) -> IndexArray:
 
     Equal to ``a = list(range(n)); for i in range(n - 1, 0, -1): a[i], a[t[i]] = a[t[i]], a[i]``.
 
-    >>> apply_swaps(np.array([0, 1, 0, 1, 4], dtype=np.uint32)).tolist()
+    >>> apply_swaps(np.array([0, 1, 0, 0, 2], dtype=np.uint32)).tolist()
     [4, 1, 3, 0, 2]
     """
     count = int(targets.size)

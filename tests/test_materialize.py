@@ -1,0 +1,59 @@
+"""Tests for `streambatch.materialize`: batches gathered straight into final arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import streambatch as sb
+from streambatch import AccumulationError, RowIndexError
+from streambatch.chapter import batch_contributions, build_epoch
+from streambatch.materialize import Materializer
+from streambatch.windows import WindowConfig, WindowIndex
+
+
+def _batch() -> sb.MiniBatch:
+    store = sb.DocumentStore.from_documents(
+        [sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 21, 1])]
+    )
+    return Materializer(store, WindowIndex(store.lengths, WindowConfig(2)))(np.array([4, 1, 3]), index=0)
+
+
+def test_rows_are_shifted_by_one_and_contiguous() -> None:
+    """Inputs are the first T tokens, targets the last T; both C-contiguous (width, T) arrays."""
+    batch = _batch()
+    assert batch.inputs.tolist() == [[20, 21], [10, 11], [0, 20]]
+    assert batch.targets.tolist() == [[21, 1], [11, 12], [20, 21]]
+    assert batch.inputs.flags.c_contiguous
+    assert batch.targets.flags.c_contiguous
+    assert not np.shares_memory(batch.inputs, batch.targets)
+    assert (3, 2) == batch.shape
+    assert 6 == batch.token_count
+
+
+def test_provenance() -> None:
+    """Each row knows its document id, index, start and partition."""
+    batch = _batch()
+    assert [str(p) for p in batch.provenance] == ["b@1", "a@1", "b@0"]
+    assert sb.WindowProvenance("b", 1, 1, sb.Partition.TRAIN) == batch.provenance[0]
+
+
+def test_row_access_is_checked() -> None:
+    """input_row/target_row raise RowIndexError (also an IndexError) out of range."""
+    batch = _batch()
+    assert batch.input_row(1).tolist() == [10, 11]
+    for bad in (3, -1):
+        with pytest.raises(RowIndexError, match=f"row={bad} is out of range for a batch of width 3"):
+            batch.target_row(bad)
+    assert issubclass(RowIndexError, IndexError)
+
+
+def test_three_contributions_for_four_targets_is_an_error() -> None:
+    """average_token_contributions needs exactly one contribution per target token."""
+    final = list(build_epoch())[-1]
+    contributions = batch_contributions(final)
+    assert final.average_token_contributions(contributions).mean_loss == 0.4375
+    with pytest.raises(AccumulationError, match="got 3 contributions for a batch of 4 target tokens"):
+        final.average_token_contributions(contributions[:3])
+    with pytest.raises(AccumulationError, match="got 5 contributions"):
+        final.average_token_contributions([*contributions, contributions[0]])
