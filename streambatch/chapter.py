@@ -131,7 +131,7 @@ def epoch_evidence(epoch: Epoch, replay: Epoch, changed: Epoch) -> EpochEvidence
         expected_windows=len(expected),
         duplicate_windows=len(ordered) - len(unique),
         padding_ids_added=padding,
-        cross_partition_windows=sum(1 for e in batches for p in e.batch.provenance if p.partition != epoch.partition),
+        cross_partition_windows=sum(1 for e in batches for p in e.batch.partitions if p != epoch.partition),
         replay_matches=epoch == replay,
         different_seed_changes_order=ordered != _origins(changed),
     )

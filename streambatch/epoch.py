@@ -16,8 +16,19 @@ from ._checks import check_non_negative, check_positive, check_seed
 from .chunk import batch_bounds, batch_count, batch_widths
 from .documents import DocumentStore, Partition, as_store
 from .materialize import Materializer, MiniBatch
-from .shuffle import IndexArray, shuffled_order
+from .shuffle import shuffled_order
 from .windows import WindowConfig, WindowIndex
+
+_U32 = 1 << 32
+
+
+def _gather_positions(index: WindowIndex, order: npt.NDArray[Any], block: int = 1 << 22) -> npt.NDArray[np.uint32]:
+    """Replace window numbers by their first-token positions, in place when dtypes allow."""
+    positions = index.all_positions(np.uint32)
+    out = order if order.dtype == np.uint32 else np.empty(order.size, dtype=np.uint32)
+    for lo in range(0, order.size, block):
+        out[lo : lo + block] = positions[order[lo : lo + block]]
+    return out
 
 
 class Epoch:
@@ -49,9 +60,9 @@ class Epoch:
         self.partition = Partition.parse(partition, "epoch")
         self.store: DocumentStore = as_store(documents)
         self.store.check_partition(self.partition)
-        self.index = WindowIndex(self.store.lengths, self.config)
+        self.index = WindowIndex(self.store.lengths, self.config, self.store.starts)
         self._materialize = Materializer(self.store, self.index)
-        self._plan: tuple[IndexArray | None, int | None] | None = None
+        self._plan: tuple[npt.NDArray[Any] | None, int | None] | None = None
 
     @property
     def context_length(self) -> int:
@@ -81,44 +92,76 @@ class Epoch:
     def __len__(self) -> int:
         return self.batch_count
 
-    def _order(self) -> tuple[IndexArray | None, int | None]:
-        if self._plan is None:  # computed on first use, then reused by every pass
+    def _order(self) -> tuple[npt.NDArray[Any] | None, int | None]:
+        """``(plan, state_after)``: the plan holds each slot's first-token position.
+
+        Computed on first use, then reused by every pass.  Positions take 4 bytes
+        per window while the store has fewer than 2**32 tokens; beyond that the plan
+        keeps window numbers (4 bytes while they fit) and maps them per batch.
+        """
+        if self._plan is None:
             if self.seed is None:
                 self._plan = (None, None)
             else:
-                self._plan = shuffled_order(self.window_count, self.seed)
+                order, state = shuffled_order(self.window_count, self.seed)
+                if self.store.tokens.size < _U32:
+                    order = _gather_positions(self.index, order)
+                self._plan = (order, state)
         return self._plan
+
+    @property
+    def _plan_holds_positions(self) -> bool:
+        return self.store.tokens.size < _U32
 
     @property
     def shuffle_state_after(self) -> int | None:
         """SplitMix64 state after the shuffle; ``None`` for sequential order."""
         return self._order()[1]
 
+    @property
+    def plan_nbytes(self) -> int:
+        """Bytes held per epoch for its order (0 for sequential order)."""
+        plan = self._order()[0]
+        return 0 if plan is None else int(plan.nbytes)
+
+    def _positions(self, start: int, stop: int) -> npt.NDArray[Any]:
+        plan = self._order()[0]
+        if plan is None:
+            return self.index.positions(np.arange(start, stop, dtype=np.int64))
+        if self._plan_holds_positions:
+            return plan[start:stop]
+        return self.index.positions(plan[start:stop])
+
     def window_order(self) -> npt.NDArray[np.integer[Any]]:
         """Global window numbers in epoch order (materialized on request only)."""
-        order = self._order()[0]
-        return np.arange(self.window_count, dtype=np.int64) if order is None else order
+        plan = self._order()[0]
+        if plan is None:
+            return np.arange(self.window_count, dtype=np.int64)
+        return self.index.windows_at(plan) if self._plan_holds_positions else plan
 
     def batch_windows(self, index: int) -> npt.NDArray[np.integer[Any]]:
-        """Window numbers of batch *index* (a view for shuffled order)."""
+        """Window numbers of batch *index*."""
         start, stop = batch_bounds(self.window_count, self.batch_size, index)
-        order = self._order()[0]
-        return np.arange(start, stop, dtype=np.int64) if order is None else order[start:stop]
+        return self.index.windows_at(self._positions(start, stop))
 
     def batch(self, index: int) -> MiniBatch:
         """Materialize batch *index* alone."""
-        return self._materialize(self.batch_windows(index), index)
+        start, stop = batch_bounds(self.window_count, self.batch_size, index)
+        return self._materialize(self._positions(start, stop), index)
 
     def iter_batches(self, start: int = 0, stop: int | None = None, step: int = 1) -> Iterator[MiniBatch]:
         """Lazily yield batches ``start, start + step, ...`` below *stop* (a strided share)."""
         begin = check_non_negative(start, "start", "the first batch index")
-        end = (
-            self.batch_count
-            if stop is None
-            else min(check_non_negative(stop, "stop", "the batch index to stop before"), self.batch_count)
-        )
+        count = self.batch_count
+        end = count if stop is None else min(check_non_negative(stop, "stop", "the batch index to stop before"), count)
         stride = check_positive(step, "step", "the distance between yielded batches")
-        return (self.batch(i) for i in range(begin, end, stride))
+        return self._iter(begin, end, stride)
+
+    def _iter(self, begin: int, end: int, stride: int) -> Iterator[MiniBatch]:
+        size, total, make = self.batch_size, self.window_count, self._materialize
+        for index in range(begin, end, stride):  # the hot loop: one slice and two gathers per batch
+            first = index * size
+            yield make(self._positions(first, min(first + size, total)), index)
 
     def __iter__(self) -> Iterator[MiniBatch]:
         return self.iter_batches()

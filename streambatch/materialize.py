@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.stride_tricks import sliding_window_view
 
 from .accumulate import TokenContribution, TokenMean, TokenMeanAccumulator
 from .documents import PARTITIONS, DocumentStore, Partition
@@ -42,11 +41,11 @@ class MiniBatch:
     """One row-major ``[width, T]`` stack of complete windows; no padding rows or ids.
 
     ``inputs`` and ``targets`` are C-contiguous numpy arrays in the store's token
-    dtype (uint16 or uint32).  Provenance is kept as arrays and resolved to ids on
-    demand by `provenance`.
+    dtype (uint16 or uint32).  ``positions`` holds each row's first token in the
+    store; provenance (document index, start, id) is resolved from it on demand.
     """
 
-    __slots__ = ("_ids", "document_indices", "index", "inputs", "partition", "starts", "targets", "windows")
+    __slots__ = ("_index", "_located", "_store", "index", "inputs", "positions", "targets")
 
     def __init__(
         self,
@@ -54,20 +53,49 @@ class MiniBatch:
         index: int,
         inputs: npt.NDArray[Any],
         targets: npt.NDArray[Any],
-        windows: IntArray,
-        document_indices: IntArray,
-        starts: IntArray,
-        partition: Partition,
-        ids: Sequence[str],
+        positions: npt.NDArray[Any],
+        store: DocumentStore,
+        window_index: WindowIndex,
     ) -> None:
         self.index = index
         self.inputs = inputs
         self.targets = targets
-        self.windows = windows
-        self.document_indices = document_indices
-        self.starts = starts
-        self.partition = partition
-        self._ids = ids
+        self.positions = positions
+        self._store = store
+        self._index = window_index
+        self._located: tuple[IntArray, IntArray] | None = None
+
+    def _locate(self) -> tuple[IntArray, IntArray]:
+        if self._located is None:
+            self._located = self._index.locate_positions(self.positions)
+        return self._located
+
+    @property
+    def document_indices(self) -> IntArray:
+        """Document index of each row (resolved on first use)."""
+        return self._locate()[0]
+
+    @property
+    def starts(self) -> IntArray:
+        """Start of each row within its document."""
+        return self._locate()[1]
+
+    @property
+    def windows(self) -> IntArray:
+        """Global window number of each row."""
+        return self._index.windows_at(self.positions)
+
+    @property
+    def partitions(self) -> tuple[Partition, ...]:
+        """Partition of each row."""
+        codes = self._store.partition_codes[self.document_indices]
+        return tuple(PARTITIONS[c] for c in codes.tolist())
+
+    @property
+    def partition(self) -> Partition | None:
+        """The partition of every row (None for an empty batch)."""
+        parts = set(self.partitions)
+        return parts.pop() if len(parts) == 1 else None
 
     @property
     def width(self) -> int:
@@ -92,14 +120,16 @@ class MiniBatch:
     @property
     def document_ids(self) -> list[str]:
         """Document id of each row."""
-        return [self._ids[i] for i in self.document_indices.tolist()]
+        ids = self._store.ids
+        return [ids[i] for i in self.document_indices.tolist()]
 
     @property
     def provenance(self) -> tuple[WindowProvenance, ...]:
         """Per row: document id, document index, start, partition."""
+        ids = self._store.ids
         return tuple(
-            WindowProvenance(self._ids[d], d, s, self.partition)
-            for d, s in zip(self.document_indices.tolist(), self.starts.tolist(), strict=True)
+            WindowProvenance(ids[d], d, s, p)
+            for d, s, p in zip(self.document_indices.tolist(), self.starts.tolist(), self.partitions, strict=True)
         )
 
     def _row(self, buffer: npt.NDArray[Any], row: int) -> npt.NDArray[Any]:
@@ -137,7 +167,7 @@ class MiniBatch:
             return NotImplemented
         return (
             self.index == other.index
-            and self.partition == other.partition
+            and self.partitions == other.partitions
             and np.array_equal(self.inputs, other.inputs)
             and np.array_equal(self.targets, other.targets)
             and np.array_equal(self.document_indices, other.document_indices)
@@ -148,51 +178,62 @@ class MiniBatch:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"MiniBatch(index={self.index}, shape={self.shape}, partition={self.partition.value!r})"
+        return f"MiniBatch(index={self.index}, shape={self.shape})"
 
 
 class Materializer:
     """Gathers batches from one store for one window numbering.
 
+    Each buffer is one vectorized copy: the flat tokens are viewed (read-only, no
+    copy) as overlapping ``T``-token records, one per token position, and the
+    batch's positions select whole records, so each row is a single block copy
+    straight into the final C-contiguous array.
+
     >>> store = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5])
     >>> from streambatch.windows import WindowConfig
-    >>> batch = Materializer(store, WindowIndex(store.lengths, WindowConfig(2)))(np.array([2, 0]))
+    >>> make = Materializer(store, WindowIndex(store.lengths, WindowConfig(2), store.starts))
+    >>> batch = make.windows(np.array([2, 0]))
     >>> batch.inputs.tolist(), batch.targets.tolist()
     ([[11, 12], [0, 10]], [[12, 1], [10, 11]])
     """
 
-    __slots__ = ("_index", "_store", "_view")
+    __slots__ = ("_dtype", "_empty", "_index", "_length", "_records", "_store")
 
     def __init__(self, store: DocumentStore, index: WindowIndex) -> None:
         self._store = store
         self._index = index
-        length = index.config.context_length
+        self._length = length = index.config.context_length
         tokens = store.tokens
-        # rows of the view are every T-token run of the flat array; only rows whose
-        # T + 1 tokens lie inside one document are ever selected
-        self._view = sliding_window_view(tokens, length) if tokens.size >= length else None
+        self._dtype = tokens.dtype
+        self._empty = np.zeros((0, length), dtype=tokens.dtype)
+        self._records: npt.NDArray[Any] | None = None
+        if tokens.size >= length + 1 and index.window_count:
+            itemsize = tokens.dtype.itemsize
+            self._records = np.ndarray(
+                shape=(tokens.size - length + 1,),
+                dtype=np.dtype((np.void, length * itemsize)),
+                buffer=tokens,
+                strides=(itemsize,),
+            )
 
-    def __call__(self, windows: npt.ArrayLike, index: int = 0) -> MiniBatch:
-        numbers = np.asarray(windows, dtype=np.int64)
-        documents, starts = self._index.locate(numbers)
-        if self._view is None or numbers.size == 0:
-            length = self._index.config.context_length
-            empty = np.zeros((0, length), dtype=self._store.tokens.dtype)
-            inputs, targets = empty, empty.copy()
+    def windows(self, windows: npt.ArrayLike, index: int = 0) -> MiniBatch:
+        """The batch made of these global window numbers."""
+        return self(self._index.positions(windows), index)
+
+    def __call__(self, positions: npt.NDArray[Any], index: int = 0) -> MiniBatch:
+        """The batch whose rows start at these token *positions* (window starts)."""
+        records = self._records
+        if records is None or positions.size == 0:
+            inputs, targets = self._empty, self._empty.copy()
         else:
-            positions = self._store.starts[documents] + starts
-            inputs = self._view[positions]
-            positions += 1
-            targets = self._view[positions]
-        codes = self._store.partition_codes
-        partition = PARTITIONS[int(codes[documents[0]])] if documents.size else Partition.TRAIN
+            width, length, dtype = positions.size, self._length, self._dtype
+            inputs = records[positions].view(dtype).reshape(width, length)
+            targets = records[positions + 1].view(dtype).reshape(width, length)
         return MiniBatch(
             index=index,
             inputs=inputs,
             targets=targets,
-            windows=numbers,
-            document_indices=documents,
-            starts=starts,
-            partition=partition,
-            ids=self._store.ids,
+            positions=positions,
+            store=self._store,
+            window_index=self._index,
         )

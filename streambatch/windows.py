@@ -84,22 +84,34 @@ def window_starts(length: int, context_length: int, stride: int = 1) -> IntArray
 
 
 class WindowIndex:
-    """Global window numbering over documents, mapped back arithmetically.
+    """Global window numbering over documents, mapped to tokens arithmetically.
 
-    Holds one int64 cumulative count per document, nothing per window.
+    Holds a few int64 numbers per document, nothing per window.  Window ``n`` is
+    the ``n``-th (document, start) pair in document order; its *position* is the
+    index of its first token in the store's flat token array.
 
     >>> index = WindowIndex([5, 4], WindowConfig(2))
     >>> index.window_count, [a.tolist() for a in index.locate(np.array([4, 1]))]
     (5, [[1, 0], [1, 1]])
+    >>> index.positions(np.array([4, 1])).tolist()
+    [6, 1]
     """
 
-    __slots__ = ("config", "counts", "cumulative", "window_count")
+    __slots__ = ("_doc_starts", "_window_docs", "config", "counts", "cumulative", "starts", "window_count")
 
-    def __init__(self, lengths: npt.ArrayLike, config: WindowConfig) -> None:
+    def __init__(self, lengths: npt.ArrayLike, config: WindowConfig, starts: npt.ArrayLike | None = None) -> None:
+        sizes = np.asarray(lengths, dtype=np.int64)
         self.config = config
-        self.counts: IntArray = window_counts(lengths, config.context_length, config.stride)
+        self.counts: IntArray = window_counts(sizes, config.context_length, config.stride)
         self.cumulative: IntArray = np.cumsum(self.counts)  # inclusive: windows in docs 0..i
         self.window_count = int(self.cumulative[-1]) if self.cumulative.size else 0
+        if starts is None:
+            self.starts: IntArray = np.zeros(sizes.size, dtype=np.int64)
+            np.cumsum(sizes[:-1], out=self.starts[1:])
+        else:
+            self.starts = np.asarray(starts, dtype=np.int64)
+        self._window_docs: IntArray = np.flatnonzero(self.counts)
+        self._doc_starts: IntArray = self.starts[self._window_docs]  # increasing: documents never overlap
 
     def locate(self, windows: npt.ArrayLike) -> tuple[IntArray, IntArray]:
         """Map global window numbers to ``(document index, start)`` arrays."""
@@ -107,3 +119,42 @@ class WindowIndex:
         documents = np.searchsorted(self.cumulative, numbers, side="right")
         first = self.cumulative[documents] - self.counts[documents]
         return documents, (numbers - first) * self.config.stride
+
+    def positions(self, windows: npt.ArrayLike) -> IntArray:
+        """Map global window numbers to token positions in the flat array."""
+        documents, starts = self.locate(windows)
+        return self.starts[documents] + starts
+
+    def locate_positions(self, positions: npt.ArrayLike) -> tuple[IntArray, IntArray]:
+        """Map token positions of windows back to ``(document index, start)``."""
+        where = np.asarray(positions, dtype=np.int64)
+        documents = self._window_docs[np.searchsorted(self._doc_starts, where, side="right") - 1]
+        return documents, where - self.starts[documents]
+
+    def windows_at(self, positions: npt.ArrayLike) -> IntArray:
+        """Map token positions of windows back to global window numbers."""
+        documents, starts = self.locate_positions(positions)
+        return self.cumulative[documents] - self.counts[documents] + starts // self.config.stride
+
+    def all_positions(self, dtype: npt.DTypeLike = np.int64, block: int = 1 << 22) -> npt.NDArray[np.integer]:
+        """Token position of every window, in window order, built in bounded blocks.
+
+        >>> WindowIndex([5, 4], WindowConfig(2)).all_positions().tolist()
+        [0, 1, 2, 5, 6]
+        """
+        out = np.empty(self.window_count, dtype=dtype)
+        docs = self._window_docs
+        counts = self.counts[docs]
+        ends = self.cumulative[docs]
+        base = self.starts[docs] - (ends - counts) * self.config.stride
+        cuts = np.searchsorted(ends, np.arange(block, self.window_count, block), side="left")
+        lo = 0
+        for d0, d1 in zip(np.r_[0, cuts + 1], np.r_[cuts + 1, docs.size], strict=True):
+            if d1 <= d0:
+                continue
+            hi = int(ends[d1 - 1])
+            chunk = np.repeat(base[d0:d1], counts[d0:d1])
+            chunk += np.arange(lo, hi, dtype=np.int64) * self.config.stride
+            out[lo:hi] = chunk
+            lo = hi
+        return out

@@ -47,7 +47,7 @@ def test_stages_composed_by_hand_equal_epoch() -> None:
     index = WindowIndex(store.lengths, WindowConfig(2))
     order, _ = shuffled_order(index.window_count, seed=7)
     materialize = Materializer(store, index)
-    by_hand = [materialize(chunk, i) for i, chunk in enumerate(chunked(order, 3))]
+    by_hand = [materialize.windows(chunk, i) for i, chunk in enumerate(chunked(order, 3))]
     assert list(chapter.build_epoch()) == by_hand
 
 
