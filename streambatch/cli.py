@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any, NoReturn
@@ -17,6 +18,7 @@ from .documents import Partition, read_jsonl
 from .epoch import Epoch
 from .errors import StreamBatchError
 from .materialize import MiniBatch
+from .store import open_store
 
 EXIT_USAGE = 2
 
@@ -52,7 +54,11 @@ def _demo(args: argparse.Namespace, out: IO[str]) -> None:
 
 
 def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
-    documents = read_jsonl(args.file, partition=args.partition if args.keep_partition else None)
+    if os.path.isdir(args.file):  # a prepared store
+        store = open_store(args.file)
+        documents = store.select(args.partition) if args.keep_partition else store
+    else:
+        documents = read_jsonl(args.file, partition=args.partition if args.keep_partition else None)
     epoch = Epoch(
         documents,
         context_length=args.context_length,
@@ -94,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_demo)
 
     epoch = commands.add_parser("epoch", help="write one JSON object per batch of an epoch over a JSONL file")
-    epoch.add_argument("file", help='JSONL file: one {"id", "partition", "tokens"} object per line')
+    epoch.add_argument("file", help='JSONL file (one {"id", "partition", "tokens"} object per line) or a store directory')
     epoch.add_argument("--context-length", "-T", type=int, required=True, help="tokens per input row (T)")
     epoch.add_argument("--batch-size", "-B", type=int, required=True, help="windows per batch (the last may be fewer)")
     epoch.add_argument("--stride", type=int, default=1, help="distance between window starts (default 1)")
