@@ -65,10 +65,14 @@ def test_store_epoch_equals_memory_epoch(
 
 def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
     """A duplicate id midway: no store, no temporary directory."""
-    with pytest.raises(DuplicateIdError, match="id='a'"), StoreWriter(tmp_path / "s") as writer:
-        writer.add("a", "train", [1, 2])
-        writer.add("a", "train", [3])
-        writer.commit()
+    def write() -> None:
+        with StoreWriter(tmp_path / "s") as writer:
+            writer.add("a", "train", [1, 2])
+            writer.add("a", "train", [3])
+            writer.commit()
+
+    with pytest.raises(DuplicateIdError, match="id='a'"):
+        write()
     assert [] == list(tmp_path.iterdir())
 
 
