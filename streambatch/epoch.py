@@ -159,9 +159,19 @@ class Epoch:
 
     def _iter(self, begin: int, end: int, stride: int) -> Iterator[MiniBatch]:
         size, total, make = self.batch_size, self.window_count, self._materialize
-        for index in range(begin, end, stride):  # the hot loop: one slice and two gathers per batch
+        plan = self._order()[0]
+        if plan is None or not self._plan_holds_positions:
+            for index in range(begin, end, stride):
+                first = index * size
+                yield make(self._positions(first, min(first + size, total)), index)
+            return
+        # the hot loop: one slice, one small cast and two gathers per batch
+        gather, store, windex, intp = make.gather, self.store, self.index, np.intp
+        for index in range(begin, end, stride):
             first = index * size
-            yield make(self._positions(first, min(first + size, total)), index)
+            positions = plan[first : first + size].astype(intp)
+            inputs, targets = gather(positions)
+            yield MiniBatch(index, inputs, targets, positions, store, windex)
 
     def __iter__(self) -> Iterator[MiniBatch]:
         return self.iter_batches()

@@ -49,7 +49,6 @@ class MiniBatch:
 
     def __init__(
         self,
-        *,
         index: int,
         inputs: npt.NDArray[Any],
         targets: npt.NDArray[Any],
@@ -220,20 +219,17 @@ class Materializer:
         """The batch made of these global window numbers."""
         return self(self._index.positions(windows), index)
 
+    def gather(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)`` for rows starting at *positions* (an intp array, non-empty)."""
+        records, width, length, dtype = self._records, positions.size, self._length, self._dtype
+        if records is None or width == 0:
+            return self._empty, self._empty.copy()
+        inputs = records[positions].view(dtype).reshape(width, length)
+        targets = records[positions + 1].view(dtype).reshape(width, length)
+        return inputs, targets
+
     def __call__(self, positions: npt.NDArray[Any], index: int = 0) -> MiniBatch:
         """The batch whose rows start at these token *positions* (window starts)."""
-        records = self._records
-        if records is None or positions.size == 0:
-            inputs, targets = self._empty, self._empty.copy()
-        else:
-            width, length, dtype = positions.size, self._length, self._dtype
-            inputs = records[positions].view(dtype).reshape(width, length)
-            targets = records[positions + 1].view(dtype).reshape(width, length)
-        return MiniBatch(
-            index=index,
-            inputs=inputs,
-            targets=targets,
-            positions=positions,
-            store=self._store,
-            window_index=self._index,
-        )
+        rows = np.asarray(positions).astype(np.intp, copy=False)  # intp: numpy's fast indexing path
+        inputs, targets = self.gather(rows)
+        return MiniBatch(index, inputs, targets, rows, self._store, self._index)
