@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import check_non_negative, check_positive, check_seed
+from ._checks import check_non_negative, check_positive, check_seed, is_integer
 from .chunk import batch_bounds, batch_count, batch_widths
 from .documents import DocumentStore, Partition, as_store
+from .errors import ConfigError
 from .materialize import Materializer, MiniBatch
-from .shuffle import shuffled_order
+from .shuffle import shuffled_order, splitmix64_draws
 from .windows import WindowConfig, WindowIndex
 
 _U32 = 1 << 32
@@ -29,6 +30,24 @@ def _gather_positions(index: WindowIndex, order: npt.NDArray[Any], block: int = 
     for lo in range(0, order.size, block):
         out[lo : lo + block] = positions[order[lo : lo + block]]
     return out
+
+
+def _share(first: int, last: int, rank: int, world: int) -> tuple[int, int]:
+    """This rank's contiguous, balanced share of slots ``first..last``."""
+    base, extra = divmod(last - first, world)
+    lo = first + rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)
+
+
+def derive_seed(seed: int, epoch: int) -> int:
+    """The shuffle seed of epoch *epoch* of a run seeded with *seed*; epoch 0 uses *seed* itself.
+
+    >>> derive_seed(7, 0), derive_seed(7, 1) != derive_seed(7, 2)
+    (7, True)
+    """
+    if epoch == 0:
+        return seed
+    return int(splitmix64_draws(seed, epoch, 1)[0])
 
 
 class Epoch:
@@ -149,21 +168,41 @@ class Epoch:
         start, stop = batch_bounds(self.window_count, self.batch_size, index)
         return self._materialize(self._positions(start, stop), index)
 
-    def iter_batches(self, start: int = 0, stop: int | None = None, step: int = 1) -> Iterator[MiniBatch]:
-        """Lazily yield batches ``start, start + step, ...`` below *stop* (a strided share)."""
+    def iter_batches(
+        self, start: int = 0, stop: int | None = None, step: int = 1, *, rank: int = 0, world_size: int = 1
+    ) -> Iterator[MiniBatch]:
+        """Lazily yield batches ``start, start + step, ...`` below *stop* (a strided share).
+
+        With *world_size* > 1 each yielded batch holds only this *rank*'s rows of the
+        global batch: contiguous, balanced shares (sizes differ by at most one, the
+        first ``width % world_size`` ranks take one more), so a final batch narrower
+        than the world leaves some ranks with zero rows.  ``MiniBatch.index`` stays
+        the global batch index.
+
+        >>> import streambatch as sb
+        >>> epoch = sb.Epoch([sb.Document("a", "train", range(8))], context_length=2, batch_size=4)
+        >>> [[b.width for b in epoch.iter_batches(rank=r, world_size=3)] for r in range(3)]
+        [[2, 1], [1, 1], [1, 0]]
+        """
         begin = check_non_negative(start, "start", "the first batch index")
         count = self.batch_count
         end = count if stop is None else min(check_non_negative(stop, "stop", "the batch index to stop before"), count)
         stride = check_positive(step, "step", "the distance between yielded batches")
-        return self._iter(begin, end, stride)
+        world = check_positive(world_size, "world_size", "the number of data-parallel ranks")
+        if not is_integer(rank) or not 0 <= int(rank) < world:
+            raise ConfigError(f"rank={rank!r} must be an int in [0, world_size={world}); pass this process's rank")
+        return self._iter(begin, end, stride, int(rank), world)
 
-    def _iter(self, begin: int, end: int, stride: int) -> Iterator[MiniBatch]:
+    def _iter(self, begin: int, end: int, stride: int, rank: int = 0, world: int = 1) -> Iterator[MiniBatch]:
         size, total, make = self.batch_size, self.window_count, self._materialize
         plan = self._order()[0]
-        if plan is None or not self._plan_holds_positions:
+        if plan is None or not self._plan_holds_positions or world > 1:
             for index in range(begin, end, stride):
                 first = index * size
-                yield make(self._positions(first, min(first + size, total)), index)
+                last = min(first + size, total)
+                if world > 1:
+                    first, last = _share(first, last, rank, world)
+                yield make(self._positions(first, last), index)
             return
         # the hot loop: one slice, one small cast and two gathers per batch
         gather, store, windex, intp = make.gather, self.store, self.index, np.intp

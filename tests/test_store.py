@@ -65,6 +65,7 @@ def test_store_epoch_equals_memory_epoch(
 
 def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
     """A duplicate id midway: no store, no temporary directory."""
+
     def write() -> None:
         with StoreWriter(tmp_path / "s") as writer:
             writer.add("a", "train", [1, 2])

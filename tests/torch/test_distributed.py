@@ -1,0 +1,57 @@
+"""Data-parallel ranks with real processes on gloo: every rank gets the one-process token mean."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import streambatch.torch as sbt
+
+from . import dist_worker
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _spawn(world_size: int, out: Path, timeout: float = 120.0) -> None:
+    context = mp.start_processes(
+        dist_worker.run_rank, args=(world_size, _free_port(), str(out)), nprocs=world_size, join=False, start_method="spawn"
+    )
+    deadline = time.monotonic() + timeout
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"world_size={world_size} did not finish in {timeout} s (a hang)")
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_ranks_compute_the_one_process_mean(tmp_path: Path, world_size: int) -> None:
+    """Loss and gradients equal one process on the whole batch, on every rank, for every batch."""
+    _spawn(world_size, tmp_path)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)]
+    batches = len(ranks[0])
+    assert [4, 4, 1] == [sum(rank[i]["rows"] for rank in ranks) for i in range(batches)]
+    if world_size > 1:
+        assert any(rank[-1]["rows"] == 0 for rank in ranks)  # a rank with no rows of the final batch
+    for i in range(batches):
+        shares = [rank[i] for rank in ranks]
+        positions = sorted(p for share in shares for p in share["positions"])
+        assert len(positions) == len(set(positions))  # no duplicate windows across ranks
+        for share in shares:
+            assert share["reference_tokens"] == share["tokens"]
+            assert share["loss"] == pytest.approx(share["reference_loss"], rel=1e-6)
+            assert sbt.relative_error(share["grads"], share["reference_grads"]) < 1e-6
+    # union of every rank's rows over the epoch: each window exactly once
+    everything = [p for rank in ranks for share in rank for p in share["positions"]]
+    assert 9 == len(everything) == len(set(everything))
