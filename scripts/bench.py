@@ -190,7 +190,7 @@ def verify_loaders(loaders: list[str]) -> None:
                 assert all(x.shape == y.shape == (x.shape[0], T) for x, y in batches), (name, "shapes")
                 if name == "memcpy-floor":
                     continue  # copies bytes, not windows
-                seen = collections.Counter(tuple(x[r].tolist()) + (int(y[r, -1]),) for x, y in batches for r in range(x.shape[0]))
+                seen = collections.Counter((*x[r].tolist(), int(y[r, -1])) for x, y in batches for r in range(x.shape[0]))
                 assert expected == seen, (name, "each window exactly once")
                 assert all(np.array_equal(x[:, 1:], y[:, :-1]) for x, y in batches), (name, "shift by one")
 
@@ -213,7 +213,9 @@ def worker(args: argparse.Namespace) -> None:
     tokens = np.fromfile(Path(args.store) / "tokens.bin", dtype=store.tokens.dtype)
     offsets = np.concatenate([store.starts, [store.starts[-1] + store.lengths[-1]]])
     name = args.worker
-    plan_fn, emit_fn = REGISTRY[name](tokens, offsets, args.T, args.stride, args.B, Path(args.store) if name.endswith("mmap") else None)
+    plan_fn, emit_fn = REGISTRY[name](
+        tokens, offsets, args.T, args.stride, args.B, Path(args.store) if name.endswith("mmap") else None
+    )
     plans, rates = [], []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
@@ -271,9 +273,11 @@ def main() -> None:
     parser.add_argument("-B", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args)
+        worker(args)
+        return
     if args.shuffle_worker:
-        return shuffle_worker(args)
+        shuffle_worker(args)
+        return
 
     loaders = [name for name in LOADERS if name != "torch-naive" or has_torch()]
     verify_loaders(loaders)
