@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Train a tiny causal byte-level LM on the Python standard library's own source files.
+
+    python scripts/train_tiny_lm.py                  # one process, ~1 minute on 2 CPU cores
+    python scripts/train_tiny_lm.py --world-size 2   # data-parallel on gloo, same token means
+    torchrun --nproc-per-node 2 scripts/train_tiny_lm.py --torchrun
+
+The corpus goes through the byte-level tokenizer into a streambatch store; each
+epoch is a seeded streambatch order; every batch is split into micro-batches whose
+summed losses and gradients are merged (and all-reduced across ranks) before one
+division by the batch's real target-token count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.utils.data import DataLoader
+
+import streambatch.torch as sbt
+from streambatch.prepare import prepare_store
+from streambatch.store import open_store
+from streambatch.tokenize import BYTE_VOCAB_SIZE
+
+
+class TinyTransformer(nn.Module):
+    """Byte embeddings + learned positions -> causal transformer layers -> next-byte logits."""
+
+    def __init__(self, context_length: int, width: int = 96, layers: int = 2, heads: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(BYTE_VOCAB_SIZE, width)
+        self.position = nn.Parameter(torch.zeros(context_length, width))
+        layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, BYTE_VOCAB_SIZE)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(context_length), persistent=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        length = tokens.shape[1]
+        h = self.embed(tokens) + self.position[:length]
+        h = self.blocks(h, mask=self.mask[:length, :length], is_causal=True)
+        return self.head(self.norm(h))
+
+
+def stdlib_files(max_bytes: int) -> list[Path]:
+    """A deterministic selection of the standard library's .py files, up to *max_bytes*."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    chosen, total = [], 0
+    for path in sorted(root.glob("*.py")):
+        size = path.stat().st_size
+        if total + size > max_bytes:
+            continue
+        chosen.append(path)
+        total += size
+    return chosen
+
+
+def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str) -> None:
+    torch.manual_seed(0)  # the same initial weights on every rank
+    torch.set_num_threads(max(1, args.threads // world_size))
+    store = open_store(store_path)
+    dataset = sbt.EpochDataset(
+        store,
+        context_length=args.context_length,
+        stride=args.context_length,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        rank=rank,
+        world_size=world_size,
+    )
+    loader = DataLoader(dataset, batch_size=None, num_workers=0)
+    model = TinyTransformer(args.context_length)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    if rank == 0:
+        print(
+            f"corpus: {len(store)} files, {store.tokens.size:,} byte tokens; {dataset.epoch.window_count:,} windows of "
+            f"T={args.context_length}, {len(dataset)} batches of <= {args.batch_size} per epoch; world size {world_size}"
+        )
+    for epoch in range(args.epochs):
+        dataset.set_epoch(epoch)
+        loss_sum, tokens, started = 0.0, 0, time.perf_counter()
+        for batch in loader:
+            optimizer.zero_grad(set_to_none=True)
+            step = sbt.token_mean_backward(model, batch.inputs, batch.targets, micro_batch_rows=args.micro_batch_rows)
+            optimizer.step()
+            loss_sum += step.loss_sum  # raw sums over the epoch; divided once below
+            tokens += step.token_count
+        if rank == 0:
+            seconds = time.perf_counter() - started
+            print(f"epoch {epoch + 1}: token-mean loss {loss_sum / tokens:.4f} over {tokens:,} target tokens ({seconds:.1f} s)")
+
+
+def _rank_main(rank: int, world_size: int, port: int, args: argparse.Namespace, store_path: str) -> None:
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, timeout=datetime.timedelta(minutes=5)
+    )
+    try:
+        train(rank, world_size, args, store_path)
+    finally:
+        dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--context-length", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--micro-batch-rows", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--max-bytes", type=int, default=400_000, help="how much stdlib source to train on")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--world-size", type=int, default=1, help="data-parallel ranks on gloo (spawned here)")
+    parser.add_argument("--torchrun", action="store_true", help="ranks come from torchrun's environment")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        store_path = os.path.join(tmp, "stdlib")
+        if args.torchrun:
+            dist.init_process_group("gloo")
+            rank, world = dist.get_rank(), dist.get_world_size()
+            # every rank prepares its own copy: the store is deterministic, so all are identical
+            prepare_store(stdlib_files(args.max_bytes), store_path, quiet=True)
+            try:
+                train(rank, world, args, store_path)
+            finally:
+                dist.destroy_process_group()
+            if rank:
+                return
+        else:
+            prepare_store(stdlib_files(args.max_bytes), store_path, quiet=True)
+            if args.world_size == 1:
+                train(0, 1, args, store_path)
+            else:
+                import socket
+
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    port = s.getsockname()[1]
+                mp.spawn(_rank_main, args=(args.world_size, port, args, store_path), nprocs=args.world_size, join=True)
+    print(f"done in {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
