@@ -6,10 +6,11 @@
 
 One synthetic corpus (lognormal document lengths, median ~1,500 tokens, clipped
 to [1, 50,000]; ids uniform below 50,257), written once as a streambatch store.
-Every loader runs in its own subprocess on the same tokens (loaded into memory;
+Every measurement runs in its own subprocess, loaders interleaved repeat by repeat,
+on the same tokens (loaded into memory;
 the "streambatch (mmap)" row reads the memory-mapped store instead), and is first
 verified on a small corpus.  Reported: median plan seconds, median emission
-target tokens/s, peak RSS, and ratios, plus the shuffle alone (10M windows)
+target tokens/s, peak RSS, and ratios of medians, plus the shuffle alone (10M windows)
 against ``numpy.random.default_rng().permutation``.
 """
 
@@ -209,29 +210,24 @@ def peak_rss_mb() -> float:
 
 
 def worker(args: argparse.Namespace) -> None:
+    """One measurement: plan once, then emit for at least --min-seconds (whole passes)."""
     store = open_store(args.store, verify=False)
     tokens = np.fromfile(Path(args.store) / "tokens.bin", dtype=store.tokens.dtype)
     offsets = np.concatenate([store.starts, [store.starts[-1] + store.lengths[-1]]])
     name = args.worker
-    plan_fn, emit_fn = REGISTRY[name](
-        tokens, offsets, args.T, args.stride, args.B, Path(args.store) if name.endswith("mmap") else None
-    )
-    plans, rates = [], []
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        planned = plan_fn()
-        t1 = time.perf_counter()
-        count = 0
-        budget = t1 + args.max_seconds
+    mmap = Path(args.store) if name.endswith("mmap") else None
+    plan_fn, emit_fn = REGISTRY[name](tokens, offsets, args.T, args.stride, args.B, mmap)
+    t0 = time.perf_counter()
+    planned = plan_fn()
+    t1 = time.perf_counter()
+    count, now = 0, t1
+    while now - t1 < args.min_seconds:
         for x, _ in emit_fn(planned):
             count += x.shape[0] * x.shape[1]
-            if time.perf_counter() > budget:
+            if time.perf_counter() - t1 > args.max_seconds:
                 break
-        t2 = time.perf_counter()
-        plans.append(t1 - t0)
-        rates.append(count / (t2 - t1))
-        del planned
-    print(json.dumps({"plan_s": plans, "tokens_per_s": rates, "peak_rss_mb": peak_rss_mb()}))
+        now = time.perf_counter()
+    print(json.dumps({"plan_s": t1 - t0, "tokens_per_s": count / (now - t1), "peak_rss_mb": peak_rss_mb()}))
 
 
 def shuffle_worker(args: argparse.Namespace) -> None:
@@ -259,8 +255,9 @@ def run_worker(extra: list[str]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=float, default=50e6, help="corpus size in tokens (default 5e7)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--max-seconds", type=float, default=8.0, help="stop one emission pass after this long")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved measurements per loader (medians)")
+    parser.add_argument("--min-seconds", type=float, default=1.5, help="emit whole passes for at least this long")
+    parser.add_argument("--max-seconds", type=float, default=4.0, help="cut a pass short after this long (slow loaders)")
     parser.add_argument("--shuffle-windows", type=int, default=10_000_000)
     parser.add_argument("--cache", default="bench-cache", help="folder for the synthetic store")
     parser.add_argument("--json", help="also write the raw results here")
@@ -301,12 +298,15 @@ def main() -> None:
     print("\n" + header + "\n" + "|---" * 8 + "|")
     for T, stride, B in CONFIGS:
         key = f"T={T} stride={stride} B={B}"
-        rows = {}
-        for name in loaders:
-            rows[name] = run_worker(
-                ["--worker", name, "--store", str(store), "-T", str(T), "--stride", str(stride), "-B", str(B),
-                 "--repeats", str(args.repeats), "--max-seconds", str(args.max_seconds)]
-            )  # fmt: skip
+        rows: dict[str, dict[str, list[float]]] = {n: {"plan_s": [], "tokens_per_s": [], "peak_rss_mb": []} for n in loaders}
+        for _ in range(args.repeats):  # interleaved: machine noise hits every loader alike
+            for name in loaders:
+                one = run_worker(
+                    ["--worker", name, "--store", str(store), "-T", str(T), "--stride", str(stride), "-B", str(B),
+                     "--min-seconds", str(args.min_seconds), "--max-seconds", str(args.max_seconds)]
+                )  # fmt: skip
+                for field, value in one.items():
+                    rows[name][field].append(value)
         results["configs"][key] = rows
         rate = {n: statistics.median(r["tokens_per_s"]) for n, r in rows.items()}
         for name, row in rows.items():
@@ -316,7 +316,7 @@ def main() -> None:
             ]
             print(
                 f"| {key} | {name} | {statistics.median(row['plan_s']):.3f} | {rate[name] / 1e6:.1f} | "
-                f"{row['peak_rss_mb']:.0f} | {' | '.join(ratios)} |"
+                f"{max(row['peak_rss_mb']):.0f} | {' | '.join(ratios)} |"
             )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

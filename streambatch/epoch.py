@@ -21,6 +21,7 @@ from .shuffle import shuffled_order, splitmix64_draws
 from .windows import WindowConfig, WindowIndex
 
 _U32 = 1 << 32
+_CAST_BLOCK = 4096  # windows whose positions are cast to intp at once
 
 
 def _gather_positions(index: WindowIndex, order: npt.NDArray[Any], block: int = 1 << 22) -> npt.NDArray[np.uint32]:
@@ -204,13 +205,18 @@ class Epoch:
                     first, last = _share(first, last, rank, world)
                 yield make(self._positions(first, last), index)
             return
-        # the hot loop: one slice, one small cast and two gathers per batch
-        gather, store, windex, intp = make.gather, self.store, self.index, np.intp
-        for index in range(begin, end, stride):
-            first = index * size
-            positions = plan[first : first + size].astype(intp)
-            inputs, targets = gather(positions)
-            yield MiniBatch(index, inputs, targets, positions, store, windex)
+        # the hot loop: two gathers per batch; positions are cast to intp (numpy's
+        # fast indexing path) a block of batches at a time
+        gather, store, windex = make.gather, self.store, self.index
+        block = max(1, _CAST_BLOCK // size) * stride
+        for head in range(begin, end, block):
+            indices = range(head, min(head + block, end), stride)
+            cast = plan[head * size : min((indices[-1] + 1) * size, total)].astype(np.intp)
+            for index in indices:
+                first = (index - head) * size
+                positions = cast[first : first + size]
+                inputs, targets = gather(positions)
+                yield MiniBatch(index, inputs, targets, positions, store, windex)
 
     def __iter__(self) -> Iterator[MiniBatch]:
         return self.iter_batches()

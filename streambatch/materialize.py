@@ -196,7 +196,7 @@ class Materializer:
     ([[11, 12], [0, 10]], [[12, 1], [10, 11]])
     """
 
-    __slots__ = ("_dtype", "_empty", "_index", "_length", "_records", "_store")
+    __slots__ = ("_dtype", "_empty", "_index", "_length", "_records", "_shifted", "_store")
 
     def __init__(self, store: DocumentStore, index: WindowIndex) -> None:
         self._store = store
@@ -206,14 +206,13 @@ class Materializer:
         self._dtype = tokens.dtype
         self._empty = np.zeros((0, length), dtype=tokens.dtype)
         self._records: npt.NDArray[Any] | None = None
+        self._shifted: npt.NDArray[Any] | None = None
         if tokens.size >= length + 1 and index.window_count:
             itemsize = tokens.dtype.itemsize
-            self._records = np.ndarray(
-                shape=(tokens.size - length + 1,),
-                dtype=np.dtype((np.void, length * itemsize)),
-                buffer=tokens,
-                strides=(itemsize,),
-            )
+            record = np.dtype((np.void, length * itemsize))
+            count = tokens.size - length  # records that have a following record (targets)
+            self._records = np.ndarray(shape=(count,), dtype=record, buffer=tokens, strides=(itemsize,))
+            self._shifted = np.ndarray(shape=(count,), dtype=record, buffer=tokens, offset=itemsize, strides=(itemsize,))
 
     def windows(self, windows: npt.ArrayLike, index: int = 0) -> MiniBatch:
         """The batch made of these global window numbers."""
@@ -221,12 +220,11 @@ class Materializer:
 
     def gather(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for rows starting at *positions* (an intp array, non-empty)."""
-        records, width, length, dtype = self._records, positions.size, self._length, self._dtype
-        if records is None or width == 0:
+        records, width = self._records, positions.size
+        if records is None or self._shifted is None or width == 0:
             return self._empty, self._empty.copy()
-        inputs = records[positions].view(dtype).reshape(width, length)
-        targets = records[positions + 1].view(dtype).reshape(width, length)
-        return inputs, targets
+        shape, dtype = (width, self._length), self._dtype
+        return records[positions].view(dtype).reshape(shape), self._shifted[positions].view(dtype).reshape(shape)
 
     def __call__(self, positions: npt.NDArray[Any], index: int = 0) -> MiniBatch:
         """The batch whose rows start at these token *positions* (window starts)."""
