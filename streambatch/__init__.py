@@ -9,7 +9,7 @@
 from .accumulate import TokenContribution, TokenMean, TokenMeanAccumulator, token_mean
 from .chunk import batch_count, batch_widths, chunked
 from .documents import Document, DocumentStore, Partition, read_jsonl, read_records
-from .epoch import Epoch
+from .epoch import Epoch, derive_seed
 from .errors import (
     AccumulationError,
     ConfigError,
@@ -20,7 +20,10 @@ from .errors import (
     StreamBatchError,
 )
 from .materialize import MiniBatch, RowIndexError, WindowProvenance
+from .prepare import prepare_store
 from .shuffle import shuffled_order
+from .store import StoreWriter, open_store, write_store
+from .tokenize import byte_detokenize, byte_tokenize
 from .windows import WindowConfig, WindowIndex, window_counts, window_starts, window_tails
 
 __version__ = "0.1.0"
@@ -38,6 +41,7 @@ __all__ = [
     "PartitionError",
     "RowIndexError",
     "StoreError",
+    "StoreWriter",
     "StreamBatchError",
     "TokenContribution",
     "TokenMean",
@@ -48,7 +52,12 @@ __all__ = [
     "__version__",
     "batch_count",
     "batch_widths",
+    "byte_detokenize",
+    "byte_tokenize",
     "chunked",
+    "derive_seed",
+    "open_store",
+    "prepare_store",
     "read_jsonl",
     "read_records",
     "shuffled_order",
@@ -56,4 +65,5 @@ __all__ = [
     "window_counts",
     "window_starts",
     "window_tails",
+    "write_store",
 ]
