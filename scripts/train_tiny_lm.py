@@ -27,6 +27,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.utils.data import DataLoader
 
+import streambatch as sb
 import streambatch.torch as sbt
 from streambatch.prepare import prepare_store
 from streambatch.store import open_store
@@ -70,15 +71,10 @@ def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str)
     torch.manual_seed(0)  # the same initial weights on every rank
     torch.set_num_threads(max(1, args.threads // world_size))
     store = open_store(store_path)
-    dataset = sbt.EpochDataset(
-        store,
-        context_length=args.context_length,
-        stride=args.context_length,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        rank=rank,
-        world_size=world_size,
+    epoch = sb.Epoch(
+        store, context_length=args.context_length, stride=args.context_length, batch_size=args.batch_size, seed=args.seed
     )
+    dataset = sbt.EpochDataset(epoch, rank=rank, world_size=world_size)
     loader = DataLoader(dataset, batch_size=None, num_workers=0)
     model = TinyTransformer(args.context_length)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
@@ -87,8 +83,8 @@ def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str)
             f"corpus: {len(store)} files, {store.tokens.size:,} byte tokens; {dataset.epoch.window_count:,} windows of "
             f"T={args.context_length}, {len(dataset)} batches of <= {args.batch_size} per epoch; world size {world_size}"
         )
-    for epoch in range(args.epochs):
-        dataset.set_epoch(epoch)
+    for number in range(args.epochs):
+        dataset.set_epoch(number)
         loss_sum, tokens, started = 0.0, 0, time.perf_counter()
         for batch in loader:
             optimizer.zero_grad(set_to_none=True)
@@ -98,7 +94,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str)
             tokens += step.token_count
         if rank == 0:
             seconds = time.perf_counter() - started
-            print(f"epoch {epoch + 1}: token-mean loss {loss_sum / tokens:.4f} over {tokens:,} target tokens ({seconds:.1f} s)")
+            print(f"epoch {number + 1}: token-mean loss {loss_sum / tokens:.4f} over {tokens:,} target tokens ({seconds:.1f} s)")
 
 
 def _rank_main(rank: int, world_size: int, port: int, args: argparse.Namespace, store_path: str) -> None:

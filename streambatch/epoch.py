@@ -84,6 +84,17 @@ class Epoch:
         self._materialize = Materializer(self.store, self.index)
         self._plan: tuple[npt.NDArray[Any] | None, int | None] | None = None
 
+    def reseeded(self, seed: int | None) -> Epoch:
+        """The same windows and batching over the same store, in the order of *seed*."""
+        return Epoch(
+            self.store,
+            context_length=self.context_length,
+            batch_size=self.batch_size,
+            stride=self.stride,
+            seed=seed,
+            partition=self.partition,
+        )
+
     @property
     def context_length(self) -> int:
         """``T``."""

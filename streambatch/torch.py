@@ -103,41 +103,31 @@ class EpochDataset(IterableDataset[TensorBatch]):
 
     def __init__(
         self,
-        documents: Any,
+        epoch: Epoch,
         *,
-        context_length: int,
-        batch_size: int,
-        stride: int = 1,
-        seed: int | None = None,
-        partition: str = "train",
         rank: int = 0,
         world_size: int = 1,
         dtype: torch.dtype | None = torch.long,
         start_batch: int = 0,
     ) -> None:
         super().__init__()
-        self._kwargs: dict[str, Any] = {
-            "context_length": context_length,
-            "batch_size": batch_size,
-            "stride": stride,
-            "partition": partition,
-        }
-        self.seed = seed
+        if not isinstance(epoch, Epoch):
+            raise ConfigError(f"epoch={epoch!r} is not a streambatch.Epoch; build one with sb.Epoch(store, ...)")
+        epoch.iter_batches(rank=rank, world_size=world_size)  # validates rank and world_size now
+        self.run_seed = epoch.seed
         self.rank, self.world_size = rank, world_size
         self.dtype = dtype
         self.start_batch = check_non_negative(start_batch, "start_batch", "the number of batches already consumed")
         self.epoch_number = 0
-        self.epoch = Epoch(documents, seed=seed, **self._kwargs)
-        self.epoch.iter_batches(rank=rank, world_size=world_size)  # validates rank/world_size now
-        self.epoch.shuffle_state_after  # noqa: B018 - plan now, in the parent process
+        self.epoch = epoch
+        epoch.shuffle_state_after  # noqa: B018 - plan now, in the parent process
 
     def set_epoch(self, epoch: int) -> None:
         """Switch to epoch *epoch* of the run (same windows, a new seeded order)."""
         number = check_non_negative(epoch, "epoch", "the epoch number")
         if number == self.epoch_number:
             return
-        seed = None if self.seed is None else derive_seed(self.seed, number)
-        self.epoch = Epoch(self.epoch.store, seed=seed, **self._kwargs)
+        self.epoch = self.epoch.reseeded(None if self.run_seed is None else derive_seed(self.run_seed, number))
         self.epoch.shuffle_state_after  # noqa: B018
         self.epoch_number = number
         self.start_batch = 0

@@ -32,8 +32,8 @@ def run_rank(rank: int, world_size: int, port: int, out_dir: str) -> None:
     )
     try:
         docs = corpus()
-        dataset = sbt.EpochDataset(docs, context_length=4, batch_size=4, seed=5, rank=rank, world_size=world_size)
         whole = sb.Epoch(docs, context_length=4, batch_size=4, seed=5)
+        dataset = sbt.EpochDataset(whole, rank=rank, world_size=world_size)
         model = TinyLM()
         records = []
         for share in dataset:  # every rank steps through every global batch, even with zero rows

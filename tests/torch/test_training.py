@@ -35,7 +35,7 @@ def test_zero_copy_tensors() -> None:
 def test_dataloader_workers_read_back_in_epoch_order(workers: int) -> None:
     """Any number of workers: disjoint whole batches whose union, in order, is the epoch."""
     docs = _docs(20)
-    dataset = sbt.EpochDataset(docs, context_length=3, batch_size=4, seed=9)
+    dataset = sbt.EpochDataset(sb.Epoch(docs, context_length=3, batch_size=4, seed=9))
     loader = DataLoader(dataset, batch_size=None, num_workers=workers)
     got = [(b.index, b.inputs.tolist(), b.targets.tolist()) for b in loader]
     expected = [(b.index, b.inputs.tolist(), b.targets.tolist()) for b in sb.Epoch(docs, context_length=3, batch_size=4, seed=9)]
@@ -45,7 +45,7 @@ def test_dataloader_workers_read_back_in_epoch_order(workers: int) -> None:
 
 def test_set_epoch_reshuffles_same_windows() -> None:
     """set_epoch(e) keeps membership, changes order, and epoch 0 is the run seed itself."""
-    dataset = sbt.EpochDataset(_docs(), context_length=3, batch_size=4, seed=7)
+    dataset = sbt.EpochDataset(sb.Epoch(_docs(), context_length=3, batch_size=4, seed=7))
     first = [b.positions.tolist() for b in dataset]
     dataset.set_epoch(1)
     second = [b.positions.tolist() for b in dataset]
@@ -57,7 +57,7 @@ def test_set_epoch_reshuffles_same_windows() -> None:
 
 def test_pin_memory_friendly() -> None:
     """TensorBatch has pin_memory/to, which DataLoader(pin_memory=True) calls when a device exists."""
-    batch = next(iter(sbt.EpochDataset(_docs(), context_length=3, batch_size=4, seed=7)))
+    batch = next(iter(sbt.EpochDataset(sb.Epoch(_docs(), context_length=3, batch_size=4, seed=7))))
     assert batch.inputs.is_contiguous()
     moved = batch.to("cpu")
     assert torch.equal(batch.inputs, moved.inputs)
@@ -122,3 +122,18 @@ def test_zero_token_step_is_an_error() -> None:
     empty = torch.zeros((0, 5), dtype=torch.long)
     with pytest.raises(sb.ConfigError, match="no target tokens"):
         sbt.token_mean_backward(model, empty, empty, distributed=False)
+
+
+def test_resume_from_a_batch_position() -> None:
+    """start_batch resumes mid-epoch: the remaining batches, exactly, with any worker count."""
+    epoch = sb.Epoch(_docs(20), context_length=3, batch_size=4, seed=9)
+    expected = [b.index for b in epoch][3:]
+    for workers in (0, 2):
+        loader = DataLoader(sbt.EpochDataset(epoch, start_batch=3), batch_size=None, num_workers=workers)
+        assert expected == [b.index for b in loader]
+
+
+def test_dataset_rejects_bad_rank() -> None:
+    """rank must lie in [0, world_size)."""
+    with pytest.raises(sb.ConfigError, match=r"rank=2 must be an int in \[0, world_size=2\)"):
+        sbt.EpochDataset(sb.Epoch(_docs(), context_length=3, batch_size=4), rank=2, world_size=2)
