@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._checks import check_non_negative, check_positive
+from .errors import OutOfRangeError
 
 
 def batch_count(window_count: int, batch_size: int) -> int:
@@ -42,7 +43,7 @@ def batch_bounds(window_count: int, batch_size: int, index: int) -> tuple[int, i
     """
     count = batch_count(window_count, batch_size)
     if not 0 <= index < count:
-        raise IndexError(f"batch index={index} is out of range for {count} batches")
+        raise OutOfRangeError(f"batch index={index} is out of range for {count} batches; use 0 <= index < batch_count")
     start = index * batch_size
     return start, min(start + batch_size, window_count)
 

@@ -266,6 +266,18 @@ class DocumentStore:
         return len(self.ids)
 
     @property
+    def offsets(self) -> npt.NDArray[np.int64]:
+        """``len(self) + 1`` offsets into ``tokens`` (for contiguous stores; a `select` view may have gaps).
+
+        >>> DocumentStore.from_arrays([1, 2, 3], [0, 1, 3]).offsets.tolist()
+        [0, 1, 3]
+        """
+        ends = self.starts + self.lengths
+        if self.starts.size and not np.array_equal(self.starts[1:], ends[:-1]):
+            raise DataError("this store view is not contiguous (documents were selected); use starts and lengths")
+        return np.concatenate([self.starts[:1] if self.starts.size else np.zeros(1, np.int64), ends])
+
+    @property
     def token_count(self) -> int:
         """Tokens over all documents of this store (view)."""
         return int(self.lengths.sum())

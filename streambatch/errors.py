@@ -15,6 +15,10 @@ class ConfigError(StreamBatchError):
     """A stage argument is out of range or conflicts with another."""
 
 
+class OutOfRangeError(ConfigError, IndexError):
+    """A batch or row index is out of range (also an `IndexError`)."""
+
+
 class DataError(StreamBatchError):
     """A document, store or batch is malformed; the message says where."""
 

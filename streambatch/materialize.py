@@ -16,12 +16,12 @@ import numpy.typing as npt
 
 from .accumulate import TokenContribution, TokenMean, TokenMeanAccumulator
 from .documents import PARTITIONS, DocumentStore, Partition
-from .errors import AccumulationError, StreamBatchError
+from .errors import AccumulationError, OutOfRangeError
 from .windows import IntArray, WindowIndex
 
 
-class RowIndexError(StreamBatchError, IndexError):
-    """A batch row index is out of range."""
+class RowIndexError(OutOfRangeError):
+    """A batch row index is out of range (also an `IndexError`)."""
 
 
 @dataclass(frozen=True)

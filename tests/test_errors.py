@@ -1,0 +1,101 @@
+"""The catalogue of bad inputs: every public entry point answers with a clear StreamBatchError."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import streambatch as sb
+
+DOC = sb.Document("a", "train", [1, 2, 3, 4])
+
+CASES: list[tuple[str, Callable[[], Any], type[sb.StreamBatchError], str]] = [
+    ("window-counts-T", lambda: sb.window_counts([5], 0), sb.ConfigError, r"context_length=0 must be a positive int; pass"),
+    ("window-counts-stride", lambda: sb.window_counts([5], 2, stride=0), sb.ConfigError, r"stride=0 must be a positive int"),
+    ("widths-B", lambda: sb.batch_widths(5, 0), sb.ConfigError, r"batch_size=0 must be a positive int; pass the number"),
+    ("chunked-B", lambda: sb.chunked(np.arange(3), -2), sb.ConfigError, r"batch_size=-2 must be a positive int"),
+    ("shuffle-count", lambda: sb.shuffled_order(-1, 7), sb.ConfigError, r"count=-1 must be a non-negative int"),
+    (
+        "shuffle-seed",
+        lambda: sb.shuffled_order(3, 2**64),
+        sb.ConfigError,
+        r"seed=18446744073709551616 must be an int in \[0, 2\*\*64\)",
+    ),
+    ("epoch-source", lambda: sb.Epoch("docs.jsonl", context_length=2, batch_size=2), sb.ConfigError, r"documents='docs.jsonl'"),
+    ("epoch-one-doc", lambda: sb.Epoch(DOC, context_length=2, batch_size=2), sb.ConfigError, r"single document; pass a list"),
+    (
+        "epoch-not-doc",
+        lambda: sb.Epoch([{"id": "a"}], context_length=2, batch_size=2),
+        sb.DataError,
+        r"got dict; pass streambatch.Document",
+    ),
+    (
+        "epoch-rank",
+        lambda: sb.Epoch([DOC], context_length=2, batch_size=2).iter_batches(rank=3, world_size=2),
+        sb.ConfigError,
+        r"rank=3",
+    ),
+    (
+        "epoch-world",
+        lambda: sb.Epoch([DOC], context_length=2, batch_size=2).iter_batches(world_size=0),
+        sb.ConfigError,
+        r"world_size=0",
+    ),
+    (
+        "batch-index",
+        lambda: sb.Epoch([DOC], context_length=2, batch_size=2).batch(5),
+        IndexError,
+        r"batch index=5 is out of range",
+    ),
+    (
+        "arrays-ids",
+        lambda: sb.DocumentStore.from_arrays([1, 2], [0, 1, 2], ids=["x"]),
+        sb.DataError,
+        r"ids has 1 entries but offsets describe 2",
+    ),
+    (
+        "arrays-dup",
+        lambda: sb.DocumentStore.from_arrays([1, 2], [0, 1, 2], ids=["x", "x"]),
+        sb.DuplicateIdError,
+        r"first at document index 0",
+    ),
+    ("arrays-tokens", lambda: sb.DocumentStore.from_arrays([1.5], [0, 1]), sb.DataError, r"tokens: token\[0\]=1.5"),
+    ("records-type", lambda: sb.read_records([["a"]]), sb.DataError, r"record 0: got list"),
+    (
+        "records-partition",
+        lambda: sb.read_records([{"id": "a", "partition": "dev", "tokens": []}]),
+        sb.DataError,
+        r"partition='dev'",
+    ),
+    ("accumulator-width", lambda: sb.TokenMeanAccumulator(0), sb.AccumulationError, r"gradient_width=0 must be a positive int"),
+    ("token-mean-empty", lambda: sb.token_mean([]), sb.AccumulationError, r"contributions=\[\] is empty"),
+    ("store-missing", lambda: sb.open_store("/nonexistent/store"), sb.StoreError, r"not a streambatch store"),
+    ("writer-dtype", lambda: sb.StoreWriter("/tmp/never", dtype=np.float32), sb.StoreError, r"dtype=float32 is not supported"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_catalogue(call: Callable[[], Any], error: type[Exception], message: str) -> None:
+    """Each bad input raises its documented error with name=value, the rule and the fix."""
+    with pytest.raises(error, match=message) as caught:
+        call()  # raised by the call itself, never later at the first next()
+    assert isinstance(caught.value, sb.StreamBatchError)
+
+
+def test_writer_with_bad_dtype_leaves_nothing(tmp_path: Path) -> None:
+    """A writer refused at construction creates no directory at all."""
+    with pytest.raises(sb.StoreError):
+        sb.StoreWriter(tmp_path / "s", dtype=np.int8)
+    assert [] == list(tmp_path.iterdir())
+
+
+def test_selected_view_has_no_flat_offsets() -> None:
+    """offsets exist for contiguous stores; a partition view with gaps says to use starts/lengths."""
+    store = sb.DocumentStore.from_arrays([1, 2, 3], [0, 1, 2, 3], partition=["train", "test", "train"])
+    assert [0, 1, 2, 3] == store.offsets.tolist()
+    with pytest.raises(sb.DataError, match="not contiguous"):
+        _ = store.select("train").offsets
