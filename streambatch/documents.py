@@ -265,6 +265,16 @@ class DocumentStore:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a memory-mapped store pickles as its file name (e.g. for DataLoader workers
+        # started with "spawn"), never as a copy of its tokens
+        tokens = self.tokens
+        if isinstance(tokens, np.memmap) and tokens.filename is not None and tokens.offset == 0:
+            spec = (str(tokens.filename), tokens.dtype.str, int(tokens.size))
+            fields = (self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint)
+            return (_reopen_memmap, (spec, *fields))
+        return (DocumentStore._frozen, (tokens, self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint))
+
     @property
     def offsets(self) -> npt.NDArray[np.int64]:
         """``len(self) + 1`` offsets into ``tokens`` (for contiguous stores; a `select` view may have gaps).
@@ -324,6 +334,12 @@ class DocumentStore:
                 f"per epoch (store.select({wanted.value!r}) or the reader's partition= filter)"
             )
         return wanted
+
+
+def _reopen_memmap(spec: tuple[str, str, int], *fields: Any) -> DocumentStore:
+    filename, dtype, size = spec
+    tokens = np.memmap(filename, dtype=np.dtype(dtype), mode="r", shape=(size,))
+    return DocumentStore._frozen(tokens, *fields)
 
 
 def _token_array(tokens: Any) -> TokenArray:

@@ -84,6 +84,15 @@ class Epoch:
         self._materialize = Materializer(self.store, self.index)
         self._plan: tuple[npt.NDArray[Any] | None, int | None] | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_materialize"]  # views over the tokens: rebuilt, never pickled
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._materialize = Materializer(self.store, self.index)
+
     def reseeded(self, seed: int | None) -> Epoch:
         """The same windows and batching over the same store, in the order of *seed*."""
         return Epoch(

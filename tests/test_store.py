@@ -279,3 +279,15 @@ def test_cli_prepare_inspect_epoch(tmp_path: Path) -> None:
     broken = run("inspect", str(tmp_path / "nothing"))
     assert 2 == broken.returncode
     assert 1 == len(broken.stderr.splitlines())
+
+
+def test_pickled_store_epoch_reopens_the_file(tmp_path: Path) -> None:
+    """A store-backed epoch pickles as file names plus the plan, not a copy of the tokens."""
+    import pickle
+
+    docs = [sb.Document(f"d{i}", "train", np.arange(5000, dtype=np.uint32) % 300) for i in range(40)]
+    store = write_store(tmp_path / "s", docs)
+    epoch = sb.Epoch(store, context_length=8, stride=8, batch_size=16, seed=3)
+    payload = pickle.dumps(epoch)
+    assert len(payload) < store.tokens.nbytes / 4
+    assert list(epoch) == list(pickle.loads(payload))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -137,3 +139,13 @@ def test_dataset_rejects_bad_rank() -> None:
     """rank must lie in [0, world_size)."""
     with pytest.raises(sb.ConfigError, match=r"rank=2 must be an int in \[0, world_size=2\)"):
         sbt.EpochDataset(sb.Epoch(_docs(), context_length=3, batch_size=4), rank=2, world_size=2)
+
+
+def test_spawned_workers_over_a_memory_mapped_store(tmp_path: Any) -> None:
+    """Workers started with "spawn" reopen the store by name and still read back the epoch in order."""
+    store = sb.write_store(tmp_path / "s", _docs(20))
+    epoch = sb.Epoch(store, context_length=3, batch_size=4, seed=9)
+    loader = DataLoader(sbt.EpochDataset(epoch), batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    assert [b.inputs.tolist() for b in sb.Epoch(store, context_length=3, batch_size=4, seed=9)] == [
+        b.inputs.tolist() for b in loader
+    ]
