@@ -129,6 +129,11 @@ def apply_swaps(targets: IndexArray) -> IndexArray:
     >>> apply_swaps(np.array([0, 1, 0, 0, 2], dtype=np.uint32)).tolist()
     [4, 1, 3, 0, 2]
     """
+    return _resolve(targets, reuse=False)
+
+
+def _resolve(targets: IndexArray, *, reuse: bool) -> IndexArray:
+    """`apply_swaps`; with *reuse*, *targets* is consumed as scratch space (peak memory)."""
     count = int(targets.size)
     if count <= 1:
         return np.zeros(count, dtype=targets.dtype)
@@ -142,7 +147,7 @@ def apply_swaps(targets: IndexArray) -> IndexArray:
     boundary = np.empty(count, dtype=bool)  # boundary[p]: p starts a new target group
     boundary[0] = True
     np.not_equal(by_target[1:], by_target[:-1], out=boundary[1:])
-    starts = np.flatnonzero(boundary).astype(dtype)
+    starts = _flatnonzero(boundary, dtype)
     # parent[m]: the step whose leftover position m holds just before step m: the
     # smallest step targeting m other than m itself (H[m] == m puts m first).
     group_target = by_target[starts]
@@ -166,12 +171,21 @@ def apply_swaps(targets: IndexArray) -> IndexArray:
         active = active[jump != ancestor]
     # step steps[p] finds the leftover of steps[p + 1] when both share a target,
     # else the untouched original value of its target
-    found = by_target.copy()
-    inner = np.flatnonzero(~boundary[1:])  # only these need a random gather
-    found[inner] = root[steps[inner + 1]]
+    found = targets if reuse and targets.dtype == dtype else np.empty(count, dtype=dtype)
+    for lo in range(0, count, _CHUNK):  # in blocks: bounded temporaries
+        hi = min(lo + _CHUNK, count)
+        found[lo:hi] = by_target[lo:hi]
+        inner = np.flatnonzero(~boundary[lo + 1 : hi + 1]) + lo  # only these need a random gather
+        found[inner] = root[steps[inner + 1]]
     result: IndexArray = root[:count]  # every position is rewritten below: reuse the buffer
     result[steps] = found
     return result
+
+
+def _flatnonzero(mask: npt.NDArray[np.bool_], dtype: Any) -> Any:
+    """``np.flatnonzero(mask)`` as *dtype*, built in blocks (no full-size int64 temporary)."""
+    parts = [np.flatnonzero(mask[lo : lo + _CHUNK]).astype(dtype) + dtype(lo) for lo in range(0, mask.size, _CHUNK)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
 def _group_by_target(targets: IndexArray, dtype: Any) -> tuple[Any, Any]:
@@ -199,4 +213,4 @@ def shuffled_order(count: int, seed: int) -> tuple[IndexArray, int]:
     9
     """
     targets, draws = swap_targets(count, seed)
-    return apply_swaps(targets), state_after(int(seed), draws)
+    return _resolve(targets, reuse=True), state_after(int(seed), draws)
