@@ -224,7 +224,8 @@ class Materializer:
         if records is None or self._shifted is None or width == 0:
             return self._empty, self._empty.copy()
         shape, dtype = (width, self._length), self._dtype
-        return records[positions].view(dtype).reshape(shape), self._shifted[positions].view(dtype).reshape(shape)
+        # wrap each gathered record buffer as (width, T) tokens: no copy, cheaper than view + reshape
+        return np.ndarray(shape, dtype, records[positions]), np.ndarray(shape, dtype, self._shifted[positions])
 
     def __call__(self, positions: npt.NDArray[Any], index: int = 0) -> MiniBatch:
         """The batch whose rows start at these token *positions* (window starts)."""
