@@ -276,19 +276,32 @@ class TokenMeanAccumulator:
         )
 
 
-def token_mean(contributions: Any, gradient_width: int | None = None) -> TokenMean:
+def accumulated(contributions: Any, gradient_width: int | None = None) -> TokenMeanAccumulator:
+    """A fresh accumulator with *contributions* added left to right (the chapter's order).
+
+    *gradient_width* defaults to the first contribution's width.
+
+    >>> accumulated([TokenContribution(1.0, [2.0]), TokenContribution(2.0, [4.0])]).loss_sum
+    3.0
+    """
+    items = list(contributions)
+    if gradient_width is None:
+        if not items:
+            raise AccumulationError("contributions=[] is empty; pass gradient_width or at least one contribution")
+        first = items[0]
+        if not isinstance(first, TokenContribution):
+            raise AccumulationError(f"contributions[0]={first!r} is not a TokenContribution")
+        gradient_width = first.gradient_width
+    accumulator = TokenMeanAccumulator(gradient_width)
+    for item in items:
+        accumulator.add_token(item)
+    return accumulator
+
+
+def token_mean(contributions: Any) -> TokenMean:
     """One-pass token mean of a sequence of `TokenContribution`, added left to right.
 
     >>> token_mean([TokenContribution(1.0, [2.0]), TokenContribution(2.0, [4.0])]).mean_loss
     1.5
     """
-    items = list(contributions)
-    if not items:
-        raise AccumulationError("contributions=[] is empty; a token mean needs at least one contribution")
-    first = items[0]
-    if not isinstance(first, TokenContribution):
-        raise AccumulationError(f"contributions[0]={first!r} is not a TokenContribution")
-    accumulator = TokenMeanAccumulator(gradient_width or first.gradient_width)
-    for item in items:
-        accumulator.add_token(item)
-    return accumulator.finish()
+    return accumulated(contributions).finish()

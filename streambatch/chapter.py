@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .accumulate import TokenContribution, TokenMean, TokenMeanAccumulator
+from .accumulate import TokenContribution, TokenMean, accumulated
 from .chunk import batch_widths
 from .documents import Document, Partition
 from .epoch import Epoch
@@ -45,14 +45,6 @@ def batch_contributions(batch: MiniBatch) -> list[TokenContribution]:
     return result
 
 
-def accumulate(contributions: Iterable[TokenContribution], gradient_width: int = 2) -> TokenMeanAccumulator:
-    """Add *contributions* left to right into a fresh accumulator."""
-    accumulator = TokenMeanAccumulator(gradient_width)
-    for contribution in contributions:
-        accumulator.add_token(contribution)
-    return accumulator
-
-
 @dataclass(frozen=True)
 class BatchEvidence:
     """One batch's sums, mean and whether merging two halves reproduced it."""
@@ -68,11 +60,11 @@ def batch_evidence(batch: MiniBatch) -> BatchEvidence:
     """Average the stand-in contributions one pass and as two merged halves."""
     contributions = batch_contributions(batch)
     batch_mean = batch.average_token_contributions(contributions)
-    direct = accumulate(contributions)
+    direct = accumulated(contributions, 2)
     mean = direct.finish()
     split = len(contributions) // 2
-    left = accumulate(contributions[:split])
-    left.merge(accumulate(contributions[split:]))
+    left = accumulated(contributions[:split], 2)
+    left.merge(accumulated(contributions[split:], 2))
     return BatchEvidence(
         batch=batch,
         losses=tuple(c.loss for c in contributions),

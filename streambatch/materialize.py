@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .accumulate import TokenContribution, TokenMean, TokenMeanAccumulator
+from .accumulate import TokenContribution, TokenMean, token_mean
 from .documents import PARTITIONS, DocumentStore, Partition
 from .errors import AccumulationError, OutOfRangeError
 from .windows import IntArray, WindowIndex
@@ -153,13 +153,7 @@ class MiniBatch:
                 f"got {len(items)} contributions for a batch of {self.token_count} target tokens "
                 f"(shape {list(self.shape)}); pass exactly one per target token"
             )
-        first = items[0]
-        if not isinstance(first, TokenContribution):
-            raise AccumulationError(f"contributions[0]={first!r} is not a TokenContribution")
-        accumulator = TokenMeanAccumulator(first.gradient_width)
-        for item in items:
-            accumulator.add_token(item)
-        return accumulator.finish()
+        return token_mean(items)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MiniBatch):
