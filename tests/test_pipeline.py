@@ -61,3 +61,15 @@ def test_audit_of_a_larger_epoch() -> None:
     evidence = chapter.epoch_evidence(build(5), build(5), build(6))
     assert chapter.proof_line(evidence).startswith(f"PROOF|coverage={build(5).window_count}/{build(5).window_count}|duplicates=0")
     assert evidence.accumulation_equal
+
+
+def test_audit_with_one_token_batches() -> None:
+    """T = 1, B = 1: every batch has one target token; the halves split as 0 + 1 and still agree."""
+    docs = [sb.Document("a", "train", [1, 2, 3])]
+
+    def build(seed: int) -> sb.Epoch:
+        return sb.Epoch(docs, context_length=1, batch_size=1, seed=seed)
+
+    evidence = chapter.epoch_evidence(build(1), build(1), build(2))
+    assert evidence.accumulation_equal
+    assert evidence.complete_coverage

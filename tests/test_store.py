@@ -291,3 +291,16 @@ def test_pickled_store_epoch_reopens_the_file(tmp_path: Path) -> None:
     payload = pickle.dumps(epoch)
     assert len(payload) < store.tokens.nbytes / 4
     assert list(epoch) == list(pickle.loads(payload))
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tqdm runs when stderr is a terminal and --quiet is off; otherwise nothing is drawn."""
+    import streambatch.prepare as prepare
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    bar = prepare._progress(100, quiet=False)
+    assert "tqdm" == type(bar).__name__
+    bar.close()
+    assert isinstance(prepare._progress(100, quiet=True), prepare._NoBar)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert isinstance(prepare._progress(100, quiet=False), prepare._NoBar)
