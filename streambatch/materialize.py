@@ -213,10 +213,10 @@ class Materializer:
         return self(self._index.positions(windows), index)
 
     def gather(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """``(inputs, targets)`` for rows starting at *positions* (an intp array, non-empty)."""
+        """``(inputs, targets)`` for rows starting at *positions* (an intp array)."""
         records, width = self._records, positions.size
-        if records is None or self._shifted is None or width == 0:
-            return self._empty, self._empty.copy()
+        if records is None or self._shifted is None or width == 0:  # a rank's empty share, or no windows
+            return self._empty.copy(), self._empty.copy()
         shape, dtype = (width, self._length), self._dtype
         # wrap each gathered record buffer as (width, T) tokens: no copy, cheaper than view + reshape
         return np.ndarray(shape, dtype, records[positions]), np.ndarray(shape, dtype, self._shifted[positions])

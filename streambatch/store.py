@@ -111,7 +111,8 @@ class StoreWriter:
                 f"duplicate document id={doc_id!r}: first at {first}, repeated at {label}; document ids must be unique"
             )
         code = Partition.parse(partition, label).code
-        array = tokens if isinstance(tokens, np.ndarray) and tokens.dtype.kind == "u" else check_tokens(tokens, label)
+        unsigned = isinstance(tokens, np.ndarray) and tokens.dtype.kind == "u" and tokens.dtype.itemsize <= 4
+        array = tokens if unsigned else check_tokens(tokens, label)  # uint8/16/32 arrays are valid as they are
         self._write(array, label)
         self._where[doc_id] = label
         self._ids.append(doc_id)

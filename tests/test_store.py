@@ -304,3 +304,12 @@ def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> Non
     assert isinstance(prepare._progress(100, quiet=True), prepare._NoBar)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     assert isinstance(prepare._progress(100, quiet=False), prepare._NoBar)
+
+
+def test_writer_rejects_uint64_ids_beyond_uint32(tmp_path: Path) -> None:
+    """A uint64 array is checked like any other input: ids >= 2**32 never wrap silently."""
+    with StoreWriter(tmp_path / "t") as writer:
+        with pytest.raises(DataError, match=r"token\[1\]=4294967296 is outside"):
+            writer.add("a", "train", np.array([1, 2**32], dtype=np.uint64))
+        writer.abort()
+    assert [] == list(tmp_path.iterdir())
