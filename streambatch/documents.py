@@ -95,8 +95,11 @@ def check_tokens(tokens: Any, where: str) -> npt.NDArray[np.uint32]:
                     )
         try:
             array = np.asarray(items, dtype=np.int64).reshape(-1)
-        except OverflowError:
-            array = np.asarray([min(max(int(t), -1), TOKEN_LIMIT) for t in items], dtype=np.int64)
+        except OverflowError:  # beyond int64: name the first id out of range as given
+            position = next(i for i, t in enumerate(items) if not 0 <= int(t) < TOKEN_LIMIT)
+            raise DataError(
+                f"{where}: token[{position}]={int(items[position])} is outside [0, 2**32); token ids must fit in uint32"
+            ) from None
     if array.size:
         low, high = int(array.min()), int(array.max())
         if low < 0 or high >= TOKEN_LIMIT:

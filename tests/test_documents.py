@@ -31,7 +31,7 @@ def test_partition_accepts_strings() -> None:
         ([1, "2"], r"token\[1\]='2' is not an integer token id"),
         ([-1], r"token\[0\]=-1 is outside \[0, 2\*\*32\)"),
         ([2**32], r"token\[0\]=4294967296 is outside \[0, 2\*\*32\)"),
-        ([2**70], r"token\[0\]=4294967296 is outside"),
+        ([2**70], r"token\[0\]=1180591620717411303424 is outside"),
         (np.array([1.0]), "dtype float64"),
         (np.array([True]), "dtype bool"),
         ("abc", "is not a sequence"),
