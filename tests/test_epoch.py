@@ -163,3 +163,14 @@ def test_errors_are_value_errors() -> None:
     for name in ("ConfigError", "DataError", "PartitionError", "DuplicateIdError", "StoreError", "AccumulationError"):
         assert issubclass(getattr(sb, name), sb.StreamBatchError)
     assert issubclass(sb.StreamBatchError, ValueError)
+
+
+def test_window_number_plan_for_huge_stores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores of >= 2**32 tokens keep window numbers in the plan; batches are the same (threshold forced low)."""
+    docs = [sb.Document(f"d{i}", "train", list(range(i % 7 + 3))) for i in range(30)]
+    expected = list(sb.Epoch(docs, context_length=2, batch_size=4, seed=5))
+    monkeypatch.setattr(epoch_module, "_U32", 10)
+    epoch = sb.Epoch(docs, context_length=2, batch_size=4, seed=5)
+    assert not epoch._plan_holds_positions
+    assert expected == list(epoch)
+    assert [b.windows.tolist() for b in expected] == [epoch.batch_windows(i).tolist() for i in range(len(epoch))]
