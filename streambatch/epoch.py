@@ -144,7 +144,7 @@ class Epoch:
                 self._plan = (None, None)
             else:
                 order, state = shuffled_order(self.window_count, self.seed)
-                if self.store.tokens.size < _U32:
+                if self._plan_holds_positions:
                     order = _gather_positions(self.index, order)
                 self._plan = (order, state)
         return self._plan
@@ -228,7 +228,9 @@ class Epoch:
         # the hot loop: two gathers per batch; positions are cast to intp (numpy's
         # fast indexing path) a block of batches at a time
         gather, store, windex = make.gather, self.store, self.index
-        block = max(1, _CAST_BLOCK // size) * stride
+        # with stride > 1 (a DataLoader worker's share) the batches in between belong to
+        # other workers: cast one batch at a time rather than theirs too
+        block = max(1, _CAST_BLOCK // size) if stride == 1 else stride
         for head in range(begin, end, block):
             indices = range(head, min(head + block, end), stride)
             cast = plan[head * size : min((indices[-1] + 1) * size, total)].astype(np.intp)
