@@ -14,6 +14,7 @@ from typing import IO, Any, NoReturn
 
 from . import chapter
 from ._atomic import atomic_text
+from .commands import register as register_store_commands
 from .documents import Partition, read_jsonl
 from .epoch import Epoch
 from .errors import StreamBatchError
@@ -113,15 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     epoch.add_argument("--output", "-o", help="write to this file atomically instead of stdout")
     epoch.set_defaults(run=_epoch)
-    _add_more_commands(commands)
+    register_store_commands(commands)  # prepare, inspect
     return parser
-
-
-def _add_more_commands(commands: Any) -> None:
-    """Hook for commands defined in other modules (kept import-light)."""
-    from . import commands as extra
-
-    extra.register(commands)
 
 
 def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
