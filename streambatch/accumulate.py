@@ -39,13 +39,13 @@ def _vector(values: Any, name: str) -> FloatArray:
     return result
 
 
-def _check_finite(values: FloatArray, name: str) -> None:
+def _check_finite(values: FloatArray, name: str, what: str = "every gradient coordinate") -> None:
     bad = ~np.isfinite(values)
     if bad.any():
         at = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), values.shape))
         where = at[0] if len(at) == 1 else at
         value = float(values[at])
-        raise AccumulationError(f"{name}[{where}]={value!r} is not finite; every gradient coordinate must be finite")
+        raise AccumulationError(f"{name}[{where}]={value!r} is not finite; {what} must be finite")
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,10 +191,7 @@ class TokenMeanAccumulator:
         self._check_width(grad_array.shape[1], "gradients")
         loss_values = loss_array.astype(np.float64)
         grad_values = grad_array.astype(np.float64)
-        bad = ~np.isfinite(loss_values)
-        if bad.any():
-            at = int(np.argmax(bad))
-            raise AccumulationError(f"losses[{at}]={float(loss_values[at])!r} is not finite; every loss must be finite")
+        _check_finite(loss_values, "losses", "every loss")
         _check_finite(grad_values, "gradients")
         self._apply(float(loss_values.sum()), grad_values.sum(axis=0), loss_values.size)
 

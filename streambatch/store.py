@@ -35,6 +35,7 @@ from .documents import (
     DocumentStore,
     Partition,
     _check_offsets,
+    _check_unique,
     check_id,
     check_tokens,
     smallest_token_dtype,
@@ -351,9 +352,10 @@ def _read_documents(root: Path, header: dict[str, Any], header_path: Path, count
         raise StoreError(f"{where}: {len(ids)} ids but document_count={count}; prepare the store again")
     if codes.size and int(codes.max()) >= len(PARTITIONS):
         raise StoreError(f"{where}: partition code {int(codes.max())} is not 0, 1 or 2")
-    seen: set[str] = set()
-    for index, value in enumerate(ids):
-        if not isinstance(value, str) or not value or value in seen:
-            raise StoreError(f"{where}: id {index} ({value!r}) is empty, not a string, or repeated")
-        seen.add(value)
+    try:
+        for index, value in enumerate(ids):
+            check_id(value, f"document index {index}")
+        _check_unique(ids, [f"document index {i}" for i in range(count)])
+    except DataError as err:
+        raise StoreError(f"{where}: {err}") from err
     return ids, codes

@@ -165,6 +165,8 @@ def _corrupt(path: Path, kind: str) -> None:
         elif kind == "ids":
             header["ids"] = header["ids"][:-1]
             header["partitions"] = header["partitions"][:-1]
+        elif kind == "duplicate-ids":
+            header["ids"][1] = header["ids"][0]
         elif kind == "count":
             header["document_count"] = -1
         (s / "header.json").write_text(json.dumps(header) if kind != "json" else "{broken")
@@ -182,6 +184,7 @@ def _corrupt(path: Path, kind: str) -> None:
         ("version", r"header.json: version=99 is not supported"),
         ("dtype", r"header.json: dtype='float32' must be"),
         ("ids", r"header.json: 2 ids but document_count=3"),
+        ("duplicate-ids", r"header.json: duplicate document id='a': first at document index 0, repeated at document index 1"),
         ("count", r"header.json: document_count=-1 must be a non-negative int"),
         ("json", r"header.json: unreadable header"),
     ],
