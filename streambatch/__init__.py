@@ -1,14 +1,28 @@
 """streambatch: causal windows that never cross a document, shuffled, batched, token-averaged.
 
+The stages, each a plain function, chained lazily::
+
+    docs    = sb.iter_jsonl("train.jsonl")                       # read: Iterator[Document]
+    store   = sb.DocumentStore.from_documents(docs)              # or sb.open_store(path)
+    windows = sb.windows(store, context_length=64, stride=64)    # Windows (integers, no tokens)
+    windows = sb.shuffle(windows, seed=7)                        # the chapter's exact order
+    chunks  = sb.chunk(windows, batch_size=32)                   # lazy views, the last one short
+    chunks  = sb.shard(chunks, worker, workers)                  # a strided share
+    batches = sb.materialize(chunks)                             # MiniBatch: the only token copy
+    mean    = sb.token_mean(sums)                                # fold raw sums, divide once
+
+`Epoch` composes exactly these stages.
+
 >>> import streambatch as sb
 >>> epoch = sb.Epoch([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2, batch_size=2)
 >>> [b.shape for b in epoch]
 [(2, 2), (1, 2)]
 """
 
-from .accumulate import TokenContribution, TokenMean, TokenMeanAccumulator, token_mean
-from .chunk import batch_count, batch_widths, chunked
-from .documents import Document, DocumentStore, Partition, read_jsonl, read_records
+from .accumulate import TokenContribution, TokenMean, TokenMeanAccumulator, TokenSums, token_mean
+from .batch import MiniBatch, WindowProvenance
+from .chunking import Chunks, batch_count, batch_widths, chunk, chunked, row_share, shard, split_rows
+from .documents import Document, DocumentStore, Partition
 from .epoch import Epoch, derive_seed
 from .errors import (
     AccumulationError,
@@ -17,20 +31,24 @@ from .errors import (
     DuplicateIdError,
     OutOfRangeError,
     PartitionError,
+    RowIndexError,
     StoreError,
     StreamBatchError,
 )
-from .materialize import MiniBatch, RowIndexError, WindowProvenance
+from .materializing import Batches, materialize, materialize_one
 from .prepare import prepare_store
-from .shuffle import shuffled_order
+from .readers import iter_jsonl, iter_records, iter_text, read_jsonl, read_records
+from .shuffling import shuffle, shuffled_order
 from .store import StoreWriter, open_store, write_store
 from .tokenize import byte_detokenize, byte_tokenize
-from .windows import WindowConfig, WindowIndex, window_counts, window_starts, window_tails
+from .windowing import WindowConfig, WindowIndex, Windows, window_counts, window_starts, window_tails, windows
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AccumulationError",
+    "Batches",
+    "Chunks",
     "ConfigError",
     "DataError",
     "Document",
@@ -48,24 +66,37 @@ __all__ = [
     "TokenContribution",
     "TokenMean",
     "TokenMeanAccumulator",
+    "TokenSums",
     "WindowConfig",
     "WindowIndex",
     "WindowProvenance",
+    "Windows",
     "__version__",
     "batch_count",
     "batch_widths",
     "byte_detokenize",
     "byte_tokenize",
+    "chunk",
     "chunked",
     "derive_seed",
+    "iter_jsonl",
+    "iter_records",
+    "iter_text",
+    "materialize",
+    "materialize_one",
     "open_store",
     "prepare_store",
     "read_jsonl",
     "read_records",
+    "row_share",
+    "shard",
+    "shuffle",
     "shuffled_order",
+    "split_rows",
     "token_mean",
     "window_counts",
     "window_starts",
     "window_tails",
+    "windows",
     "write_store",
 ]

@@ -1,19 +1,23 @@
 """Stage 6, reduce: token means from raw sums, merged across pieces, divided once.
 
 Keep the loss sum, the gradient sums and the token count; merge raw sums; divide
-once at the end.  Never average per-piece means.  Every operation preflights its
-whole result first, so a failed call leaves the accumulator exactly as it was.
+once at the end.  Never average per-piece means.  A piece is a `TokenSums`
+(micro-batch, worker, rank); `token_mean` folds a stream of them.  Every
+accumulator operation preflights its whole result first, so a failed call
+leaves the accumulator exactly as it was.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from more_itertools import spy
 
 from ._checks import is_integer
 from .errors import AccumulationError
@@ -98,6 +102,37 @@ class TokenMean:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, eq=False)
+class TokenSums:
+    """One piece's raw sums: loss sum, target-token count, gradient sums (never a mean).
+
+    ``gradient_sum`` is any array supporting ``+`` and ``/`` (numpy, or a torch
+    tensor in `streambatch.torch`).  Pieces add as raw sums; `mean` divides once.
+
+    >>> a = TokenSums(1.5, 2, np.array([1.0, 4.0]))
+    >>> b = TokenSums(0.25, 1, np.array([0.5, 2.0]))
+    >>> (a + b).mean().mean_loss
+    0.5833333333333334
+    """
+
+    loss_sum: float
+    token_count: int
+    gradient_sum: Any
+
+    def __add__(self, other: TokenSums) -> TokenSums:
+        if not isinstance(other, TokenSums):
+            return NotImplemented
+        return TokenSums(
+            self.loss_sum + other.loss_sum, self.token_count + other.token_count, self.gradient_sum + other.gradient_sum
+        )
+
+    def mean(self) -> TokenMean:
+        """Divide the raw sums once by the token count (an error when there are no tokens)."""
+        if self.token_count == 0:
+            raise AccumulationError("cannot take the mean of token_count=0; add at least one token first")
+        return TokenMean(self.token_count, self.loss_sum / self.token_count, self.gradient_sum / self.token_count)
 
 
 class TokenMeanAccumulator:
@@ -215,14 +250,31 @@ class TokenMeanAccumulator:
         self._check_width(other.gradient_width, "other accumulator")
         self._apply(other._loss_sum, other._gradient_sums, other._token_count)
 
+    def add(self, piece: TokenSums | TokenContribution | TokenMeanAccumulator) -> None:
+        """Add one piece of any kind: `TokenSums`, a `TokenContribution` or another accumulator."""
+        if isinstance(piece, TokenSums):
+            self.add_sums(piece.loss_sum, piece.gradient_sum, piece.token_count)
+        elif isinstance(piece, TokenContribution):
+            self.add_token(piece)
+        elif isinstance(piece, TokenMeanAccumulator):
+            self.merge(piece)
+        else:
+            raise AccumulationError(
+                f"piece={piece!r} is not TokenSums, TokenContribution or TokenMeanAccumulator; wrap raw sums as TokenSums"
+            )
+
+    @property
+    def sums(self) -> TokenSums:
+        """The raw sums so far, as one `TokenSums` (a copy)."""
+        return TokenSums(self._loss_sum, self._token_count, self._gradient_sums.copy())
+
     def finish(self) -> TokenMean:
         """Divide the raw sums once by the token count; an empty accumulator is an error."""
         if self._token_count == 0:
             raise AccumulationError("cannot finish an empty accumulator: token_count=0; add at least one token first")
-        denominator = float(self._token_count)
-        mean = self._gradient_sums / denominator
-        mean.flags.writeable = False
-        return TokenMean(self._token_count, self._loss_sum / denominator, mean)
+        mean = self.sums.mean()
+        mean.mean_gradient.flags.writeable = False
+        return mean
 
     def _check_width(self, width: int, what: str) -> None:
         if width != self.gradient_width:
@@ -295,10 +347,32 @@ def accumulated(contributions: Any, gradient_width: int | None = None) -> TokenM
     return accumulator
 
 
-def token_mean(contributions: Any) -> TokenMean:
-    """One-pass token mean of a sequence of `TokenContribution`, added left to right.
+def _width(piece: Any) -> int:
+    if isinstance(piece, TokenSums):
+        return int(np.size(piece.gradient_sum))
+    if isinstance(piece, (TokenContribution, TokenMeanAccumulator)):
+        return piece.gradient_width
+    raise AccumulationError(
+        f"piece={piece!r} is not TokenSums, TokenContribution or TokenMeanAccumulator; wrap raw sums as TokenSums"
+    )
 
+
+def token_mean(pieces: Iterable[TokenSums | TokenContribution | TokenMeanAccumulator]) -> TokenMean:
+    """Fold a stream of raw-sum pieces into one token mean: add raw sums, divide once.
+
+    Pieces are `TokenSums` (the main path: a micro-batch's, worker's or rank's
+    sums), single `TokenContribution`s, or accumulators, added left to right.
+    The stream is consumed lazily; its first piece sizes the gradient.
+
+    >>> token_mean([TokenSums(1.75, 4, np.array([3.5, 6.25])), TokenSums(6.125, 6, np.array([12.25, 5.875]))]).mean_loss
+    0.7875
     >>> token_mean([TokenContribution(1.0, [2.0]), TokenContribution(2.0, [4.0])]).mean_loss
     1.5
     """
-    return accumulated(contributions).finish()
+    head, stream = spy(pieces)
+    if not head:
+        raise AccumulationError("pieces is empty; there is nothing to average (pass at least one piece with tokens)")
+    accumulator = TokenMeanAccumulator(_width(head[0]))
+    for piece in stream:
+        accumulator.add(piece)
+    return accumulator.finish()

@@ -1,14 +1,13 @@
-"""Stage 1, documents: `Partition`, `Document`, the flat `DocumentStore` and its readers.
+"""The data model: `Partition`, `Document` and the flat `DocumentStore`.
 
 A store keeps every document's tokens in one flat array (uint16 or uint32) plus
-int64 ``starts``/``lengths``; ids and partitions ride alongside.  Nothing here is
-per-token Python work except validating tokens that arrive as Python lists.
+int64 ``starts``/``lengths``; ids and partitions ride alongside.  Readers that
+produce documents live in `streambatch.readers`, their checks in
+`streambatch.validate`.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -17,10 +16,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import is_integer
-from .errors import ConfigError, DataError, DuplicateIdError, PartitionError
+from .errors import ConfigError, DataError, PartitionError
+from .validate import check_id, check_offsets, check_tokens, check_unique, short
 
-TOKEN_LIMIT = 1 << 32
 TokenArray = npt.NDArray[np.uint32] | npt.NDArray[np.uint16]
 
 
@@ -61,70 +59,12 @@ _PARTITION_CODES = {p: i for i, p in enumerate(Partition)}
 PARTITIONS = tuple(Partition)
 
 
-def check_tokens(tokens: Any, where: str) -> npt.NDArray[np.uint32]:
-    """Validate token ids and return them as a fresh uint32 array.
-
-    Token ids are integers in [0, 2**32); bools and floats are rejected, not coerced.
-
-    >>> check_tokens([0, 10, 11], "document 'a'").tolist()
-    [0, 10, 11]
-    >>> check_tokens([0, True], "document 'a'")
-    Traceback (most recent call last):
-    ...
-    streambatch.errors.DataError: document 'a': token[1]=True is not an integer token id; ...
-    """
-    if isinstance(tokens, np.ndarray):
-        array = tokens
-        if array.ndim != 1:
-            raise DataError(f"{where}: tokens have shape {array.shape}; pass a 1-D sequence of ids")
-        if array.dtype.kind not in "ui":
-            raise DataError(
-                f"{where}: tokens have dtype {array.dtype}; token ids must be integers "
-                "in [0, 2**32) (bool and float arrays are not accepted)"
-            )
-    else:
-        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
-            raise DataError(f"{where}: tokens={_short(tokens)} is not a sequence; pass a list of integer ids")
-        items = tokens if isinstance(tokens, Sequence) else list(tokens)
-        if not all(type(t) is int for t in items):
-            for position, token in enumerate(items):
-                if not is_integer(token):
-                    raise DataError(
-                        f"{where}: token[{position}]={token!r} is not an integer token id; "
-                        "token ids must be integers in [0, 2**32), not bools or floats"
-                    )
-        try:
-            array = np.asarray(items, dtype=np.int64).reshape(-1)
-        except OverflowError:  # beyond int64: name the first id out of range as given
-            position = next(i for i, t in enumerate(items) if not 0 <= int(t) < TOKEN_LIMIT)
-            raise DataError(
-                f"{where}: token[{position}]={int(items[position])} is outside [0, 2**32); token ids must fit in uint32"
-            ) from None
-    if array.size:
-        low, high = int(array.min()), int(array.max())
-        if low < 0 or high >= TOKEN_LIMIT:
-            position = int(np.argmax((array < 0) | (array >= TOKEN_LIMIT)))
-            raise DataError(
-                f"{where}: token[{position}]={int(array[position])} is outside [0, 2**32); token ids must fit in uint32"
-            )
-    return np.array(array, dtype=np.uint32)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def check_id(value: Any, where: str) -> str:
-    """Return a document id if it is a non-empty str, else raise `DataError`."""
-    if not isinstance(value, str) or not value:
-        raise DataError(f"{where}: id={value!r} must be a non-empty string; give every document an id")
-    return value
-
-
 @dataclass(frozen=True, eq=False)
 class Document:
     """One tokenized document: a non-empty id, its partition and uint32 token ids.
+
+    *where* says where it came from (``"docs.jsonl:3"``); errors about it, such
+    as a duplicate id found later by a store, name that place.
 
     >>> doc = Document("train-a", "train", [0, 10, 11, 12, 1])
     >>> doc.partition, doc.tokens.tolist()
@@ -134,9 +74,12 @@ class Document:
     id: str
     partition: Partition
     tokens: npt.NDArray[np.uint32] = field(repr=False)
+    where: str = field(default="", repr=False, compare=False)
 
     def __init__(self, id: str, partition: Partition | str, tokens: Any, *, where: str = "") -> None:  # noqa: A002
-        label = where or f"document id={id!r}"
+        named = isinstance(id, str) and bool(id)
+        label = f"{where} (document id={id!r})" if where and named else where or f"document id={id!r}"
+        object.__setattr__(self, "where", where)
         object.__setattr__(self, "id", check_id(id, label))
         object.__setattr__(self, "partition", Partition.parse(partition, label))
         array = check_tokens(tokens, label)
@@ -184,26 +127,36 @@ class DocumentStore:
     fingerprint: str | None = None
 
     @classmethod
-    def from_documents(cls, documents: Iterable[Document], *, where: Sequence[str] | None = None) -> DocumentStore:
-        """Build an in-memory store; rejects duplicate ids, naming both positions.
+    def from_documents(cls, documents: Iterable[Document]) -> DocumentStore:
+        """Build an in-memory store from any iterable of documents, consumed lazily once.
 
-        *where* optionally describes each document's position (e.g. ``"line 3"``).
+        Duplicate ids are rejected naming both places (each document's ``where``,
+        else its position).
+
+        >>> DocumentStore.from_documents(d for d in [Document("a", "train", [1, 2])]).ids
+        ('a',)
         """
-        docs = list(documents)
-        for index, doc in enumerate(docs):
+        arrays: list[npt.NDArray[np.uint32]] = []
+        ids: list[str] = []
+        labels: list[str] = []
+        codes = bytearray()
+        for index, doc in enumerate(documents):
             if not isinstance(doc, Document):
                 raise DataError(
                     f"document index {index}: got {type(doc).__name__}; pass streambatch.Document objects or a DocumentStore"
                 )
-        labels = list(where) if where is not None else [f"document index {i}" for i in range(len(docs))]
-        _check_unique([d.id for d in docs], labels)
-        lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
-        starts = np.zeros(len(docs), dtype=np.int64)
-        if len(docs) > 1:
+            arrays.append(doc.tokens)
+            ids.append(doc.id)
+            labels.append(doc.where or f"document index {index}")
+            codes.append(doc.partition.code)
+        check_unique(ids, labels)
+        lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
+        starts = np.zeros(len(arrays), dtype=np.int64)
+        if len(arrays) > 1:
             np.cumsum(lengths[:-1], out=starts[1:])
-        tokens = np.concatenate([d.tokens for d in docs]) if docs else np.zeros(0, dtype=np.uint32)
-        codes = np.fromiter((d.partition.code for d in docs), dtype=np.uint8, count=len(docs))
-        return cls._frozen(tokens.astype(np.uint32, copy=False), starts, lengths, tuple(d.id for d in docs), codes)
+        tokens = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint32)
+        partition_codes = np.frombuffer(bytes(codes), dtype=np.uint8).copy()
+        return cls._frozen(tokens.astype(np.uint32, copy=False), starts, lengths, tuple(ids), partition_codes)
 
     @classmethod
     def from_arrays(
@@ -227,7 +180,7 @@ class DocumentStore:
                 "of len(documents) + 1 offsets starting at 0"
             )
         offs = offs.astype(np.int64)
-        _check_offsets(offs, int(token_array.size), "offsets")
+        check_offsets(offs, int(token_array.size), "offsets")
         count = offs.size - 1
         if ids is None:
             id_tuple = tuple(str(i) for i in range(count))
@@ -239,7 +192,7 @@ class DocumentStore:
                 )
             for index, value in enumerate(id_tuple):
                 check_id(value, f"document index {index}")
-            _check_unique(list(id_tuple), [f"document index {i}" for i in range(count)])
+            check_unique(list(id_tuple), [f"document index {i}" for i in range(count)])
         if isinstance(partition, (Partition, str)):
             codes = np.full(count, Partition.parse(partition).code, dtype=np.uint8)
         else:
@@ -267,6 +220,13 @@ class DocumentStore:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def __repr__(self) -> str:
+        kind = "memory-mapped" if isinstance(self.tokens, np.memmap) else "in-memory"
+        return (
+            f"DocumentStore({len(self)} documents, {self.token_count} tokens, {self.tokens.dtype.name}, {kind}, "
+            f"fingerprint={self.fingerprint!r})"
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a memory-mapped store pickles as its file name (e.g. for DataLoader workers
@@ -353,115 +313,6 @@ def _token_array(tokens: Any) -> TokenArray:
     return check_tokens(tokens, "tokens")
 
 
-def _check_offsets(offsets: npt.NDArray[np.int64], token_count: int, name: str) -> None:
-    if offsets[0] != 0:
-        raise DataError(f"{name}[0]={int(offsets[0])} must be 0; offsets start at the first token")
-    steps = np.diff(offsets)
-    if steps.size and int(steps.min()) < 0:
-        at = int(np.argmax(steps < 0))
-        raise DataError(
-            f"{name}[{at + 1}]={int(offsets[at + 1])} is less than {name}[{at}]={int(offsets[at])}; "
-            "offsets must be non-decreasing"
-        )
-    if int(offsets[-1]) != token_count:
-        raise DataError(
-            f"{name}[-1]={int(offsets[-1])} but there are {token_count} tokens; the last offset must equal the token count"
-        )
-
-
-def _check_unique(ids: list[str], labels: Sequence[str]) -> None:
-    seen: dict[str, int] = {}
-    for index, value in enumerate(ids):
-        first = seen.setdefault(value, index)
-        if first != index:
-            raise DuplicateIdError(
-                f"duplicate document id={value!r}: first at {labels[first]}, repeated at "
-                f"{labels[index]}; document ids must be unique"
-            )
-
-
-def read_records(
-    records: Iterable[Mapping[str, Any]],
-    *,
-    partition: Partition | str | None = None,
-    source: str = "record",
-) -> DocumentStore:
-    """Build a store from dicts ``{"id", "partition", "tokens"}`` (e.g. a dataset's rows).
-
-    With *partition*, documents of other partitions are skipped (after validation).
-
-    >>> rows = [{"id": "a", "partition": "train", "tokens": [1, 2, 3]},
-    ...         {"id": "b", "partition": "test", "tokens": [4, 5]}]
-    >>> read_records(rows, partition="train").ids
-    ('a',)
-    """
-    keep = None if partition is None else Partition.parse(partition)
-    docs: list[Document] = []
-    labels: list[str] = []
-    for index, record in enumerate(records):
-        label = f"{source} {index}"
-        docs.append(_record_document(record, label))
-        labels.append(label)
-    return _keep(docs, labels, keep)
-
-
-def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Document]]:
-    """Yield ``(line number, Document)`` for each non-blank line of a JSONL file."""
-    name = os.fspath(path)
-    try:
-        handle = open(name, encoding="utf-8")  # noqa: SIM115 - closed by the with below
-    except OSError as err:
-        raise DataError(f"cannot open {name!r}: {err.strerror}; pass a readable JSONL file") from err
-    with handle:
-        try:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                where = f"{name}:{number}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise DataError(
-                        f"{where}: invalid JSON ({err.msg} at column {err.colno}); write one JSON object per line"
-                    ) from err
-                yield number, _record_document(record, where)
-        except UnicodeDecodeError as err:
-            raise DataError(f"{name}: not UTF-8 text ({err.reason} at byte {err.start}); JSONL files must be UTF-8") from err
-
-
-def read_jsonl(path: str | os.PathLike[str], *, partition: Partition | str | None = None) -> DocumentStore:
-    """Read a JSONL file of ``{"id", "partition", "tokens"}`` objects into a store.
-
-    Errors name the file and line; duplicate ids name both lines.  With
-    *partition*, documents of other partitions are skipped.
-    """
-    keep = None if partition is None else Partition.parse(partition)
-    docs: list[Document] = []
-    labels: list[str] = []
-    for number, doc in iter_jsonl(path):
-        docs.append(doc)
-        labels.append(f"{os.fspath(path)}:{number}")
-    return _keep(docs, labels, keep)
-
-
-def _keep(docs: list[Document], labels: list[str], keep: Partition | None) -> DocumentStore:
-    if keep is not None:
-        pairs = [(d, w) for d, w in zip(docs, labels, strict=True) if d.partition is keep]
-        docs, labels = [d for d, _ in pairs], [w for _, w in pairs]
-    return DocumentStore.from_documents(docs, where=labels)
-
-
-def _record_document(record: Any, where: str) -> Document:
-    if not isinstance(record, Mapping):
-        raise DataError(f"{where}: got {type(record).__name__}; each record must be an object with id, partition, tokens")
-    missing = [key for key in ("id", "partition", "tokens") if key not in record]
-    if missing:
-        raise DataError(f"{where}: missing key(s) {', '.join(missing)}; each record needs id, partition, tokens")
-    doc_id = record["id"]
-    label = f"{where} (document id={doc_id!r})" if isinstance(doc_id, str) and doc_id else where
-    return Document(doc_id, record["partition"], record["tokens"], where=label)
-
-
 def as_store(source: Any) -> DocumentStore:
     """Return *source* as a `DocumentStore` (a store, or an iterable of `Document`)."""
     if isinstance(source, DocumentStore):
@@ -470,4 +321,4 @@ def as_store(source: Any) -> DocumentStore:
         raise ConfigError("documents=Document(...) is a single document; pass a list of documents or a DocumentStore")
     if isinstance(source, Iterable) and not isinstance(source, (str, bytes, Mapping)):
         return DocumentStore.from_documents(source)
-    raise ConfigError(f"documents={_short(source)} is not a DocumentStore or an iterable of Document; pass one of those")
+    raise ConfigError(f"documents={short(source)} is not a DocumentStore or an iterable of Document; pass one of those")

@@ -1,7 +1,8 @@
-"""Compose the stages into one epoch: documents -> windows -> order -> chunks -> batches.
+"""The façade: `Epoch` pipes the public stages, windows -> shuffle -> chunk -> materialize.
 
-`Epoch` validates at the call and adds no stage logic of its own; iteration is
-lazy and repeatable.
+It adds no stage logic of its own: every batch it yields is the batch a user
+gets by chaining the same stages by hand.  Iteration is lazy and repeatable;
+the shuffle plan is computed once, on first use.
 """
 
 from __future__ import annotations
@@ -13,31 +14,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ._checks import check_non_negative, check_positive, check_seed, is_integer
-from .chunk import batch_bounds, batch_count, batch_widths
+from .batch import MiniBatch
+from .chunking import Chunks, batch_count, batch_widths, chunk, split_rows
 from .documents import DocumentStore, Partition, as_store
-from .errors import ConfigError
-from .materialize import Materializer, MiniBatch
-from .shuffle import shuffled_order, splitmix64_draws
-from .windows import WindowConfig, WindowIndex
-
-_U32 = 1 << 32
-_CAST_BLOCK = 4096  # windows whose positions are cast to intp at once
-
-
-def _gather_positions(index: WindowIndex, order: npt.NDArray[Any], block: int = 1 << 22) -> npt.NDArray[np.uint32]:
-    """Replace window numbers by their first-token positions, in place when dtypes allow."""
-    positions = index.all_positions(np.uint32)
-    out = order if order.dtype == np.uint32 else np.empty(order.size, dtype=np.uint32)
-    for lo in range(0, order.size, block):
-        out[lo : lo + block] = positions[order[lo : lo + block]]
-    return out
-
-
-def _share(first: int, last: int, rank: int, world: int) -> tuple[int, int]:
-    """This rank's contiguous, balanced share of slots ``first..last``."""
-    base, extra = divmod(last - first, world)
-    lo = first + rank * base + min(rank, extra)
-    return lo, lo + base + (1 if rank < extra else 0)
+from .errors import OutOfRangeError
+from .materializing import Batches, materialize, materialize_one
+from .shuffling import shuffle, splitmix64_draws
+from .windowing import WindowConfig, WindowIndex, Windows, windows
 
 
 def derive_seed(seed: int, epoch: int) -> int:
@@ -53,6 +36,9 @@ def derive_seed(seed: int, epoch: int) -> int:
 
 class Epoch:
     """Every window of one partition exactly once, batched; the final batch is smaller.
+
+    ``Epoch(docs, context_length=T, batch_size=B, stride=s, seed=k)`` is
+    ``materialize(chunk(shuffle(windows(store, ...), k), B))``, with random access.
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),
@@ -75,34 +61,45 @@ class Epoch:
         partition: Partition | str = Partition.TRAIN,
     ) -> None:
         self.batch_size = check_positive(batch_size, "batch_size", "the number of windows per batch")
-        self.config = WindowConfig(context_length, stride)
+        config = WindowConfig(context_length, stride)
         self.seed = None if seed is None else check_seed(seed)
         self.partition = Partition.parse(partition, "epoch")
         self.store: DocumentStore = as_store(documents)
         self.store.check_partition(self.partition)
-        self.index = WindowIndex(self.store.lengths, self.config, self.store.starts)
-        self._materialize = Materializer(self.store, self.index)
-        self._plan: tuple[npt.NDArray[Any] | None, int | None] | None = None
+        self.windows: Windows = windows(
+            self.store, context_length=config.context_length, stride=config.stride, partition=self.partition
+        )
+        self._order: Windows | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        del state["_materialize"]  # views over the tokens: rebuilt, never pickled
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._materialize = Materializer(self.store, self.index)
+    @classmethod
+    def from_windows(cls, ordered: Windows, *, batch_size: int) -> Epoch:
+        """The epoch of windows already in their order (e.g. ``sb.shuffle(sb.windows(...), seed)``)."""
+        epoch = cls.__new__(cls)
+        epoch.batch_size = check_positive(batch_size, "batch_size", "the number of windows per batch")
+        epoch.seed = ordered.seed
+        epoch.partition = ordered.partition
+        epoch.store = ordered.store
+        epoch.windows = Windows(ordered.space)
+        epoch._order = ordered
+        return epoch
 
     def reseeded(self, seed: int | None) -> Epoch:
         """The same windows and batching over the same store, in the order of *seed*."""
-        return Epoch(
-            self.store,
-            context_length=self.context_length,
-            batch_size=self.batch_size,
-            stride=self.stride,
-            seed=seed,
-            partition=self.partition,
-        )
+        twin = Epoch.__new__(Epoch)
+        twin.__dict__.update(self.__dict__)
+        twin.seed = None if seed is None else check_seed(seed)
+        twin._order = None
+        return twin
+
+    @property
+    def config(self) -> WindowConfig:
+        """Context length and stride."""
+        return self.windows.config
+
+    @property
+    def index(self) -> WindowIndex:
+        """The store's window numbering."""
+        return self.windows.window_index
 
     @property
     def context_length(self) -> int:
@@ -117,7 +114,7 @@ class Epoch:
     @property
     def window_count(self) -> int:
         """Complete windows in this epoch."""
-        return self.index.window_count
+        return len(self.windows)
 
     @property
     def batch_count(self) -> int:
@@ -132,62 +129,55 @@ class Epoch:
     def __len__(self) -> int:
         return self.batch_count
 
-    def _order(self) -> tuple[npt.NDArray[Any] | None, int | None]:
-        """``(plan, state_after)``: the plan holds each slot's first-token position.
-
-        Computed on first use, then reused by every pass.  Positions take 4 bytes
-        per window while the store has fewer than 2**32 tokens; beyond that the plan
-        keeps window numbers (4 bytes while they fit) and maps them per batch.
-        """
-        if self._plan is None:
-            if self.seed is None:
-                self._plan = (None, None)
-            else:
-                order, state = shuffled_order(self.window_count, self.seed)
-                if self._plan_holds_positions:
-                    order = _gather_positions(self.index, order)
-                self._plan = (order, state)
-        return self._plan
-
     @property
-    def _plan_holds_positions(self) -> bool:
-        return self.store.tokens.size < _U32
+    def order(self) -> Windows:
+        """The epoch's windows in order: ``shuffle(windows, seed)`` (computed once), or document order."""
+        if self._order is None:
+            self._order = self.windows if self.seed is None else shuffle(self.windows, self.seed)
+        return self._order
 
     @property
     def shuffle_state_after(self) -> int | None:
         """SplitMix64 state after the shuffle; ``None`` for sequential order."""
-        return self._order()[1]
+        return self.order.state_after
 
     @property
     def plan_nbytes(self) -> int:
-        """Bytes held per epoch for its order (0 for sequential order)."""
-        plan = self._order()[0]
-        return 0 if plan is None else int(plan.nbytes)
+        """Bytes held for the epoch's order (0 for sequential order)."""
+        return self.order.plan_nbytes
 
-    def _positions(self, start: int, stop: int) -> npt.NDArray[Any]:
-        plan = self._order()[0]
-        if plan is None:
-            return self.index.positions(np.arange(start, stop, dtype=np.int64))
-        if self._plan_holds_positions:
-            return plan[start:stop]
-        return self.index.positions(plan[start:stop])
+    def chunks(self) -> Chunks:
+        """``chunk(order, batch_size)``: the epoch's batches as lazy window views."""
+        return chunk(self.order, self.batch_size)
+
+    def batches(self, *, rank: int = 0, world_size: int = 1) -> Batches:
+        """``materialize(chunks)`` as a lazy sequence; with *world_size* > 1, this rank's rows of each."""
+        chunks = self.chunks()
+        return materialize(split_rows(chunks, rank, world_size) if world_size != 1 or rank != 0 else chunks)
 
     def window_order(self) -> npt.NDArray[np.integer[Any]]:
         """Global window numbers in epoch order (materialized on request only)."""
-        plan = self._order()[0]
-        if plan is None:
-            return np.arange(self.window_count, dtype=np.int64)
-        return self.index.windows_at(plan) if self._plan_holds_positions else plan
+        return self.order.numbers()
 
     def batch_windows(self, index: int) -> npt.NDArray[np.integer[Any]]:
         """Window numbers of batch *index*."""
-        start, stop = batch_bounds(self.window_count, self.batch_size, index)
-        return self.index.windows_at(self._positions(start, stop))
+        return self.chunks()[self._batch_index(index)].numbers()
+
+    def _batch_index(self, index: Any) -> int:
+        if not is_integer(index):
+            raise OutOfRangeError(f"batch index={index!r} is not an int; pass 0 <= index < batch_count={self.batch_count}")
+        if not 0 <= int(index) < self.batch_count:
+            raise OutOfRangeError(
+                f"batch index={index} is out of range for {self.batch_count} batches; use 0 <= index < batch_count"
+            )
+        return int(index)
 
     def batch(self, index: int) -> MiniBatch:
         """Materialize batch *index* alone."""
-        start, stop = batch_bounds(self.window_count, self.batch_size, index)
-        return self._materialize(self._positions(start, stop), index)
+        return materialize_one(self.chunks()[self._batch_index(index)])
+
+    def __getitem__(self, index: int) -> MiniBatch:
+        return self.batch(index)
 
     def iter_batches(
         self, start: int = 0, stop: int | None = None, step: int = 1, *, rank: int = 0, world_size: int = 1
@@ -206,42 +196,13 @@ class Epoch:
         [[2, 1], [1, 1], [1, 0]]
         """
         begin = check_non_negative(start, "start", "the first batch index")
-        count = self.batch_count
-        end = count if stop is None else min(check_non_negative(stop, "stop", "the batch index to stop before"), count)
+        end = None if stop is None else check_non_negative(stop, "stop", "the batch index to stop before")
         stride = check_positive(step, "step", "the distance between yielded batches")
-        world = check_positive(world_size, "world_size", "the number of data-parallel ranks")
-        if not is_integer(rank) or not 0 <= int(rank) < world:
-            raise ConfigError(f"rank={rank!r} must be an int in [0, world_size={world}); pass this process's rank")
-        return self._iter(begin, end, stride, int(rank), world)
-
-    def _iter(self, begin: int, end: int, stride: int, rank: int = 0, world: int = 1) -> Iterator[MiniBatch]:
-        size, total, make = self.batch_size, self.window_count, self._materialize
-        plan = self._order()[0]
-        if plan is None or not self._plan_holds_positions or world > 1:
-            for index in range(begin, end, stride):
-                first = index * size
-                last = min(first + size, total)
-                if world > 1:
-                    first, last = _share(first, last, rank, world)
-                yield make(self._positions(first, last), index)
-            return
-        # the hot loop: two gathers per batch; positions are cast to intp (numpy's
-        # fast indexing path) a block of batches at a time
-        gather, store, windex = make.gather, self.store, self.index
-        # with stride > 1 (a DataLoader worker's share) the batches in between belong to
-        # other workers: cast one batch at a time rather than theirs too
-        block = max(1, _CAST_BLOCK // size) if stride == 1 else stride
-        for head in range(begin, end, block):
-            indices = range(head, min(head + block, end), stride)
-            cast = plan[head * size : min((indices[-1] + 1) * size, total)].astype(np.intp)
-            for index in indices:
-                first = (index - head) * size
-                positions = cast[first : first + size]
-                inputs, targets = gather(positions)
-                yield MiniBatch(index, inputs, targets, positions, store, windex)
+        batches = self.batches(rank=rank, world_size=world_size)
+        return iter(batches[begin:end:stride])
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        return self.iter_batches()
+        return iter(self.batches())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Epoch):

@@ -37,3 +37,7 @@ class StoreError(DataError):
 
 class AccumulationError(StreamBatchError):
     """A token contribution or accumulator operation was rejected; nothing changed."""
+
+
+class RowIndexError(OutOfRangeError):
+    """A batch row index is out of range (also an `IndexError`)."""

@@ -29,18 +29,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .documents import (
-    PARTITIONS,
-    Document,
-    DocumentStore,
-    Partition,
-    _check_offsets,
-    _check_unique,
-    check_id,
-    check_tokens,
-    smallest_token_dtype,
-)
+from .documents import PARTITIONS, Document, DocumentStore, Partition, smallest_token_dtype
 from .errors import DataError, DuplicateIdError, StoreError
+from .validate import check_id, check_offsets, check_tokens, check_unique
 
 FORMAT = "streambatch.store"
 VERSION = 1
@@ -290,7 +281,7 @@ def open_store(path: str | os.PathLike[str], *, verify: bool = True) -> Document
     _check_size(root / OFFSETS, (docs_count + 1) * 8, f"{docs_count + 1} int64 offsets")
     offsets = np.fromfile(root / OFFSETS, dtype="<i8").astype(np.int64)
     try:
-        _check_offsets(offsets, tokens_count, "offsets")
+        check_offsets(offsets, tokens_count, "offsets")
     except DataError as err:
         raise StoreError(f"{root / OFFSETS}: {err}") from err
     ids, codes = _read_documents(root, header, header_path, docs_count)
@@ -355,7 +346,7 @@ def _read_documents(root: Path, header: dict[str, Any], header_path: Path, count
     try:
         for index, value in enumerate(ids):
             check_id(value, f"document index {index}")
-        _check_unique(ids, [f"document index {i}" for i in range(count)])
+        check_unique(ids, [f"document index {i}" for i in range(count)])
     except DataError as err:
         raise StoreError(f"{where}: {err}") from err
     return ids, codes

@@ -27,9 +27,9 @@ from torch import nn
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ._checks import check_non_negative, check_positive
+from .batch import MiniBatch
 from .epoch import Epoch, derive_seed
 from .errors import ConfigError
-from .materialize import MiniBatch
 
 LossSum = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-import streambatch.epoch as epoch_module
+import streambatch.windowing as windowing
 from streambatch import ConfigError, DuplicateIdError, PartitionError
 
 from .strategies import configs, documents, seeds
@@ -89,7 +89,8 @@ def test_sequential_order_is_document_then_start() -> None:
     epoch = sb.Epoch(docs, context_length=2, batch_size=4, stride=2)
     assert _origins(epoch) == [(0, 0), (0, 2), (1, 0)]
     assert epoch.shuffle_state_after is None
-    assert epoch._order() == (None, None)
+    assert epoch.order.is_sequential
+    assert epoch.plan_nbytes == 0
 
 
 def test_stride_two_starts() -> None:
@@ -111,7 +112,7 @@ def test_validation_happens_before_any_window_work(monkeypatch: pytest.MonkeyPat
     def no_window_work(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("window work started before validation")
 
-    monkeypatch.setattr(epoch_module, "WindowIndex", no_window_work)
+    monkeypatch.setattr(windowing, "WindowIndex", no_window_work)
     mixed = [sb.Document("a", "train", [1, 2, 3]), sb.Document("v", "validation", [1, 2, 3])]
     with pytest.raises(PartitionError, match="'v'"):
         sb.Epoch(mixed, context_length=2, batch_size=3)
@@ -169,8 +170,8 @@ def test_window_number_plan_for_huge_stores(monkeypatch: pytest.MonkeyPatch) -> 
     """Stores of >= 2**32 tokens keep window numbers in the plan; batches are the same (threshold forced low)."""
     docs = [sb.Document(f"d{i}", "train", list(range(i % 7 + 3))) for i in range(30)]
     expected = list(sb.Epoch(docs, context_length=2, batch_size=4, seed=5))
-    monkeypatch.setattr(epoch_module, "_U32", 10)
+    monkeypatch.setattr(windowing, "POSITION_LIMIT", 10)
     epoch = sb.Epoch(docs, context_length=2, batch_size=4, seed=5)
-    assert not epoch._plan_holds_positions
+    assert not epoch.order.space.plan_holds_positions
     assert expected == list(epoch)
-    assert [b.windows.tolist() for b in expected] == [epoch.batch_windows(i).tolist() for i in range(len(epoch))]
+    assert [b.window_numbers.tolist() for b in expected] == [epoch.batch_windows(i).tolist() for i in range(len(epoch))]

@@ -72,7 +72,7 @@ CASES: list[tuple[str, Callable[[], Any], type[sb.StreamBatchError], str]] = [
         r"partition='dev'",
     ),
     ("accumulator-width", lambda: sb.TokenMeanAccumulator(0), sb.AccumulationError, r"gradient_width=0 must be a positive int"),
-    ("token-mean-empty", lambda: sb.token_mean([]), sb.AccumulationError, r"contributions=\[\] is empty"),
+    ("token-mean-empty", lambda: sb.token_mean([]), sb.AccumulationError, r"pieces is empty"),
     ("store-missing", lambda: sb.open_store("/nonexistent/store"), sb.StoreError, r"not a streambatch store"),
     ("writer-dtype", lambda: sb.StoreWriter("/tmp/never", dtype=np.float32), sb.StoreError, r"dtype=float32 is not supported"),
 ]

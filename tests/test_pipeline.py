@@ -8,10 +8,6 @@ import pytest
 
 import streambatch as sb
 from streambatch import chapter
-from streambatch.chunk import chunked
-from streambatch.materialize import Materializer
-from streambatch.shuffle import shuffled_order
-from streambatch.windows import WindowConfig, WindowIndex
 
 
 def test_report_is_byte_identical(golden: Path) -> None:
@@ -43,11 +39,8 @@ def test_chapter_numbers() -> None:
 
 def test_stages_composed_by_hand_equal_epoch() -> None:
     """documents -> windows -> order -> chunks -> materialize gives the Epoch's batches."""
-    store = sb.DocumentStore.from_documents(chapter.fixture_documents())
-    index = WindowIndex(store.lengths, WindowConfig(2))
-    order, _ = shuffled_order(index.window_count, seed=7)
-    materialize = Materializer(store, index)
-    by_hand = [materialize.windows(chunk, i) for i, chunk in enumerate(chunked(order, 3))]
+    store = sb.DocumentStore.from_documents(iter(chapter.fixture_documents()))
+    by_hand = list(sb.materialize(sb.chunk(sb.shuffle(sb.windows(store, context_length=2), seed=7), batch_size=3)))
     assert list(chapter.build_epoch()) == by_hand
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._checks import check_non_negative, check_seed
+from .windowing import Windows
 
 GOLDEN = 0x9E3779B97F4A7C15
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -214,3 +215,39 @@ def shuffled_order(count: int, seed: int) -> tuple[IndexArray, int]:
     """
     targets, draws = swap_targets(count, seed)
     return _resolve(targets, reuse=True), state_after(int(seed), draws)
+
+
+def permute(values: npt.NDArray[Any], seed: int) -> int:
+    """Put *values* in the chapter's seeded order, in place; return the SplitMix64 state after.
+
+    ``values[i]`` ends up holding the old ``values[order[i]]`` for
+    ``order, state = shuffled_order(len(values), seed)``.
+
+    >>> values = np.array([10, 11, 12, 13, 14], dtype=np.uint32)
+    >>> permute(values, seed=7) == state_after(7, 4), values.tolist()
+    (True, [14, 11, 13, 10, 12])
+    """
+    order, state = shuffled_order(values.size, seed)
+    if values.size:
+        source = values.copy()
+        for lo in range(0, values.size, _CHUNK):  # bounded temporaries
+            values[lo : lo + _CHUNK] = source[order[lo : lo + _CHUNK]]
+    return state
+
+
+def shuffle(windows: Windows, seed: int) -> Windows:
+    """The same windows in the chapter's exact SplitMix64 Fisher–Yates order.
+
+    The result is backed by a plan of one uint32 per window (first-token
+    positions); ``state_after`` holds the SplitMix64 state after the shuffle.
+
+    >>> import streambatch as sb
+    >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]), sb.Document("train-b", "train", [0, 20, 21, 1])]
+    >>> order = sb.shuffle(sb.windows(docs, context_length=2), seed=7)
+    >>> list(order), order.state_after == state_after(7, 4)
+    ([4, 1, 3, 0, 2], True)
+    """
+    seed = check_seed(seed)
+    plan = np.array(windows.plan_values(), copy=True)
+    state = permute(plan, seed)
+    return windows.with_plan(plan, seed=seed, state_after=state)

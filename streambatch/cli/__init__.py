@@ -12,14 +12,15 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any, NoReturn
 
-from . import chapter
-from ._atomic import atomic_text
-from .commands import register as register_store_commands
-from .documents import Partition, read_jsonl
-from .epoch import Epoch
-from .errors import StreamBatchError
-from .materialize import MiniBatch
-from .store import open_store
+from .. import chapter
+from .._atomic import atomic_text
+from ..batch import MiniBatch
+from ..documents import Partition
+from ..epoch import Epoch
+from ..errors import StreamBatchError
+from ..readers import read_jsonl
+from ..store import open_store
+from .store import register as register_store_commands
 
 EXIT_USAGE = 2
 

@@ -8,15 +8,13 @@ import pytest
 import streambatch as sb
 from streambatch import AccumulationError, RowIndexError
 from streambatch.chapter import batch_contributions, build_epoch
-from streambatch.materialize import Materializer
-from streambatch.windows import WindowConfig, WindowIndex
 
 
 def _batch() -> sb.MiniBatch:
-    store = sb.DocumentStore.from_documents(
-        [sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 21, 1])]
-    )
-    return Materializer(store, WindowIndex(store.lengths, WindowConfig(2)))(np.array([6, 1, 5]), index=0)
+    """Rows b@1, a@1, b@0: the chapter's first shuffled batch, gathered by the materialize stage."""
+    docs = [sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 21, 1])]
+    order = sb.shuffle(sb.windows(docs, context_length=2), seed=7)
+    return sb.materialize_one(order[:3], index=0)
 
 
 def test_rows_are_shifted_by_one_and_contiguous() -> None:

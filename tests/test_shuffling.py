@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streambatch import ConfigError
-from streambatch.shuffle import apply_swaps, shuffled_order, splitmix64_draws, state_after, swap_targets
+from streambatch.shuffling import apply_swaps, shuffled_order, splitmix64_draws, state_after, swap_targets
 
 from . import spec
 
@@ -57,7 +57,7 @@ def test_equals_plain_loop_large(count: int, seed: int) -> None:
 
 def test_chunked_draws_cross_chunk_boundaries(monkeypatch: pytest.MonkeyPatch) -> None:
     """With tiny draw chunks the result is unchanged: chunking is invisible."""
-    import streambatch.shuffle as shuffle
+    import streambatch.shuffling as shuffle
 
     monkeypatch.setattr(shuffle, "_CHUNK", 7)
     monkeypatch.setattr(shuffle, "_BLOCK", 3)

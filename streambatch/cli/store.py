@@ -6,10 +6,10 @@ import argparse
 import json
 from typing import IO, Any
 
-from .documents import Partition
-from .prepare import prepare_store
-from .store import open_store
-from .windows import window_counts
+from ..documents import Partition
+from ..prepare import prepare_store
+from ..store import open_store
+from ..windowing import window_counts
 
 
 def _prepare(args: argparse.Namespace, out: IO[str]) -> None:

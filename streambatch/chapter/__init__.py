@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .accumulate import TokenContribution, TokenMean, accumulated
-from .chunk import batch_widths
-from .documents import Document, Partition
-from .epoch import Epoch
-from .materialize import MiniBatch
+from ..accumulate import TokenContribution, TokenMean, accumulated
+from ..batch import MiniBatch
+from ..chunking import batch_widths
+from ..documents import Document, Partition
+from ..epoch import Epoch
 
 CONTEXT_LENGTH = 2
 REQUESTED_BATCH_SIZE = 3

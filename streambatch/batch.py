@@ -1,8 +1,6 @@
-"""Stage 5, materialize: gather one batch's rows straight into its final arrays.
+"""The batch: one ``[width, T]`` stack of complete windows and where each row came from.
 
-Token buffers are created only when a batch is emitted: one vectorized gather
-per buffer from a read-only sliding view of the flat token array, giving
-C-contiguous ``inputs[w, T]`` and ``targets[w, T]``.  No per-window staging copy.
+`streambatch.materialize` makes them; the trainer and the reducer consume them.
 """
 
 from __future__ import annotations
@@ -15,13 +13,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .accumulate import TokenContribution, TokenMean, token_mean
-from .documents import PARTITIONS, DocumentStore, Partition
-from .errors import AccumulationError, OutOfRangeError
-from .windows import IntArray, WindowIndex
-
-
-class RowIndexError(OutOfRangeError):
-    """A batch row index is out of range (also an `IndexError`)."""
+from .documents import PARTITIONS, Partition
+from .errors import AccumulationError, RowIndexError
+from .windowing import IntArray, Windows
 
 
 @dataclass(frozen=True)
@@ -45,7 +39,7 @@ class MiniBatch:
     store; provenance (document index, start, id) is resolved from it on demand.
     """
 
-    __slots__ = ("_index", "_located", "_store", "index", "inputs", "positions", "targets")
+    __slots__ = ("_located", "_store", "index", "inputs", "positions", "targets", "windows")
 
     def __init__(
         self,
@@ -53,20 +47,19 @@ class MiniBatch:
         inputs: npt.NDArray[Any],
         targets: npt.NDArray[Any],
         positions: npt.NDArray[Any],
-        store: DocumentStore,
-        window_index: WindowIndex,
+        windows: Windows,
     ) -> None:
         self.index = index
         self.inputs = inputs
         self.targets = targets
         self.positions = positions
-        self._store = store
-        self._index = window_index
+        self.windows = windows  # the chunk this batch was gathered from
+        self._store = windows.store
         self._located: tuple[IntArray, IntArray] | None = None
 
     def _locate(self) -> tuple[IntArray, IntArray]:
         if self._located is None:
-            self._located = self._index.locate_positions(self.positions)
+            self._located = self.windows.window_index.locate_positions(self.positions)
         return self._located
 
     @property
@@ -80,9 +73,9 @@ class MiniBatch:
         return self._locate()[1]
 
     @property
-    def windows(self) -> IntArray:
+    def window_numbers(self) -> IntArray:
         """Global window number of each row."""
-        return self._index.windows_at(self.positions)
+        return self.windows.window_index.windows_at(self.positions)
 
     @property
     def partitions(self) -> tuple[Partition, ...]:
@@ -172,57 +165,3 @@ class MiniBatch:
 
     def __repr__(self) -> str:
         return f"MiniBatch(index={self.index}, shape={self.shape})"
-
-
-class Materializer:
-    """Gathers batches from one store for one window numbering.
-
-    Each buffer is one vectorized copy: the flat tokens are viewed (read-only, no
-    copy) as overlapping ``T``-token records, one per token position, and the
-    batch's positions select whole records, so each row is a single block copy
-    straight into the final C-contiguous array.
-
-    >>> store = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5])
-    >>> from streambatch.windows import WindowConfig
-    >>> make = Materializer(store, WindowIndex(store.lengths, WindowConfig(2), store.starts))
-    >>> batch = make.windows(np.array([2, 0]))
-    >>> batch.inputs.tolist(), batch.targets.tolist()
-    ([[11, 12], [0, 10]], [[12, 1], [10, 11]])
-    """
-
-    __slots__ = ("_dtype", "_empty", "_index", "_length", "_records", "_shifted", "_store")
-
-    def __init__(self, store: DocumentStore, index: WindowIndex) -> None:
-        self._store = store
-        self._index = index
-        self._length = length = index.config.context_length
-        tokens = store.tokens
-        self._dtype = tokens.dtype
-        self._empty = np.zeros((0, length), dtype=tokens.dtype)
-        self._records: npt.NDArray[Any] | None = None
-        self._shifted: npt.NDArray[Any] | None = None
-        if tokens.size >= length + 1 and index.window_count:
-            itemsize = tokens.dtype.itemsize
-            record = np.dtype((np.void, length * itemsize))
-            count = tokens.size - length  # records that have a following record (targets)
-            self._records = np.ndarray(shape=(count,), dtype=record, buffer=tokens, strides=(itemsize,))
-            self._shifted = np.ndarray(shape=(count,), dtype=record, buffer=tokens, offset=itemsize, strides=(itemsize,))
-
-    def windows(self, windows: npt.ArrayLike, index: int = 0) -> MiniBatch:
-        """The batch made of these global window numbers."""
-        return self(self._index.positions(windows), index)
-
-    def gather(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """``(inputs, targets)`` for rows starting at *positions* (an intp array)."""
-        records, width = self._records, positions.size
-        if records is None or self._shifted is None or width == 0:  # a rank's empty share, or no windows
-            return self._empty.copy(), self._empty.copy()
-        shape, dtype = (width, self._length), self._dtype
-        # wrap each gathered record buffer as (width, T) tokens: no copy, cheaper than view + reshape
-        return np.ndarray(shape, dtype, records[positions]), np.ndarray(shape, dtype, self._shifted[positions])
-
-    def __call__(self, positions: npt.NDArray[Any], index: int = 0) -> MiniBatch:
-        """The batch whose rows start at these token *positions* (window starts)."""
-        rows = np.asarray(positions).astype(np.intp, copy=False)  # intp: numpy's fast indexing path
-        inputs, targets = self.gather(rows)
-        return MiniBatch(index, inputs, targets, rows, self._store, self._index)

@@ -1,0 +1,211 @@
+"""Stage 4, chunk: windows into batches of *batch_size*, the last one smaller; shares of them.
+
+The final batch is never padded and never dropped.  `chunk` gives a lazy
+sequence of `Windows` views (nothing is copied); `shard` takes a strided share
+of the batches (a DataLoader worker's), `split_rows` each batch's contiguous
+share of rows (a data-parallel rank's).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, overload
+
+import numpy as np
+import numpy.typing as npt
+from more_itertools import sliced
+
+from ._checks import check_non_negative, check_positive, is_integer
+from .errors import ConfigError, OutOfRangeError
+from .windowing import Windows
+
+
+def batch_count(window_count: int, batch_size: int) -> int:
+    """Number of batches: ``ceil(window_count / batch_size)``; 0 for an empty epoch.
+
+    >>> batch_count(5, 3), batch_count(0, 3)
+    (2, 0)
+    """
+    check_non_negative(window_count, "window_count", "the number of windows in the epoch")
+    check_positive(batch_size, "batch_size", "the number of windows per batch")
+    return -(-window_count // batch_size)
+
+
+def batch_widths(window_count: int, batch_size: int) -> list[int]:
+    """Widths ``[B] * k + [r]``: full batches, then the smaller final one (if any).
+
+    >>> batch_widths(5, 1), batch_widths(5, 3), batch_widths(5, 5), batch_widths(0, 3)
+    ([1, 1, 1, 1, 1], [3, 2], [5], [])
+    """
+    full, rest = divmod(window_count, batch_size) if batch_count(window_count, batch_size) else (0, 0)
+    return [batch_size] * full + ([rest] if rest else [])
+
+
+def batch_bounds(window_count: int, batch_size: int, index: int) -> tuple[int, int]:
+    """``(start, stop)`` of batch *index* within the epoch's order.
+
+    >>> batch_bounds(5, 3, 1)
+    (3, 5)
+    """
+    count = batch_count(window_count, batch_size)
+    if not 0 <= index < count:
+        raise OutOfRangeError(f"batch index={index} is out of range for {count} batches; use 0 <= index < batch_count")
+    start = index * batch_size
+    return start, min(start + batch_size, window_count)
+
+
+def chunked(order: npt.NDArray[np.integer], batch_size: int) -> Iterator[npt.NDArray[np.integer]]:
+    """Yield *batch_size* entries of an array at a time; the last chunk may be short.
+
+    Chunks are views of *order*: no copy and no object per window.
+
+    >>> [c.tolist() for c in chunked(np.arange(5), batch_size=2)]
+    [[0, 1], [2, 3], [4]]
+    """
+    check_positive(batch_size, "batch_size", "the number of windows per batch")
+    return sliced(order, batch_size)
+
+
+def row_share(width: int, rank: int, world_size: int) -> tuple[int, int]:
+    """``(start, stop)`` of *rank*'s contiguous, balanced share of *width* rows.
+
+    Shares differ by at most one row; the first ``width % world_size`` ranks take
+    one more, so a batch narrower than the world leaves some ranks empty.
+
+    >>> [row_share(5, r, 3) for r in range(3)], row_share(1, 2, 3)
+    ([(0, 2), (2, 4), (4, 5)], (1, 1))
+    """
+    base, extra = divmod(width, world_size)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)
+
+
+class Chunks(Sequence[Windows]):
+    """Batches of a `Windows` sequence, lazily: chunk *j* is a view of batch ``batches[j]``.
+
+    Sized and indexable, so resuming, sharding and splitting are slicing; each
+    chunk knows its global batch index (``.batch``).  Made by `chunk`, `shard`
+    and `split_rows`.
+    """
+
+    __slots__ = ("batch_size", "batches", "rank", "windows", "world_size")
+
+    def __init__(self, windows: Windows, batch_size: int, batches: range, rank: int = 0, world_size: int = 1) -> None:
+        self.windows = windows
+        self.batch_size = batch_size
+        self.batches = batches
+        self.rank = rank
+        self.world_size = world_size
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    @overload
+    def __getitem__(self, item: int) -> Windows: ...
+    @overload
+    def __getitem__(self, item: slice) -> Chunks: ...
+    def __getitem__(self, item: int | slice) -> Windows | Chunks:
+        if isinstance(item, slice):
+            return Chunks(self.windows, self.batch_size, self.batches[item], self.rank, self.world_size)
+        if not is_integer(item) or not -len(self) <= int(item) < len(self):
+            raise OutOfRangeError(f"batch index={item!r} is out of range for {len(self)} batches; use 0 <= index < batch_count")
+        return self._chunk(self.batches[int(item)])
+
+    def _chunk(self, batch: int) -> Windows:
+        first = batch * self.batch_size
+        last = min(first + self.batch_size, len(self.windows))
+        if self.world_size > 1:
+            lo, hi = row_share(last - first, self.rank, self.world_size)
+            first, last = first + lo, first + hi
+        view = self.windows[first:last]
+        view.batch = batch
+        return view
+
+    def __iter__(self) -> Iterator[Windows]:
+        return map(self._chunk, self.batches)
+
+    @property
+    def widths(self) -> list[int]:
+        """Rows of every chunk, without building them."""
+        return (
+            [len(self._chunk(b)) for b in self.batches]
+            if self.world_size > 1
+            else [min(self.batch_size, len(self.windows) - b * self.batch_size) for b in self.batches]
+        )
+
+    def __repr__(self) -> str:
+        share = f", rank={self.rank}/{self.world_size}" if self.world_size > 1 else ""
+        return f"Chunks({len(self)} of batch_size={self.batch_size}, batches={self.batches}{share})"
+
+
+def chunk(windows: Windows, batch_size: int) -> Chunks:
+    """Batches of *batch_size* windows, the last one smaller: a lazy sequence of views.
+
+    >>> import streambatch as sb
+    >>> w = sb.windows([sb.Document("a", "train", range(7))], context_length=1)
+    >>> [list(c) for c in sb.chunk(w, batch_size=4)]
+    [[0, 1, 2, 3], [4, 5]]
+    """
+    size = check_positive(batch_size, "batch_size", "the number of windows per batch")
+    if not isinstance(windows, Windows):
+        raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
+    return Chunks(windows, size, range(batch_count(len(windows), size)))
+
+
+def _check_share(index: Any, count: Any, names: tuple[str, str], what: str) -> tuple[int, int]:
+    total = check_positive(count, names[1], what)
+    if not is_integer(index) or not 0 <= int(index) < total:
+        raise ConfigError(f"{names[0]}={index!r} must be an int in [0, {names[1]}={total}); pass this process's {names[0]}")
+    return int(index), total
+
+
+@overload
+def shard(chunks: Chunks, index: int, count: int) -> Chunks: ...
+@overload
+def shard(chunks: Iterable[Any], index: int, count: int) -> Iterator[Any]: ...
+def shard(chunks: Iterable[Any], index: int, count: int) -> Chunks | Iterator[Any]:
+    """A strided share: items ``index, index + count, ...`` (DataLoader worker *index* of *count*).
+
+    On `Chunks` the share is a lazy slice (nothing in between is built); on any
+    other iterable it is ``itertools.islice``.
+
+    >>> import streambatch as sb
+    >>> w = sb.windows([sb.Document("a", "train", range(7))], context_length=1)
+    >>> [c.batch for c in sb.shard(sb.chunk(w, 2), 1, 2)]
+    [1]
+    """
+    start, step = _check_share(index, count, ("index", "count"), "the number of shares (workers)")
+    if isinstance(chunks, Chunks):
+        return chunks[start::step]
+    return itertools.islice(chunks, start, None, step)
+
+
+@overload
+def split_rows(chunks: Chunks, rank: int, world_size: int) -> Chunks: ...  # type: ignore[overload-overlap]
+@overload
+def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Iterator[Windows]: ...
+def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Chunks | Iterator[Windows]:
+    """Each batch's contiguous, balanced share of rows for data-parallel *rank* of *world_size*.
+
+    Every rank sees every batch (same ``.batch`` index); a batch narrower than the
+    world leaves some ranks zero rows, and they still take part.
+
+    >>> import streambatch as sb
+    >>> w = sb.windows([sb.Document("a", "train", range(8))], context_length=2)
+    >>> [[len(c) for c in sb.split_rows(sb.chunk(w, 4), r, 3)] for r in range(3)]
+    [[2, 1], [1, 1], [1, 0]]
+    """
+    at, world = _check_share(rank, world_size, ("rank", "world_size"), "the number of data-parallel ranks")
+    if isinstance(chunks, Chunks):
+        if chunks.world_size != 1:
+            raise ConfigError("these chunks are already split over ranks; split_rows once")
+        return Chunks(chunks.windows, chunks.batch_size, chunks.batches, at, world)
+    return (_split(c, at, world) for c in chunks)
+
+
+def _split(chunk: Windows, rank: int, world: int) -> Windows:
+    lo, hi = row_share(len(chunk), rank, world)
+    view = chunk[lo:hi]
+    view.batch = chunk.batch
+    return view

@@ -1,0 +1,395 @@
+"""Stage 2, windows: every complete causal window of a store, as integers.
+
+A window of context length ``T`` is ``T + 1`` consecutive tokens of one document
+starting at ``0, s, 2s, ...``.  Windows are numbered globally in document order;
+`WindowIndex` maps window numbers to (document index, start) and token positions
+with one ``searchsorted`` per call, never a Python object per window.
+`windows` gives them to the next stage as `Windows`: a random-access, sliceable
+sequence of window numbers backed by no per-window array at all (sequential
+order) or by one uint32 per window (a shuffled plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from ._checks import check_positive, is_integer
+from .documents import DocumentStore, Partition, as_store
+from .errors import OutOfRangeError
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """Context length ``T`` and stride ``s`` of causal windows; both positive ints.
+
+    >>> WindowConfig(2).source_length
+    3
+    """
+
+    context_length: int
+    stride: int = 1
+
+    def __post_init__(self) -> None:
+        check_positive(self.context_length, "context_length", "the number of input tokens per window")
+        check_positive(self.stride, "stride", "the distance between window starts")
+        object.__setattr__(self, "context_length", int(self.context_length))
+        object.__setattr__(self, "stride", int(self.stride))
+
+    @property
+    def source_length(self) -> int:
+        """Tokens one window reads: ``T + 1`` (inputs are the first T, targets the last T)."""
+        return self.context_length + 1
+
+
+def window_counts(lengths: npt.ArrayLike, context_length: int, stride: int = 1) -> IntArray:
+    """Count each document's windows in one numpy expression.
+
+    >>> window_counts([5, 4, 2], context_length=2).tolist()
+    [3, 2, 0]
+
+    With stride 2 a 7-token document has windows at 0, 2 and 4:
+
+    >>> window_counts([7], context_length=2, stride=2).tolist()
+    [3]
+    """
+    config = WindowConfig(context_length, stride)
+    sizes = np.asarray(lengths, dtype=np.int64)
+    return np.maximum(0, (sizes - config.source_length) // config.stride + 1)
+
+
+def window_tails(lengths: npt.ArrayLike, context_length: int, stride: int = 1) -> tuple[IntArray, IntArray]:
+    """Return ``(tail_start, tail_length)`` per document: the tokens no window starts on.
+
+    A document shorter than ``T + 1`` is all tail (start 0).  A tail of length 0
+    means every token can begin or end a window: nothing is left unused.
+
+    >>> [a.tolist() for a in window_tails([5, 8, 2], context_length=2, stride=2)]
+    [[5, 7, 0], [0, 1, 2]]
+    """
+    sizes = np.asarray(lengths, dtype=np.int64)
+    counts = window_counts(sizes, context_length, stride)
+    tail_start = np.where(counts > 0, (counts - 1) * stride + context_length + 1, 0)
+    tail_start = np.minimum(tail_start, sizes)
+    return tail_start, sizes - tail_start
+
+
+def window_starts(length: int, context_length: int, stride: int = 1) -> IntArray:
+    """Starts of one document's windows.
+
+    >>> window_starts(7, context_length=2, stride=2).tolist()
+    [0, 2, 4]
+    """
+    count = int(window_counts([length], context_length, stride)[0])
+    return np.arange(count, dtype=np.int64) * stride
+
+
+class WindowIndex:
+    """Global window numbering over documents, mapped to tokens arithmetically.
+
+    Holds a few int64 numbers per document, nothing per window.  Window ``n`` is
+    the ``n``-th (document, start) pair in document order; its *position* is the
+    index of its first token in the store's flat token array.
+
+    >>> index = WindowIndex([5, 4], WindowConfig(2))
+    >>> index.window_count, [a.tolist() for a in index.locate(np.array([4, 1]))]
+    (5, [[1, 0], [1, 1]])
+    >>> index.positions(np.array([4, 1])).tolist()
+    [6, 1]
+    """
+
+    __slots__ = ("_doc_starts", "_window_docs", "config", "counts", "cumulative", "starts", "window_count")
+
+    def __init__(
+        self,
+        lengths: npt.ArrayLike,
+        config: WindowConfig,
+        starts: npt.ArrayLike | None = None,
+        include: npt.NDArray[np.bool_] | None = None,
+    ) -> None:
+        sizes = np.asarray(lengths, dtype=np.int64)
+        self.config = config
+        self.counts: IntArray = window_counts(sizes, config.context_length, config.stride)
+        if include is not None:  # documents outside the partition contribute no windows
+            self.counts = np.where(include, self.counts, 0)
+        self.cumulative: IntArray = np.cumsum(self.counts)  # inclusive: windows in docs 0..i
+        self.window_count = int(self.cumulative[-1]) if self.cumulative.size else 0
+        if starts is None:
+            self.starts: IntArray = np.zeros(sizes.size, dtype=np.int64)
+            np.cumsum(sizes[:-1], out=self.starts[1:])
+        else:
+            self.starts = np.asarray(starts, dtype=np.int64)
+        self._window_docs: IntArray = np.flatnonzero(self.counts)
+        self._doc_starts: IntArray = self.starts[self._window_docs]  # increasing: documents never overlap
+
+    def locate(self, windows: npt.ArrayLike) -> tuple[IntArray, IntArray]:
+        """Map global window numbers to ``(document index, start)`` arrays."""
+        numbers = np.asarray(windows, dtype=np.int64)
+        documents = np.searchsorted(self.cumulative, numbers, side="right")
+        first = self.cumulative[documents] - self.counts[documents]
+        return documents, (numbers - first) * self.config.stride
+
+    def positions(self, windows: npt.ArrayLike) -> IntArray:
+        """Map global window numbers to token positions in the flat array."""
+        documents, starts = self.locate(windows)
+        return self.starts[documents] + starts
+
+    def locate_positions(self, positions: npt.ArrayLike) -> tuple[IntArray, IntArray]:
+        """Map token positions of windows back to ``(document index, start)``."""
+        where = np.asarray(positions, dtype=np.int64)
+        documents = self._window_docs[np.searchsorted(self._doc_starts, where, side="right") - 1]
+        return documents, where - self.starts[documents]
+
+    def windows_at(self, positions: npt.ArrayLike) -> IntArray:
+        """Map token positions of windows back to global window numbers."""
+        documents, starts = self.locate_positions(positions)
+        return self.cumulative[documents] - self.counts[documents] + starts // self.config.stride
+
+    def all_positions(self, dtype: npt.DTypeLike = np.int64, block: int = 1 << 22) -> npt.NDArray[np.integer]:
+        """Token position of every window, in window order, built in bounded blocks.
+
+        >>> WindowIndex([5, 4], WindowConfig(2)).all_positions().tolist()
+        [0, 1, 2, 5, 6]
+        """
+        out = np.empty(self.window_count, dtype=dtype)
+        docs = self._window_docs
+        counts = self.counts[docs]
+        ends = self.cumulative[docs]
+        base = self.starts[docs] - (ends - counts) * self.config.stride
+        cuts = np.searchsorted(ends, np.arange(block, self.window_count, block), side="left")
+        lo = 0
+        for d0, d1 in zip(np.r_[0, cuts + 1], np.r_[cuts + 1, docs.size], strict=True):
+            if d1 <= d0:
+                continue
+            hi = int(ends[d1 - 1])
+            chunk = np.repeat(base[d0:d1], counts[d0:d1])
+            chunk += np.arange(lo, hi, dtype=np.int64) * self.config.stride
+            out[lo:hi] = chunk
+            lo = hi
+        return out
+
+
+POSITION_LIMIT = 1 << 32  # plans hold uint32 first-token positions while every position fits
+
+
+class WindowSpace:
+    """What every view of one window enumeration shares: the store, its index, the partition.
+
+    ``cache`` holds per-space helpers of later stages (the gather's row views); it
+    is rebuilt after pickling, never pickled (it views the tokens).
+    """
+
+    __slots__ = ("cache", "config", "index", "partition", "plan_holds_positions", "store")
+
+    def __init__(self, store: DocumentStore, config: WindowConfig, partition: Partition) -> None:
+        self.store = store
+        self.config = config
+        self.partition = partition
+        include = None if bool((store.partition_codes == partition.code).all()) else store.partition_codes == partition.code
+        self.index = WindowIndex(store.lengths, config, store.starts, include)
+        self.plan_holds_positions = store.tokens.size < POSITION_LIMIT
+        self.cache: dict[str, Any] = {}
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self.store, self.config, self.partition, self.index, self.plan_holds_positions)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.store, self.config, self.partition, self.index, self.plan_holds_positions = state
+        self.cache = {}
+
+    def plan_dtype(self, count: int) -> Any:
+        """dtype of a plan of *count* windows: uint32 positions, else uint32/int64 window numbers."""
+        if self.plan_holds_positions or count < (1 << 32):
+            return np.uint32
+        return np.int64
+
+
+class Windows(Sequence[int]):
+    """A random-access, sliceable sequence of windows (global window numbers) of one store.
+
+    No tokens and no object per window: a sequential `Windows` is a range of
+    window numbers; a shuffled one views a *plan* of one uint32 per window (each
+    window's first-token position, or its number in stores of 2**32+ tokens).
+    Slicing returns a view; ``positions()`` and ``locate()`` map a view to token
+    positions and (document index, start) for the next stage.
+
+    >>> import streambatch as sb
+    >>> w = sb.windows(sb.DocumentStore.from_arrays([0, 10, 11, 12, 1, 0, 20, 21, 1], [0, 5, 9]), context_length=2)
+    >>> len(w), list(w), w[1:3].positions().tolist()
+    (5, [0, 1, 2, 3, 4], [1, 2])
+    """
+
+    __slots__ = ("_hi", "_lo", "_plan", "_space", "batch", "seed", "state_after")
+
+    def __init__(
+        self,
+        space: WindowSpace,
+        plan: npt.NDArray[Any] | None = None,
+        lo: int = 0,
+        hi: int | None = None,
+        *,
+        seed: int | None = None,
+        state_after: int | None = None,
+        batch: int | None = None,
+    ) -> None:
+        self._space = space
+        self._plan = plan
+        self._lo = lo
+        self._hi = (space.index.window_count if plan is None else plan.size) if hi is None else hi
+        self.seed = seed
+        self.state_after = state_after
+        self.batch = batch  # the batch index, for chunks made by `chunk`
+
+    # -- what the next stages need -------------------------------------------------
+    @property
+    def space(self) -> WindowSpace:
+        """The shared store, index and partition."""
+        return self._space
+
+    @property
+    def store(self) -> DocumentStore:
+        """The store the windows read."""
+        return self._space.store
+
+    @property
+    def window_index(self) -> WindowIndex:
+        """The store's `WindowIndex` (window numbers <-> documents and positions)."""
+        return self._space.index
+
+    @property
+    def config(self) -> WindowConfig:
+        """Context length and stride."""
+        return self._space.config
+
+    @property
+    def context_length(self) -> int:
+        """``T``."""
+        return self._space.config.context_length
+
+    @property
+    def partition(self) -> Partition:
+        """The partition whose windows these are."""
+        return self._space.partition
+
+    @property
+    def is_sequential(self) -> bool:
+        """True when no plan backs this view (document order, no per-window array)."""
+        return self._plan is None
+
+    @property
+    def plan(self) -> npt.NDArray[Any] | None:
+        """The whole plan this view looks into (None in sequential order)."""
+        return self._plan
+
+    @property
+    def plan_nbytes(self) -> int:
+        """Bytes of the plan behind this view (0 in sequential order)."""
+        return 0 if self._plan is None else int(self._plan.nbytes)
+
+    def plan_values(self) -> npt.NDArray[Any]:
+        """This view's plan entries: first-token positions (or window numbers in 2**32+ token stores).
+
+        A view of the plan when there is one; a fresh array for sequential order.
+        """
+        space = self._space
+        if self._plan is not None:
+            return self._plan[self._lo : self._hi]
+        dtype = space.plan_dtype(len(self))
+        if space.plan_holds_positions:
+            if self._lo == 0 and self._hi == space.index.window_count:
+                return space.index.all_positions(dtype)
+            return space.index.positions(np.arange(self._lo, self._hi, dtype=np.int64)).astype(dtype)
+        return np.arange(self._lo, self._hi, dtype=dtype)
+
+    def with_plan(self, plan: npt.NDArray[Any], *, seed: int | None, state_after: int | None) -> Windows:
+        """The same windows in the order of *plan* (entries as `plan_values` gives them)."""
+        if plan.size != len(self):
+            raise OutOfRangeError(f"plan has {plan.size} entries for {len(self)} windows; pass one entry per window")
+        return Windows(self._space, plan, 0, plan.size, seed=seed, state_after=state_after)
+
+    def positions(self) -> npt.NDArray[np.intp]:
+        """First-token position of each window in the store's flat tokens (intp: numpy's fast index)."""
+        space = self._space
+        if self._plan is None:
+            return space.index.positions(np.arange(self._lo, self._hi, dtype=np.int64)).astype(np.intp, copy=False)
+        values = self._plan[self._lo : self._hi]
+        if space.plan_holds_positions:
+            return values.astype(np.intp)
+        return space.index.positions(values).astype(np.intp, copy=False)
+
+    def numbers(self) -> IntArray:
+        """Global window number of each window (document order numbering)."""
+        if self._plan is None:
+            return np.arange(self._lo, self._hi, dtype=np.int64)
+        values = self._plan[self._lo : self._hi]
+        if self._space.plan_holds_positions:
+            return self._space.index.windows_at(values)
+        return values.astype(np.int64)
+
+    def locate(self) -> tuple[IntArray, IntArray]:
+        """``(document index, start)`` of each window."""
+        if self._plan is not None and self._space.plan_holds_positions:
+            return self._space.index.locate_positions(self._plan[self._lo : self._hi])
+        return self._space.index.locate(self.numbers())
+
+    # -- the sequence protocol -----------------------------------------------------
+    def __len__(self) -> int:
+        return self._hi - self._lo
+
+    @overload
+    def __getitem__(self, item: int) -> int: ...
+    @overload
+    def __getitem__(self, item: slice) -> Windows: ...
+    def __getitem__(self, item: int | slice) -> int | Windows:
+        size = len(self)
+        if isinstance(item, slice):
+            start, stop, step = item.indices(size)
+            if step == 1:
+                return Windows(self._space, self._plan, self._lo + start, self._lo + max(start, stop), seed=self.seed)
+            picked = self.plan_values()[start:stop:step] if self._plan is not None else None
+            if picked is None:
+                numbers = np.arange(self._lo + start, self._lo + stop, step, dtype=np.int64)
+                space = self._space
+                picked = space.index.positions(numbers) if space.plan_holds_positions else numbers
+                picked = picked.astype(space.plan_dtype(numbers.size))
+            return Windows(self._space, picked, 0, picked.size, seed=self.seed)
+        if not is_integer(item):
+            raise OutOfRangeError(f"index={item!r} is not an int or a slice; index windows by position")
+        at = int(item) + size if int(item) < 0 else int(item)
+        if not 0 <= at < size:
+            raise OutOfRangeError(f"index={item!r} is out of range for {size} windows; use -len <= index < len")
+        return int(self[at : at + 1].numbers()[0])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.numbers().tolist())
+
+    def __repr__(self) -> str:
+        order = "sequential" if self._plan is None else f"seed={self.seed}"
+        return (
+            f"Windows({len(self)} windows, context_length={self.context_length}, stride={self.config.stride}, "
+            f"{order}, partition={self.partition.value!r})"
+        )
+
+
+def windows(source: Any, *, context_length: int, stride: int = 1, partition: Partition | str = Partition.TRAIN) -> Windows:
+    """Every complete window of *partition* in *source*, in document order.
+
+    *source* is a `DocumentStore` (in memory or opened with `open_store`) or an
+    iterable of `Document`.  Documents of other partitions contribute no windows.
+    Holds a few integers per document and nothing per window.
+
+    >>> import streambatch as sb
+    >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]), sb.Document("train-b", "train", [0, 20, 21, 1])]
+    >>> w = sb.windows(docs, context_length=2)
+    >>> len(w), [(int(d), int(s)) for d, s in zip(*w.locate())]
+    (5, [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)])
+    """
+    config = WindowConfig(context_length, stride)
+    space = WindowSpace(as_store(source), config, Partition.parse(partition, "windows"))
+    return Windows(space)
