@@ -2,6 +2,7 @@
 """Side-by-side benchmark: streambatch vs the numpy ideal, the memcpy floor and naive PyTorch.
 
     python scripts/bench.py                       # ~50M tokens, 5 repeats, all configurations
+    python scripts/bench.py --loaders streambatch,streambatch-stages,numpy-ideal   # a subset
     python scripts/bench.py --tokens 5e6 --repeats 3 --json out.json
 
 One synthetic corpus (lognormal document lengths, median ~1,500 tokens, clipped
@@ -37,7 +38,7 @@ import streambatch as sb
 from streambatch.store import StoreWriter, open_store
 
 CONFIGS = [(1024, 1024, 32), (128, 64, 64), (2048, 2048, 8)]
-LOADERS = ["streambatch", "streambatch-mmap", "numpy-ideal", "memcpy-floor", "torch-naive"]
+LOADERS = ["streambatch", "streambatch-stages", "streambatch-mmap", "numpy-ideal", "memcpy-floor", "torch-naive"]
 VOCAB = 50_257
 SEED = 7
 
@@ -89,6 +90,20 @@ def streambatch_loader(tokens: np.ndarray, offsets: np.ndarray, T: int, stride: 
 
     def emit(epoch: sb.Epoch) -> Iterator[tuple[Any, Any]]:
         for batch in epoch:
+            yield batch.inputs, batch.targets
+
+    return plan, emit
+
+
+def stages_loader(tokens: np.ndarray, offsets: np.ndarray, T: int, stride: int, B: int, store: Path | None) -> Any:
+    """The public stages chained by hand: windows -> shuffle -> chunk -> materialize."""
+    source = sb.DocumentStore.from_arrays(tokens, offsets)
+
+    def plan() -> sb.Chunks:
+        return sb.chunk(sb.shuffle(sb.windows(source, context_length=T, stride=stride), SEED), B)
+
+    def emit(chunks: sb.Chunks) -> Iterator[tuple[Any, Any]]:
+        for batch in sb.materialize(chunks):
             yield batch.inputs, batch.targets
 
     return plan, emit
@@ -155,6 +170,7 @@ def torch_naive_loader(tokens: np.ndarray, offsets: np.ndarray, T: int, stride: 
 
 REGISTRY: dict[str, Loader] = {
     "streambatch": streambatch_loader,
+    "streambatch-stages": stages_loader,
     "streambatch-mmap": streambatch_loader,
     "numpy-ideal": numpy_ideal_loader,
     "memcpy-floor": memcpy_floor_loader,
@@ -261,6 +277,7 @@ def main() -> None:
     parser.add_argument("--shuffle-windows", type=int, default=10_000_000)
     parser.add_argument("--cache", default="bench-cache", help="folder for the synthetic store")
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument("--loaders", help=f"comma-separated subset of {','.join(LOADERS)}")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--shuffle-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
@@ -276,7 +293,8 @@ def main() -> None:
         shuffle_worker(args)
         return
 
-    loaders = [name for name in LOADERS if name != "torch-naive" or has_torch()]
+    chosen = LOADERS if args.loaders is None else args.loaders.split(",")
+    loaders = [name for name in chosen if name != "torch-naive" or has_torch()]
     verify_loaders(loaders)
     print(f"verified {', '.join(loaders)} on a small corpus: each window once, final batch kept, shapes, shift by one")
     store = Path(args.cache) / f"corpus-{int(args.tokens)}"

@@ -15,7 +15,7 @@ import numpy.typing as npt
 from .accumulate import TokenContribution, TokenMean, token_mean
 from .documents import PARTITIONS, Partition
 from .errors import AccumulationError, RowIndexError
-from .windowing import IntArray, Windows
+from .windowing import IntArray, WindowSpace
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class MiniBatch:
     store; provenance (document index, start, id) is resolved from it on demand.
     """
 
-    __slots__ = ("_located", "_store", "index", "inputs", "positions", "targets", "windows")
+    __slots__ = ("_located", "index", "inputs", "positions", "space", "targets")
 
     def __init__(
         self,
@@ -47,19 +47,18 @@ class MiniBatch:
         inputs: npt.NDArray[Any],
         targets: npt.NDArray[Any],
         positions: npt.NDArray[Any],
-        windows: Windows,
+        space: WindowSpace,
     ) -> None:
         self.index = index
         self.inputs = inputs
         self.targets = targets
         self.positions = positions
-        self.windows = windows  # the chunk this batch was gathered from
-        self._store = windows.store
+        self.space = space  # the store and window numbering the rows come from
         self._located: tuple[IntArray, IntArray] | None = None
 
     def _locate(self) -> tuple[IntArray, IntArray]:
         if self._located is None:
-            self._located = self.windows.window_index.locate_positions(self.positions)
+            self._located = self.space.index.locate_positions(self.positions)
         return self._located
 
     @property
@@ -75,12 +74,12 @@ class MiniBatch:
     @property
     def window_numbers(self) -> IntArray:
         """Global window number of each row."""
-        return self.windows.window_index.windows_at(self.positions)
+        return self.space.index.windows_at(self.positions)
 
     @property
     def partitions(self) -> tuple[Partition, ...]:
         """Partition of each row."""
-        codes = self._store.partition_codes[self.document_indices]
+        codes = self.space.store.partition_codes[self.document_indices]
         return tuple(PARTITIONS[c] for c in codes.tolist())
 
     @property
@@ -112,13 +111,13 @@ class MiniBatch:
     @property
     def document_ids(self) -> list[str]:
         """Document id of each row."""
-        ids = self._store.ids
+        ids = self.space.store.ids
         return [ids[i] for i in self.document_indices.tolist()]
 
     @property
     def provenance(self) -> tuple[WindowProvenance, ...]:
         """Per row: document id, document index, start, partition."""
-        ids = self._store.ids
+        ids = self.space.store.ids
         return tuple(
             WindowProvenance(ids[d], d, s, p)
             for d, s, p in zip(self.document_indices.tolist(), self.starts.tolist(), self.partitions, strict=True)

@@ -82,7 +82,7 @@ def materialize_one(windows: Windows, index: int | None = None) -> MiniBatch:
     positions = windows.positions()
     inputs, targets = row_gather(windows.space)(positions)
     number = (windows.batch if windows.batch is not None else 0) if index is None else index
-    return MiniBatch(number, inputs, targets, positions, windows)
+    return MiniBatch(number, inputs, targets, positions, windows.space)
 
 
 class Batches(Sequence[MiniBatch]):
@@ -110,10 +110,36 @@ class Batches(Sequence[MiniBatch]):
         return materialize_one(self.chunks[item])
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        return map(materialize_one, self.chunks)
+        if self.chunks.world_size > 1:
+            return map(materialize_one, self.chunks)
+        return _iter_blocks(self.chunks)
 
     def __repr__(self) -> str:
         return f"Batches({self.chunks!r})"
+
+
+_BLOCK_WINDOWS = 2048  # consecutive batches whose positions are computed (and cast to intp) at once
+
+
+def _iter_blocks(chunks: Chunks) -> Iterator[MiniBatch]:
+    """Iterate whole batches with the per-batch work cut to the gather itself.
+
+    Positions of a block of consecutive batches come from one call (one cast to
+    intp, one searchsorted in sequential order); a strided share (``step > 1``)
+    takes one batch per block so the batches in between are never touched.
+    """
+    windows, size, batches = chunks.windows, chunks.batch_size, chunks.batches
+    space, total = windows.space, len(windows)
+    gather = row_gather(space)
+    per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
+    for head in range(0, len(batches), per):
+        group = batches[head : head + per]
+        base = group[0] * size
+        positions = windows[base : min((group[-1] + 1) * size, total)].positions()
+        for batch in group:
+            rows = positions[(batch - group[0]) * size :][:size]
+            inputs, targets = gather(rows)
+            yield MiniBatch(batch, inputs, targets, rows, space)
 
 
 @overload

@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ._checks import check_non_negative, check_positive
+from .accumulate import TokenSums
 from .batch import MiniBatch
 from .epoch import Epoch, derive_seed
 from .errors import ConfigError
@@ -192,31 +193,36 @@ def token_mean_backward(
     parameters = [p for p in model.parameters() if p.requires_grad]
     rows = int(inputs.shape[0])
     step = rows if micro_batch_rows is None else check_positive(micro_batch_rows, "micro_batch_rows", "rows per micro-batch")
-    local_loss = 0.0
-    local_tokens = 0
+    pieces: list[TokenSums] = []  # loss sum and token count per micro-batch; autograd sums their gradients
     for micro_inputs, micro_targets in micro_batches(inputs, targets, max(step, 1)) if rows else []:
         loss = loss_sum(model, micro_inputs, micro_targets)
         loss.backward()  # type: ignore[no-untyped-call]
-        local_loss += float(loss.detach())
-        local_tokens += int(micro_targets.numel())
-    use_dist = dist.is_available() and dist.is_initialized() if distributed is None else distributed
-    sums = torch.tensor([local_loss, float(local_tokens)], dtype=torch.float64)
+        pieces.append(TokenSums(float(loss.detach()), int(micro_targets.numel()), 0.0))
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
-    if use_dist:
-        dist.all_reduce(sums, group=group)
-        flat = torch.cat([g.reshape(-1).to(torch.float64) for g in grads]) if grads else torch.zeros(0, dtype=torch.float64)
-        dist.all_reduce(flat, group=group)
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
-    total_loss, total_tokens = float(sums[0]), int(sums[1])
-    if total_tokens == 0:
+    flat = torch.cat([g.reshape(-1).to(torch.float64) for g in grads]) if grads else torch.zeros(0, dtype=torch.float64)
+    local = sum(pieces, TokenSums(0.0, 0, 0.0))
+    local = TokenSums(local.loss_sum, local.token_count, flat)  # this rank's raw sums
+    use_dist = dist.is_available() and dist.is_initialized() if distributed is None else distributed
+    total = _all_reduce_sums(local, group) if use_dist else local
+    if total.token_count == 0:
         raise ConfigError("the batch has no target tokens on any rank; there is nothing to average")
+    mean = total.mean()  # the one division, by the global target-token count
+    flat_mean = torch.as_tensor(mean.mean_gradient)  # already a tensor: no copy
+    offset = 0
     for parameter, grad in zip(parameters, grads, strict=True):
-        grad.div_(total_tokens)
+        grad.copy_(flat_mean[offset : offset + grad.numel()].view_as(grad))
+        offset += grad.numel()
         parameter.grad = grad
-    return StepResult(total_tokens, total_loss / total_tokens, total_loss)
+    return StepResult(total.token_count, mean.mean_loss, total.loss_sum)
+
+
+def _all_reduce_sums(local: TokenSums, group: Any) -> TokenSums:
+    """Add every rank's raw sums (loss, tokens, gradients); a rank with zero rows still joins."""
+    scalars = torch.tensor([local.loss_sum, float(local.token_count)], dtype=torch.float64)
+    gradient = local.gradient_sum.clone()
+    dist.all_reduce(scalars, group=group)
+    dist.all_reduce(gradient, group=group)
+    return TokenSums(float(scalars[0]), int(scalars[1]), gradient)
 
 
 def mark_batch_dynamic(*tensors: torch.Tensor) -> None:

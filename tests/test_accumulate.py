@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import streambatch as sb
 from streambatch import AccumulationError, TokenContribution, TokenMeanAccumulator, token_mean
 
 # dyadic values: every partial sum is exact, so any split must give identical bits
@@ -171,3 +173,28 @@ def test_finish_does_not_consume() -> None:
     acc = _accumulate(_contributions([(1.0, 2.0, 3.0)]))
     assert acc.finish() == acc.finish()
     assert acc.token_count == 1
+
+
+@given(st.lists(st.tuples(st.floats(-1e6, 1e6), st.integers(1, 50), st.floats(-1e6, 1e6)), min_size=1, max_size=20))
+def test_token_mean_folds_raw_sums(pieces: list[tuple[float, int, float]]) -> None:
+    """token_mean over TokenSums = (sum of loss sums) / (sum of counts); never the mean of means."""
+    sums = [sb.TokenSums(loss, count, np.array([grad])) for loss, count, grad in pieces]
+    mean = sb.token_mean(iter(sums))
+    total = sum(c for _, c, _ in pieces)
+    assert mean.token_count == total
+    assert mean.mean_loss == pytest.approx(math.fsum(loss for loss, _, _ in pieces) / total, rel=1e-9, abs=1e-9)
+    folded = sum(sums[1:], sums[0]).mean()
+    assert folded.token_count == total
+    assert folded.mean_loss == pytest.approx(mean.mean_loss, rel=1e-12, abs=1e-12)
+
+
+def test_token_mean_mixes_piece_kinds() -> None:
+    """TokenSums, single contributions and accumulators fold into one mean."""
+    acc = sb.TokenMeanAccumulator(1)
+    acc.add_token(sb.TokenContribution(3.0, [1.0]))
+    mean = sb.token_mean([sb.TokenSums(1.0, 2, np.array([2.0])), sb.TokenContribution(2.0, [0.0]), acc])
+    assert (mean.token_count, mean.mean_loss, mean.mean_gradient.tolist()) == (4, 1.5, [0.75])
+    with pytest.raises(sb.AccumulationError, match="is not TokenSums"):
+        sb.token_mean([sb.TokenSums(1.0, 2, np.array([2.0])), 5])
+    with pytest.raises(sb.AccumulationError, match="token_count=0"):
+        sb.TokenSums(0.0, 0, np.zeros(1)).mean()

@@ -8,6 +8,7 @@ import pytest
 import streambatch as sb
 from streambatch import AccumulationError, RowIndexError
 from streambatch.chapter import batch_contributions, build_epoch
+from streambatch.materializing import RowGather
 
 
 def _batch() -> sb.MiniBatch:
@@ -55,3 +56,33 @@ def test_three_contributions_for_four_targets_is_an_error() -> None:
         final.average_token_contributions(contributions[:3])
     with pytest.raises(AccumulationError, match="got 5 contributions"):
         final.average_token_contributions([*contributions, contributions[0]])
+
+
+def test_materialize_is_lazy_and_indexable() -> None:
+    """Over Chunks, materialize gives a lazy Batches sequence; batches[i] gathers batch i alone."""
+    docs = [sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 21, 1])]
+    batches = sb.materialize(sb.chunk(sb.shuffle(sb.windows(docs, context_length=2), seed=7), 3))
+    assert isinstance(batches, sb.Batches)
+    assert len(batches) == 2
+    assert batches[1].index == 1
+    assert [str(p) for p in batches[1].provenance] == ["a@0", "a@2"]
+    assert list(batches[1:]) == [batches[1]]
+    assert list(batches) == list(sb.materialize(iter(sb.chunk(sb.shuffle(sb.windows(docs, context_length=2), seed=7), 3))))
+
+
+def test_one_gather_per_buffer_in_the_store_dtype() -> None:
+    """RowGather copies whole rows into fresh C-contiguous arrays of the store's dtype."""
+    store = sb.DocumentStore.from_arrays(np.arange(10, dtype=np.uint16), [0, 10])
+    inputs, targets = RowGather(store, 3)(np.array([4, 0], dtype=np.intp))
+    assert inputs.dtype == np.uint16
+    assert inputs.tolist() == [[4, 5, 6], [0, 1, 2]]
+    assert targets.tolist() == [[5, 6, 7], [1, 2, 3]]
+    assert (inputs.flags.c_contiguous and inputs.flags.owndata is False) or inputs.base is not store.tokens
+    empty_in, empty_out = RowGather(store, 3)(np.zeros(0, dtype=np.intp))
+    assert empty_in.shape == empty_out.shape == (0, 3)
+
+
+def test_materialize_one_rejects_what_is_not_windows() -> None:
+    """A chunk must be a Windows view."""
+    with pytest.raises(sb.ConfigError, match=r"is not a streambatch\.Windows"):
+        sb.materialize_one([1, 2])  # type: ignore[arg-type]

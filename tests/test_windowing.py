@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import streambatch as sb
 from streambatch import ConfigError, WindowConfig, WindowIndex, window_counts, window_starts, window_tails
 
 
@@ -78,3 +79,68 @@ def test_bad_window_config(kwargs: dict[str, object], message: str) -> None:
     """Non-positive or non-integer sizes raise ConfigError naming the argument."""
     with pytest.raises(ConfigError, match=message):
         WindowConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def _store() -> sb.DocumentStore:
+    return sb.DocumentStore.from_arrays(
+        [0, 10, 11, 12, 1, 0, 20, 21, 1, 9, 9], [0, 5, 9, 11], partition=["train", "train", "test"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("item", "numbers"),
+    [
+        (slice(None), [0, 1, 2, 3, 4]),
+        (slice(1, 3), [1, 2]),
+        (slice(3, None), [3, 4]),
+        (slice(None, None, 2), [0, 2, 4]),
+        (slice(4, 0, -2), [4, 2]),
+        (slice(5, 9), []),
+    ],
+)
+def test_windows_slicing_table(item: slice, numbers: list[int]) -> None:
+    """Slices are views with the window numbers of list slicing; sequential windows hold no array."""
+    windows = sb.windows(_store(), context_length=2)
+    assert windows.is_sequential
+    assert windows.plan_nbytes == 0
+    view = windows[item]
+    assert numbers == list(view) == list(range(5))[item]
+    assert len(view) == len(numbers)
+
+
+def test_windows_of_one_partition_and_their_positions() -> None:
+    """Only the partition's documents contribute windows; positions and locate agree with the tokens."""
+    store = _store()
+    train = sb.windows(store, context_length=2)
+    test = sb.windows(store, context_length=1, partition="test")
+    assert (len(train), len(test)) == (5, 1)
+    assert train.positions().tolist() == [0, 1, 2, 5, 6]
+    assert [a.tolist() for a in test.locate()] == [[2], [0]]
+    assert test.positions().tolist() == [9]
+    assert (train[0], train[-1]) == (0, 4)
+
+
+def test_shuffled_windows_are_a_plan_of_positions() -> None:
+    """shuffle gives the same windows in the chapter's order, 4 bytes per window, views when sliced."""
+    windows = sb.shuffle(sb.windows(_store(), context_length=2), seed=7)
+    assert list(windows) == [4, 1, 3, 0, 2]
+    assert windows.plan_nbytes == 20
+    assert windows[1:3].positions().tolist() == [1, 5]
+    assert np.shares_memory(windows[1:3].plan_values(), windows.plan_values())
+    assert sorted(windows) == list(sb.windows(_store(), context_length=2))
+
+
+@pytest.mark.parametrize("bad", [5, -6, 1.0, "0"])
+def test_windows_index_errors(bad: object) -> None:
+    """Out-of-range or non-integer indices raise OutOfRangeError (also an IndexError)."""
+    windows = sb.windows(_store(), context_length=2)
+    with pytest.raises(sb.OutOfRangeError):
+        windows[bad]  # type: ignore[index]
+
+
+def test_windows_stage_checks_its_arguments() -> None:
+    """Bad T, stride or partition fail at the call."""
+    with pytest.raises(ConfigError, match="context_length=0"):
+        sb.windows(_store(), context_length=0)
+    with pytest.raises(sb.DataError, match="partition='dev'"):
+        sb.windows(_store(), context_length=2, partition="dev")
