@@ -19,7 +19,10 @@
 #include <string.h>
 
 #define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
-#define AHEAD 32 /* a power of two; measured: see scripts/bench_shuffle.py */
+/* How many steps ahead targets are drawn and prefetched; a power of two.  Measured
+ * at 10**8 uint32 items on a 2-core AMD EPYC VM: no prefetch 2.1-3.3 s, 4 ahead
+ * 1.6-1.9 s, 8 ahead 1.2-1.3 s, 16 to 128 ahead 1.0-1.3 s (within the noise). */
+#define AHEAD 32
 
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH_WRITE(address) __builtin_prefetch((address), 1, 3)
