@@ -1,11 +1,26 @@
-"""Stage 3, order: the chapter's seeded shuffle, bit-exact, at numpy speed.
+"""Stage 3, order: the chapter's seeded shuffle, bit-exact, in bounded scratch memory.
 
 The specification is a plain loop: SplitMix64 (state = seed; each draw adds
 ``0x9E3779B97F4A7C15`` and mixes) drives Fisher–Yates from the last index down
 to 1, drawing each swap target below ``upper + 1`` by rejection (threshold
 ``2**64 mod bound``; redraw while ``draw < threshold``; then ``draw % bound``).
 
-Here the same permutation is computed in two vectorized steps:
+`shuffled_order` runs it on one of two backends, named by `BACKEND`:
+
+``"c"``
+    The compiled extension ``streambatch._fisher_yates`` (built by ``pip install``
+    where a C compiler is present) runs the loop literally, in place on the output
+    array, with the GIL released.  Scratch memory: a few hundred bytes.  About a
+    quarter to a half of ``numpy.random.default_rng().permutation``'s time
+    (``scripts/bench_shuffle.py``).
+``"numpy"``
+    The fallback when the extension is missing (no compiler at install time):
+    exact too, but several times slower than numpy's permutation.  The steps are
+    taken in blocks of ``_CHUNK``; each block's swap chain is resolved vectorized
+    on just the positions it touches (`apply_swaps`), so scratch memory stays
+    bounded (about 65 MB) whatever the count.
+
+The vectorized pieces are public:
 
 1. `swap_targets`: every draw is ``mix(seed + k * golden)`` for its draw number
    ``k``, so all draws are computed at once; the (astronomically rare) rejections
@@ -20,23 +35,35 @@ Here the same permutation is computed in two vectorized steps:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from ._checks import check_non_negative, check_seed
+from .errors import ConfigError
 from .windowing import Windows
+
+_c_shuffle: Callable[..., int] | None
+try:
+    from ._fisher_yates import shuffle as _c_shuffle
+except ImportError:  # built without a C compiler: the numpy fallback
+    _c_shuffle = None
 
 GOLDEN = 0x9E3779B97F4A7C15
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _MASK64 = (1 << 64) - 1
-_CHUNK = 1 << 20
+_CHUNK = 1 << 19  # steps per block: the numpy backend peaks near 128 bytes per step of scratch
 _BLOCK = 1 << 15
 _U32_LIMIT = (1 << 32) - 1
 
 IndexArray = npt.NDArray[np.uint32] | npt.NDArray[np.int64]
+Backend = Literal["c", "numpy"]
+
+BACKEND: Backend = "c" if _c_shuffle is not None else "numpy"
+"""The backend `shuffled_order` uses: ``"c"`` when the extension was built, else ``"numpy"``."""
 
 
 def splitmix64_draws(seed: int, first: int, count: int) -> npt.NDArray[np.uint64]:
@@ -98,6 +125,19 @@ def swap_targets(count: int, seed: int) -> tuple[IndexArray, int]:
     count = check_non_negative(count, "count", "the number of items to shuffle")
     seed = check_seed(seed)
     targets = np.zeros(count, dtype=index_dtype(count))
+
+    def store(lower: int, block: npt.NDArray[np.uint64]) -> None:
+        targets[lower : lower + block.size] = block
+
+    return targets, _draw_targets(count, seed, store)
+
+
+def _draw_targets(count: int, seed: int, sink: Callable[[int, npt.NDArray[np.uint64]], None]) -> int:
+    """Draw the swap targets of steps ``count - 1`` down to 1, in blocks of at most ``_CHUNK`` steps.
+
+    Calls ``sink(lower, block)`` once per block, top block first: ``block[k]`` is the
+    target of step ``lower + k``.  Returns the number of draws, rejected ones included.
+    """
     extra = 0  # draws rejected so far; each shifts all later draw numbers by one
     upper = count - 1
     while upper >= 1:
@@ -112,14 +152,15 @@ def swap_targets(count: int, seed: int) -> tuple[IndexArray, int]:
             if rejected.size:
                 accepted = int(rejected[0])
         if accepted:
-            values = draws[:accepted] % bounds[:accepted]
-            targets[upper - accepted + 1 : upper + 1] = values[::-1]
+            values = draws[:accepted]
+            values %= bounds[:accepted]
+            sink(upper - accepted + 1, values[::-1])
         if accepted < draws.size:
             extra += 1  # redo step ``upper - accepted`` with the next draw
         upper -= accepted
         if accepted == draws.size:
             upper = lower - 1
-    return targets, max(count - 1, 0) + extra
+    return max(count - 1, 0) + extra
 
 
 def apply_swaps(targets: IndexArray) -> IndexArray:
@@ -183,6 +224,32 @@ def _resolve(targets: IndexArray, *, reuse: bool) -> IndexArray:
     return result
 
 
+def _sorted_unique(values: npt.NDArray[np.uint64]) -> tuple[Any, Any]:
+    """``(unique, rank)``: *values* sorted without repeats, and each value's index in it.
+
+    One sort of packed ``(value, index)`` keys when they fit 64 bits, else a stable argsort.
+    """
+    if not values.size:
+        return values, np.zeros(0, dtype=np.intp)
+    bits = (values.size - 1).bit_length()
+    if int(values.max()) < 1 << (64 - bits):
+        keys = values << np.uint64(bits)
+        keys |= np.arange(values.size, dtype=np.uint64)
+        keys.sort()
+        ordered = keys >> np.uint64(bits)
+        keys &= np.uint64((1 << bits) - 1)
+        where = keys.astype(np.intp)
+    else:
+        where = np.argsort(values, kind="stable")
+        ordered = values[where]
+    first = np.empty(ordered.size, dtype=bool)  # first[p]: ordered[p] starts a run of equal values
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    rank = np.empty(ordered.size, dtype=np.intp)
+    rank[where] = np.cumsum(first) - 1
+    return ordered[first], rank
+
+
 def _flatnonzero(mask: npt.NDArray[np.bool_], dtype: Any) -> Any:
     """``np.flatnonzero(mask)`` as *dtype*, built in blocks (no full-size int64 temporary)."""
     parts = [np.flatnonzero(mask[lo : lo + _CHUNK]).astype(dtype) + dtype(lo) for lo in range(0, mask.size, _CHUNK)]
@@ -202,10 +269,14 @@ def _group_by_target(targets: IndexArray, dtype: Any) -> tuple[Any, Any]:
     return targets[order].astype(dtype), order.astype(dtype)
 
 
-def shuffled_order(count: int, seed: int) -> tuple[IndexArray, int]:
+def shuffled_order(count: int, seed: int, out: IndexArray | None = None) -> tuple[IndexArray, int]:
     """Return ``(order, state_after)``: the chapter's seeded permutation of ``range(count)``.
 
-    *order* is uint32 when *count* fits (4 bytes per window), else int64.
+    *order* is uint32 when *count* fits (4 bytes per window), else int64; see
+    `index_dtype`.  Pass *out*, a writable contiguous 1-D array of that dtype and
+    length *count* (a writable `numpy.memmap` of a plan file, say), to have the
+    order written straight into it; it is then returned as *order*.  Beyond *order*
+    itself the shuffle needs only bounded scratch memory, on either `BACKEND`.
 
     >>> order, state = shuffled_order(5, seed=7)
     >>> order.tolist()
@@ -213,26 +284,93 @@ def shuffled_order(count: int, seed: int) -> tuple[IndexArray, int]:
     >>> shuffled_order(0, seed=9)[1]
     9
     """
-    targets, draws = swap_targets(count, seed)
-    return _resolve(targets, reuse=True), state_after(int(seed), draws)
+    count = check_non_negative(count, "count", "the number of items to shuffle")
+    seed = check_seed(seed)
+    order = np.empty(count, dtype=index_dtype(count)) if out is None else _check_out(out, count)
+    if BACKEND == "c":
+        if _c_shuffle is None:
+            raise ConfigError(
+                "streambatch.shuffling.BACKEND='c' but the extension streambatch._fisher_yates is not built; "
+                "reinstall streambatch with a C compiler present, or set BACKEND='numpy'"
+            )
+        draws = _c_shuffle(order, seed)
+    else:
+        draws = _shuffle_blocked(order, seed)
+    return order, state_after(seed, draws)
+
+
+def _check_out(out: Any, count: int) -> IndexArray:
+    """*out* itself if it can hold the order of *count* items, else raise `ConfigError` saying why."""
+    dtype = np.dtype(index_dtype(count))
+    if not isinstance(out, np.ndarray):
+        problems = ["not a numpy array"]
+    else:
+        problems = [
+            *([f"dtype={out.dtype}"] if out.dtype != dtype else []),
+            *([f"shape={out.shape}"] if out.shape != (count,) else []),
+            *(["not C-contiguous"] if not out.flags.c_contiguous else []),
+            *(["read-only"] if not out.flags.writeable else []),
+        ]
+    if problems:
+        raise ConfigError(
+            f"out={type(out).__name__} ({', '.join(problems)}) cannot hold the order of count={count} items; "
+            f"pass a writable, C-contiguous {dtype} array of shape ({count},) (index_dtype(count)), or out=None"
+        )
+    result: IndexArray = out
+    return result
+
+
+def _shuffle_blocked(order: IndexArray, seed: int, fill: bool = True) -> int:
+    """The numpy backend: shuffle *order* (filled with the identity first) in place; return the draws.
+
+    Each block of steps ``lower .. upper`` touches its own positions and some of
+    its targets below ``lower``.  Only those positions are gathered, the block's
+    swap chain is resolved on them with `apply_swaps` (the positions below
+    ``lower`` become no-op steps), and the result is scattered back.
+    """
+    count = int(order.size)
+    for lo in range(0, count if fill else 0, _CHUNK):  # the identity, in blocks: no full-size temporary
+        hi = min(lo + _CHUNK, count)
+        order[lo:hi] = np.arange(lo, hi, dtype=order.dtype)
+
+    def apply(lower: int, targets: npt.NDArray[np.uint64]) -> None:
+        below = np.flatnonzero(targets < lower)  # the steps whose target lies outside the block
+        outside, rank = _sorted_unique(targets[below])
+        steps = outside.size + targets.size
+        local = np.empty(steps, dtype=np.uint32 if steps < _U32_LIMIT else np.int64)
+        local[: outside.size] = np.arange(outside.size, dtype=local.dtype)  # no-op steps
+        inside = local[outside.size :]
+        inside[:] = targets - np.uint64(lower - outside.size)  # wraps below lower: overwritten next
+        inside[below] = rank  # sorted compression keeps every H[i] <= i
+        positions = np.concatenate([outside, np.arange(lower, lower + targets.size, dtype=np.uint64)])
+        order[positions] = order[positions][_resolve(local, reuse=True)]
+
+    return _draw_targets(count, seed, apply)
 
 
 def permute(values: npt.NDArray[Any], seed: int) -> int:
     """Put *values* in the chapter's seeded order, in place; return the SplitMix64 state after.
 
     ``values[i]`` ends up holding the old ``values[order[i]]`` for
-    ``order, state = shuffled_order(len(values), seed)``.
+    ``order, state = shuffled_order(len(values), seed)``: Fisher–Yates run on the
+    values themselves, so no index array is ever allocated.
 
     >>> values = np.array([10, 11, 12, 13, 14], dtype=np.uint32)
     >>> permute(values, seed=7) == state_after(7, 4), values.tolist()
     (True, [14, 11, 13, 10, 12])
     """
-    order, state = shuffled_order(values.size, seed)
-    if values.size:
-        source = values.copy()
-        for lo in range(0, values.size, _CHUNK):  # bounded temporaries
-            values[lo : lo + _CHUNK] = source[order[lo : lo + _CHUNK]]
-    return state
+    seed = check_seed(seed)
+    if not isinstance(values, np.ndarray) or values.dtype not in (np.uint32, np.int64) or values.ndim != 1:
+        raise ConfigError(f"values={values!r} must be a 1-D uint32 or int64 numpy array; pass the plan to permute")
+    if not values.flags.c_contiguous or not values.flags.writeable:
+        raise ConfigError("values must be C-contiguous and writable; pass a fresh copy (np.array(values))")
+    if values.dtype == np.uint32 and values.size > _U32_LIMIT + 1:
+        raise ConfigError(f"values has {values.size} uint32 entries; more than 2**32 need int64")
+    if BACKEND == "c" and _c_shuffle is not None:
+        draws = _c_shuffle(values, seed, False)
+    else:
+        draws = _shuffle_blocked(values, seed, fill=False)
+    return state_after(seed, draws)
 
 
 def shuffle(windows: Windows, seed: int) -> Windows:
