@@ -7,7 +7,6 @@ per-token Python work except validating tokens that arrive as Python lists.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import is_integer
+from ._checks import is_integer, short_repr
+from ._json import decode_record
 from .errors import ConfigError, DataError, DuplicateIdError, PartitionError
 
 TOKEN_LIMIT = 1 << 32
@@ -46,7 +46,7 @@ class Partition(str, Enum):
             except ValueError:
                 pass
         choices = ", ".join(repr(p.value) for p in cls)
-        raise DataError(f"{where}: partition={value!r} is not one of {choices}; use one of those")
+        raise DataError(f"{where}: partition={_short(value)} is not one of {choices}; use one of those")
 
     @property
     def code(self) -> int:
@@ -98,7 +98,7 @@ def check_tokens(tokens: Any, where: str) -> npt.NDArray[np.uint32]:
         except OverflowError:  # beyond int64: name the first id out of range as given
             position = next(i for i, t in enumerate(items) if not 0 <= int(t) < TOKEN_LIMIT)
             raise DataError(
-                f"{where}: token[{position}]={int(items[position])} is outside [0, 2**32); token ids must fit in uint32"
+                f"{where}: token[{position}]={_short(int(items[position]))} is outside [0, 2**32); token ids must fit in uint32"
             ) from None
     if array.size:
         low, high = int(array.min()), int(array.max())
@@ -111,14 +111,17 @@ def check_tokens(tokens: Any, where: str) -> npt.NDArray[np.uint32]:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond the int-string limit
+        return short_repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_id(value: Any, where: str) -> str:
     """Return a document id if it is a non-empty str, else raise `DataError`."""
     if not isinstance(value, str) or not value:
-        raise DataError(f"{where}: id={value!r} must be a non-empty string; give every document an id")
+        raise DataError(f"{where}: id={_short(value)} must be a non-empty string; give every document an id")
     return value
 
 
@@ -226,8 +229,7 @@ class DocumentStore:
                 f"offsets has dtype {offs.dtype} and shape {offs.shape}; pass a 1-D integer array "
                 "of len(documents) + 1 offsets starting at 0"
             )
-        offs = offs.astype(np.int64)
-        _check_offsets(offs, int(token_array.size), "offsets")
+        offs = _check_offsets(offs, int(token_array.size), "offsets")  # uint64 beyond int64 is rejected, not wrapped
         count = offs.size - 1
         if ids is None:
             id_tuple = tuple(str(i) for i in range(count))
@@ -353,20 +355,34 @@ def _token_array(tokens: Any) -> TokenArray:
     return check_tokens(tokens, "tokens")
 
 
-def _check_offsets(offsets: npt.NDArray[np.int64], token_count: int, name: str) -> None:
-    if offsets[0] != 0:
-        raise DataError(f"{name}[0]={int(offsets[0])} must be 0; offsets start at the first token")
-    steps = np.diff(offsets)
-    if steps.size and int(steps.min()) < 0:
-        at = int(np.argmax(steps < 0))
+def _check_offsets(offsets: npt.NDArray[Any], token_count: int, name: str) -> npt.NDArray[np.int64]:
+    """Check integer *offsets* against *token_count* and return them as int64.
+
+    Only comparisons, no arithmetic (``np.diff`` wraps in int64), so no value can
+    overflow into a valid-looking one: every offset lies in [0, token_count],
+    the first is 0, each is >= the one before and the last is the token count.
+    """
+    if offsets.dtype.kind == "u" and int(offsets.max()) > np.iinfo(np.int64).max:
+        at = int(np.argmax(offsets > np.uint64(np.iinfo(np.int64).max)))
+        raise DataError(f"{name}[{at}]={int(offsets[at])} is outside [0, {token_count}]; every offset must index the tokens")
+    values = offsets.astype(np.int64)  # exact: every value fits int64 now
+    outside = (values < 0) | (values > token_count)
+    if outside.any():
+        at = int(np.argmax(outside))
+        raise DataError(f"{name}[{at}]={int(values[at])} is outside [0, {token_count}]; every offset must index the tokens")
+    if values[0] != 0:
+        raise DataError(f"{name}[0]={int(values[0])} must be 0; offsets start at the first token")
+    down = values[1:] < values[:-1]
+    if down.any():
+        at = int(np.argmax(down))
         raise DataError(
-            f"{name}[{at + 1}]={int(offsets[at + 1])} is less than {name}[{at}]={int(offsets[at])}; "
-            "offsets must be non-decreasing"
+            f"{name}[{at + 1}]={int(values[at + 1])} is less than {name}[{at}]={int(values[at])}; offsets must be non-decreasing"
         )
-    if int(offsets[-1]) != token_count:
+    if int(values[-1]) != token_count:
         raise DataError(
-            f"{name}[-1]={int(offsets[-1])} but there are {token_count} tokens; the last offset must equal the token count"
+            f"{name}[-1]={int(values[-1])} but there are {token_count} tokens; the last offset must equal the token count"
         )
+    return values
 
 
 def _check_unique(ids: list[str], labels: Sequence[str]) -> None:
@@ -395,6 +411,8 @@ def read_records(
     >>> read_records(rows, partition="train").ids
     ('a',)
     """
+    if isinstance(records, (str, bytes, Mapping)) or not isinstance(records, Iterable):
+        raise ConfigError(f"records={_short(records)} is not an iterable of records; pass a list (or iterable) of dicts")
     keep = None if partition is None else Partition.parse(partition)
     docs: list[Document] = []
     labels: list[str] = []
@@ -418,13 +436,7 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Document]]:
                 if not line.strip():
                     continue
                 where = f"{name}:{number}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise DataError(
-                        f"{where}: invalid JSON ({err.msg} at column {err.colno}); write one JSON object per line"
-                    ) from err
-                yield number, _record_document(record, where)
+                yield number, _record_document(decode_record(line, where), where)  # bounded JSON; BOM accepted
         except UnicodeDecodeError as err:
             raise DataError(f"{name}: not UTF-8 text ({err.reason} at byte {err.start}); JSONL files must be UTF-8") from err
 
