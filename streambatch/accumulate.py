@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from more_itertools import spy
 
-from ._checks import is_integer
+from ._checks import SIZE_LIMIT, is_integer, short_repr
 from .errors import AccumulationError
 
 FloatArray = npt.NDArray[np.float64]
@@ -27,15 +27,30 @@ FloatArray = npt.NDArray[np.float64]
 
 def _real(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise AccumulationError(f"{name}={value!r} is not a real number; pass a finite float")
-    result = float(value)
+        raise AccumulationError(f"{name}={short_repr(value)} is not a real number; pass a finite float")
+    try:
+        result = float(value)
+    except OverflowError:  # e.g. an int of hundreds of digits
+        raise AccumulationError(
+            f"{name}={short_repr(value)} is too large for a float; a token's loss must be a finite float"
+        ) from None
     if not math.isfinite(result):
         raise AccumulationError(f"{name}={result!r} is not finite; a token's loss must be a finite float")
     return result
 
 
+def _array(values: Any, name: str) -> npt.NDArray[Any]:
+    """``np.asarray(values)``; ragged or unconvertible input is an `AccumulationError`, not numpy's ValueError."""
+    try:
+        return np.asarray(values)
+    except (ValueError, TypeError, OverflowError) as err:
+        raise AccumulationError(
+            f"{name} cannot be read as a numeric array ({err}); pass a rectangular array of floats (every row the same width)"
+        ) from None
+
+
 def _vector(values: Any, name: str) -> FloatArray:
-    array = np.asarray(values)
+    array = _array(values, name)
     if array.dtype.kind not in "fiu" or array.ndim != 1:
         raise AccumulationError(f"{name} has dtype {array.dtype} and shape {array.shape}; pass a 1-D sequence of floats")
     result = np.array(array, dtype=np.float64)
@@ -158,9 +173,10 @@ class TokenMeanAccumulator:
     __slots__ = ("_gradient_sums", "_loss_sum", "_token_count")
 
     def __init__(self, gradient_width: int) -> None:
-        if not is_integer(gradient_width) or int(gradient_width) <= 0:
+        if not is_integer(gradient_width) or not 0 < int(gradient_width) < SIZE_LIMIT:
             raise AccumulationError(
-                f"gradient_width={gradient_width!r} must be a positive int; pass the number of gradient coordinates"
+                f"gradient_width={short_repr(gradient_width)} must be a positive int below 2**48; "
+                "pass the number of gradient coordinates"
             )
         self._loss_sum = 0.0
         self._gradient_sums: FloatArray = np.zeros(int(gradient_width), dtype=np.float64)
@@ -210,8 +226,8 @@ class TokenMeanAccumulator:
         ``k`` calls of `add_token` in the last bits; use `add_token` when results must
         match a left-to-right sum bit for bit.
         """
-        loss_array = np.asarray(losses)
-        grad_array = np.asarray(gradients)
+        loss_array = _array(losses, "losses")
+        grad_array = _array(gradients, "gradients")
         if loss_array.ndim != 1 or loss_array.dtype.kind not in "fiu":
             raise AccumulationError(f"losses has shape {loss_array.shape} and dtype {loss_array.dtype}; pass a 1-D float array")
         if grad_array.ndim != 2 or grad_array.dtype.kind not in "fiu":
@@ -234,7 +250,7 @@ class TokenMeanAccumulator:
         """Add a pre-summed piece, e.g. after a sum-reduced backward over *token_count* tokens."""
         if not is_integer(token_count) or int(token_count) < 0:
             raise AccumulationError(
-                f"token_count={token_count!r} must be a non-negative int; pass the number of target tokens summed"
+                f"token_count={short_repr(token_count)} must be a non-negative int; pass the number of target tokens summed"
             )
         loss = _real(loss_sum, "loss_sum")
         gradient = _vector(gradient_sum, "gradient_sum")

@@ -44,7 +44,7 @@ class Partition(str, Enum):
             except ValueError:
                 pass
         choices = ", ".join(repr(p.value) for p in cls)
-        raise DataError(f"{where}: partition={value!r} is not one of {choices}; use one of those")
+        raise DataError(f"{where}: partition={short(value)} is not one of {choices}; use one of those")
 
     @property
     def code(self) -> int:
@@ -179,8 +179,7 @@ class DocumentStore:
                 f"offsets has dtype {offs.dtype} and shape {offs.shape}; pass a 1-D integer array "
                 "of len(documents) + 1 offsets starting at 0"
             )
-        offs = offs.astype(np.int64)
-        check_offsets(offs, int(token_array.size), "offsets")
+        offs = check_offsets(offs, int(token_array.size), "offsets")  # uint64 beyond int64 is rejected, not wrapped
         count = offs.size - 1
         if ids is None:
             id_tuple = tuple(str(i) for i in range(count))

@@ -14,14 +14,14 @@ Errors name the file and line (or the row), and what to do.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._json import decode_record
 from .documents import Document, DocumentStore, Partition
-from .errors import DataError
+from .errors import ConfigError, DataError
 from .tokenize import byte_tokenize
 from .validate import check_tokens, short
 
@@ -69,7 +69,7 @@ def iter_records(
     ['b']
     """
     if isinstance(records, (str, bytes, Mapping)) or not isinstance(records, Iterable):
-        raise DataError(f"records={short(records)} is not an iterable of rows; pass a list of dicts or a dataset")
+        raise ConfigError(f"records={short(records)} is not an iterable of rows; pass a list of dicts or a dataset")
     keep, fallback = _keep(partition), Partition.parse(default_partition)
     return _iter_records(records, keep, fallback, source)
 
@@ -103,18 +103,11 @@ def _iter_jsonl(handle: Any, name: str, keep: Partition | None) -> Iterator[Docu
                 if not line.strip():
                     continue
                 where = f"{name}:{number}"
-                doc = record_document(_decode(line, where), where, str(number))
+                doc = record_document(decode_record(line, where), where, str(number))  # bounded JSON
                 if keep is None or doc.partition is keep:
                     yield doc
         except UnicodeDecodeError as err:
             raise DataError(f"{name}: not UTF-8 text ({err.reason} at byte {err.start}); JSONL files must be UTF-8") from err
-
-
-def _decode(line: str, where: str) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as err:
-        raise DataError(f"{where}: invalid JSON ({err.msg} at column {err.colno}); write one JSON object per line") from err
 
 
 def read_jsonl(path: str | os.PathLike[str], *, partition: Partition | str | None = None) -> DocumentStore:

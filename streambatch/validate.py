@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import is_integer
+from ._checks import is_integer, short_repr
 from .errors import DataError, DuplicateIdError
 
 TOKEN_LIMIT = 1 << 32
@@ -55,7 +55,7 @@ def check_tokens(tokens: Any, where: str) -> npt.NDArray[np.uint32]:
         except OverflowError:  # beyond int64: name the first id out of range as given
             position = next(i for i, t in enumerate(items) if not 0 <= int(t) < TOKEN_LIMIT)
             raise DataError(
-                f"{where}: token[{position}]={int(items[position])} is outside [0, 2**32); token ids must fit in uint32"
+                f"{where}: token[{position}]={short(int(items[position]))} is outside [0, 2**32); token ids must fit in uint32"
             ) from None
     if array.size:
         low, high = int(array.min()), int(array.max())
@@ -68,38 +68,56 @@ def check_tokens(tokens: Any, where: str) -> npt.NDArray[np.uint32]:
 
 
 def short(value: Any) -> str:
-    text = repr(value)
+    """``repr(value)`` cut to 40 characters; safe for ints beyond the int-string limit."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond the int-string limit
+        return short_repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_id(value: Any, where: str) -> str:
     """Return a document id if it is a non-empty str, else raise `DataError`."""
     if not isinstance(value, str) or not value:
-        raise DataError(f"{where}: id={value!r} must be a non-empty string; give every document an id")
+        raise DataError(f"{where}: id={short(value)} must be a non-empty string; give every document an id")
     return value
 
 
-def check_offsets(offsets: npt.NDArray[np.int64], token_count: int, name: str) -> None:
-    """Offsets start at 0, never decrease and end at *token_count*; else `DataError`."""
-    # compare, never subtract: differences of int64 offsets can wrap around
-    if offsets.size == 0 or offsets[0] != 0:
-        first = int(offsets[0]) if offsets.size else None
-        raise DataError(f"{name}[0]={first} must be 0; offsets start at the first token")
-    outside = (offsets < 0) | (offsets > token_count)
+def check_offsets(offsets: npt.NDArray[Any], token_count: int, name: str) -> npt.NDArray[np.int64]:
+    """Check integer *offsets* against *token_count* and return them as int64; else `DataError`.
+
+    Only comparisons, no arithmetic (``np.diff`` wraps in int64), so no value can
+    overflow into a valid-looking one: every offset lies in [0, token_count],
+    the first is 0, each is >= the one before and the last is the token count.
+
+    >>> check_offsets(np.array([0, 2**63 - 1, -2, 30]), 30, "offsets")
+    Traceback (most recent call last):
+    ...
+    streambatch.errors.DataError: offsets[1]=9223372036854775807 is outside [0, 30]; every offset must index the tokens
+    """
+    if offsets.size == 0:
+        raise DataError(f"{name} is empty; pass len(documents) + 1 offsets starting at 0")
+    if offsets.dtype.kind == "u" and int(offsets.max()) > np.iinfo(np.int64).max:
+        at = int(np.argmax(offsets > np.uint64(np.iinfo(np.int64).max)))
+        raise DataError(f"{name}[{at}]={int(offsets[at])} is outside [0, {token_count}]; every offset must index the tokens")
+    values = offsets.astype(np.int64)  # exact: every value fits int64 now
+    outside = (values < 0) | (values > token_count)
     if outside.any():
         at = int(np.argmax(outside))
-        raise DataError(f"{name}[{at}]={int(offsets[at])} is outside [0, {token_count}]; every offset must point into the tokens")
-    falling = offsets[1:] < offsets[:-1]
-    if falling.any():
-        at = int(np.argmax(falling))
+        raise DataError(f"{name}[{at}]={int(values[at])} is outside [0, {token_count}]; every offset must index the tokens")
+    if values[0] != 0:
+        raise DataError(f"{name}[0]={int(values[0])} must be 0; offsets start at the first token")
+    down = values[1:] < values[:-1]
+    if down.any():
+        at = int(np.argmax(down))
         raise DataError(
-            f"{name}[{at + 1}]={int(offsets[at + 1])} is less than {name}[{at}]={int(offsets[at])}; "
-            "offsets must be non-decreasing"
+            f"{name}[{at + 1}]={int(values[at + 1])} is less than {name}[{at}]={int(values[at])}; offsets must be non-decreasing"
         )
-    if int(offsets[-1]) != token_count:
+    if int(values[-1]) != token_count:
         raise DataError(
-            f"{name}[-1]={int(offsets[-1])} but there are {token_count} tokens; the last offset must equal the token count"
+            f"{name}[-1]={int(values[-1])} but there are {token_count} tokens; the last offset must equal the token count"
         )
+    return values
 
 
 def check_unique(ids: list[str], labels: Sequence[str]) -> None:

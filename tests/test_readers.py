@@ -53,7 +53,7 @@ def test_iter_records_errors(rows: list[object], message: str) -> None:
 def test_iter_records_rejects_what_is_not_rows() -> None:
     """A number or a single dict is not an iterable of rows."""
     for bad in (5, {"tokens": [1]}, "abc"):
-        with pytest.raises(sb.DataError, match="is not an iterable of rows"):
+        with pytest.raises(sb.ConfigError, match="is not an iterable of rows"):
             sb.iter_records(bad)  # type: ignore[arg-type]
 
 

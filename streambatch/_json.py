@@ -1,0 +1,117 @@
+"""Bounded, checked JSON decoding for every JSON streambatch reads (JSONL records, store headers, ids).
+
+The standard library's ``json`` turns hostile input into exceptions of the wrong
+kind: an integer literal of thousands of digits hits Python's int-string limit
+(``ValueError``) and deeply nested arrays raise ``RecursionError``.  Here every
+document is decoded by ``msgspec``, which bounds both (integers of more than
+4,300 digits are refused; nesting is limited by the interpreter's recursion
+limit and fails cleanly), and every failure becomes a `DataError` (or the
+caller's subclass, e.g. `StoreError`) naming where, the JSON path
+(``$.tokens[0]``) and what to do.  A UTF-8 byte-order mark at the start is
+accepted and dropped.
+
+>>> decode_record(b'{"id": "a", "partition": "train", "input_ids": [1, 2]}', "docs.jsonl:1")
+{'id': 'a', 'partition': 'train', 'tokens': [1, 2]}
+>>> decode_record(b'{"id": "a", "tokens": [1, 1' + b"0" * 5000 + b"]}", "docs.jsonl:2")
+Traceback (most recent call last):
+...
+streambatch.errors.DataError: docs.jsonl:2: invalid JSON value at $.tokens[1] (Integer value out of range); ...
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .errors import DataError
+
+BOM = "\ufeff"
+HEADER_LIMIT = 64 << 20  # bytes: a store header is a few kB; ids beyond the inline limit live in ids.jsonl
+
+
+class _TokenRecord(msgspec.Struct):
+    """One JSONL token document; unknown fields (e.g. ``text``, ``attention_mask``) are skipped unbuilt."""
+
+    id: Any = msgspec.UNSET
+    partition: Any = msgspec.UNSET
+    tokens: Any = msgspec.UNSET
+    input_ids: Any = msgspec.UNSET  # Hugging Face rows name their tokens input_ids
+
+
+_ANY = msgspec.json.Decoder()
+_RECORD = msgspec.json.Decoder(_TokenRecord)
+_STRING = msgspec.json.Decoder(str)
+
+
+def _strip_bom(data: bytes | str) -> bytes | str:
+    if isinstance(data, str):
+        return data[1:] if data.startswith(BOM) else data
+    return data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | str, where: str, fix: str, error: type[DataError]) -> Any:
+    try:
+        return decoder.decode(_strip_bom(data))
+    except msgspec.ValidationError as err:  # well-formed JSON, unacceptable value: name the JSON path
+        reason, _, path = str(err).partition(" - at `")
+        raise error(f"{where}: invalid JSON value at {path.rstrip('`') or '$'} ({reason}); {fix}") from None
+    except msgspec.DecodeError as err:
+        raise error(f"{where}: invalid JSON ({err}); {fix}") from None
+    except RecursionError:
+        raise error(f"{where}: invalid JSON (nested too deeply); {fix}") from None
+    except UnicodeEncodeError as err:  # a str argument holding lone surrogates
+        raise error(f"{where}: invalid text ({err.reason}); {fix}") from None
+
+
+def decode_json(data: bytes | str, where: str, what: str, *, error: type[DataError] = DataError) -> Any:
+    """Decode one JSON document of any shape; failures raise *error* naming *where* and *what*.
+
+    >>> decode_json(b'{"a": [1]}', "header.json", "the store header")
+    {'a': [1]}
+    """
+    return _decode(_ANY, data, where, f"{what} must be valid JSON", error)
+
+
+def decode_string(data: bytes | str, where: str, what: str, *, error: type[DataError] = DataError) -> str:
+    """Decode one JSON string (e.g. a line of a store's ids.jsonl).
+
+    >>> decode_string(b'"doc-1"', "ids.jsonl:1", "a document id")
+    'doc-1'
+    """
+    value: str = _decode(_STRING, data, where, f"{what} must be one JSON string", error)
+    return value
+
+
+def decode_record(line: bytes | str, where: str) -> dict[str, Any]:
+    """Decode one JSONL token record into a dict of the fields present among ``id``, ``partition``, ``tokens``.
+
+    ``input_ids`` stands in for ``tokens`` when ``tokens`` is absent.  Other fields
+    are skipped.  The values are not validated here (`Document` does that); only
+    the JSON itself is.
+    """
+    fix = 'write one JSON object per line: {"id": ..., "partition": ..., "tokens": [...]}'
+    try:
+        record: _TokenRecord = _decode(_RECORD, line, where, fix, DataError)
+    except DataError:
+        value = _try_any(line)
+        if value is not _INVALID and not isinstance(value, dict):
+            raise DataError(
+                f"{where}: got {type(value).__name__}; each record must be an object with id, partition, tokens"
+            ) from None
+        raise
+    if record.tokens is msgspec.UNSET and record.input_ids is not msgspec.UNSET:
+        record.tokens = record.input_ids
+    fields = {"id": record.id, "partition": record.partition, "tokens": record.tokens}
+    return {key: value for key, value in fields.items() if value is not msgspec.UNSET}
+
+
+_INVALID = object()
+
+
+def _try_any(line: bytes | str) -> Any:
+    """The line decoded without a schema, or `_INVALID` when it is not valid JSON at all."""
+    try:
+        return _ANY.decode(_strip_bom(line))
+    except (msgspec.MsgspecError, RecursionError, UnicodeError):
+        return _INVALID
