@@ -293,7 +293,8 @@ class DocumentStore:
             raise PartitionError(
                 f"document id={self.ids[index]!r} (document index {index}) is in partition "
                 f"{self.partition(index).value!r}, not the epoch's {wanted.value!r}; keep one partition "
-                f"per epoch (store.select({wanted.value!r}) or the reader's partition= filter)"
+                f"per epoch: on the command line add --keep-partition (with --partition {wanted.value}); in Python "
+                f"use store.select({wanted.value!r}) or the reader's partition= filter"
             )
         return wanted
 

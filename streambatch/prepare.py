@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .documents import DocumentStore, Partition
+from .errors import ConfigError
+from .validate import short
 from .readers import Tokenizer, input_files, iter_jsonl, text_units, tokenize_checked
 from .store import StoreWriter
 from .tokenize import byte_tokenize
@@ -35,6 +37,13 @@ def prepare_store(
     A progress bar (tqdm, when installed) runs on stderr unless *quiet* or stderr is
     not a terminal.
     """
+    if not isinstance(output, (str, os.PathLike)):
+        raise ConfigError(
+            f"output={short(output)} is not a path; the order is prepare_store(inputs, output) "
+            "(write_store takes (path, documents))"
+        )
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
     tokenize = tokenizer or byte_tokenize
     default_partition = Partition.parse(partition)
     files = input_files(inputs)

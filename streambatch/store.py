@@ -53,7 +53,7 @@ import numpy.typing as npt
 from ._checks import short_repr
 from ._json import HEADER_LIMIT, decode_json, decode_string
 from .documents import PARTITIONS, Document, DocumentStore, Partition
-from .errors import DataError, DuplicateIdError, StoreError
+from .errors import ConfigError, DataError, DuplicateIdError, StoreError
 from .validate import check_id, check_offsets, check_tokens, check_unique
 
 FORMAT = "streambatch.store"
@@ -464,6 +464,11 @@ def _remove_stale_temporaries(path: Path) -> None:
 
 def write_store(path: str | os.PathLike[str], documents: DocumentStore | Iterable[Document]) -> DocumentStore:
     """Write documents (or an in-memory store) to *path* atomically; returns the opened store."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(
+            f"path={short_repr(path)} is not a path; the order is write_store(path, documents) "
+            "(prepare_store takes (inputs, output))"
+        )
     with StoreWriter(path) as writer:
         if isinstance(documents, DocumentStore):
             for i in range(len(documents)):

@@ -99,3 +99,26 @@ def test_selected_view_has_no_flat_offsets() -> None:
     assert [0, 1, 2, 3] == store.offsets.tolist()
     with pytest.raises(sb.DataError, match="not contiguous"):
         _ = store.select("train").offsets
+
+
+def test_swapped_store_arguments_say_the_order(tmp_path: Path) -> None:
+    """write_store(path, docs) and prepare_store(inputs, output) swapped: a ConfigError naming the order."""
+    docs = [sb.Document("a", "train", [1, 2, 3])]
+    with pytest.raises(sb.ConfigError, match=r"write_store\(path, documents\)"):
+        sb.write_store(docs, tmp_path / "s")  # type: ignore[arg-type]
+    (tmp_path / "in.txt").write_text("hi")
+    with pytest.raises(sb.ConfigError, match=r"prepare_store\(inputs, output\)"):
+        sb.prepare_store(tmp_path / "s", [tmp_path / "in.txt"])  # type: ignore[arg-type]
+
+
+def test_cli_messages_have_one_prefix_and_a_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """Usage errors print one 'streambatch: error:' prefix; --version prints the version."""
+    from streambatch.cli import main
+
+    assert main(["epoch", "x.jsonl", "-T", "2", "-B", "3", "--seed", "1", "--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("streambatch") == 2  # the prefix and "see streambatch --help"
+    assert err.startswith("streambatch: error: unrecognized arguments: --bogus")
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out == f"streambatch {sb.__version__}\n"

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any, NoReturn
 
-from .. import chapter
+from .. import __version__, chapter
 from .._atomic import atomic_text
 from ..batch import MiniBatch
 from ..documents import Partition
@@ -27,7 +27,8 @@ EXIT_USAGE = 2
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not usage + message
-        raise StreamBatchError(f"{self.prog}: {message} (see --help)")
+        command = self.prog.removeprefix("streambatch").strip()  # main() adds the "streambatch: " prefix
+        raise StreamBatchError(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)")
 
 
 def batch_record(batch: MiniBatch) -> dict[str, Any]:
@@ -95,6 +96,7 @@ def _uint64(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used by ``--help``)."""
     parser = _Parser(prog="streambatch", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"streambatch {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = commands.add_parser("demo", help="print the chapter's worked epoch (report, or --trace)")
