@@ -17,10 +17,10 @@ from typing import Any
 
 from .documents import DocumentStore, Partition
 from .errors import ConfigError
-from .validate import short
 from .readers import Tokenizer, input_files, iter_jsonl, text_units, tokenize_checked
 from .store import StoreWriter
 from .tokenize import byte_tokenize
+from .validate import short
 
 
 def prepare_store(
