@@ -8,6 +8,7 @@ produce documents live in `streambatch.readers`, their checks in
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ConfigError, DataError, PartitionError
+from .errors import ConfigError, DataError, PartitionError, StoreError
 from .validate import check_id, check_offsets, check_tokens, check_unique, short
 
 TokenArray = npt.NDArray[np.uint32] | npt.NDArray[np.uint16]
@@ -232,7 +233,7 @@ class DocumentStore:
         # started with "spawn"), never as a copy of its tokens
         tokens = self.tokens
         if isinstance(tokens, np.memmap) and tokens.filename is not None and tokens.offset == 0:
-            spec = (str(tokens.filename), tokens.dtype.str, int(tokens.size))
+            spec = (str(tokens.filename), tokens.dtype.str, int(tokens.size), getattr(tokens, "identity", None))
             fields = (self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint)
             return (_reopen_memmap, (spec, *fields))
         return (DocumentStore._frozen, (tokens, self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint))
@@ -299,9 +300,18 @@ class DocumentStore:
         return wanted
 
 
-def _reopen_memmap(spec: tuple[str, str, int], *fields: Any) -> DocumentStore:
-    filename, dtype, size = spec
-    tokens = np.memmap(filename, dtype=np.dtype(dtype), mode="r", shape=(size,))
+def _reopen_memmap(spec: tuple[str, str, int, Any], *fields: Any) -> DocumentStore:
+    filename, dtype, size, identity = spec
+    with open(filename, "rb") as handle:
+        stat = os.fstat(handle.fileno())
+        if identity is not None and (stat.st_dev, stat.st_ino) != tuple(identity):
+            raise StoreError(
+                f"{filename}: the store was replaced after this process opened it (a pickled store, e.g. in a "
+                "DataLoader worker, must map the same files); reopen it with streambatch.open_store"
+            )
+        tokens = np.memmap(handle, dtype=np.dtype(dtype), mode="r", shape=(size,))
+    tokens.filename = filename
+    tokens.identity = identity  # type: ignore[attr-defined]
     return DocumentStore._frozen(tokens, *fields)
 
 

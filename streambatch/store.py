@@ -609,6 +609,8 @@ def _open_at(dfd: int, root: Path, verify: bool) -> DocumentStore:
         if tokens_count:
             tokens = np.memmap(tokens_file, dtype=dtype, mode="r", shape=(tokens_count,))
             tokens.filename = os.path.abspath(root / TOKENS)  # pickles by name (see DocumentStore.__reduce__)
+            stat = os.fstat(tokens_file.fileno())
+            tokens.identity = (stat.st_dev, stat.st_ino)  # reopened only if unchanged
     return DocumentStore._frozen(tokens, offsets[:-1].copy(), np.diff(offsets), tuple(ids), codes, fingerprint)
 
 

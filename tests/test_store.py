@@ -316,3 +316,18 @@ def test_writer_rejects_uint64_ids_beyond_uint32(tmp_path: Path) -> None:
             writer.add("a", "train", np.array([1, 2**32], dtype=np.uint64))
         writer.abort()
     assert [] == list(tmp_path.iterdir())
+
+
+def test_pickled_store_refuses_a_replaced_store(tmp_path: Path) -> None:
+    """A pickled memory-mapped store reopens its file by name only if it is still the same file."""
+    import pickle
+
+    path = tmp_path / "s"
+    store = write_store(path, [sb.Document("a", "train", [1, 2, 3])])
+    again = pickle.loads(pickle.dumps(store))
+    assert again.tokens.tolist() == [1, 2, 3]
+    assert isinstance(again.tokens, np.memmap)
+    blob = pickle.dumps(store)
+    write_store(path, [sb.Document("b", "train", [4, 5, 6, 7])])
+    with pytest.raises(StoreError, match="the store was replaced after this process opened it"):
+        pickle.loads(blob)
