@@ -11,7 +11,8 @@ The stages, each a plain function, chained lazily::
     batches = sb.materialize(chunks)                             # MiniBatch: the only token copy
     mean    = sb.token_mean(sums)                                # fold raw sums, divide once
 
-`Epoch` composes exactly these stages.
+`Epoch` composes exactly these stages; `Run` schedules epochs and makes its
+position the checkpoint (``state_dict`` / ``load_state_dict``).
 
 >>> import streambatch as sb
 >>> epoch = sb.Epoch([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2, batch_size=2)
@@ -32,12 +33,14 @@ from .errors import (
     OutOfRangeError,
     PartitionError,
     RowIndexError,
+    StateError,
     StoreError,
     StreamBatchError,
 )
 from .materializing import Batches, materialize, materialize_one
 from .prepare import prepare_store
 from .readers import iter_jsonl, iter_records, iter_text, read_jsonl, read_records
+from .run import Run
 from .shuffling import shuffle, shuffled_order
 from .store import StoreWriter, open_store, write_store
 from .tokenize import byte_detokenize, byte_tokenize
@@ -60,6 +63,8 @@ __all__ = [
     "Partition",
     "PartitionError",
     "RowIndexError",
+    "Run",
+    "StateError",
     "StoreError",
     "StoreWriter",
     "StreamBatchError",

@@ -37,9 +37,11 @@ class MiniBatch:
     ``inputs`` and ``targets`` are C-contiguous numpy arrays in the store's token
     dtype (uint16 or uint32).  ``positions`` holds each row's first token in the
     store; provenance (document index, start, id) is resolved from it on demand.
+    ``(epoch, index)`` is the batch's place in a run (`streambatch.Run`); a batch
+    of a lone `Epoch` has ``epoch`` 0.
     """
 
-    __slots__ = ("_located", "index", "inputs", "positions", "space", "targets")
+    __slots__ = ("_located", "epoch", "index", "inputs", "positions", "space", "targets")
 
     def __init__(
         self,
@@ -48,7 +50,9 @@ class MiniBatch:
         targets: npt.NDArray[Any],
         positions: npt.NDArray[Any],
         space: WindowSpace,
+        epoch: int = 0,
     ) -> None:
+        self.epoch = epoch
         self.index = index
         self.inputs = inputs
         self.targets = targets
@@ -151,7 +155,8 @@ class MiniBatch:
         if not isinstance(other, MiniBatch):
             return NotImplemented
         return (
-            self.index == other.index
+            self.epoch == other.epoch
+            and self.index == other.index
             and self.partitions == other.partitions
             and np.array_equal(self.inputs, other.inputs)
             and np.array_equal(self.targets, other.targets)
@@ -163,4 +168,5 @@ class MiniBatch:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"MiniBatch(index={self.index}, shape={self.shape})"
+        epoch = f"epoch={self.epoch}, " if self.epoch else ""
+        return f"MiniBatch({epoch}index={self.index}, shape={self.shape})"

@@ -26,12 +26,21 @@ from .windowing import WindowConfig, WindowIndex, Windows, windows
 def derive_seed(seed: int, epoch: int) -> int:
     """The shuffle seed of epoch *epoch* of a run seeded with *seed*; epoch 0 uses *seed* itself.
 
+    Epoch ``e > 0`` takes SplitMix64 draw number ``e`` from *seed*, so every
+    epoch's order follows from the run seed and the epoch number alone.
+
     >>> derive_seed(7, 0), derive_seed(7, 1) != derive_seed(7, 2)
     (7, True)
+    >>> derive_seed(7, -1)
+    Traceback (most recent call last):
+    ...
+    streambatch.errors.ConfigError: epoch=-1 must be a non-negative int; pass the epoch number (0 for the first)
     """
-    if epoch == 0:
-        return seed
-    return int(splitmix64_draws(seed, epoch, 1)[0])
+    checked = check_seed(seed)
+    number = check_non_negative(epoch, "epoch", "the epoch number (0 for the first)")
+    if number == 0:
+        return checked
+    return int(splitmix64_draws(checked, number, 1)[0])
 
 
 class Epoch:

@@ -41,3 +41,7 @@ class AccumulationError(StreamBatchError):
 
 class RowIndexError(OutOfRangeError):
     """A batch row index is out of range (also an `IndexError`)."""
+
+
+class StateError(StreamBatchError):
+    """A saved run position is malformed or belongs to another run (corpus, configuration, seed, version)."""

@@ -17,8 +17,10 @@ count.  Never average per-piece means.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from multiprocessing.context import get_spawning_popen
+from multiprocessing.sharedctypes import RawArray
 from typing import Any
 
 import torch
@@ -26,11 +28,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ._checks import check_non_negative, check_positive
+from ._checks import check_non_negative, check_positive, is_integer
 from .accumulate import TokenSums
 from .batch import MiniBatch
-from .epoch import Epoch, derive_seed
-from .errors import ConfigError
+from .epoch import Epoch
+from .errors import ConfigError, OutOfRangeError, StateError
+from .run import Run
+from .validate import short
 
 LossSum = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -51,12 +55,13 @@ def as_tensors(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) -> t
 
 @dataclass
 class TensorBatch:
-    """A batch as tensors, with its global index; DataLoader's ``pin_memory`` understands it."""
+    """A batch as tensors, with its place in the run; DataLoader's ``pin_memory`` understands it."""
 
     index: int
     inputs: torch.Tensor
     targets: torch.Tensor
     positions: torch.Tensor
+    epoch: int = 0
 
     @property
     def width(self) -> int:
@@ -70,7 +75,7 @@ class TensorBatch:
 
     def pin_memory(self) -> TensorBatch:
         """Page-locked copies, for fast host-to-device transfer (called by DataLoader(pin_memory=True))."""
-        return TensorBatch(self.index, self.inputs.pin_memory(), self.targets.pin_memory(), self.positions)
+        return TensorBatch(self.index, self.inputs.pin_memory(), self.targets.pin_memory(), self.positions, self.epoch)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> TensorBatch:
         """Move the token tensors to *device*."""
@@ -79,16 +84,196 @@ class TensorBatch:
             self.inputs.to(device, non_blocking=non_blocking),
             self.targets.to(device, non_blocking=non_blocking),
             self.positions,
+            self.epoch,
         )
 
 
 def tensor_batch(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) -> TensorBatch:
     """Wrap a `MiniBatch` as a `TensorBatch` (see `as_tensors` for *dtype*)."""
     inputs, targets = as_tensors(batch, dtype=dtype)
-    return TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions))
+    return TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch)
 
 
-class EpochDataset(IterableDataset[TensorBatch]):
+class _SharedPosition:
+    """``(epoch, batch, pending)`` in shared memory, made once by a dataset's constructor.
+
+    DataLoader workers get this very memory (inherited when forked, passed as a file
+    descriptor while a worker is spawned), so what the main process sets reaches
+    persistent workers at their next iteration.  Pickled any other way (a deep
+    copy, say) it becomes a private snapshot.
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self, epoch: int, batch: int, pending: bool) -> None:
+        self._values = RawArray("q", [epoch, batch, int(pending)])
+
+    def get(self) -> tuple[int, int, bool]:
+        epoch, batch, pending = self._values
+        return int(epoch), int(batch), bool(pending)
+
+    def set(self, epoch: int, batch: int, pending: bool) -> None:
+        self._values[0], self._values[1], self._values[2] = epoch, batch, int(pending)
+
+    def clear_pending(self) -> None:
+        self._values[2] = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        if get_spawning_popen() is not None:  # starting a worker process: share the memory itself
+            return {"shared": self._values}
+        return {"snapshot": list(self._values)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._values = state["shared"] if "shared" in state else RawArray("q", state["snapshot"])
+
+
+WORKER_STATE_FORMAT = "streambatch.worker"
+WORKER_STATE_VERSION = 1
+_WORKER_STATE_KEYS = ("format", "version", "run", "stop", "worker", "last")
+
+
+class _RunShare(IterableDataset[TensorBatch]):
+    """A stretch of a run's global batches, strided over DataLoader workers, split over ranks.
+
+    DataLoader worker ``k`` of ``W`` yields global batches ``s + k, s + k + W, ...``
+    from the start ``s``; the DataLoader takes one item from each worker in turn,
+    so they arrive in the run's order for any number of workers.  The start lives
+    in shared memory (`_SharedPosition`), read at each iteration, so it reaches
+    persistent workers too.  ``state_dict``/``load_state_dict`` give each worker's
+    exact place (the global batch it yielded last) to torchdata's
+    ``StatefulDataLoader``.
+    """
+
+    def __init__(
+        self, run: Run, *, rank: int, world_size: int, dtype: torch.dtype | None, epoch: int, batch: int, pending: bool
+    ) -> None:
+        super().__init__()
+        if dtype is not None and not isinstance(dtype, torch.dtype):
+            raise ConfigError(
+                f"dtype={dtype!r} is not a torch.dtype; pass e.g. torch.long, or None for the store's dtype (zero-copy)"
+            )
+        first = run.epoch(epoch)
+        first.batches(rank=rank, world_size=world_size)  # validates rank and world_size now
+        first.shuffle_state_after  # noqa: B018 - plan now, in the parent process: forked workers share it
+        run.fingerprint  # noqa: B018 - hash an in-memory corpus once, here, not in every worker
+        self.run = run
+        self.rank, self.world_size = rank, world_size
+        self.dtype = dtype
+        self._shared = _SharedPosition(epoch, batch, pending)
+        self._restored: tuple[int, int | None, int | None] | None = None
+        self._origin: int | None = None
+        self._stop: int | None = None
+        self._share = (0, 1)
+        self._last: int | None = None
+
+    def _stop_for(self, epoch: int) -> int | None:
+        """The global batch an iteration that starts in *epoch* stops before (None: the run's end)."""
+        return None
+
+    def _check_pair(self, epoch: Any, batch: Any) -> tuple[int, int]:
+        number = check_non_negative(epoch, "epoch", "the epoch number (0 for the first)")
+        count = self.run.batches_per_epoch
+        if not is_integer(batch) or not 0 <= int(batch) <= count:
+            raise OutOfRangeError(
+                f"batch={batch!r} must be an int in [0, {count}] (batches per epoch); pass the batches already consumed"
+            )
+        return number, int(batch)
+
+    def set_position(self, epoch: int, batch: int) -> None:
+        """Start the next iteration at batch *batch* of epoch *epoch* (reaches persistent workers too)."""
+        number, start = self._check_pair(epoch, batch)
+        self._shared.set(number, start, True)
+        self.run.epoch(number).shuffle_state_after  # noqa: B018 - plan in the parent process
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(epoch, batch)`` where the next iteration starts."""
+        epoch, batch, _ = self._shared.get()
+        return epoch, batch
+
+    def __iter__(self) -> Iterator[TensorBatch]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        if self._restored is not None:  # StatefulDataLoader.load_state_dict gave this worker its place
+            origin, stop, last = self._restored
+            self._restored = None
+        else:
+            epoch, batch, _ = self._shared.get()
+            origin, stop, last = self.run.step_of(epoch, batch), self._stop_for(epoch), None
+        self._shared.clear_pending()
+        self._origin, self._stop, self._share, self._last = origin, stop, (worker, workers), last
+        first = origin + worker if last is None else last + workers
+        batches = self.run.iter_steps(first, stop, workers, rank=self.rank, world_size=self.world_size)
+        return self._tensors(batches)
+
+    def _tensors(self, batches: Iterator[MiniBatch]) -> Iterator[TensorBatch]:
+        for batch in batches:
+            self._last = self.run.step_of(batch.epoch, batch.index)  # before yielding: the state counts it
+            yield tensor_batch(batch, dtype=self.dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        """This worker's exact place, for ``StatefulDataLoader`` (JSON-serializable).
+
+        ``run``: the run state at the iteration's start; ``stop``: where it ends
+        (None: the run's end); ``worker``: ``[id, num_workers]``; ``last``: the
+        global ``[epoch, batch]`` this worker yielded last (None: none yet).
+        """
+        if self._origin is None:
+            epoch, batch, _ = self._shared.get()
+            origin, stop = self.run.step_of(epoch, batch), self._stop_for(epoch)
+        else:
+            origin, stop = self._origin, self._stop
+        position = self.run.position_of
+        return {
+            "format": WORKER_STATE_FORMAT,
+            "version": WORKER_STATE_VERSION,
+            "run": self.run._state(*position(origin)),
+            "stop": None if stop is None else list(position(stop)),
+            "worker": list(self._share),
+            "last": None if self._last is None else list(position(self._last)),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume this worker where `state_dict` left it (the next iteration continues after ``last``).
+
+        Refuses (`StateError`) a state of another run, another worker or worker
+        count, or a malformed one; a refused state changes nothing.
+        """
+        if not isinstance(state, Mapping) or state.get("format") != WORKER_STATE_FORMAT:
+            raise StateError(
+                f"state={short(state)} is not a {WORKER_STATE_FORMAT!r} state; pass what this dataset's state_dict() returned"
+            )
+        if state.get("version") != WORKER_STATE_VERSION:
+            raise StateError(
+                f"state version={state.get('version')!r} but this streambatch reads version {WORKER_STATE_VERSION}; "
+                "resume with the streambatch that wrote it"
+            )
+        keys = sorted(set(state) ^ set(_WORKER_STATE_KEYS))
+        if keys:
+            raise StateError(f"state has missing or unknown key(s) {', '.join(map(repr, keys))}; pass a state_dict() unchanged")
+        origin = self.run.step_of(*self.run.check_state(state["run"]))
+        info = get_worker_info()
+        share = [0, 1] if info is None else [info.id, info.num_workers]
+        if state["worker"] != share:
+            raise StateError(
+                f"state worker={state['worker']!r} but this is worker {share} ([id, num_workers]); resume with the same "
+                "num_workers, or resume the run itself (Run.load_state_dict of RunDataset.state_after(batch)) for another"
+            )
+        stop = None if state["stop"] is None else self._step(state["stop"], "stop")
+        last = None if state["last"] is None else self._step(state["last"], "last")
+        if last is not None and (last < origin + share[0] or (last - origin - share[0]) % share[1]):
+            raise StateError(
+                f"state last={state['last']!r} is not a batch of worker {share}'s share; pass a state_dict() unchanged"
+            )
+        self._restored = (origin, stop, last)
+
+    def _step(self, pair: Any, name: str) -> int:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise StateError(f"state {name}={pair!r} must be [epoch, batch]; pass a state_dict() unchanged")
+        return self.run.step_of(*self.run._check_position(pair[0], pair[1], f"state {name} ", StateError))
+
+
+class EpochDataset(_RunShare):
     """An `IterableDataset` of whole batches of one epoch (use ``DataLoader(ds, batch_size=None)``).
 
     DataLoader worker ``k`` of ``W`` yields global batches ``k, k + W, ...``; read
@@ -96,10 +281,20 @@ class EpochDataset(IterableDataset[TensorBatch]):
     they arrive in the epoch's order, for any number of workers.  With
     *world_size* > 1 every rank sees every global batch but holds only its own
     rows (see `Epoch.iter_batches`), so all ranks step through the same batches.
-    `set_epoch` reshuffles for the next epoch with a seed derived from the run seed.
 
-    The shuffle plan is computed in the constructing process, so forked workers
-    share it instead of recomputing it.
+    *epoch* is epoch 0 of a run seeded with its seed; `set_epoch` switches to
+    another epoch of that run (same windows, the order of ``derive_seed``).
+    *start_batch* skips the batches a resumed run already consumed, by indexing
+    (nothing is replayed).  An explicit start (*start_batch*, `set_position`)
+    holds until an iteration begins, so ``EpochDataset(epoch, start_batch=200)``
+    then ``set_epoch(3)`` starts epoch 3 at batch 200; once the dataset has been
+    iterated, `set_epoch` to another epoch starts that epoch at batch 0.  Epoch and
+    start reach persistent workers (``persistent_workers=True``) at their next
+    iteration.  ``StatefulDataLoader`` (torchdata) saves and restores each
+    worker's exact place through `state_dict`/`load_state_dict`.
+
+    The shuffle plan is computed in the constructing process (and by `set_epoch`),
+    so forked workers share it instead of recomputing it.
     """
 
     def __init__(
@@ -111,36 +306,89 @@ class EpochDataset(IterableDataset[TensorBatch]):
         dtype: torch.dtype | None = torch.long,
         start_batch: int = 0,
     ) -> None:
-        super().__init__()
         if not isinstance(epoch, Epoch):
             raise ConfigError(f"epoch={epoch!r} is not a streambatch.Epoch; build one with sb.Epoch(store, ...)")
-        epoch.iter_batches(rank=rank, world_size=world_size)  # validates rank and world_size now
-        self.run_seed = epoch.seed
-        self.rank, self.world_size = rank, world_size
-        self.dtype = dtype
-        self.start_batch = check_non_negative(start_batch, "start_batch", "the number of batches already consumed")
-        self.epoch_number = 0
-        self.epoch = epoch
-        epoch.shuffle_state_after  # noqa: B018 - plan now, in the parent process
+        start = check_non_negative(start_batch, "start_batch", "the number of batches already consumed")
+        if start > epoch.batch_count:
+            raise OutOfRangeError(
+                f"start_batch={start} is beyond the epoch's {epoch.batch_count} batches; "
+                f"pass 0 <= start_batch <= {epoch.batch_count}"
+            )
+        super().__init__(Run.from_epoch(epoch), rank=rank, world_size=world_size, dtype=dtype, epoch=0, batch=start, pending=True)
+
+    def _stop_for(self, epoch: int) -> int | None:
+        return self.run.step_of(epoch + 1, 0)
+
+    @property
+    def run_seed(self) -> int | None:
+        """The seed of epoch 0; epoch *e* is shuffled with ``derive_seed(run_seed, e)``."""
+        return self.run.seed
+
+    @property
+    def epoch_number(self) -> int:
+        """The epoch the next iteration yields."""
+        return self.position[0]
+
+    @property
+    def start_batch(self) -> int:
+        """The batch the next iteration starts at."""
+        return self.position[1]
+
+    @property
+    def epoch(self) -> Epoch:
+        """The `Epoch` the next iteration yields."""
+        return self.run.epoch(self.epoch_number)
 
     def set_epoch(self, epoch: int) -> None:
-        """Switch to epoch *epoch* of the run (same windows, a new seeded order)."""
+        """Switch to epoch *epoch* of the run (same windows, a new seeded order).
+
+        An explicit start that no iteration has used yet is kept; otherwise the new
+        epoch starts at batch 0.  Setting the current epoch again changes nothing.
+        """
         number = check_non_negative(epoch, "epoch", "the epoch number")
-        if number == self.epoch_number:
+        current, start, pending = self._shared.get()
+        if number == current:
             return
-        self.epoch = self.epoch.reseeded(None if self.run_seed is None else derive_seed(self.run_seed, number))
-        self.epoch.shuffle_state_after  # noqa: B018
-        self.epoch_number = number
-        self.start_batch = 0
+        self._shared.set(number, start if pending else 0, pending)
+        self.run.epoch(number).shuffle_state_after  # noqa: B018 - plan in the parent process
 
     def __len__(self) -> int:
-        return max(self.epoch.batch_count - self.start_batch, 0)
+        return max(self.run.batches_per_epoch - self.start_batch, 0)
 
-    def __iter__(self) -> Iterator[TensorBatch]:
-        info = get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        batches = self.epoch.iter_batches(self.start_batch + worker, step=workers, rank=self.rank, world_size=self.world_size)
-        return (tensor_batch(b, dtype=self.dtype) for b in batches)
+
+class RunDataset(_RunShare):
+    """An `IterableDataset` of a whole `Run` from its position: epoch after epoch, one DataLoader pass.
+
+    Worker ``k`` of ``W`` takes the run's global batches ``s + k, s + k + W, ...``
+    across epoch boundaries, so the DataLoader yields the run's own order for any
+    number of workers; with *world_size* > 1 each rank holds its rows of every
+    global batch.  Batches carry ``(epoch, index)``; `state_after` gives the run
+    state after a batch, the same on every rank and for any worker count (the
+    elastic checkpoint).  ``StatefulDataLoader`` works as is through
+    `state_dict`/`load_state_dict` (same worker count).  Load a run's state before
+    building its dataset, or move the dataset with `set_position`.
+
+    >>> import streambatch as sb, streambatch.torch as sbt
+    >>> run = sb.Run([sb.Document("a", "train", range(7))], context_length=2, batch_size=2, seed=1, epochs=2)
+    >>> [(b.epoch, b.index, b.width) for b in sbt.RunDataset(run)]
+    [(0, 0, 2), (0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 1, 2), (1, 2, 1)]
+    """
+
+    def __init__(self, run: Run, *, rank: int = 0, world_size: int = 1, dtype: torch.dtype | None = torch.long) -> None:
+        if not isinstance(run, Run):
+            raise ConfigError(f"run={short(run)} is not a streambatch.Run; build one with sb.Run(store, ...)")
+        epoch, batch = run.position
+        super().__init__(run, rank=rank, world_size=world_size, dtype=dtype, epoch=epoch, batch=batch, pending=False)
+
+    def state_after(self, batch: TensorBatch | MiniBatch) -> dict[str, Any]:
+        """The run state right after *batch* (see `Run.state_after`): what to save once a step is done."""
+        return self.run.state_after(batch)
+
+    def __len__(self) -> int:
+        if self.run.epochs is None:
+            raise TypeError("an endless run has no length; pass epochs= to sb.Run for a finite schedule")
+        epoch, batch = self.position
+        return max(self.run.epochs * self.run.batches_per_epoch - self.run.step_of(epoch, batch), 0)
 
 
 def micro_batches(inputs: torch.Tensor, targets: torch.Tensor, max_rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -249,6 +497,7 @@ def relative_error(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tens
 
 __all__ = [
     "EpochDataset",
+    "RunDataset",
     "StepResult",
     "TensorBatch",
     "as_tensors",

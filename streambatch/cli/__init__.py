@@ -6,23 +6,18 @@ Bad input anywhere: one line on stderr, exit status 2, no traceback, no partial 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import IO, Any, NoReturn
+from collections.abc import Sequence
+from typing import IO, NoReturn
 
 from .. import __version__, chapter
-from .._atomic import atomic_text
-from ..batch import MiniBatch
-from ..documents import Partition
-from ..epoch import Epoch
 from ..errors import StreamBatchError
-from ..readers import read_jsonl
-from ..store import open_store
+from .epoch import batch_record
+from .epoch import register as register_epoch_command
 from .store import register as register_store_commands
 
 EXIT_USAGE = 2
+__all__ = ["batch_record", "build_parser", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,66 +26,9 @@ class _Parser(argparse.ArgumentParser):
         raise StreamBatchError(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)")
 
 
-def batch_record(batch: MiniBatch) -> dict[str, Any]:
-    """One batch as the JSON object ``streambatch epoch`` writes."""
-    return {
-        "index": batch.index,
-        "shape": list(batch.shape),
-        "token_count": batch.token_count,
-        "rows": [
-            {
-                "document": p.document_id,
-                "document_index": p.document_index,
-                "start": p.start,
-                "partition": p.partition.value,
-            }
-            for p in batch.provenance
-        ],
-        "inputs": batch.inputs.tolist(),
-        "targets": batch.targets.tolist(),
-    }
-
-
 def _demo(args: argparse.Namespace, out: IO[str]) -> None:
     evidence = chapter.learner_evidence()
     out.write(chapter.diagram_trace(evidence) if args.trace else chapter.learner_report(evidence))
-
-
-def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
-    if os.path.isdir(args.file):  # a prepared store
-        store = open_store(args.file)
-        documents = store.select(args.partition) if args.keep_partition else store
-    else:
-        documents = read_jsonl(args.file, partition=args.partition if args.keep_partition else None)
-    epoch = Epoch(
-        documents,
-        context_length=args.context_length,
-        batch_size=args.batch_size,
-        stride=args.stride,
-        seed=None if args.sequential else args.seed,
-        partition=args.partition,
-    )
-
-    def write(handle: IO[str]) -> None:
-        for batch in epoch:
-            handle.write(json.dumps(batch_record(batch), separators=(",", ":")) + "\n")
-
-    _emit(args.output, out, write)
-
-
-def _emit(output: str | None, out: IO[str], write: Callable[[IO[str]], None]) -> None:
-    if output is None or output == "-":
-        write(out)
-    else:
-        with atomic_text(output) as handle:
-            write(handle)
-
-
-def _uint64(text: str) -> int:
-    try:
-        return int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"seed={text!r} is not an integer") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,20 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--trace", action="store_true", help="print the diagram trace instead of the report")
     demo.set_defaults(run=_demo)
 
-    epoch = commands.add_parser("epoch", help="write one JSON object per batch of an epoch over a JSONL file")
-    epoch.add_argument("file", help='JSONL file (one {"id", "partition", "tokens"} object per line) or a store directory')
-    epoch.add_argument("--context-length", "-T", type=int, required=True, help="tokens per input row (T)")
-    epoch.add_argument("--batch-size", "-B", type=int, required=True, help="windows per batch (the last may be fewer)")
-    epoch.add_argument("--stride", type=int, default=1, help="distance between window starts (default 1)")
-    order = epoch.add_mutually_exclusive_group(required=True)
-    order.add_argument("--seed", type=_uint64, help="shuffle seed in [0, 2**64)")
-    order.add_argument("--sequential", action="store_true", help="document order, then increasing start")
-    epoch.add_argument("--partition", default="train", choices=[p.value for p in Partition], help="the epoch's partition")
-    epoch.add_argument(
-        "--keep-partition", action="store_true", help="skip documents of other partitions instead of rejecting them"
-    )
-    epoch.add_argument("--output", "-o", help="write to this file atomically instead of stdout")
-    epoch.set_defaults(run=_epoch)
+    register_epoch_command(commands)  # epoch
     register_store_commands(commands)  # prepare, inspect
     return parser
 

@@ -1,0 +1,417 @@
+"""A run: a schedule of epochs, and its position as the whole checkpoint.
+
+``Run(store, context_length=T, batch_size=B, seed=k)`` yields every batch of
+epoch 0 (``Epoch(store, ..., seed=k)``: for k = 7 on the chapter's corpus, the
+chapter's order), then of epoch 1 (seed ``derive_seed(k, 1)``), and so on;
+``epochs=None`` runs for ever, ``epochs=n`` stops after n epochs.  Every epoch
+covers every window exactly once, and each batch knows its place
+``(batch.epoch, batch.index)``.  The run holds one `Windows` enumeration and the
+plan of one epoch at a time.
+
+The position (the epoch and the batches consumed in it) is the checkpoint:
+`Run.state_dict` returns it with the configuration and the corpus fingerprint as
+a small, versioned, JSON-serializable dict, and `Run.load_state_dict` goes
+straight to the next batch (batches are indexable; nothing is replayed).  The
+global order depends on the corpus, the configuration and the seed alone, never
+on DataLoader workers or data-parallel ranks.
+
+A batch counts as consumed as soon as the run hands it out; save the state once
+you are done with a batch.  After a resume, a batch that was handed out but not
+covered by the last saved state (the batch in flight) is handed out again:
+at-least-once for that batch, exactly once for every other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from ._checks import U64, check_non_negative, check_positive, is_integer
+from .batch import MiniBatch
+from .documents import DocumentStore, Partition
+from .epoch import Epoch, derive_seed
+from .errors import ConfigError, OutOfRangeError, StateError
+from .materializing import Batches
+from .validate import short
+from .windowing import WindowConfig, Windows
+
+STATE_FORMAT = "streambatch.run"
+STATE_VERSION = 1
+STATE_KEYS = ("format", "version", "seed", "epoch", "batch", "context_length", "stride", "batch_size", "partition", "fingerprint")
+_HASH_BLOCK = 1 << 22  # tokens hashed per block (16 MiB as uint32)
+
+
+def content_fingerprint(store: DocumentStore) -> str:
+    """A hash of a store's content: ``content-blake2b-256:`` + hex digest.
+
+    BLAKE2b-256 over every document's tokens in order (as little-endian uint32, so
+    uint16 and uint32 stores of the same tokens agree), the document lengths
+    (little-endian int64), then the canonical JSON of ids and partition codes.
+
+    >>> a = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5])
+    >>> b = DocumentStore.from_arrays(np.array([0, 10, 11, 12, 1], dtype=np.uint16), [0, 5])
+    >>> content_fingerprint(a) == content_fingerprint(b), content_fingerprint(a)[:20]
+    (True, 'content-blake2b-256:')
+    """
+    digest = hashlib.blake2b(digest_size=32)
+    tokens, starts, lengths = store.tokens, store.starts, store.lengths
+    if starts.size:
+        ends = starts + lengths
+        cuts = np.flatnonzero(starts[1:] != ends[:-1]) + 1  # a selected view may have gaps
+        for first, last in zip(np.r_[0, cuts].tolist(), np.r_[cuts, starts.size].tolist(), strict=True):
+            lo, hi = int(starts[first]), int(ends[last - 1])
+            for at in range(lo, hi, _HASH_BLOCK):
+                digest.update(np.asarray(tokens[at : min(at + _HASH_BLOCK, hi)]).astype("<u4").tobytes())
+    digest.update(lengths.astype("<i8").tobytes())
+    digest.update(json.dumps([list(store.ids), store.partition_codes.tolist()], separators=(",", ":")).encode())
+    return "content-blake2b-256:" + digest.hexdigest()
+
+
+def store_fingerprint(store: DocumentStore) -> str:
+    """The store's own fingerprint (stores on disk), else its `content_fingerprint` (in-memory stores)."""
+    return store.fingerprint if store.fingerprint is not None else content_fingerprint(store)
+
+
+class Run:
+    """Epoch after epoch of one partition of a corpus; the position is the checkpoint.
+
+    >>> import streambatch as sb
+    >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),
+    ...         sb.Document("train-b", "train", [0, 20, 21, 1])]
+    >>> run = sb.Run(docs, context_length=2, batch_size=3, seed=7, epochs=2)
+    >>> [(b.epoch, b.index, b.width) for b in run]
+    [(0, 0, 3), (0, 1, 2), (1, 0, 3), (1, 1, 2)]
+
+    Resume from a saved position (e.g. ``json.dump``-ed after each batch):
+
+    >>> run = sb.Run(docs, context_length=2, batch_size=3, seed=7, epochs=2)
+    >>> first = next(iter(run))
+    >>> state = run.state_dict()
+    >>> state["epoch"], state["batch"]
+    (0, 1)
+    >>> again = sb.Run(docs, context_length=2, batch_size=3, seed=7, epochs=2)
+    >>> again.load_state_dict(state)
+    >>> [(b.epoch, b.index) for b in again]
+    [(0, 1), (1, 0), (1, 1)]
+    """
+
+    _seed: int | None
+    _epochs: int | None
+    _current: tuple[int, Epoch]
+    _batches: int
+    _position: tuple[int, int]
+    _fingerprint: str | None
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        context_length: int,
+        batch_size: int,
+        stride: int = 1,
+        seed: int | None,
+        partition: Partition | str = Partition.TRAIN,
+        epochs: int | None = None,
+    ) -> None:
+        first = Epoch(source, context_length=context_length, batch_size=batch_size, stride=stride, seed=seed, partition=partition)
+        self._setup(first, epochs)
+
+    @classmethod
+    def from_epoch(cls, epoch: Epoch, *, epochs: int | None = None) -> Run:
+        """The run whose epoch 0 is *epoch* (its seed is the run seed); a plan *epoch* already holds is reused."""
+        if not isinstance(epoch, Epoch):
+            raise ConfigError(f"epoch={short(epoch)} is not a streambatch.Epoch; build one with sb.Epoch(store, ...)")
+        run = cls.__new__(cls)
+        run._setup(epoch, epochs)
+        return run
+
+    def _setup(self, first: Epoch, epochs: int | None) -> None:
+        self._seed = first.seed
+        self._epochs = (
+            None if epochs is None else check_non_negative(epochs, "epochs", "the number of epochs, or None for an endless run")
+        )
+        self._current = (0, first)
+        self._batches = first.batch_count
+        self._position = (0, 0)
+        self._fingerprint = None
+
+    # -- what the run is ---------------------------------------------------------------
+    @property
+    def seed(self) -> int | None:
+        """The run seed (epoch *e* is shuffled with ``derive_seed(seed, e)``); None: document order every epoch."""
+        return self._seed
+
+    @property
+    def epochs(self) -> int | None:
+        """Epochs in the schedule; None for an endless run."""
+        return self._epochs
+
+    @property
+    def config(self) -> WindowConfig:
+        """Context length and stride."""
+        return self._current[1].config
+
+    @property
+    def batch_size(self) -> int:
+        """``B``: windows per batch (the last batch of each epoch may be smaller)."""
+        return self._current[1].batch_size
+
+    @property
+    def partition(self) -> Partition:
+        """The partition every epoch covers."""
+        return self._current[1].partition
+
+    @property
+    def store(self) -> DocumentStore:
+        """The corpus."""
+        return self._current[1].store
+
+    @property
+    def windows(self) -> Windows:
+        """Every window of the run, in document order (each epoch shuffles these)."""
+        return self._current[1].windows
+
+    @property
+    def window_count(self) -> int:
+        """Windows per epoch."""
+        return self._current[1].window_count
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """``ceil(window_count / batch_size)``, the same for every epoch."""
+        return self._batches
+
+    @property
+    def fingerprint(self) -> str:
+        """The corpus fingerprint recorded in every state (computed once; see `store_fingerprint`)."""
+        if self._fingerprint is None:
+            self._fingerprint = store_fingerprint(self.store)
+        return self._fingerprint
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(epoch, batch)`` of the next batch: the epoch and the batches consumed in it."""
+        return self._position
+
+    @property
+    def remaining(self) -> int | None:
+        """Batches left in the schedule from the position; None for an endless run."""
+        if self._epochs is None:
+            return None
+        return max(self._epochs * self._batches - self.step_of(*self._position), 0)
+
+    # -- epochs and batches, by random access ------------------------------------------
+    def epoch(self, number: int) -> Epoch:
+        """Epoch *number*: the run's windows in the order of ``derive_seed(seed, number)``.
+
+        Only the plan of the epoch asked for last is kept; asking for another epoch
+        replaces it (each plan is computed once per switch).
+        """
+        wanted = check_non_negative(number, "epoch", "the epoch number (0 for the first)")
+        held, epoch = self._current
+        if wanted != held:
+            epoch = epoch.reseeded(None if self._seed is None else derive_seed(self._seed, wanted))
+            self._current = (wanted, epoch)
+        return epoch
+
+    def batch(self, epoch: int, index: int, *, rank: int = 0, world_size: int = 1) -> MiniBatch:
+        """Batch *index* of epoch *epoch* (this *rank*'s rows of it with *world_size* > 1)."""
+        chosen = self.epoch(epoch)
+        at = chosen._batch_index(index)
+        batch = chosen.batches(rank=rank, world_size=world_size)[at]
+        batch.epoch = int(epoch)
+        return batch
+
+    def step_of(self, epoch: int, batch: int) -> int:
+        """The global batch number of ``(epoch, batch)``: ``epoch * batches_per_epoch + batch``."""
+        return epoch * self._batches + batch
+
+    def position_of(self, step: int) -> tuple[int, int]:
+        """``(epoch, batch)`` of global batch number *step*."""
+        number = check_non_negative(step, "step", "a global batch number")
+        return divmod(number, self._batches) if self._batches else (0, 0)
+
+    def iter_steps(
+        self, start: int = 0, stop: int | None = None, step: int = 1, *, rank: int = 0, world_size: int = 1
+    ) -> Iterator[MiniBatch]:
+        """Batches of global numbers ``start, start + step, ...`` below *stop* and the schedule's end.
+
+        Does not move the run's position: this is how DataLoader workers take their
+        strided shares (`streambatch.torch.RunDataset`).
+
+        >>> import streambatch as sb
+        >>> run = sb.Run([sb.Document("a", "train", range(6))], context_length=1, batch_size=2, seed=3, epochs=3)
+        >>> [(b.epoch, b.index) for b in run.iter_steps(1, step=2)]
+        [(0, 1), (1, 0), (1, 2), (2, 1)]
+        """
+        first = check_non_negative(start, "start", "the first global batch number")
+        end = None if stop is None else check_non_negative(stop, "stop", "the global batch number to stop before")
+        stride = check_positive(step, "step", "the distance between yielded batches")
+        self.epoch(self.position_of(first)[0]).batches(rank=rank, world_size=world_size)  # checks rank, world_size now
+        if self._epochs is not None:
+            end = self._epochs * self._batches if end is None else min(end, self._epochs * self._batches)
+        return self._steps(first, end, stride, rank, world_size)
+
+    def _steps(self, start: int, stop: int | None, step: int, rank: int, world_size: int) -> Iterator[MiniBatch]:
+        held: tuple[int, Batches] | None = None
+        at = start
+        while self._batches and (stop is None or at < stop):
+            epoch, index = divmod(at, self._batches)
+            if held is None or held[0] != epoch:
+                held = (epoch, self.epoch(epoch).batches(rank=rank, world_size=world_size))
+            batch = held[1][index]
+            batch.epoch = epoch
+            yield batch
+            at += step
+
+    # -- consuming: the position moves as batches are handed out -----------------------
+    def iter_batches(self, *, rank: int = 0, world_size: int = 1) -> Iterator[MiniBatch]:
+        """Hand out batches from the position on, moving it past each one as it is handed out.
+
+        With *world_size* > 1 each batch holds only this *rank*'s rows of the global
+        batch (`streambatch.split_rows`); every rank steps through the same batches.
+        """
+        self.epoch(self._position[0]).batches(rank=rank, world_size=world_size)  # checks rank, world_size now
+        return self._consume(rank, world_size)
+
+    def _consume(self, rank: int, world_size: int) -> Iterator[MiniBatch]:
+        while self._batches:
+            epoch, index = self._position
+            if self._epochs is not None and epoch >= self._epochs:
+                return
+            batch = self.batch(epoch, index, rank=rank, world_size=world_size)
+            self._position = self._after(epoch, index)
+            yield batch
+
+    def __iter__(self) -> Iterator[MiniBatch]:
+        return self.iter_batches()
+
+    def _after(self, epoch: int, index: int) -> tuple[int, int]:
+        return (epoch + 1, 0) if index + 1 >= self._batches else (epoch, index + 1)
+
+    def _normalized(self, epoch: int, batch: int) -> tuple[int, int]:
+        return (epoch + 1, 0) if self._batches and batch == self._batches else (epoch, batch)
+
+    def _check_position(self, epoch: Any, batch: Any, prefix: str, error: type[Exception]) -> tuple[int, int]:
+        if not is_integer(epoch) or int(epoch) < 0:
+            raise error(f"{prefix}epoch={epoch!r} must be a non-negative int; pass the epoch number (0 for the first)")
+        if not is_integer(batch) or not 0 <= int(batch) <= self._batches:
+            raise error(
+                f"{prefix}batch={batch!r} must be an int in [0, {self._batches}] (batches per epoch); "
+                "pass the number of batches already consumed in that epoch"
+            )
+        return self._normalized(int(epoch), int(batch))
+
+    def set_position(self, epoch: int, batch: int) -> None:
+        """Move to batch *batch* of epoch *epoch* (``batch == batches_per_epoch`` means the next epoch's start)."""
+        self._position = self._check_position(epoch, batch, "", OutOfRangeError)
+
+    # -- the checkpoint ----------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The position as a small, versioned, JSON-serializable dict (see `load_state_dict`).
+
+        Keys: ``format``, ``version``, ``seed``, ``epoch``, ``batch`` (batches
+        consumed in that epoch), ``context_length``, ``stride``, ``batch_size``,
+        ``partition`` and the corpus ``fingerprint``.
+        """
+        return self._state(*self._position)
+
+    def state_after(self, batch: Any) -> dict[str, Any]:
+        """The state right after *batch* (anything with ``.epoch`` and ``.index``: a batch this run made).
+
+        What every data-parallel rank can save once the global batch is done, whatever
+        its worker count: the global position, the same on every rank.
+        """
+        epoch: Any = getattr(batch, "epoch", None)
+        index: Any = getattr(batch, "index", None)
+        if not is_integer(epoch) or int(epoch) < 0 or not is_integer(index) or not 0 <= int(index) < self._batches:
+            raise OutOfRangeError(
+                f"batch={short(batch)} (epoch={epoch!r}, index={index!r}) is not a batch of this run "
+                f"({self._batches} batches per epoch); pass a batch the run (or its dataset) yielded"
+            )
+        return self._state(*self._after(int(epoch), int(index)))
+
+    def _state(self, epoch: int, batch: int) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "seed": self._seed,
+            "epoch": epoch,
+            "batch": batch,
+            "context_length": self.config.context_length,
+            "stride": self.config.stride,
+            "batch_size": self.batch_size,
+            "partition": self.partition.value,
+            "fingerprint": self.fingerprint,
+        }
+
+    def check_state(self, state: Any) -> tuple[int, int]:
+        """The position ``(epoch, batch)`` *state* records, after checking that it belongs to this run.
+
+        Raises `StateError` naming the problem: not a dict, another format or
+        version, missing or unknown keys, a malformed value, or a state of another
+        corpus (fingerprint), partition, context length, stride, batch size or seed.
+        """
+        if not isinstance(state, Mapping):
+            raise StateError(f"state={short(state)} is not a dict; pass what Run.state_dict() returned (e.g. json.load of it)")
+        form, version = state.get("format"), state.get("version")
+        if form != STATE_FORMAT:
+            raise StateError(f"state format={form!r} is not {STATE_FORMAT!r}; pass a run state made by Run.state_dict()")
+        if not is_integer(version) or version != STATE_VERSION:
+            raise StateError(
+                f"state version={version!r} but this streambatch reads version {STATE_VERSION}; "
+                "resume with the streambatch that wrote it"
+            )
+        missing = [k for k in STATE_KEYS if k not in state]
+        if missing:
+            raise StateError(f"state is missing {', '.join(map(repr, missing))}; pass a whole Run.state_dict()")
+        unknown = [k for k in state if k not in STATE_KEYS]
+        if unknown:
+            raise StateError(f"state has unknown key(s) {', '.join(map(repr, unknown))}; pass a Run.state_dict() unchanged")
+        _check_state_values(state)
+        ours = {
+            "fingerprint": self.fingerprint,
+            "partition": self.partition.value,
+            "context_length": self.config.context_length,
+            "stride": self.config.stride,
+            "batch_size": self.batch_size,
+            "seed": self._seed,
+        }
+        mismatches = [
+            f"state {key}={state[key]!r} but this run has {key}={value!r}" for key, value in ours.items() if state[key] != value
+        ]
+        if mismatches:
+            raise StateError(
+                "; ".join(mismatches) + "; resume with the corpus, partition, configuration and seed the state was saved with"
+            )
+        return self._check_position(state["epoch"], state["batch"], "state ", StateError)
+
+    def load_state_dict(self, state: Any) -> None:
+        """Go straight to the position *state* records (`check_state` first: a refused state changes nothing)."""
+        self._position = self.check_state(state)
+
+    def __repr__(self) -> str:
+        epochs = "endless" if self._epochs is None else f"epochs={self._epochs}"
+        order = "sequential" if self._seed is None else f"seed={self._seed}"
+        epoch, batch = self._position
+        return (
+            f"Run(position=(epoch {epoch}, batch {batch}), {epochs}, windows={self.window_count}, "
+            f"batches_per_epoch={self._batches}, context_length={self.config.context_length}, stride={self.config.stride}, "
+            f"batch_size={self.batch_size}, {order}, partition={self.partition.value!r})"
+        )
+
+
+def _check_state_values(state: Mapping[str, Any]) -> None:
+    for key in ("context_length", "stride", "batch_size"):
+        if not is_integer(state[key]) or state[key] <= 0:
+            raise StateError(f"state {key}={state[key]!r} must be a positive int; pass a Run.state_dict() unchanged")
+    seed = state["seed"]
+    if seed is not None and (not is_integer(seed) or not 0 <= seed < U64):
+        raise StateError(f"state seed={seed!r} must be an int in [0, 2**64) or None; pass a Run.state_dict() unchanged")
+    for key in ("partition", "fingerprint"):
+        if not isinstance(state[key], str):
+            raise StateError(f"state {key}={state[key]!r} must be a str; pass a Run.state_dict() unchanged")
