@@ -148,10 +148,7 @@ class _RunShare(IterableDataset[TensorBatch]):
         self, run: Run, *, rank: int, world_size: int, dtype: torch.dtype | None, epoch: int, batch: int, pending: bool
     ) -> None:
         super().__init__()
-        if dtype is not None and not isinstance(dtype, torch.dtype):
-            raise ConfigError(
-                f"dtype={dtype!r} is not a torch.dtype; pass e.g. torch.long, or None for the store's dtype (zero-copy)"
-            )
+        _check_dtype(dtype)
         first = run.epoch(epoch)
         first.batches(rank=rank, world_size=world_size)  # validates rank and world_size now
         first.shuffle_state_after  # noqa: B018 - plan now, in the parent process: forked workers share it
@@ -273,6 +270,89 @@ class _RunShare(IterableDataset[TensorBatch]):
         return self.run.step_of(*self.run._check_position(pair[0], pair[1], f"state {name} ", StateError))
 
 
+BATCHES_STATE_FORMAT = "streambatch.batches-worker"
+
+
+def _check_dtype(dtype: Any) -> None:
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise ConfigError(
+            f"dtype={dtype!r} is not a torch.dtype; pass e.g. torch.long, or None for the store's dtype (zero-copy)"
+        )
+
+
+class BatchesDataset(IterableDataset[TensorBatch]):
+    """Any sized, indexable source of batches as an `IterableDataset`: a user's composed pipeline.
+
+    ``sb.materialize(sb.split_rows(sb.chunk(sb.shuffle(sb.windows(store, ...), 7), B), rank, world))``
+    is such a source (a lazy `Batches`), so is a list of `MiniBatch`.  Worker ``k``
+    of ``W`` indexes batches ``s + k, s + k + W, ...`` from the start ``s``, so the
+    DataLoader reads them back in order; ``state_dict``/``load_state_dict`` give
+    ``StatefulDataLoader`` each worker's place.  `EpochDataset` of such a source is
+    one of these.
+    """
+
+    def __init__(self, batches: Any, *, dtype: torch.dtype | None = torch.long, start_batch: int = 0) -> None:
+        super().__init__()
+        if not (hasattr(batches, "__len__") and hasattr(batches, "__getitem__")) or isinstance(batches, (str, bytes)):
+            raise ConfigError(
+                f"batches={short(batches)} is not a sized, indexable source of batches; pass an sb.Epoch, "
+                "sb.materialize(chunks) or a list of MiniBatch"
+            )
+        _check_dtype(dtype)
+        self.batches = batches
+        self.dtype = dtype
+        self.start_batch = check_non_negative(start_batch, "start_batch", "the number of batches already consumed")
+        if self.start_batch > len(batches):
+            raise OutOfRangeError(f"start_batch={self.start_batch} is beyond the source's {len(batches)} batches")
+        self._last: int | None = None
+        self._restored: int | None = None
+        self._share = (0, 1)
+
+    def __len__(self) -> int:
+        return len(self.batches) - self.start_batch
+
+    def __iter__(self) -> Iterator[TensorBatch]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        first = self.start_batch + worker if self._restored is None else self._restored + workers
+        self._restored, self._share, self._last = None, (worker, workers), None
+        return self._iter(first, workers)
+
+    def _iter(self, first: int, step: int) -> Iterator[TensorBatch]:
+        for index in range(first, len(self.batches), step):
+            batch = self.batches[index]
+            self._last = index  # before yielding: the state counts it
+            yield tensor_batch(batch, dtype=self.dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        """This worker's place for ``StatefulDataLoader``: the start, ``[id, num_workers]``, the last index yielded."""
+        return {
+            "format": BATCHES_STATE_FORMAT,
+            "version": WORKER_STATE_VERSION,
+            "length": len(self.batches),
+            "start": self.start_batch,
+            "worker": list(self._share),
+            "last": self._last,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue after the state's last batch at the next iteration; a foreign state is a `StateError`."""
+        if not isinstance(state, Mapping) or state.get("format") != BATCHES_STATE_FORMAT:
+            raise StateError(f"state={short(state)} is not a {BATCHES_STATE_FORMAT!r} state; pass this dataset's state_dict()")
+        info = get_worker_info()
+        share = [0, 1] if info is None else [info.id, info.num_workers]
+        if state.get("length") != len(self.batches) or state.get("start") != self.start_batch or state.get("worker") != share:
+            raise StateError(
+                f"state (length={state.get('length')!r}, start={state.get('start')!r}, worker={state.get('worker')!r}) "
+                f"does not match this dataset (length={len(self.batches)}, start={self.start_batch}, worker={share}); "
+                "resume with the same source and num_workers"
+            )
+        last = state.get("last")
+        if last is not None and (not is_integer(last) or not 0 <= last < len(self.batches)):
+            raise StateError(f"state last={last!r} is not a batch index of this source; pass a state_dict() unchanged")
+        self._restored = last
+
+
 class EpochDataset(_RunShare):
     """An `IterableDataset` of whole batches of one epoch (use ``DataLoader(ds, batch_size=None)``).
 
@@ -295,7 +375,20 @@ class EpochDataset(_RunShare):
 
     The shuffle plan is computed in the constructing process (and by `set_epoch`),
     so forked workers share it instead of recomputing it.
+
+    Any other sized, indexable source of batches (``sb.materialize(chunks)`` of a
+    composed pipeline, a list of batches) gives a `BatchesDataset` (no epochs or
+    rank split of its own: compose `sb.split_rows` into the pipeline).
     """
+
+    def __new__(cls, epoch: Any, **options: Any) -> Any:
+        if isinstance(epoch, Epoch):
+            return super().__new__(cls)
+        if options.get("rank", 0) != 0 or options.get("world_size", 1) != 1:
+            raise ConfigError(
+                "rank/world_size apply to an sb.Epoch; for a composed pipeline split the rows in it with sb.split_rows"
+            )
+        return BatchesDataset(epoch, dtype=options.get("dtype", torch.long), start_batch=options.get("start_batch", 0))
 
     def __init__(
         self,
@@ -496,6 +589,7 @@ def relative_error(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tens
 
 
 __all__ = [
+    "BatchesDataset",
     "EpochDataset",
     "RunDataset",
     "StepResult",
