@@ -20,6 +20,7 @@ The stages, each a plain function, chained lazily::
 """
 
 from .accumulate import TokenContribution, TokenMean, TokenMeanAccumulator, TokenSums, token_mean
+from .audit import AuditResult, audit_batches, audit_epoch
 from .batch import MiniBatch, WindowProvenance
 from .chunking import Chunks, batch_count, batch_widths, chunk, chunked, row_share, shard, split_rows
 from .documents import Document, DocumentStore, Partition
@@ -35,10 +36,13 @@ from .errors import (
     StoreError,
     StreamBatchError,
 )
+from .figure import epoch_html, epoch_svg
+from .inspection import inspect_source
 from .materializing import Batches, materialize, materialize_one
 from .prepare import prepare_store
 from .readers import iter_jsonl, iter_records, iter_text, read_jsonl, read_records
 from .shuffling import shuffle, shuffled_order
+from .sources import Source, open_source
 from .store import StoreWriter, open_store, write_store
 from .tokenize import byte_detokenize, byte_tokenize
 from .windowing import WindowConfig, WindowIndex, Windows, window_counts, window_starts, window_tails, windows
@@ -47,6 +51,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "AccumulationError",
+    "AuditResult",
     "Batches",
     "Chunks",
     "ConfigError",
@@ -60,6 +65,7 @@ __all__ = [
     "Partition",
     "PartitionError",
     "RowIndexError",
+    "Source",
     "StoreError",
     "StoreWriter",
     "StreamBatchError",
@@ -72,6 +78,8 @@ __all__ = [
     "WindowProvenance",
     "Windows",
     "__version__",
+    "audit_batches",
+    "audit_epoch",
     "batch_count",
     "batch_widths",
     "byte_detokenize",
@@ -79,11 +87,15 @@ __all__ = [
     "chunk",
     "chunked",
     "derive_seed",
+    "epoch_html",
+    "epoch_svg",
+    "inspect_source",
     "iter_jsonl",
     "iter_records",
     "iter_text",
     "materialize",
     "materialize_one",
+    "open_source",
     "open_store",
     "prepare_store",
     "read_jsonl",

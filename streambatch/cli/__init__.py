@@ -20,7 +20,10 @@ from ..epoch import Epoch
 from ..errors import StreamBatchError
 from ..readers import read_jsonl
 from ..store import open_store
+from .audit import register as register_audit
+from .inspect import register as register_inspect
 from .store import register as register_store_commands
+from .trace import register as register_trace
 
 EXIT_USAGE = 2
 
@@ -53,6 +56,11 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
 def _demo(args: argparse.Namespace, out: IO[str]) -> None:
     evidence = chapter.learner_evidence()
     out.write(chapter.diagram_trace(evidence) if args.trace else chapter.learner_report(evidence))
+    if args.svg or args.html:  # the chapter's figure, its PROOF line underneath
+        from ..figure import figure_title, write_figure
+
+        title = f"Chapter 21's epoch: {figure_title(evidence.epoch)}"
+        write_figure(evidence.epoch, svg=args.svg, html_path=args.html, notes=[chapter.proof_line(evidence)], title=title)
 
 
 def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
@@ -99,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="print the chapter's worked epoch (report, or --trace)")
     demo.add_argument("--trace", action="store_true", help="print the diagram trace instead of the report")
+    demo.add_argument("--svg", help="also draw the chapter's epoch to this SVG file")
+    demo.add_argument("--html", help="also write an HTML page with the figure, a title and a legend")
     demo.set_defaults(run=_demo)
 
     epoch = commands.add_parser("epoch", help="write one JSON object per batch of an epoch over a JSONL file")
@@ -115,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     epoch.add_argument("--output", "-o", help="write to this file atomically instead of stdout")
     epoch.set_defaults(run=_epoch)
-    register_store_commands(commands)  # prepare, inspect
+    register_store_commands(commands)  # prepare
+    register_inspect(commands)
+    register_audit(commands)
+    register_trace(commands)
     return parser
 
 
@@ -124,7 +137,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     stream = out or sys.stdout
     try:
         args = build_parser().parse_args(argv)
-        args.run(args, stream)
+        status = args.run(args, stream)  # None, or a status of its own (audit: 1 when a proof fails)
         stream.flush()
     except StreamBatchError as err:
         print(f"streambatch: error: {err}", file=sys.stderr)
@@ -139,7 +152,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
-    return 0
+    return int(status or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover
