@@ -386,3 +386,21 @@ def test_cli_audit_bad_input_exits_2(
     assert (2, "") == (status, text)
     assert 1 == len(err.splitlines())
     assert re.search(message, err)
+
+
+def test_progress_bar_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch, epoch: sb.Epoch) -> None:
+    """progress=None draws tqdm bars when stderr is a terminal; never with progress=False or without tqdm."""
+    import sys
+
+    import streambatch.audit as audit
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    bar = audit._bar(5, "audit", None)
+    assert "tqdm" == type(bar).__name__
+    bar.close()
+    assert isinstance(audit._bar(5, "audit", False), audit._NoBar)
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # the progress extra not installed
+    assert isinstance(audit._bar(5, "audit", True), audit._NoBar)
+    assert audit_epoch(epoch, progress=True).ok
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert isinstance(audit._bar(5, "audit", None), audit._NoBar)
