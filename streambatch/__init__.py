@@ -21,6 +21,7 @@ position the checkpoint (``state_dict`` / ``load_state_dict``).
 """
 
 from .accumulate import TokenContribution, TokenMean, TokenMeanAccumulator, TokenSums, token_mean
+from .audit import AuditResult, audit_batches, audit_epoch
 from .batch import MiniBatch, WindowProvenance
 from .chunking import Chunks, batch_count, batch_widths, chunk, chunked, row_share, shard, split_rows
 from .documents import Document, DocumentStore, Partition
@@ -37,11 +38,14 @@ from .errors import (
     StoreError,
     StreamBatchError,
 )
+from .figure import epoch_html, epoch_svg
+from .inspection import inspect_source
 from .materializing import Batches, materialize, materialize_one
 from .prepare import prepare_store
 from .readers import iter_jsonl, iter_records, iter_text, read_jsonl, read_records
 from .run import Run
 from .shuffling import shuffle, shuffled_order
+from .sources import Source, open_source
 from .store import StoreWriter, open_store, write_store
 from .tokenize import byte_detokenize, byte_tokenize
 from .windowing import WindowConfig, WindowIndex, Windows, window_counts, window_starts, window_tails, windows
@@ -50,6 +54,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "AccumulationError",
+    "AuditResult",
     "Batches",
     "Chunks",
     "ConfigError",
@@ -64,6 +69,7 @@ __all__ = [
     "PartitionError",
     "RowIndexError",
     "Run",
+    "Source",
     "StateError",
     "StoreError",
     "StoreWriter",
@@ -77,6 +83,8 @@ __all__ = [
     "WindowProvenance",
     "Windows",
     "__version__",
+    "audit_batches",
+    "audit_epoch",
     "batch_count",
     "batch_widths",
     "byte_detokenize",
@@ -84,11 +92,15 @@ __all__ = [
     "chunk",
     "chunked",
     "derive_seed",
+    "epoch_html",
+    "epoch_svg",
+    "inspect_source",
     "iter_jsonl",
     "iter_records",
     "iter_text",
     "materialize",
     "materialize_one",
+    "open_source",
     "open_store",
     "prepare_store",
     "read_jsonl",

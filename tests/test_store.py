@@ -273,10 +273,9 @@ def test_cli_prepare_inspect_epoch(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     run = lambda *a: subprocess.run([sys.executable, "-m", "streambatch", *a], capture_output=True, text=True, env=env)  # noqa: E731
     assert 0 == run("prepare", str(tmp_path / "a.txt"), "-o", str(tmp_path / "s"), "--quiet").returncode
-    summary = json.loads(run("inspect", str(tmp_path / "s"), "-T", "4").stdout)
-    assert {"documents": 1, "tokens": 11, "dtype": "uint16", "windows": 7} == {
-        k: summary[k] for k in ("documents", "tokens", "dtype", "windows")
-    }
+    summary = json.loads(run("inspect", str(tmp_path / "s"), "-T", "4", "--json").stdout)
+    assert {"documents": 1, "tokens": 11, "dtype": "uint16"} == {k: summary[k] for k in ("documents", "tokens", "dtype")}
+    assert 7 == summary["partitions"]["train"]["windows"]
     batches = [json.loads(x) for x in run("epoch", str(tmp_path / "s"), "-T", "4", "-B", "4", "--seed", "1").stdout.splitlines()]
     assert [4, 3] == [b["shape"][0] for b in batches]
     broken = run("inspect", str(tmp_path / "nothing"))

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..accumulate import TokenContribution, TokenMean, accumulated
+from ..audit import AuditResult, audit_batches
 from ..batch import MiniBatch
 from ..chunking import batch_widths
 from ..documents import Document, Partition
@@ -87,6 +88,7 @@ class EpochEvidence:
     cross_partition_windows: int
     replay_matches: bool
     different_seed_changes_order: bool
+    audit: AuditResult
 
     @property
     def complete_coverage(self) -> bool:
@@ -99,33 +101,21 @@ class EpochEvidence:
         return all(b.accumulation_matches for b in self.batches)
 
 
-def _origins(epoch: Epoch) -> list[tuple[int, int]]:
-    return [(d, s) for b in epoch for d, s in zip(b.document_indices.tolist(), b.starts.tolist(), strict=True)]
-
-
 def epoch_evidence(epoch: Epoch, replay: Epoch, changed: Epoch) -> EpochEvidence:
-    """Check *epoch* against every window of its store, a replay and another seed."""
+    """Check *epoch* against every window of its store, a replay and another seed (`streambatch.audit`)."""
     batches = tuple(batch_evidence(b) for b in epoch)
-    ordered = _origins(epoch)
-    unique = set(ordered)
-    expected = {
-        (d, s) for d in range(len(epoch.store)) for s in range(0, int(epoch.index.counts[d]) * epoch.stride, epoch.stride)
-    }
-    padding = sum(
-        max(0, e.batch.inputs.size - e.batch.width * e.batch.context_length)
-        + max(0, e.batch.targets.size - e.batch.width * e.batch.context_length)
-        for e in batches
-    )
+    audit = audit_batches([e.batch for e in batches], epoch, replay=replay, other=changed)
     return EpochEvidence(
         epoch=epoch,
         batches=batches,
-        covered_windows=len(unique & expected),
-        expected_windows=len(expected),
-        duplicate_windows=len(ordered) - len(unique),
-        padding_ids_added=padding,
-        cross_partition_windows=sum(1 for e in batches for p in e.batch.partitions if p != epoch.partition),
-        replay_matches=epoch == replay,
-        different_seed_changes_order=ordered != _origins(changed),
+        covered_windows=audit.covered_windows,
+        expected_windows=audit.expected_windows,
+        duplicate_windows=audit.duplicate_windows,
+        padding_ids_added=audit.padding_ids,
+        cross_partition_windows=audit.cross_partition_windows,
+        replay_matches=audit.replay_matches,
+        different_seed_changes_order=audit.different_seed_changes_order,
+        audit=audit,
     )
 
 

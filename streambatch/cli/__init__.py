@@ -12,9 +12,12 @@ from typing import IO, NoReturn
 
 from .. import __version__, chapter
 from ..errors import StreamBatchError
+from .audit import register as register_audit
 from .epoch import batch_record
 from .epoch import register as register_epoch_command
+from .inspect import register as register_inspect
 from .store import register as register_store_commands
+from .trace import register as register_trace
 
 EXIT_USAGE = 2
 __all__ = ["batch_record", "build_parser", "main"]
@@ -29,6 +32,11 @@ class _Parser(argparse.ArgumentParser):
 def _demo(args: argparse.Namespace, out: IO[str]) -> None:
     evidence = chapter.learner_evidence()
     out.write(chapter.diagram_trace(evidence) if args.trace else chapter.learner_report(evidence))
+    if args.svg or args.html:  # the chapter's figure, its PROOF line underneath
+        from ..figure import figure_title, write_figure
+
+        title = f"Chapter 21's epoch: {figure_title(evidence.epoch)}"
+        write_figure(evidence.epoch, svg=args.svg, html_path=args.html, notes=[chapter.proof_line(evidence)], title=title)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,10 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="print the chapter's worked epoch (report, or --trace)")
     demo.add_argument("--trace", action="store_true", help="print the diagram trace instead of the report")
+    demo.add_argument("--svg", help="also draw the chapter's epoch to this SVG file")
+    demo.add_argument("--html", help="also write an HTML page with the figure, a title and a legend")
     demo.set_defaults(run=_demo)
 
     register_epoch_command(commands)  # epoch
-    register_store_commands(commands)  # prepare, inspect
+    register_store_commands(commands)  # prepare
+    register_inspect(commands)
+    register_audit(commands)
+    register_trace(commands)
     return parser
 
 
@@ -51,7 +64,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     stream = out or sys.stdout
     try:
         args = build_parser().parse_args(argv)
-        args.run(args, stream)
+        status = args.run(args, stream)  # None, or a status of its own (audit: 1 when a proof fails)
         stream.flush()
     except StreamBatchError as err:
         print(f"streambatch: error: {err}", file=sys.stderr)
@@ -66,7 +79,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
-    return 0
+    return int(status or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,15 +1,12 @@
-"""Store commands for the CLI: ``prepare`` and ``inspect``."""
+"""Store commands for the CLI: ``prepare`` (``inspect`` lives in `streambatch.cli.inspect`)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import IO, Any
 
 from ..documents import Partition
 from ..prepare import prepare_store
-from ..store import open_store
-from ..windowing import window_counts
 
 
 def _prepare(args: argparse.Namespace, out: IO[str]) -> None:
@@ -21,25 +18,8 @@ def _prepare(args: argparse.Namespace, out: IO[str]) -> None:
         )
 
 
-def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
-    store = open_store(args.store, verify=not args.no_verify)
-    summary: dict[str, Any] = {
-        "path": args.store,
-        "documents": len(store),
-        "tokens": int(store.tokens.size),
-        "dtype": store.tokens.dtype.name,
-        "fingerprint": store.fingerprint,
-        "partitions": {p.value: int((store.partition_codes == p.code).sum()) for p in Partition},
-    }
-    if args.context_length:
-        counts = window_counts(store.lengths, args.context_length, args.stride)
-        summary["windows"] = int(counts.sum())
-        summary["documents_without_windows"] = int((counts == 0).sum())
-    out.write(json.dumps(summary, indent=1) + "\n")
-
-
 def register(commands: Any) -> None:
-    """Add ``prepare`` and ``inspect`` to *commands* (an argparse subparsers object)."""
+    """Add ``prepare`` to *commands* (an argparse subparsers object)."""
     prepare = commands.add_parser("prepare", help="build a memory-mappable token store from text or JSONL files")
     prepare.add_argument("inputs", nargs="+", help="text files, folders of them, or .jsonl token files")
     prepare.add_argument("-o", "--output", required=True, help="store directory to create (replaced atomically)")
@@ -47,10 +27,3 @@ def register(commands: Any) -> None:
     prepare.add_argument("--partition", default="train", choices=[p.value for p in Partition], help="for text documents")
     prepare.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     prepare.set_defaults(run=_prepare)
-
-    inspect = commands.add_parser("inspect", help="check a store and print its summary as JSON")
-    inspect.add_argument("store")
-    inspect.add_argument("--no-verify", action="store_true", help="skip the fingerprint check (reads every byte)")
-    inspect.add_argument("--context-length", "-T", type=int, help="also count windows of this context length")
-    inspect.add_argument("--stride", type=int, default=1)
-    inspect.set_defaults(run=_inspect)

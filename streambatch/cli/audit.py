@@ -1,0 +1,78 @@
+"""``streambatch audit``: iterate a whole epoch and prove the chapter's PROOF line for it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import IO, Any
+
+from ..audit import AuditResult, audit_epoch
+from ..epoch import Epoch
+from ..inspection import format_count
+from ._common import add_order, add_source, args_epoch, open_args_source, seed_type
+
+EXIT_FAILED = 1
+
+
+def _audit(args: argparse.Namespace, out: IO[str]) -> int:
+    source = open_args_source(args)
+    epoch = args_epoch(args, source)
+    result = audit_epoch(
+        epoch,
+        other_seed=args.other_seed,
+        workers=args.workers,
+        world_size=args.world_size,
+        progress=False if args.quiet else None,
+    )
+    if args.json:
+        out.write(json.dumps(result.to_dict(), indent=1) + "\n")
+    else:
+        out.write(format_audit(result, epoch, args.workers, args.world_size))
+    failed = result.first_failure
+    if failed is None:
+        return 0
+    print(f"streambatch: audit failed: {failed[0]}: {failed[1]}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def format_audit(result: AuditResult, epoch: Epoch, workers: int = 1, world_size: int = 1) -> str:
+    """The PROOF line, one ``FAIL|check=...`` line per failed check, then the summary."""
+    lines = [result.proof_line()]
+    lines += [f"FAIL|check={check}|{message}" for check, message in result.failures.items()]
+    widths = epoch.batch_widths
+    shape = "none" if not widths else f"[{epoch.batch_size}] x {format_count(epoch.window_count // epoch.batch_size)}"
+    if widths and widths[-1] != epoch.batch_size:
+        shape = f"[{widths[-1]}]" if len(widths) == 1 else f"{shape} + [{widths[-1]}]"
+    order = "sequential" if epoch.seed is None else f"seed {epoch.seed}"
+    lines.append(
+        f"epoch: {format_count(epoch.window_count)} windows of T={epoch.context_length} (stride {epoch.stride}, "
+        f"partition {epoch.partition.value}) in {format_count(epoch.batch_count)} batches {shape}, {order}"
+    )
+    if workers > 1 or world_size > 1:
+        lines.append(f"shares: {world_size} ranks x {workers} workers, {format_count(result.batches)} pieces, union checked")
+    if result.folded_mean is not None and result.direct_mean is not None:
+        lines.append(
+            f"token mean: {result.folded_mean.mean_loss:.6f} folded from batch raw sums, "
+            f"{result.direct_mean.mean_loss:.6f} direct over {format_count(result.direct_mean.token_count)} target tokens"
+        )
+    rate = result.expected_windows / result.seconds if result.seconds > 0 else 0.0
+    lines.append(f"time: {result.seconds:.2f} s, {format_count(int(rate))} windows/s")
+    return "\n".join(lines) + "\n"
+
+
+def register(commands: Any) -> None:
+    """Add ``audit`` to *commands* (an argparse subparsers object)."""
+    audit = commands.add_parser(
+        "audit", help="iterate a whole epoch and prove coverage, no duplicates/padding/crossing, replay and token means"
+    )
+    add_source(audit, required_window=True)
+    add_order(audit)
+    audit.add_argument(
+        "--other-seed", type=seed_type, help="the seed whose order must differ (default seed + 1; 0 if sequential)"
+    )
+    audit.add_argument("--workers", type=int, default=1, help="audit the union of N DataLoader workers' shares (sb.shard)")
+    audit.add_argument("--world-size", type=int, default=1, help="audit the union of N ranks' shares (sb.split_rows)")
+    audit.add_argument("--json", action="store_true", help="print the result as JSON")
+    audit.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    audit.set_defaults(run=_audit)

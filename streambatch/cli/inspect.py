@@ -1,0 +1,33 @@
+"""``streambatch inspect``: what an epoch over a source will contain, as aligned text or ``--json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import IO, Any
+
+from ..inspection import format_summary, inspect_source
+from ._common import add_source, check_stride, open_args_source
+
+
+def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
+    check_stride(args)
+    source = open_args_source(args)
+    summary = inspect_source(
+        source,
+        context_length=args.context_length,
+        batch_size=args.batch_size,
+        stride=1 if args.stride is None else args.stride,
+        partition=args.partition,
+    )
+    out.write(json.dumps(summary, indent=1) + "\n" if args.json else format_summary(summary))
+
+
+def register(commands: Any) -> None:
+    """Add ``inspect`` to *commands* (an argparse subparsers object)."""
+    inspect = commands.add_parser(
+        "inspect", help="documents, tokens and (with -T, -B) windows, tails, batches and plan bytes of a source"
+    )
+    add_source(inspect, required_window=False)
+    inspect.add_argument("--json", action="store_true", help="print JSON for scripts instead of aligned text")
+    inspect.set_defaults(run=_inspect)

@@ -1,0 +1,32 @@
+"""``streambatch trace``: draw an epoch (every row when small, a summary when large) as SVG and/or HTML."""
+
+from __future__ import annotations
+
+import argparse
+from typing import IO, Any
+
+from ..audit import audit_epoch
+from ..errors import ConfigError
+from ..figure import MAX_WINDOWS, write_figure
+from ._common import add_order, add_source, args_epoch, open_args_source
+
+
+def _trace(args: argparse.Namespace, out: IO[str]) -> None:
+    if args.svg is None and args.html is None:
+        raise ConfigError("trace needs --svg FILE and/or --html FILE; say where to draw the epoch")
+    epoch = args_epoch(args, open_args_source(args))
+    small = epoch.window_count <= MAX_WINDOWS
+    notes = [audit_epoch(epoch).proof_line()] if small else []  # a small epoch is audited in milliseconds
+    for path in write_figure(epoch, svg=args.svg, html_path=args.html, notes=notes):
+        what = "every row" if small else f"a summary (more than {MAX_WINDOWS} windows)"
+        out.write(f"wrote {path}: {epoch.window_count} windows, {epoch.batch_count} batches, {what}\n")
+
+
+def register(commands: Any) -> None:
+    """Add ``trace`` to *commands* (an argparse subparsers object)."""
+    trace = commands.add_parser("trace", help="draw an epoch's windows, batches and denominators as SVG or HTML")
+    add_source(trace, required_window=True)
+    add_order(trace)
+    trace.add_argument("--svg", help="write the figure here (SVG, atomically)")
+    trace.add_argument("--html", help="write an HTML page with the figure, a title and a legend")
+    trace.set_defaults(run=_trace)

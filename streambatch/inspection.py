@@ -1,0 +1,221 @@
+"""What an epoch over a source will contain, before running it: documents, windows, tails, batches, plan bytes.
+
+`inspect_source` computes everything per document with numpy (nothing per
+window) and returns plain JSON-ready data; ``streambatch inspect`` only formats it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._checks import check_positive
+from .chunking import batch_count
+from .documents import Partition
+from .errors import ConfigError
+from .sources import Source, source_store, store_header
+from .windowing import POSITION_LIMIT, window_counts, window_tails
+
+
+def plan_bytes(window_count: int, token_count: int) -> int:
+    """Bytes of a shuffled plan: 4 per window (uint32 positions or numbers), 8 beyond 2**32 of both.
+
+    >>> plan_bytes(5, 9), plan_bytes(2**32, 2**33)
+    (20, 34359738368)
+    """
+    return window_count * (4 if token_count < POSITION_LIMIT or window_count < POSITION_LIMIT else 8)
+
+
+def inspect_source(
+    source: Any,
+    *,
+    context_length: int | None = None,
+    batch_size: int | None = None,
+    stride: int = 1,
+    partition: Partition | str | None = None,
+) -> dict[str, Any]:
+    """Summarize *source* (a `Source`, a store or documents) and, given ``T`` (and ``B``), its epochs.
+
+    Per partition (only *partition* when given, else every partition that has
+    documents): documents and tokens; with *context_length*: windows, documents
+    too short for one window, tokens in incomplete tails and their share, and the
+    bytes of a shuffled plan; with *batch_size*: batches and the final batch's
+    width, actual denominator (``width * T``) and capacity (``B * T``).
+
+    >>> import streambatch as sb
+    >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]), sb.Document("train-b", "train", [0, 20, 21, 1])]
+    >>> train = inspect_source(docs, context_length=2, batch_size=3)["partitions"]["train"]
+    >>> train["windows"], train["batches"], train["final_batch"]
+    (5, 2, {'width': 2, 'tokens': 4, 'capacity_tokens': 6})
+    """
+    if context_length is None and batch_size is not None:
+        raise ConfigError(f"batch_size={batch_size!r} needs a context_length; pass context_length=T to count batches")
+    T = None if context_length is None else check_positive(context_length, "context_length", "the input tokens per window")
+    B = None if batch_size is None else check_positive(batch_size, "batch_size", "the number of windows per batch")
+    s = check_positive(stride, "stride", "the distance between window starts")
+    store = source_store(source)
+    header = store_header(source)
+    lengths = store.lengths
+    summary: dict[str, Any] = {
+        "documents": len(store),
+        "tokens": int(lengths.sum()),
+        "dtype": store.tokens.dtype.name,
+        "fingerprint": store.fingerprint,
+        "tokenizer": header.get("tokenizer"),
+    }
+    if isinstance(source, Source):
+        summary = {"path": source.path, "kind": source.kind, "verified": source.verified, **summary}
+    if T is not None:
+        summary.update(context_length=T, stride=s)
+        if B is not None:
+            summary["batch_size"] = B
+    wanted = [Partition.parse(partition)] if partition is not None else list(Partition)
+    parts = {}
+    for part in wanted:
+        mask = store.partition_codes == part.code
+        if partition is None and not mask.any():
+            continue
+        parts[part.value] = _partition_summary(lengths[mask], T, B, s, int(store.tokens.size))
+    summary["partitions"] = parts
+    return summary
+
+
+def _partition_summary(lengths: Any, T: int | None, B: int | None, stride: int, store_tokens: int) -> dict[str, Any]:
+    tokens = int(lengths.sum())
+    out: dict[str, Any] = {"documents": int(lengths.size), "tokens": tokens}
+    if T is None:
+        return out
+    counts = window_counts(lengths, T, stride)
+    windows = int(counts.sum())
+    tails = int(window_tails(lengths, T, stride)[1].sum())
+    out.update(
+        windows=windows,
+        short_documents=int(np.count_nonzero(counts == 0)),
+        tail_tokens=tails,
+        tail_share=tails / tokens if tokens else 0.0,
+        plan_bytes=plan_bytes(windows, store_tokens),
+    )
+    if B is None:
+        return out
+    count = batch_count(windows, B)
+    width = windows - (count - 1) * B if count else 0
+    out.update(
+        batches=count,
+        full_batches=windows // B,
+        final_batch={"width": width, "tokens": width * T, "capacity_tokens": B * T} if count else None,
+    )
+    return out
+
+
+def _scaled(value: int, units: tuple[str, ...]) -> str:
+    for power, unit in zip((12, 9, 6, 3), units, strict=True):
+        if value >= 10**power:
+            scaled = value / 10**power
+            return f"{scaled:.{0 if scaled >= 100 else 1}f} {unit}"
+    return str(value)
+
+
+def format_count(value: int) -> str:
+    """A count for people: exact below 10,000, else one decimal (none from 100 up) with k, M, G, T.
+
+    >>> format_count(9_999), format_count(12_345), format_count(1_234_567), format_count(100_000_000)
+    ('9999', '12.3 k', '1.2 M', '100 M')
+    """
+    return str(value) if value < 10_000 else _scaled(value, ("T", "G", "M", "k"))
+
+
+def format_bytes(value: int) -> str:
+    """Bytes for people, in decimal units (kB = 1000 B).
+
+    >>> format_bytes(20), format_bytes(4_000), format_bytes(400_000_000)
+    ('20 B', '4.0 kB', '400 MB')
+    """
+    return f"{value} B" if value < 1000 else _scaled(value, ("TB", "GB", "MB", "kB"))
+
+
+def format_tokenizer(value: Any) -> str:
+    """A header's tokenizer entry on one line: its name, then its other fields.
+
+    >>> format_tokenizer({"name": "byte", "vocab_size": 256}), format_tokenizer("gpt2")
+    ('byte (vocab_size=256)', 'gpt2')
+    """
+    if isinstance(value, dict):
+        rest = ", ".join(f"{k}={v}" for k, v in value.items() if k != "name")
+        name = str(value.get("name", ""))
+        return f"{name} ({rest})" if name and rest else name or rest
+    return str(value)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """`inspect_source`'s result as aligned text: the corpus, then one column per partition."""
+    lines: list[tuple[str, str]] = []
+    if "path" in summary:
+        how = "store directory, memory-mapped" if summary["kind"] == "store" else "JSONL file, read into memory"
+        lines.append(("source", f"{summary['path']} ({how})"))
+    lines.append(("documents", format_count(summary["documents"])))
+    lines.append(("tokens", f"{format_count(summary['tokens'])} ({summary['dtype']})"))
+    if summary["fingerprint"]:
+        checked = "verified" if summary.get("verified") else "not verified"
+        lines.append(("fingerprint", f"{summary['fingerprint']} ({checked})"))
+    if summary["tokenizer"] is not None:
+        lines.append(("tokenizer", format_tokenizer(summary["tokenizer"])))
+    text = _aligned(lines)
+    parts = summary["partitions"]
+    if not parts:
+        return text
+    T: int | None = summary.get("context_length")
+    corner = "partition" if T is None else f"T={T}, stride={summary['stride']}"
+    if "batch_size" in summary:
+        corner += f", B={summary['batch_size']}"
+    rows = [("documents", [format_count(p["documents"]) for p in parts.values()])]
+    rows.append(("tokens", [format_count(p["tokens"]) for p in parts.values()]))
+    if T is not None:
+        rows += [
+            ("windows", [format_count(p["windows"]) for p in parts.values()]),
+            (f"short documents (< {T + 1} tokens)", [format_count(p["short_documents"]) for p in parts.values()]),
+            ("tail tokens", [f"{format_count(p['tail_tokens'])} ({100 * p['tail_share']:.1f} %)" for p in parts.values()]),
+        ]
+    if T is not None and "batch_size" in summary:
+        B = summary["batch_size"]
+        rows += [
+            ("batches", [format_count(p["batches"]) for p in parts.values()]),
+            ("batch widths", [_widths(p, B) for p in parts.values()]),
+            ("final batch", [_final(p, "shape", T) for p in parts.values()]),
+            ("final denominator", [_final(p, "tokens", T) for p in parts.values()]),
+        ]
+    if T is not None:
+        rows.append(("plan (shuffled)", [format_bytes(p["plan_bytes"]) for p in parts.values()]))
+    return text + "\n" + _table(corner, list(parts), rows)
+
+
+def _widths(part: dict[str, Any], batch_size: int) -> str:
+    full, final = part["full_batches"], part["final_batch"]
+    if final is None:
+        return "none"
+    pieces = [f"[{batch_size}] x {format_count(full)}"] if full else []
+    if final["width"] != batch_size:
+        pieces.append(f"[{final['width']}]")
+    return " + ".join(pieces)
+
+
+def _final(part: dict[str, Any], what: str, T: int) -> str:
+    final = part["final_batch"]
+    if final is None:
+        return "none"
+    if what == "shape":
+        return f"[{final['width']}, {T}]"
+    return f"{format_count(final['tokens'])} of {format_count(final['capacity_tokens'])} tokens"
+
+
+def _aligned(lines: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in lines)
+    return "".join(f"{k:<{width}}  {v}\n" for k, v in lines)
+
+
+def _table(corner: str, names: list[str], rows: list[tuple[str, list[str]]]) -> str:
+    label = max([len(corner)] + [len(k) for k, _ in rows])
+    widths = [max([len(n)] + [len(values[i]) for _, values in rows]) for i, n in enumerate(names)]
+    head = f"{corner:<{label}}" + "".join(f"  {n:>{w}}" for n, w in zip(names, widths, strict=True))
+    body = [f"{k:<{label}}" + "".join(f"  {v:>{w}}" for v, w in zip(values, widths, strict=True)) for k, values in rows]
+    return "\n".join([head, *body]) + "\n"

@@ -1,0 +1,104 @@
+"""Open what a command is pointed at: a store directory or a JSONL file, as one `Source`.
+
+One place decides how a path becomes documents, so the ``inspect``, ``audit``
+and ``trace`` commands (and scripts) read sources the same way; a sharded
+corpus is one more branch here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .documents import DocumentStore, Partition, as_store
+from .epoch import Epoch
+from .readers import read_jsonl
+from .shuffling import shuffle
+from .store import HEADER, open_store
+from .windowing import windows
+
+
+@dataclass(frozen=True)
+class Source:
+    """Documents opened from *path*: the store, what kind of source it was, and its header."""
+
+    path: str
+    kind: str  # "store" (memory-mapped directory) or "jsonl" (read into memory)
+    store: DocumentStore
+    header: dict[str, Any] = field(default_factory=dict)
+    verified: bool = False  # the store's fingerprint was checked against its content
+
+
+def open_source(path: str | os.PathLike[str], *, verify: bool = True) -> Source:
+    """Open a store directory (memory-mapped, checked) or a JSONL file of token documents.
+
+    >>> import tempfile, pathlib
+    >>> file = pathlib.Path(tempfile.mkdtemp()) / "docs.jsonl"
+    >>> _ = file.write_text('{"id": "a", "tokens": [0, 10, 11, 12, 1]}\\n')
+    >>> source = open_source(file)
+    >>> source.kind, source.store.ids
+    ('jsonl', ('a',))
+    """
+    name = os.fspath(path)
+    if os.path.isdir(name):  # a store prepared by `streambatch prepare` (a sharded corpus would branch here)
+        store = open_store(name, verify=verify)
+        return Source(name, "store", store, _read_header(Path(name)), verified=verify)
+    return Source(name, "jsonl", DocumentStore.from_documents(read_jsonl(name)))
+
+
+def _read_header(root: Path) -> dict[str, Any]:
+    try:
+        header = json.loads((root / HEADER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # open_store has already checked it; a race leaves no header to show
+        return {}
+    return header if isinstance(header, dict) else {}
+
+
+def store_header(source: Any) -> dict[str, Any]:
+    """The header a source was opened with: a `Source`'s, a store's own, or ``header.json`` beside its tokens.
+
+    >>> store_header(DocumentStore.from_arrays([1, 2], [0, 2]))
+    {}
+    """
+    if isinstance(source, Source):
+        return source.header
+    header = getattr(source, "header", None)  # a store that keeps its header
+    if isinstance(header, dict):
+        return header
+    tokens = getattr(source, "tokens", None)
+    if isinstance(tokens, np.memmap) and tokens.filename is not None:
+        return _read_header(Path(tokens.filename).parent)
+    return {}
+
+
+def source_store(source: Any) -> DocumentStore:
+    """The `DocumentStore` of a `Source`, a store, or an iterable of documents."""
+    return source.store if isinstance(source, Source) else as_store(source)
+
+
+def source_epoch(
+    source: Any,
+    *,
+    context_length: int,
+    batch_size: int,
+    stride: int = 1,
+    seed: int | None = None,
+    partition: Partition | str = Partition.TRAIN,
+) -> Epoch:
+    """The epoch of *partition* over a whole source, which may hold other partitions too.
+
+    Composes the stages (`Epoch` alone rejects mixed stores): windows of one
+    partition, shuffled with *seed* (or in document order), chunked by *batch_size*.
+
+    >>> import streambatch as sb
+    >>> store = sb.DocumentStore.from_arrays([0, 10, 11, 12, 1, 0, 20, 21, 1], [0, 5, 9], partition=["train", "test"])
+    >>> source_epoch(store, context_length=2, batch_size=2).batch_widths
+    [2, 1]
+    """
+    whole = windows(source_store(source), context_length=context_length, stride=stride, partition=partition)
+    return Epoch.from_windows(whole if seed is None else shuffle(whole, seed), batch_size=batch_size)
