@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import DataError
+from .errors import DataError, StreamBatchError
 
 BOM = "\ufeff"
 HEADER_LIMIT = 64 << 20  # bytes: a store header is a few kB; ids beyond the inline limit live in ids.jsonl
@@ -50,7 +50,7 @@ def _strip_bom(data: bytes | str) -> bytes | str:
     return data[3:] if data.startswith(b"\xef\xbb\xbf") else data
 
 
-def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | str, where: str, fix: str, error: type[DataError]) -> Any:
+def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | str, where: str, fix: str, error: type[StreamBatchError]) -> Any:
     try:
         return decoder.decode(_strip_bom(data))
     except msgspec.ValidationError as err:  # well-formed JSON, unacceptable value: name the JSON path
@@ -64,7 +64,7 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | str, where: str, f
         raise error(f"{where}: invalid text ({err.reason}); {fix}") from None
 
 
-def decode_json(data: bytes | str, where: str, what: str, *, error: type[DataError] = DataError) -> Any:
+def decode_json(data: bytes | str, where: str, what: str, *, error: type[StreamBatchError] = DataError) -> Any:
     """Decode one JSON document of any shape; failures raise *error* naming *where* and *what*.
 
     >>> decode_json(b'{"a": [1]}', "header.json", "the store header")
@@ -73,7 +73,7 @@ def decode_json(data: bytes | str, where: str, what: str, *, error: type[DataErr
     return _decode(_ANY, data, where, f"{what} must be valid JSON", error)
 
 
-def decode_string(data: bytes | str, where: str, what: str, *, error: type[DataError] = DataError) -> str:
+def decode_string(data: bytes | str, where: str, what: str, *, error: type[StreamBatchError] = DataError) -> str:
     """Decode one JSON string (e.g. a line of a store's ids.jsonl).
 
     >>> decode_string(b'"doc-1"', "ids.jsonl:1", "a document id")

@@ -7,7 +7,6 @@ corpus is one more branch here.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from ._json import decode_json
 from .documents import DocumentStore, Partition, as_store
 from .epoch import Epoch
+from .errors import StreamBatchError
 from .readers import read_jsonl
 from .shuffling import shuffle
 from .store import HEADER, open_store
@@ -53,8 +54,8 @@ def open_source(path: str | os.PathLike[str], *, verify: bool = True) -> Source:
 
 def _read_header(root: Path) -> dict[str, Any]:
     try:
-        header = json.loads((root / HEADER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # open_store has already checked it; a race leaves no header to show
+        header = decode_json((root / HEADER).read_bytes(), str(root / HEADER), "a store header")
+    except (OSError, StreamBatchError):  # open_store has already checked it; a race leaves no header to show
         return {}
     return header if isinstance(header, dict) else {}
 

@@ -144,7 +144,7 @@ def test_a_run_killed_at_a_random_moment_resumes_exactly(tmp_path: Path, seed: i
         (["-o", "{out}", "--start-batch", "99"], r"start_batch=99 is out of range for an epoch of \d+ batches"),
         (["-o", "{out}", "--epoch", "-1"], r"epoch=-1 must be a non-negative int"),
         (["-o", "{out}", "--resume", "{missing}"], r"No such file or directory"),
-        (["-o", "{out}", "--resume", "{garbage}"], r"not a JSON state file"),
+        (["-o", "{out}", "--resume", "{garbage}"], r"invalid JSON"),
         (["-o", "{out}", "--resume", "{foreign}"], r"state seed=12 but this run has seed=11"),
         (["-o", "{other}", "--resume", "{state}"], r"the state belongs to output"),
         (["-o", "{out}", "--resume", "{short}"], r"output .* has \d+ bytes but the state recorded \d+"),
@@ -184,3 +184,27 @@ def test_state_files_are_written_atomically(corpus: tuple[Path, list[sb.Document
     assert 0 == run(["epoch", str(path), *ARGS, "-o", str(out), "--save-state", str(state)])[0]
     assert [] == [p.name for p in tmp_path.iterdir() if p.name.startswith(".streambatch-")]
     assert os.path.getsize(state) < 2000
+
+
+def test_an_empty_epoch_says_so_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """T longer than every document: exit 0, no batches, and a note on stderr (the API's window_count is 0)."""
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"id": "a", "tokens": [1, 2, 3]}\n')
+    assert main(["epoch", str(path), "-T", "5", "-B", "2", "--seed", "1"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "the epoch is empty" in captured.err
+    assert "T + 1 = 6 tokens" in captured.err
+    assert sb.Epoch(sb.read_jsonl(path), context_length=5, batch_size=2).window_count == 0
+
+
+def test_a_hostile_state_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A state file nested 100,000 deep is a clean error (exit 2), not a RecursionError."""
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"id": "a", "tokens": [1, 2, 3, 4]}\n')
+    state = tmp_path / "state.json"
+    state.write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["epoch", str(docs), "-T", "1", "-B", "2", "--seed", "1", "-o", str(tmp_path / "o"), "--resume", str(state)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("streambatch: error:")
+    assert len(err.splitlines()) == 1

@@ -14,18 +14,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Callable
 from typing import IO, Any
 
 from .._atomic import atomic_text
 from .._checks import check_non_negative, is_integer
+from .._json import HEADER_LIMIT, decode_json
 from ..batch import MiniBatch
 from ..documents import Partition
 from ..epoch import Epoch
 from ..errors import ConfigError, OutOfRangeError, StateError
-from ..readers import read_jsonl
 from ..run import Run
-from ..store import open_store
+from ..sources import open_source
 
 STATE_FORMAT = "streambatch.epoch-command"
 STATE_VERSION = 1
@@ -59,11 +60,8 @@ def _line(batch: MiniBatch) -> str:
 
 def _run(args: argparse.Namespace, epoch: int) -> Run:
     """The run of the command line, stopping after *epoch* (only that epoch's plan is ever computed)."""
-    if os.path.isdir(args.file):  # a prepared store
-        store = open_store(args.file)
-        documents: Any = store.select(args.partition) if args.keep_partition else store
-    else:
-        documents = read_jsonl(args.file, partition=args.partition if args.keep_partition else None)
+    store = open_source(args.file).store
+    documents = store.select(args.partition) if args.keep_partition else store
     first = Epoch(
         documents,
         context_length=args.context_length,
@@ -72,6 +70,12 @@ def _run(args: argparse.Namespace, epoch: int) -> Run:
         seed=None if args.sequential else args.seed,
         partition=args.partition,
     )
+    if first.window_count == 0:  # not an error, but never silent
+        print(
+            f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} in {args.file} "
+            f"has the T + 1 = {first.context_length + 1} tokens one window needs",
+            file=sys.stderr,
+        )
     return Run.from_epoch(first, epochs=epoch + 1)
 
 
@@ -108,11 +112,8 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
 
 def _read_state(state_path: str) -> dict[str, Any]:
     """The state file's contents, checked for shape (not yet against the run)."""
-    with open(state_path, encoding="utf-8") as handle:
-        try:
-            state = json.load(handle)
-        except json.JSONDecodeError as err:
-            raise StateError(f"{state_path}: not a JSON state file ({err}); pass the file --save-state wrote") from None
+    with open(state_path, "rb") as handle:
+        state = decode_json(handle.read(HEADER_LIMIT + 1), state_path, "the file --save-state wrote", error=StateError)
     found = state if isinstance(state, dict) else {}
     if found.get("format") != STATE_FORMAT or found.get("version") != STATE_VERSION:
         raise StateError(
