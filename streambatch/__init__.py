@@ -29,18 +29,21 @@ from .errors import (
     ConfigError,
     DataError,
     DuplicateIdError,
+    MissingDependencyError,
     OutOfRangeError,
     PartitionError,
     RowIndexError,
     StoreError,
     StreamBatchError,
 )
+from .formats import iter_arrow, iter_bin, iter_hf, iter_npy, iter_parquet, iter_text
 from .materializing import Batches, materialize, materialize_one
-from .prepare import prepare_store
-from .readers import iter_jsonl, iter_records, iter_text, read_jsonl, read_records
+from .prepare import iter_files, prepare_store
+from .readers import iter_jsonl, iter_records, read_jsonl, read_records
 from .shuffling import shuffle, shuffled_order
 from .store import StoreWriter, open_store, write_store
 from .tokenize import byte_detokenize, byte_tokenize
+from .tokenizing import ByteTokenizer, CallableTokenizer, HFTokenizer, Tokenizer, as_tokenizer
 from .windowing import WindowConfig, WindowIndex, Windows, window_counts, window_starts, window_tails, windows
 
 __version__ = "0.2.0"
@@ -48,6 +51,8 @@ __version__ = "0.2.0"
 __all__ = [
     "AccumulationError",
     "Batches",
+    "ByteTokenizer",
+    "CallableTokenizer",
     "Chunks",
     "ConfigError",
     "DataError",
@@ -55,7 +60,9 @@ __all__ = [
     "DocumentStore",
     "DuplicateIdError",
     "Epoch",
+    "HFTokenizer",
     "MiniBatch",
+    "MissingDependencyError",
     "OutOfRangeError",
     "Partition",
     "PartitionError",
@@ -67,11 +74,13 @@ __all__ = [
     "TokenMean",
     "TokenMeanAccumulator",
     "TokenSums",
+    "Tokenizer",
     "WindowConfig",
     "WindowIndex",
     "WindowProvenance",
     "Windows",
     "__version__",
+    "as_tokenizer",
     "batch_count",
     "batch_widths",
     "byte_detokenize",
@@ -79,7 +88,13 @@ __all__ = [
     "chunk",
     "chunked",
     "derive_seed",
+    "iter_arrow",
+    "iter_bin",
+    "iter_files",
+    "iter_hf",
     "iter_jsonl",
+    "iter_npy",
+    "iter_parquet",
     "iter_records",
     "iter_text",
     "materialize",

@@ -2,14 +2,15 @@
 
 A store is a directory::
 
-    STORE/header.json    format, version, dtype, counts, fingerprint, ids/partitions
+    STORE/header.json    format, version, dtype, counts, fingerprint, ids/partitions, tokenizer (optional)
     STORE/tokens.bin     every document's tokens, flat, little-endian uint16 or uint32
     STORE/offsets.bin    document_count + 1 little-endian int64 offsets into tokens.bin
     STORE/ids.jsonl      (many documents only) one JSON string id per line
     STORE/partitions.bin (many documents only) one uint8 per document: 0 train, 1 validation, 2 test
 
 ``fingerprint`` is ``blake2b-256:`` + the hex BLAKE2b-256 of tokens.bin, then
-offsets.bin, then the canonical JSON of the ids and partition codes.  Everything
+offsets.bin, then the canonical JSON of the ids and partition codes (content
+only: the ``tokenizer`` entry, which says what made the tokens, is not part of it).  Everything
 is written under a temporary name beside the target and renamed into place last,
 so an interrupted write leaves either no store or the complete previous one.
 """
@@ -22,7 +23,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,8 @@ import numpy.typing as npt
 
 from .documents import PARTITIONS, Document, DocumentStore, Partition, smallest_token_dtype
 from .errors import DataError, DuplicateIdError, StoreError
-from .validate import check_id, check_offsets, check_tokens, check_unique
+from .tokenizing import Tokenizer, check_vocabulary
+from .validate import check_id, check_offsets, check_tokens, check_unique, short
 
 FORMAT = "streambatch.store"
 VERSION = 1
@@ -55,6 +57,8 @@ class StoreWriter:
     """Stream documents into a new store; `commit` renames it into place atomically.
 
     Use as a context manager: an exception (or a kill) before `commit` leaves no store.
+    *tokenizer* (a `Tokenizer` or its ``describe()`` dict) is recorded in the header,
+    and every token must fit its ``vocab_size``.  *header* adds entries to the header.
 
     >>> import tempfile, pathlib
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "store"
@@ -65,8 +69,19 @@ class StoreWriter:
     (('a',), 'uint16')
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, dtype: npt.DTypeLike | None = None, overwrite: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dtype: npt.DTypeLike | None = None,
+        overwrite: bool = True,
+        tokenizer: Tokenizer | Mapping[str, Any] | None = None,
+        header: Mapping[str, Any] | None = None,
+    ) -> None:
         self.path = Path(path)
+        self.tokenizer: dict[str, Any] | None = None
+        self.set_tokenizer(tokenizer)
+        self.header = dict(header or {})
         _check_target(self.path, overwrite)
         self._fixed = None if dtype is None else np.dtype(dtype)
         if self._fixed is not None and self._fixed.name not in _DTYPES:
@@ -103,31 +118,86 @@ class StoreWriter:
                 f"duplicate document id={doc_id!r}: first at {first}, repeated at {label}; document ids must be unique"
             )
         code = Partition.parse(partition, label).code
-        unsigned = isinstance(tokens, np.ndarray) and tokens.dtype.kind == "u" and tokens.dtype.itemsize <= 4
-        array = tokens if unsigned else check_tokens(tokens, label)  # uint8/16/32 arrays are valid as they are
+        array = _valid_tokens(tokens, label)
+        self._check_vocabulary(array, np.array([array.size]), [label])
         self._write(array, label)
         self._where[doc_id] = label
         self._ids.append(doc_id)
         self._codes.append(code)
         self._offsets.append(self._offsets[-1] + int(array.size))
 
-    def add_block(self, tokens: npt.NDArray[Any], lengths: Iterable[int], ids: Iterable[str], partition: Partition | str) -> None:
-        """Append many documents at once: flat *tokens* split by *lengths* (a fast path for scripts)."""
-        sizes = np.asarray(list(lengths), dtype=np.int64)
+    def add_block(
+        self,
+        tokens: npt.NDArray[Any],
+        lengths: Iterable[int],
+        ids: Iterable[str],
+        partition: Partition | str | npt.NDArray[np.uint8],
+        *,
+        wheres: Sequence[str] | None = None,
+    ) -> None:
+        """Append many documents at once: flat *tokens* split by *lengths* (the fast path of `prepare_store`).
+
+        *partition* is one for all documents or an array of partition codes, one per
+        document; *wheres* name each document in errors.  Nothing is added if any check fails.
+        """
+        sizes = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths), dtype=np.int64)
         names = list(ids)
-        if sizes.size != len(names) or int(sizes.sum()) != tokens.size:
+        array = _valid_tokens(tokens, "add_block")
+        if wheres is not None and len(wheres) != len(names):
+            raise DataError(f"add_block: {len(wheres)} wheres for {len(names)} ids; pass one where per document")
+        if sizes.size != len(names) or (sizes < 0).any() or int(sizes.sum()) != array.size:
             raise DataError("add_block: lengths, ids and tokens disagree; pass one length and id per document")
-        code = Partition.parse(partition).code
-        for name in names:
-            check_id(name, "add_block")
-            if name in self._where:
-                raise DuplicateIdError(f"duplicate document id={name!r} in add_block; document ids must be unique")
-            self._where[name] = "add_block"
-        self._write(tokens, "add_block")
+        labels = (
+            [f"{w} (document id={i!r})" for i, w in zip(names, wheres, strict=True)] if wheres else ["add_block"] * len(names)
+        )
+        if isinstance(partition, np.ndarray):
+            if partition.shape != (len(names),) or (partition.size and int(partition.max()) >= len(PARTITIONS)):
+                raise DataError("add_block: partition codes must be one of 0, 1, 2 per document")
+            codes = partition.astype(np.uint8).tobytes()
+        else:
+            codes = bytes([Partition.parse(partition).code]) * len(names)
+        seen: dict[str, str] = {}
+        for name, label in zip(names, labels, strict=True):
+            check_id(name, label)
+            first = self._where.get(name) or seen.get(name)
+            if first is not None:
+                raise DuplicateIdError(
+                    f"duplicate document id={name!r}: first at {first}, repeated at {label}; document ids must be unique"
+                )
+            seen[name] = label
+        self._check_vocabulary(array, sizes, labels)
+        self._write(array, "add_block")
+        self._where.update(seen)
         self._ids.extend(names)
-        self._codes.extend(bytes([code]) * len(names))
+        self._codes.extend(codes)
         ends = self._offsets[-1] + np.cumsum(sizes)
         self._offsets.extend(ends.tolist())
+
+    def set_tokenizer(self, tokenizer: Tokenizer | Mapping[str, Any] | None) -> None:
+        """Record *tokenizer* (a `Tokenizer` or its ``describe()`` dict) in the header; documents added next must fit it."""
+        self.tokenizer = dict(tokenizer.describe() if isinstance(tokenizer, Tokenizer) else tokenizer) if tokenizer else None
+
+    def _check_vocabulary(self, array: npt.NDArray[Any], lengths: npt.NDArray[np.int64], labels: list[str]) -> None:
+        if self.tokenizer is not None and isinstance(self.tokenizer.get("vocab_size"), int):
+            check_vocabulary(array, lengths, labels, self.tokenizer["vocab_size"], str(self.tokenizer.get("name")))
+
+    def mark(self) -> tuple[int, int, int]:
+        """A point to `rollback` to (e.g. the start of an input file)."""
+        self._tokens.flush()
+        return len(self._ids), self._tokens.tell(), self._max
+
+    def rollback(self, mark: tuple[int, int, int]) -> None:
+        """Discard every document added after *mark*."""
+        count, position, top = mark
+        for name in self._ids[count:]:
+            del self._where[name]
+        del self._ids[count:]
+        del self._codes[count:]
+        del self._offsets[count + 1 :]
+        self._tokens.flush()
+        self._tokens.truncate(position)
+        self._tokens.seek(position)
+        self._max = top
 
     def _write(self, array: npt.NDArray[Any], label: str) -> None:
         if array.size:
@@ -163,6 +233,9 @@ class StoreWriter:
             "document_count": len(self._ids),
             "fingerprint": _fingerprint(self._tmp, self._ids, codes),
         }
+        if self.tokenizer is not None:
+            header["tokenizer"] = self.tokenizer
+        header.update({k: v for k, v in self.header.items() if k not in header})
         if len(self._ids) <= INLINE_DOCUMENTS:
             header["ids"] = self._ids
             header["partitions"] = [PARTITIONS[c].value for c in codes.tolist()]
@@ -188,6 +261,12 @@ class StoreWriter:
         with contextlib.suppress(OSError):
             self._tokens.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _valid_tokens(tokens: Any, label: str) -> npt.NDArray[Any]:
+    if isinstance(tokens, np.ndarray) and tokens.ndim == 1 and tokens.dtype.kind == "u" and tokens.dtype.itemsize <= 4:
+        return tokens  # uint8/16/32 arrays are valid as they are
+    return check_tokens(tokens, label)
 
 
 def _fsync(path: Path) -> None:
@@ -234,9 +313,17 @@ def _remove_stale_partials(path: Path) -> None:
             continue
 
 
-def write_store(path: str | os.PathLike[str], documents: DocumentStore | Iterable[Document]) -> DocumentStore:
-    """Write documents (or an in-memory store) to *path* atomically; returns the opened store."""
-    with StoreWriter(path) as writer:
+def write_store(
+    path: str | os.PathLike[str],
+    documents: DocumentStore | Iterable[Document],
+    *,
+    tokenizer: Tokenizer | Mapping[str, Any] | None = None,
+) -> DocumentStore:
+    """Write documents (or an in-memory store) to *path* atomically; returns the opened store.
+
+    *tokenizer* (what made the tokens) is recorded in the header; every token must fit its vocabulary.
+    """
+    with StoreWriter(path, tokenizer=tokenizer) as writer:
         if isinstance(documents, DocumentStore):
             for i in range(len(documents)):
                 start, length = int(documents.starts[i]), int(documents.lengths[i])
@@ -295,7 +382,12 @@ def open_store(path: str | os.PathLike[str], *, verify: bool = True) -> Document
     tokens: Any = (
         np.memmap(root / TOKENS, dtype=dtype, mode="r", shape=(tokens_count,)) if tokens_count else np.zeros(0, dtype=dtype)
     )
-    return DocumentStore._frozen(tokens, offsets[:-1].copy(), np.diff(offsets), tuple(ids), codes, str(header.get("fingerprint")))
+    tokenizer = header.get("tokenizer")
+    if tokenizer is not None and not isinstance(tokenizer, dict):
+        raise StoreError(f"{header_path}: tokenizer={short(tokenizer)} must be an object (name, vocab_size, ...) or absent")
+    return DocumentStore._frozen(
+        tokens, offsets[:-1].copy(), np.diff(offsets), tuple(ids), codes, str(header.get("fingerprint")), tokenizer
+    )
 
 
 def _count(header: dict[str, Any], name: str, header_path: Path) -> int:

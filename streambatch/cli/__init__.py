@@ -20,6 +20,7 @@ from ..epoch import Epoch
 from ..errors import StreamBatchError
 from ..readers import read_jsonl
 from ..store import open_store
+from .prepare import register as register_prepare
 from .store import register as register_store_commands
 
 EXIT_USAGE = 2
@@ -115,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     epoch.add_argument("--output", "-o", help="write to this file atomically instead of stdout")
     epoch.set_defaults(run=_epoch)
-    register_store_commands(commands)  # prepare, inspect
+    register_prepare(commands)
+    register_store_commands(commands)  # inspect
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Store commands for the CLI: ``prepare`` and ``inspect``."""
+"""Store commands for the CLI: ``inspect`` (``prepare`` is in `streambatch.cli.prepare`)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,8 @@ import json
 from typing import IO, Any
 
 from ..documents import Partition
-from ..prepare import prepare_store
 from ..store import open_store
 from ..windowing import window_counts
-
-
-def _prepare(args: argparse.Namespace, out: IO[str]) -> None:
-    store = prepare_store(args.inputs, args.output, per_line=args.per_line, partition=args.partition, quiet=args.quiet)
-    if not args.quiet:
-        out.write(
-            f"wrote {args.output}: {len(store)} documents, {store.tokens.size} tokens ({store.tokens.dtype.name}), "
-            f"{store.fingerprint}\n"
-        )
 
 
 def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
@@ -30,6 +20,7 @@ def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
         "dtype": store.tokens.dtype.name,
         "fingerprint": store.fingerprint,
         "partitions": {p.value: int((store.partition_codes == p.code).sum()) for p in Partition},
+        "tokenizer": store.tokenizer,
     }
     if args.context_length:
         counts = window_counts(store.lengths, args.context_length, args.stride)
@@ -39,15 +30,7 @@ def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
 
 
 def register(commands: Any) -> None:
-    """Add ``prepare`` and ``inspect`` to *commands* (an argparse subparsers object)."""
-    prepare = commands.add_parser("prepare", help="build a memory-mappable token store from text or JSONL files")
-    prepare.add_argument("inputs", nargs="+", help="text files, folders of them, or .jsonl token files")
-    prepare.add_argument("-o", "--output", required=True, help="store directory to create (replaced atomically)")
-    prepare.add_argument("--per-line", action="store_true", help="one document per non-blank line of text")
-    prepare.add_argument("--partition", default="train", choices=[p.value for p in Partition], help="for text documents")
-    prepare.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
-    prepare.set_defaults(run=_prepare)
-
+    """Add ``inspect`` to *commands* (an argparse subparsers object)."""
     inspect = commands.add_parser("inspect", help="check a store and print its summary as JSON")
     inspect.add_argument("store")
     inspect.add_argument("--no-verify", action="store_true", help="skip the fingerprint check (reads every byte)")
