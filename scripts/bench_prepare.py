@@ -8,8 +8,10 @@ The corpus is the Python standard library's own source (real text, one document
 per file, or per line with --per-line), copied into a temporary folder.  The BPE
 is trained here with ``tokenizers`` on the first 4 MB of it (byte-level, 8,192
 ids, ``<|endoftext|>``).  Each configuration runs --repeats times after a warm-up;
-the median is reported, with the load average seen before and after (the machine
-may be shared).  Every run's fingerprint must equal the serial one.
+the median is reported, with the CPU seconds it used (this process and its
+workers) and the load average seen before and after (the machine may be shared:
+CPU s / s is how many cores the run got).  Every run's fingerprint must equal
+the serial one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import sysconfig
@@ -71,18 +74,27 @@ def train_bpe(corpus: Path, path: Path, vocab_size: int = 8192) -> Path:
     return path
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (the workers, once their pool is joined)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
 def measure(corpus: Path, out: Path, repeats: int, **options: Any) -> dict[str, Any]:
     """Median seconds of `prepare_store` over *repeats* runs (after one warm-up), and the store's numbers."""
     store = sb.prepare_store([corpus], out, quiet=True, **options)
-    seconds = []
+    seconds, cpu = [], []
     for _ in range(repeats):
+        before = _cpu()
         start = time.perf_counter()
         again = sb.prepare_store([corpus], out, quiet=True, **options)
         seconds.append(time.perf_counter() - start)
+        cpu.append(_cpu() - before)
         assert again.fingerprint == store.fingerprint
     median = statistics.median(seconds)
     return {
         "seconds": median,
+        "cpu_seconds": statistics.median(cpu),
         "documents": len(store),
         "tokens": store.token_count,
         "tokens_per_s": store.token_count / median,
@@ -131,20 +143,19 @@ def main() -> None:
         f"{args.repeats} repeats (median); {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, "
         f"Python {platform.python_version()}; load average before {load_before[0]:.2f}, after {load_after[0]:.2f}"
     )
-    print("| tokenizer | workers | documents | tokens | seconds | tokens/s | speed-up |")
-    print("|---|---|---|---|---|---|---|")
-    base: dict[str, float] = {}
+    print("| tokenizer | workers | documents | tokens | seconds | tokens/s | speed-up | CPU s | CPU s / s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    base = {r["tokenizer"]: r["seconds"] for r in rows if r["workers"] == 1 and r["rust_threads"] != "true"}
     for row in rows:
         label = row["tokenizer"] + (
             "" if row["rust_threads"] is None else f" (rust threads {'on' if row['rust_threads'] == 'true' else 'off'})"
         )
         key = row["tokenizer"]
-        if row["workers"] == 1 and row["rust_threads"] != "true":
-            base[key] = row["seconds"]
-        speedup = base[key] / row["seconds"] if key in base else float("nan")
+        speedup = base[key] / row["seconds"]  # vs one thread in one process
         print(
             f"| {label} | {row['workers']} | {row['documents']:,} | {row['tokens']:,} | {row['seconds']:.2f} | "
-            f"{row['tokens_per_s'] / 1e6:.2f} M | {speedup:.2f}x |"
+            f"{row['tokens_per_s'] / 1e6:.2f} M | {speedup:.2f}x | {row['cpu_seconds']:.2f} | "
+            f"{row['cpu_seconds'] / row['seconds']:.2f} |"
         )
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "load": [load_before, load_after], "bytes": size}, indent=1))

@@ -529,8 +529,18 @@ def select_inputs(
     exclude: Sequence[str] = (),
     shard: str | tuple[int, int] | None = None,
 ) -> list[InputFile]:
-    """The input files, in order: inputs as given, each folder's files sorted by relative path; then filtered
-    by *include*/*exclude*, then cut to this *shard*'s contiguous run."""
+    """The input files, in order: inputs as given, each folder's files sorted by relative path (hidden
+    entries skipped; a folder saved by ``datasets`` is one input; ``X.offsets.npy`` goes with ``X.npy``).
+
+    *include*/*exclude* globs (`fnmatch`, case-sensitive, ``*`` also crosses ``/``)
+    match each file's path relative to its input folder (a file given directly:
+    its name); a file is kept if it matches some include (when any) and no
+    exclude.  *shard* ``"i/n"`` then keeps files ``[i*F//n, (i+1)*F//n)`` of the F
+    left: contiguous runs, so the shards in order are the whole.  A file's
+    ``name`` (its documents' id) is its path relative to its input folder,
+    prefixed with the folder's name when several inputs are given; a file given
+    directly keeps the path as given.
+    """
     if isinstance(inputs, (str, os.PathLike)):
         raise ConfigError(f"inputs={os.fspath(inputs)!r} is one path; pass a list of files and folders")
     several = len(inputs) > 1

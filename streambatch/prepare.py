@@ -1,22 +1,14 @@
 """Build a token store from the files corpora come in, on several cores and several machines.
 
-Inputs are files and folders (in the order given, each folder's files sorted by
-relative path, hidden entries skipped; a
-folder saved by ``datasets`` is one input); each file is read by its suffix
-(`streambatch.formats`).  Selection, in this order: ``include``/``exclude`` globs
-(`fnmatch`, case-sensitive, ``*`` also crosses ``/``) on each file's path relative
-to its input folder (a file given directly: its name); then ``shard=(i, n)`` keeps
-the i-th of n contiguous, nearly equal runs of the remaining list, so that the n
-shard stores, read in order, hold exactly the documents of the whole.
+Inputs are files and folders, selected by `streambatch.formats.select_inputs`
+(include/exclude globs, then ``shard=(i, n)``: the i-th of n contiguous runs of
+the file list, so that the n shard stores, read in order, hold exactly the
+documents of the whole); each file is read by its suffix (`streambatch.formats`).
 
-Document ids: a file's path relative to its input folder, prefixed with the
-folder's name when several inputs are given (``a/x.txt``, ``b/x.txt``); a file
-given directly keeps the path as given; rows, lines and split documents add
-``:N``.
-
-The work is cut into tasks (about 4 MiB of lines, a row group, a file), run in
-order, in this process or, with ``workers > 1``, in a pool of spawned processes
-whose results are written in input order: the store is the same either way.
+The work is cut into tasks (1 MiB of lines, a group of small files, a Parquet
+row group, rows of a saved dataset, a file), run in order, in this process or,
+with ``workers > 1``, in a pool of spawned processes whose results are written
+in input order: the store is the same either way.
 """
 
 from __future__ import annotations
@@ -43,10 +35,10 @@ from .documents import Document, DocumentStore, Partition
 from .errors import ConfigError, DataError
 from .formats import Block, InputFile, ReadOptions, parse_shard, read_options, select_inputs
 from .store import StoreWriter
-from .tokenizing import AUTO, SpecialId, TokenizerSpec, check_vocabulary
+from .tokenizing import AUTO, ByteTokenizer, SpecialId, TokenizerSpec, check_vocabulary
 
 DATASET_TASK_ROWS = 8192  # rows of a saved dataset per task
-GROUP_BYTES = _inputs.LINE_CHUNK_BYTES  # small files are sent to a worker together, up to about this many bytes
+GROUP_BYTES = _inputs.LINE_CHUNK_BYTES  # small files and chunks are sent to a worker together, up to about this many bytes
 GROUP_FILES = 64
 
 
@@ -66,10 +58,12 @@ class Task:
     size: int = 0  # bytes, roughly: how tasks are grouped for workers
     error: str = ""
 
-    @property
-    def inline(self) -> bool:
-        """Runs in the main process: reading is all there is (numpy), no tokenizing."""
-        return self.kind in ("npy", "bin", "failed")
+    def inline(self, opts: ReadOptions) -> bool:
+        """Runs in the main process even with workers: nothing to tokenize (numpy reads), or only bytes to
+        split, which is faster than sending the ids back from a worker."""
+        return self.kind in ("npy", "bin", "failed", "empty") or (
+            self.kind in ("text", "lines") and isinstance(opts.tokenizer, ByteTokenizer)
+        )
 
 
 def file_tasks(index: int, file: InputFile, opts: ReadOptions) -> Iterator[Task]:
@@ -184,17 +178,24 @@ def run_tasks(tasks: Iterable[Task], opts: ReadOptions, workers: int = 1) -> Gen
             f"workers={workers} needs a tokenizer that can be sent to other processes, and this one cannot be pickled "
             f"({type(err).__name__}: {err}); use a module-level function, a Tokenizer object, or workers=1"
         ) from err
-    with multiprocessing.get_context("spawn").Pool(workers, _start_worker, (opts,)) as pool:
-        yield from _ordered(pool, tasks, opts, workers)
+    pools: list[Any] = []  # started at the first task that needs one
+    try:
+        yield from _ordered(pools, tasks, opts, workers)
+    finally:
+        for pool in pools:
+            pool.terminate()
+            pool.join()
 
 
-def _ordered(pool: Any, tasks: Iterable[Task], opts: ReadOptions, workers: int) -> Iterator[tuple[Task, Outcome]]:
+def _ordered(pools: list[Any], tasks: Iterable[Task], opts: ReadOptions, workers: int) -> Iterator[tuple[Task, Outcome]]:
     pending: deque[tuple[list[Task], Any]] = deque()
     group: list[Task] = []
 
     def submit() -> None:
         if group:
-            pending.append((list(group), pool.apply_async(_work, (list(group),))))
+            if not pools:
+                pools.append(multiprocessing.get_context("spawn").Pool(workers, _start_worker, (opts,)))
+            pending.append((list(group), pools[0].apply_async(_work, (list(group),))))
             group.clear()
 
     def settle(limit: int) -> Iterator[tuple[Task, Outcome]]:
@@ -206,13 +207,13 @@ def _ordered(pool: Any, tasks: Iterable[Task], opts: ReadOptions, workers: int) 
                 yield from zip(batch, result.get(), strict=True)
 
     for task in tasks:
-        if task.inline:
+        if task.inline(opts):
             submit()
             pending.append(([task], None))
         else:
             group.append(task)
-            if task.kind != "text" or sum(t.size for t in group) >= GROUP_BYTES or len(group) >= GROUP_FILES:
-                submit()  # whole text files travel together; every other task is big enough alone
+            if not task.size or sum(t.size for t in group) >= GROUP_BYTES or len(group) >= GROUP_FILES:
+                submit()  # small files and chunks travel together; row groups and datasets alone
         yield from settle(2 * workers + 2)  # bounded: the main process reads ahead of the workers, not ahead of memory
     submit()
     yield from settle(0)
@@ -340,11 +341,16 @@ def prepare_store(
     if not quiet:
         seconds = progress.seconds()
         print(
-            f"prepare: {len(files) - len(skipped)} files, {len(store):,} documents, {store.token_count:,} tokens, "
+            f"prepare: {_count_of(len(files) - len(skipped), 'file')}, {_count_of(len(store), 'document')}, "
+            f"{store.token_count:,} tokens, "
             f"{len(skipped)} skipped, {seconds:.2f} s ({store.token_count / max(seconds, 1e-9):,.0f} tokens/s)",
             file=sys.stderr,
         )
     return store
+
+
+def _count_of(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def _write(

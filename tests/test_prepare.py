@@ -256,7 +256,7 @@ def test_summary_line_and_quiet(tmp_path: Path, capsys: pytest.CaptureFixture[st
     (tmp_path / "a.txt").write_text("hello")
     sb.prepare_store([tmp_path / "a.txt"], tmp_path / "s")
     err = capsys.readouterr().err
-    assert err.startswith("prepare: 1 files, 1 documents, 5 tokens, 0 skipped, ")
+    assert err.startswith("prepare: 1 file, 1 document, 5 tokens, 0 skipped, ")
     assert err.endswith(" tokens/s)\n")
     sb.prepare_store([tmp_path / "a.txt"], tmp_path / "s", quiet=True)
     assert "" == capsys.readouterr().err
