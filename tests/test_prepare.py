@@ -307,7 +307,7 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert (2, "") == cli(
         "prepare", str(tmp_path / "bad.txt"), "-o", str(tmp_path / "s"), "--tokenizer", str(tmp_path / "no.json")
     )
-    assert "tokenizer=" in capsys.readouterr().err
+    assert "tokenizer" in capsys.readouterr().err  # cannot read it, or the tokenizers extra is missing
     assert not (tmp_path / "s").exists()
 
 
