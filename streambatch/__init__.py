@@ -31,6 +31,7 @@ from .errors import (
     ConfigError,
     DataError,
     DuplicateIdError,
+    MissingDependencyError,
     OutOfRangeError,
     PartitionError,
     RowIndexError,
@@ -39,15 +40,17 @@ from .errors import (
     StreamBatchError,
 )
 from .figure import epoch_html, epoch_svg
+from .formats import iter_arrow, iter_bin, iter_hf, iter_npy, iter_parquet, iter_text
 from .inspection import inspect_source
 from .materializing import Batches, materialize, materialize_one
-from .prepare import prepare_store
-from .readers import iter_jsonl, iter_records, iter_text, read_jsonl, read_records
+from .prepare import iter_files, prepare_store
+from .readers import iter_jsonl, iter_records, read_jsonl, read_records
 from .run import Run
 from .shuffling import shuffle, shuffled_order
 from .sources import Source, open_source
 from .store import StoreWriter, open_store, write_store
 from .tokenize import byte_detokenize, byte_tokenize
+from .tokenizing import ByteTokenizer, CallableTokenizer, HFTokenizer, Tokenizer, as_tokenizer
 from .windowing import WindowConfig, WindowIndex, Windows, window_counts, window_starts, window_tails, windows
 
 __version__ = "0.2.0"
@@ -56,6 +59,8 @@ __all__ = [
     "AccumulationError",
     "AuditResult",
     "Batches",
+    "ByteTokenizer",
+    "CallableTokenizer",
     "Chunks",
     "ConfigError",
     "DataError",
@@ -63,7 +68,9 @@ __all__ = [
     "DocumentStore",
     "DuplicateIdError",
     "Epoch",
+    "HFTokenizer",
     "MiniBatch",
+    "MissingDependencyError",
     "OutOfRangeError",
     "Partition",
     "PartitionError",
@@ -78,11 +85,13 @@ __all__ = [
     "TokenMean",
     "TokenMeanAccumulator",
     "TokenSums",
+    "Tokenizer",
     "WindowConfig",
     "WindowIndex",
     "WindowProvenance",
     "Windows",
     "__version__",
+    "as_tokenizer",
     "audit_batches",
     "audit_epoch",
     "batch_count",
@@ -95,7 +104,13 @@ __all__ = [
     "epoch_html",
     "epoch_svg",
     "inspect_source",
+    "iter_arrow",
+    "iter_bin",
+    "iter_files",
+    "iter_hf",
     "iter_jsonl",
+    "iter_npy",
+    "iter_parquet",
     "iter_records",
     "iter_text",
     "materialize",

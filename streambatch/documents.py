@@ -114,6 +114,8 @@ class DocumentStore:
 
     ``tokens`` may be an in-memory array or a read-only memory map (see
     `streambatch.open_store`).  A store never copies token data to select or view.
+    ``tokenizer`` is what made a prepared store (its header's entry: name, kind,
+    file_hash, vocab_size, eos_id, bos_id), or None.
 
     >>> store = DocumentStore.from_arrays([0, 10, 11, 12, 1, 0, 20, 21, 1], [0, 5, 9])
     >>> store.ids, store.lengths.tolist(), store.document(1).tokens.tolist()
@@ -126,6 +128,7 @@ class DocumentStore:
     ids: tuple[str, ...]
     partition_codes: npt.NDArray[np.uint8]
     fingerprint: str | None = None
+    tokenizer: dict[str, Any] | None = None
 
     @classmethod
     def from_documents(cls, documents: Iterable[Document]) -> DocumentStore:
@@ -210,13 +213,20 @@ class DocumentStore:
 
     @classmethod
     def _frozen(
-        cls, tokens: Any, starts: Any, lengths: Any, ids: tuple[str, ...], codes: Any, fingerprint: str | None = None
+        cls,
+        tokens: Any,
+        starts: Any,
+        lengths: Any,
+        ids: tuple[str, ...],
+        codes: Any,
+        fingerprint: str | None = None,
+        tokenizer: dict[str, Any] | None = None,
     ) -> DocumentStore:
         for array in (starts, lengths, codes):
             array.flags.writeable = False
         if isinstance(tokens, np.ndarray) and tokens.flags.writeable and tokens.flags.owndata:
             tokens.flags.writeable = False
-        return cls(tokens, starts, lengths, ids, codes, fingerprint)
+        return cls(tokens, starts, lengths, ids, codes, fingerprint, tokenizer)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -234,9 +244,10 @@ class DocumentStore:
         tokens = self.tokens
         if isinstance(tokens, np.memmap) and tokens.filename is not None and tokens.offset == 0:
             spec = (str(tokens.filename), tokens.dtype.str, int(tokens.size), getattr(tokens, "identity", None))
-            fields = (self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint)
+            fields = (self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint, self.tokenizer)
             return (_reopen_memmap, (spec, *fields))
-        return (DocumentStore._frozen, (tokens, self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint))
+        fields = (self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint, self.tokenizer)
+        return (DocumentStore._frozen, (tokens, *fields))
 
     @property
     def offsets(self) -> npt.NDArray[np.int64]:
@@ -283,6 +294,7 @@ class DocumentStore:
             tuple(self.ids[i] for i in keep.tolist()),
             self.partition_codes[keep],
             self.fingerprint,
+            self.tokenizer,
         )
 
     def check_partition(self, partition: Partition | str) -> Partition:

@@ -19,6 +19,10 @@ class OutOfRangeError(ConfigError, IndexError):
     """A batch or row index is out of range (also an `IndexError`)."""
 
 
+class MissingDependencyError(ConfigError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install (also an `ImportError`)."""
+
+
 class DataError(StreamBatchError):
     """A document, store or batch is malformed; the message says where."""
 

@@ -14,7 +14,7 @@ from ._checks import check_positive
 from .chunking import batch_count
 from .documents import Partition
 from .errors import ConfigError
-from .sources import Source, source_store, store_header
+from .sources import Source, source_store
 from .windowing import POSITION_LIMIT, window_counts, window_tails
 
 
@@ -55,14 +55,13 @@ def inspect_source(
     B = None if batch_size is None else check_positive(batch_size, "batch_size", "the number of windows per batch")
     s = check_positive(stride, "stride", "the distance between window starts")
     store = source_store(source)
-    header = store_header(source)
     lengths = store.lengths
     summary: dict[str, Any] = {
         "documents": len(store),
         "tokens": int(lengths.sum()),
         "dtype": store.tokens.dtype.name,
         "fingerprint": store.fingerprint,
-        "tokenizer": header.get("tokenizer"),
+        "tokenizer": store.tokenizer,
     }
     if isinstance(source, Source):
         summary = {"path": source.path, "kind": source.kind, "verified": source.verified, **summary}

@@ -1,71 +1,426 @@
-"""Build a token store from JSONL token documents and plain UTF-8 text files or folders.
+"""Build a token store from the files corpora come in, on several cores and several machines.
 
-``.jsonl`` files are read as token documents (`streambatch.iter_jsonl`); every
-other file is text (`streambatch.iter_text`), tokenized by a callable
-``str -> ids`` (the byte-level tokenizer by default), one document per file or,
-with ``per_line``, one per non-blank line.  Folders are walked in sorted order,
-skipping hidden entries.  Documents stream into a `StoreWriter`; nothing holds
-the corpus in memory.
+Inputs are files and folders, selected by `streambatch.formats.select_inputs`
+(include/exclude globs, then ``shard=(i, n)``: the i-th of n contiguous runs of
+the file list, so that the n shard stores, read in order, hold exactly the
+documents of the whole); each file is read by its suffix (`streambatch.formats`).
+
+The work is cut into tasks (1 MiB of lines, a group of small files, a Parquet
+row group, rows of a saved dataset, a file), run in order, in this process or,
+with ``workers > 1``, in a pool of spawned processes whose results are written
+in input order: the store is the same either way.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import itertools
+import multiprocessing
 import os
+import pickle
 import sys
-from collections.abc import Sequence
+import time
+from collections import deque
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from .documents import DocumentStore, Partition
-from .errors import ConfigError
-from .readers import Tokenizer, input_files, iter_jsonl, text_units, tokenize_checked
+import numpy as np
+
+from . import _inputs, formats
+from ._checks import check_positive
+from .documents import Document, DocumentStore, Partition
+from .errors import ConfigError, DataError
+from .formats import Block, InputFile, ReadOptions, parse_shard, read_options, select_inputs
 from .store import StoreWriter
-from .tokenize import byte_tokenize
+from .tokenizing import AUTO, ByteTokenizer, SpecialId, TokenizerSpec, check_vocabulary
 from .validate import short
+
+DATASET_TASK_ROWS = 8192  # rows of a saved dataset per task
+GROUP_BYTES = _inputs.LINE_CHUNK_BYTES  # small files and chunks are sent to a worker together, up to about this many bytes
+GROUP_FILES = 64
+
+
+# --- tasks ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Task:
+    """A piece of work on one input file (*file* is its position in the selection)."""
+
+    file: int
+    kind: str
+    path: str
+    name: str
+    chunk: _inputs.LineChunk | None = field(default=None, repr=False)
+    part: tuple[int, int] = (0, 0)  # Parquet: (row group, first row); saved dataset: (start, stop) rows
+    size: int = 0  # bytes, roughly: how tasks are grouped for workers
+    error: str = ""
+
+    def inline(self, opts: ReadOptions) -> bool:
+        """Runs in the main process even with workers: nothing to tokenize (numpy reads), or only bytes to
+        split, which is faster than sending the ids back from a worker."""
+        return self.kind in ("npy", "bin", "failed", "empty") or (
+            self.kind in ("text", "lines") and isinstance(opts.tokenizer, ByteTokenizer)
+        )
+
+
+def file_tasks(index: int, file: InputFile, opts: ReadOptions) -> Iterator[Task]:
+    """The tasks of one file, in order; a file that cannot be read ends with a ``failed`` task."""
+    path, kind = str(file.path), file.kind
+    try:
+        if kind == "jsonl" or (kind == "text" and opts.per_line):
+            lines = "jsonl" if kind == "jsonl" else "lines"
+            chunks = _inputs.line_chunks(path, _inputs.LINE_CHUNK_BYTES)
+            for chunk in _first_or(chunks, _inputs.LineChunk(b"", 0, 1)):
+                yield Task(index, lines, path, file.name, chunk, size=len(chunk.data))
+        elif kind == "parquet":
+            groups = formats.parquet_row_groups(path)
+            firsts = itertools.accumulate(groups[:-1], initial=0) if groups else ()
+            for group, first in enumerate(firsts):
+                yield Task(index, kind, path, file.name, part=(group, first))
+            if not groups:
+                yield Task(index, "empty", path, file.name)
+        elif kind == "dataset":
+            rows = formats.load_dataset_folder(path).num_rows
+            for lo in range(0, max(rows, 1), DATASET_TASK_ROWS):
+                yield Task(index, kind, path, file.name, part=(lo, min(rows, lo + DATASET_TASK_ROWS)))
+        elif kind == "unsupported":
+            suffix = Path(_inputs.base_name(path)).suffix
+            yield Task(index, "failed", path, file.name, error=f"{path}: compressed {suffix} files are not read; decompress it")
+        elif kind == "offsets":
+            yield Task(index, "failed", path, file.name, error=f"{path}: an offsets file without {path[:-12]}.npy beside it")
+        else:
+            yield Task(index, kind, path, file.name, size=_size(path))
+    except DataError as err:
+        yield Task(index, "failed", path, file.name, error=str(err))
+
+
+def _first_or(items: Iterator[Any], empty: Any) -> Iterator[Any]:
+    seen = False
+    for item in items:
+        seen = True
+        yield item
+    if not seen:
+        yield empty
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def run_task(task: Task, opts: ReadOptions) -> Iterator[Block]:
+    """The blocks of one task (lazily); a failed task raises its `DataError`."""
+    if task.kind == "text":
+        yield formats.text_file_block(task.path, task.name, opts)
+    elif task.kind == "lines" and task.chunk is not None:
+        yield formats.text_lines_block(task.chunk, task.path, task.name, opts)
+    elif task.kind == "jsonl" and task.chunk is not None:
+        yield formats.jsonl_block(task.chunk, task.path, task.name, opts)
+    elif task.kind == "parquet":
+        yield from formats.parquet_blocks(task.path, task.name, task.part[0], task.part[1], opts)
+    elif task.kind == "arrow":
+        yield from formats.arrow_blocks(task.path, task.name, opts)
+    elif task.kind == "dataset":
+        yield from formats.dataset_rows_blocks(task.path, task.name, task.part[0], task.part[1], opts)
+    elif task.kind == "npy":
+        yield from formats.npy_blocks(task.path, task.name, opts)
+    elif task.kind == "bin":
+        yield from formats.bin_blocks(task.path, task.name, opts)
+    elif task.kind != "empty":
+        raise DataError(task.error or f"{task.path}: unknown task kind {task.kind!r}")
+
+
+_WORKER: dict[str, ReadOptions] = {}
+
+
+def _start_worker(opts: ReadOptions) -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker: the pool is the parallelism
+    _WORKER["options"] = opts
+
+
+def _work(tasks: list[Task]) -> list[list[Block] | str]:
+    opts = _WORKER["options"]
+    done: list[list[Block] | str] = []
+    for task in tasks:
+        try:
+            done.append([_narrow(block) for block in run_task(task, opts)])
+        except DataError as err:  # reported (or skipped) in order by the main process
+            done.append(str(err))
+    return done
+
+
+def _narrow(block: Block) -> Block:
+    """The block with uint16 tokens when they fit: half the bytes back from a worker."""
+    tokens = block.tokens
+    if tokens.dtype.itemsize > 2 and (tokens.size == 0 or int(tokens.max()) < 1 << 16):
+        return dataclasses.replace(block, tokens=tokens.astype(np.uint16))
+    return block
+
+
+Outcome = Iterable[Block] | str
+
+
+def run_tasks(tasks: Iterable[Task], opts: ReadOptions, workers: int = 1) -> Generator[tuple[Task, Outcome], None, None]:
+    """Each task with its blocks (or its error message), in task order; *workers* > 1 tokenizes in spawned processes."""
+    if workers == 1:
+        for task in tasks:
+            yield task, run_task(task, opts)
+        return
+    try:
+        pickle.dumps(opts)
+    except Exception as err:
+        raise ConfigError(
+            f"workers={workers} needs a tokenizer that can be sent to other processes, and this one cannot be pickled "
+            f"({type(err).__name__}: {err}); use a module-level function, a Tokenizer object, or workers=1"
+        ) from err
+    pools: list[Any] = []  # started at the first task that needs one
+    try:
+        yield from _ordered(pools, tasks, opts, workers)
+    finally:
+        for pool in pools:
+            pool.terminate()
+            pool.join()
+
+
+def _ordered(pools: list[Any], tasks: Iterable[Task], opts: ReadOptions, workers: int) -> Iterator[tuple[Task, Outcome]]:
+    pending: deque[tuple[list[Task], Any]] = deque()
+    group: list[Task] = []
+
+    def submit() -> None:
+        if group:
+            if not pools:
+                pools.append(multiprocessing.get_context("spawn").Pool(workers, _start_worker, (opts,)))
+            pending.append((list(group), pools[0].apply_async(_work, (list(group),))))
+            group.clear()
+
+    def settle(limit: int) -> Iterator[tuple[Task, Outcome]]:
+        while len(pending) > limit:
+            batch, result = pending.popleft()
+            if result is None:
+                yield batch[0], run_task(batch[0], opts)
+            else:
+                yield from zip(batch, result.get(), strict=True)
+
+    for task in tasks:
+        if task.inline(opts):
+            submit()
+            pending.append(([task], None))
+        else:
+            group.append(task)
+            if not task.size or sum(t.size for t in group) >= GROUP_BYTES or len(group) >= GROUP_FILES:
+                submit()  # small files and chunks travel together; row groups and datasets alone
+        yield from settle(2 * workers + 2)  # bounded: the main process reads ahead of the workers, not ahead of memory
+    submit()
+    yield from settle(0)
+
+
+# --- the store -----------------------------------------------------------------------------------
+
+
+def iter_files(
+    inputs: Sequence[str | os.PathLike[str]],
+    *,
+    tokenizer: TokenizerSpec = None,
+    eos_id: SpecialId = AUTO,
+    bos_id: SpecialId = AUTO,
+    per_line: bool = False,
+    partition: Partition | str = Partition.TRAIN,
+    column: str | None = None,
+    bin_separator: int | None = None,
+    bin_dtype: str = "uint16",
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    shard: str | tuple[int, int] | None = None,
+) -> Iterator[Document]:
+    """The documents `prepare_store` writes, lazily, in order (one process; the first bad file raises).
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "a.txt").write_text("hi")
+    >>> _ = (folder / "b.jsonl").write_text('{"tokens": [7, 8]}\\n')
+    >>> [(d.id, d.tokens.tolist()) for d in iter_files([folder], eos_id=256)]
+    [('a.txt', [104, 105, 256]), ('b.jsonl:1', [7, 8])]
+    """
+    opts = read_options(
+        tokenizer, eos_id=eos_id, bos_id=bos_id, per_line=per_line, partition=partition, column=column,
+        bin_separator=bin_separator, bin_dtype=bin_dtype,
+    )  # fmt: skip
+    files = _selected(inputs, include, exclude, shard, opts)
+    return _iter_files(files, opts)
+
+
+def _selected(
+    inputs: Sequence[str | os.PathLike[str]],
+    include: Sequence[str],
+    exclude: Sequence[str],
+    shard: str | tuple[int, int] | None,
+    opts: ReadOptions,
+) -> list[InputFile]:
+    files = select_inputs(inputs, include=include, exclude=exclude, shard=shard)
+    first_bin = next((f for f in files if f.kind == "bin"), None)
+    if first_bin is not None:  # before any work, not at the first .bin
+        formats.check_bin_separator(str(first_bin.path), opts)
+    return files
+
+
+def _iter_files(files: list[InputFile], opts: ReadOptions) -> Iterator[Document]:
+    for index, file in enumerate(files):
+        for task in file_tasks(index, file, opts):
+            yield from formats.documents(run_task(task, opts))
+
+
+@dataclass
+class _FileCount:
+    documents: int = 0
+    tokens: int = 0
+    tokenized: bool = False
+    outside: str | None = None  # the first token input beyond the byte tokenizer's vocabulary
 
 
 def prepare_store(
     inputs: Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
     *,
-    tokenizer: Tokenizer | None = None,
+    tokenizer: TokenizerSpec = None,
+    eos_id: SpecialId = AUTO,
+    bos_id: SpecialId = AUTO,
     per_line: bool = False,
     partition: Partition | str = Partition.TRAIN,
+    column: str | None = None,
+    bin_separator: int | None = None,
+    bin_dtype: str = "uint16",
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    shard: str | tuple[int, int] | None = None,
+    skip_bad: bool = False,
+    workers: int = 1,
     quiet: bool = False,
 ) -> DocumentStore:
-    """Tokenize *inputs* into a new store at *output* (written atomically); returns it opened.
+    """Read *inputs* (files, folders; every format of `streambatch.formats`) into a new store at *output*.
 
-    A progress bar (tqdm, when installed) runs on stderr unless *quiet* or stderr is
-    not a terminal.
+    *tokenizer* (a tokenizer.json path, a `Tokenizer`, any ``str -> ids`` callable;
+    bytes by default) tokenizes text, with *bos_id*/*eos_id* around each document
+    (``"auto"``: the tokenizer's own, `streambatch.tokenizing.EOS_NAMES`); token
+    inputs are stored as given.  The header records the tokenizer when one is given
+    or when text was tokenized, and every token must fit its vocabulary.  With
+    *skip_bad*, a file that cannot be read or holds bad documents is left out
+    (listed on stderr) instead of stopping the run.  *workers* > 1 tokenizes in that
+    many processes; the store is identical.  Written atomically; returns it opened.
+    A progress bar (tqdm) runs on stderr when it is a terminal, and a summary line
+    is printed there, unless *quiet*.
     """
     if not isinstance(output, (str, os.PathLike)):
         raise ConfigError(
             f"output={short(output)} is not a path; the order is prepare_store(inputs, output) "
             "(write_store takes (path, documents))"
         )
-    if isinstance(inputs, (str, os.PathLike)):
-        inputs = [inputs]
-    tokenize = tokenizer or byte_tokenize
-    default_partition = Partition.parse(partition)
-    files = input_files(inputs)
-    total = sum(f.stat().st_size for f, _ in files)
-    bar = _progress(total, quiet)
+    workers = check_positive(workers, "workers", "the number of processes that tokenize (1: this one)")
+    opts = read_options(
+        tokenizer, eos_id=eos_id, bos_id=bos_id, per_line=per_line, partition=partition, column=column,
+        bin_separator=bin_separator, bin_dtype=bin_dtype,
+    )  # fmt: skip
+    files = _selected(inputs, include, exclude, shard, opts)
+    part = parse_shard(shard)
+    header = {"shard": {"index": part[0], "count": part[1]}} if part else {}
+    tasks = (task for index, file in enumerate(files) for task in file_tasks(index, file, opts))
+    progress = _Progress(len(files), quiet)
+    skipped: list[tuple[str, str]] = []
     try:
-        with StoreWriter(output) as writer:
-            for file, name in files:
-                if file.suffix == ".jsonl":
-                    for doc in iter_jsonl(file):
-                        writer.add(doc.id, doc.partition, doc.tokens, where=doc.where)
-                else:
-                    for doc_id, text, where in text_units(file, name, per_line):
-                        writer.add(doc_id, default_partition, tokenize_checked(tokenize, text, where), where=where)
-                bar.update(file.stat().st_size)
-            return writer.commit()
+        with StoreWriter(output, tokenizer=opts.tokenizer if tokenizer is not None else None, header=header) as writer:
+            with contextlib.closing(run_tasks(tasks, opts, workers)) as outcomes:  # closing stops the workers
+                totals = _write(outcomes, files, writer, opts, skip_bad, skipped, progress)
+            if tokenizer is None and totals.tokenized:
+                if totals.outside:
+                    raise DataError(totals.outside)
+                writer.set_tokenizer(opts.tokenizer)
+            store = writer.commit()
     finally:
-        bar.close()
+        progress.close()
+    for path, reason in skipped:
+        print(f"prepare: skipped {reason if reason.startswith(path) else f'{path}: {reason}'}", file=sys.stderr)
+    if not quiet:
+        seconds = progress.seconds()
+        print(
+            f"prepare: {_count_of(len(files) - len(skipped), 'file')}, {_count_of(len(store), 'document')}, "
+            f"{store.token_count:,} tokens, "
+            f"{len(skipped)} skipped, {seconds:.2f} s ({store.token_count / max(seconds, 1e-9):,.0f} tokens/s)",
+            file=sys.stderr,
+        )
+    return store
+
+
+def _count_of(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _write(
+    outcomes: Iterable[tuple[Task, Outcome]],
+    files: list[InputFile],
+    writer: StoreWriter,
+    opts: ReadOptions,
+    skip_bad: bool,
+    skipped: list[tuple[str, str]],
+    progress: _Progress,
+) -> _FileCount:
+    totals, count = _FileCount(), _FileCount()
+    current, mark, failed = -1, writer.mark(), False
+    for task, outcome in outcomes:
+        if task.file != current:
+            if current >= 0 and not failed:
+                _merge(totals, count)
+            progress.file_done(current >= 0)
+            current, mark, failed, count = task.file, writer.mark(), False, _FileCount()
+        if failed:
+            continue
+        try:
+            if isinstance(outcome, str):
+                raise DataError(outcome)
+            for block in outcome:
+                writer.add_block(block.tokens, block.lengths, block.ids, block.codes, wheres=block.wheres)
+                _count(count, block, opts)
+                progress.add(len(block), int(block.tokens.size))
+        except DataError as err:
+            if not skip_bad:
+                raise
+            writer.rollback(mark)
+            failed = True
+            skipped.append((str(files[current].path), str(err)))
+            progress.add(-count.documents, -count.tokens)
+    if current >= 0 and not failed:
+        _merge(totals, count)
+    progress.file_done(current >= 0)
+    return totals
+
+
+def _count(count: _FileCount, block: Block, opts: ReadOptions) -> None:
+    count.documents += len(block)
+    count.tokens += int(block.tokens.size)
+    count.tokenized = count.tokenized or block.tokenized > 0
+    if count.outside is None and block.tokenized < len(block):
+        try:  # without a tokenizer named, token inputs may not exceed the byte tokenizer's vocabulary if text is tokenized too
+            check_vocabulary(block.tokens, block.lengths, block.label, opts.tokenizer.vocab_size, opts.tokenizer.name)
+        except DataError as err:
+            count.outside = f"{err} (the text inputs are tokenized by {opts.tokenizer.name!r}: name the tokenizer of both)"
+
+
+def _merge(totals: _FileCount, count: _FileCount) -> None:
+    totals.documents += count.documents
+    totals.tokens += count.tokens
+    totals.tokenized = totals.tokenized or count.tokenized
+    totals.outside = totals.outside or count.outside
 
 
 class _NoBar:
     def update(self, n: int) -> None:
+        pass
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
         pass
 
     def close(self) -> None:
@@ -79,4 +434,36 @@ def _progress(total: int, quiet: bool) -> Any:
         from tqdm import tqdm
     except ImportError:  # the progress extra is optional
         return _NoBar()
-    return tqdm(total=total, unit="B", unit_scale=True, desc="prepare", file=sys.stderr)
+    return tqdm(total=total, unit="file", desc="prepare", file=sys.stderr)
+
+
+class _Progress:
+    """The bar (files) with documents, tokens and tokens/s as its postfix."""
+
+    def __init__(self, files: int, quiet: bool) -> None:
+        self.bar = _progress(files, quiet)
+        self.start = self.shown = time.perf_counter()
+        self.documents = self.tokens = 0
+
+    def add(self, documents: int, tokens: int) -> None:
+        self.documents += documents
+        self.tokens += tokens
+        now = time.perf_counter()
+        if now - self.shown >= 0.5:
+            self.shown = now
+            self._postfix(refresh=True)
+
+    def _postfix(self, refresh: bool) -> None:
+        rate = self.tokens / max(self.seconds(), 1e-9)
+        self.bar.set_postfix_str(f"{self.documents:,} docs, {self.tokens:,} tokens, {rate:,.0f} tokens/s", refresh=refresh)
+
+    def file_done(self, done: bool) -> None:
+        if done:
+            self._postfix(refresh=False)
+            self.bar.update(1)
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
+
+    def close(self) -> None:
+        self.bar.close()

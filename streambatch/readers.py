@@ -1,4 +1,6 @@
-"""Stage 1, read: lazy readers that yield `Document`s from files and rows.
+"""Stage 1, read: lazy readers that yield `Document`s from rows and JSONL files.
+
+(Text, Parquet/Arrow, .npy, .bin and Hugging Face datasets: `streambatch.formats`.)
 
 Every reader is a generator over documents, so any Python between a reader and
 `DocumentStore.from_documents` (a filter, a limit) is a stage too:
@@ -15,17 +17,15 @@ Errors name the file and line (or the row), and what to do.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ._json import decode_record
+from . import _inputs
+from ._json import decode_json, decode_record
 from .documents import Document, DocumentStore, Partition
 from .errors import ConfigError, DataError
-from .tokenize import byte_tokenize
-from .validate import check_tokens, short
+from .validate import short
 
-Tokenizer = Callable[[str], Any]
 TOKEN_KEYS = ("tokens", "input_ids")  # streambatch's own key, then Hugging Face's
 
 
@@ -82,32 +82,47 @@ def _iter_records(records: Iterable[Any], keep: Partition | None, fallback: Part
 
 
 def iter_jsonl(path: str | os.PathLike[str], *, partition: Partition | str | None = None) -> Iterator[Document]:
-    """Yield a `Document` per non-blank line of a JSONL file, lazily; errors name file:line.
+    """Yield a `Document` per non-blank line of a JSONL file (``.gz``/``.zst`` too), lazily; errors name file:line.
 
     Each line is an object with ``tokens`` (or ``input_ids``) and optionally ``id``
     (default: the line number) and ``partition`` (default ``"train"``).  With
-    *partition*, documents of other partitions are skipped.
+    *partition*, documents of other partitions are skipped.  Lines end at ``\\n``.
     """
     name = os.fspath(path)
     try:
-        handle = open(name, encoding="utf-8-sig")  # noqa: SIM115 - closed by the generator
+        open(name, "rb").close()  # fail at the call, not at the first document
     except OSError as err:
         raise DataError(f"cannot open {name!r}: {err.strerror}; pass a readable JSONL file") from err
-    return _iter_jsonl(handle, name, _keep(partition))
+    return _iter_jsonl(name, _keep(partition))
 
 
-def _iter_jsonl(handle: Any, name: str, keep: Partition | None) -> Iterator[Document]:
-    with handle:
-        try:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                where = f"{name}:{number}"
-                doc = record_document(decode_record(line, where), where, str(number))  # bounded JSON
-                if keep is None or doc.partition is keep:
-                    yield doc
-        except UnicodeDecodeError as err:
-            raise DataError(f"{name}: not UTF-8 text ({err.reason} at byte {err.start}); JSONL files must be UTF-8") from err
+def _iter_jsonl(name: str, keep: Partition | None) -> Iterator[Document]:
+    for chunk in _inputs.line_chunks(name, _inputs.LINE_CHUNK_BYTES):
+        for where, number, row in jsonl_rows(chunk, name):
+            doc = record_document(row, where, str(number))
+            if keep is None or doc.partition is keep:
+                yield doc
+
+
+def jsonl_rows(chunk: _inputs.LineChunk, name: str) -> Iterator[tuple[str, int, Any]]:
+    """``(where, line number, decoded row)`` for each non-blank line of a chunk of a JSONL file."""
+    text = _inputs.decode(chunk.data, name, chunk.offset, what="JSONL")
+    if chunk.offset == 0 and text.startswith("\ufeff"):
+        text = text[1:]  # a byte-order mark
+    for number, line in _inputs.split_lines(text, chunk.first_line):
+        if line.strip():
+            where = f"{name}:{number}"
+            yield where, number, _decode(line, where)
+
+
+def _decode(line: str, where: str) -> Any:
+    """One JSONL line, decoded with bounds: huge integers or deep nesting are a `DataError` naming the JSON path.
+
+    Token rows go through the typed decoder (fast; errors name ``$.tokens[i]``);
+    a row without tokens (a text row for `prepare`) is decoded whole.
+    """
+    record = decode_record(line, where)
+    return record if "tokens" in record else decode_json(line, where, "each line (one JSON object per line)")
 
 
 def read_jsonl(path: str | os.PathLike[str], *, partition: Partition | str | None = None) -> DocumentStore:
@@ -122,75 +137,3 @@ def read_records(records: Iterable[Mapping[str, Any]], **options: Any) -> Docume
     ('0', '1')
     """
     return DocumentStore.from_documents(iter_records(records, **options))
-
-
-def input_files(inputs: Sequence[str | os.PathLike[str]]) -> list[tuple[Path, str]]:
-    """``(file, document id)`` for every input file, folders walked in sorted order.
-
-    Hidden files and folders are skipped; a file inside a folder is named by its
-    path relative to that folder.
-    """
-    files: list[tuple[Path, str]] = []
-    for raw in inputs:
-        path = Path(raw)
-        if path.is_dir():
-            for root, dirs, names in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                for name in sorted(names):
-                    if not name.startswith("."):
-                        file = Path(root) / name
-                        files.append((file, file.relative_to(path).as_posix()))
-        elif path.is_file():
-            files.append((path, str(raw)))
-        else:
-            raise DataError(f"input {str(raw)!r} does not exist; pass text files, folders or .jsonl files")
-    return files
-
-
-def iter_text(
-    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    *,
-    tokenizer: Tokenizer | None = None,
-    per_line: bool = False,
-    partition: Partition | str = Partition.TRAIN,
-) -> Iterator[Document]:
-    """Tokenize UTF-8 text files (or folders of them) into documents, lazily.
-
-    One document per file (id: the path relative to its folder), or with
-    *per_line* one per non-blank line (id ``path:line``).  *tokenizer* is any
-    ``str -> Sequence[int]``; the byte-level tokenizer by default.
-    """
-    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    files = input_files(items)
-    return _iter_text(files, tokenizer or byte_tokenize, per_line, Partition.parse(partition))
-
-
-def _iter_text(files: list[tuple[Path, str]], tokenize: Tokenizer, per_line: bool, partition: Partition) -> Iterator[Document]:
-    for file, name in files:
-        for doc_id, text, where in text_units(file, name, per_line):
-            yield Document(doc_id, partition, tokenize_checked(tokenize, text, where), where=where)
-
-
-def text_units(file: Path, name: str, per_line: bool) -> Iterator[tuple[str, str, str]]:
-    """``(document id, text, where)`` for one text file: the whole file or each non-blank line."""
-    try:
-        text = file.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise DataError(f"{file}: not UTF-8 text ({err.reason} at byte {err.start}); convert it or leave it out") from err
-    except OSError as err:
-        raise DataError(f"{file}: cannot read ({err.strerror}); check the file or leave it out") from err
-    if not per_line:
-        yield name, text, str(file)
-        return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            yield f"{name}:{number}", line, f"{file}:{number}"
-
-
-def tokenize_checked(tokenize: Tokenizer, text: str, where: str) -> Any:
-    """``tokenize(text)`` validated as token ids; a failing tokenizer is reported at *where*."""
-    try:
-        ids = tokenize(text)
-    except Exception as err:  # a user's tokenizer: report where it failed
-        raise DataError(f"{where}: the tokenizer raised {type(err).__name__}: {err}") from err
-    return check_tokens(ids, f"{where}: tokenizer output")

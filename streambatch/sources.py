@@ -8,30 +8,24 @@ corpus is one more branch here.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from ._json import decode_json
 from .documents import DocumentStore, Partition, as_store
 from .epoch import Epoch
-from .errors import StreamBatchError
 from .readers import read_jsonl
 from .shuffling import shuffle
-from .store import HEADER, open_store
+from .store import open_store
 from .windowing import windows
 
 
 @dataclass(frozen=True)
 class Source:
-    """Documents opened from *path*: the store, what kind of source it was, and its header."""
+    """Documents opened from *path*: the store (its header's tokenizer on ``store.tokenizer``) and what kind of source it was."""
 
     path: str
     kind: str  # "store" (memory-mapped directory) or "jsonl" (read into memory)
     store: DocumentStore
-    header: dict[str, Any] = field(default_factory=dict)
     verified: bool = False  # the store's fingerprint was checked against its content
 
 
@@ -48,33 +42,8 @@ def open_source(path: str | os.PathLike[str], *, verify: bool = True) -> Source:
     name = os.fspath(path)
     if os.path.isdir(name):  # a store prepared by `streambatch prepare` (a sharded corpus would branch here)
         store = open_store(name, verify=verify)
-        return Source(name, "store", store, _read_header(Path(name)), verified=verify)
+        return Source(name, "store", store, verified=verify)
     return Source(name, "jsonl", DocumentStore.from_documents(read_jsonl(name)))
-
-
-def _read_header(root: Path) -> dict[str, Any]:
-    try:
-        header = decode_json((root / HEADER).read_bytes(), str(root / HEADER), "a store header")
-    except (OSError, StreamBatchError):  # open_store has already checked it; a race leaves no header to show
-        return {}
-    return header if isinstance(header, dict) else {}
-
-
-def store_header(source: Any) -> dict[str, Any]:
-    """The header a source was opened with: a `Source`'s, a store's own, or ``header.json`` beside its tokens.
-
-    >>> store_header(DocumentStore.from_arrays([1, 2], [0, 2]))
-    {}
-    """
-    if isinstance(source, Source):
-        return source.header
-    header = getattr(source, "header", None)  # a store that keeps its header
-    if isinstance(header, dict):
-        return header
-    tokens = getattr(source, "tokens", None)
-    if isinstance(tokens, np.memmap) and tokens.filename is not None:
-        return _read_header(Path(tokens.filename).parent)
-    return {}
 
 
 def source_store(source: Any) -> DocumentStore:

@@ -2,7 +2,7 @@
 
 A store is a directory::
 
-    STORE/header.json    format, version, dtype, counts, fingerprint, ids/partitions
+    STORE/header.json    format, version, dtype, counts, fingerprint, ids/partitions, tokenizer (optional)
     STORE/tokens.bin     every document's tokens, flat, little-endian uint16 or uint32
     STORE/offsets.bin    document_count + 1 little-endian int64 offsets into tokens.bin
     STORE/ids.jsonl      (many documents only) one JSON string id per line
@@ -43,7 +43,7 @@ import secrets
 import shutil
 import stat
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -54,6 +54,7 @@ from ._checks import short_repr
 from ._json import HEADER_LIMIT, decode_json, decode_string
 from .documents import PARTITIONS, Document, DocumentStore, Partition
 from .errors import ConfigError, DataError, DuplicateIdError, StoreError
+from .tokenizing import Tokenizer, check_vocabulary
 from .validate import check_id, check_offsets, check_tokens, check_unique
 
 FORMAT = "streambatch.store"
@@ -91,7 +92,9 @@ class StoreWriter:
 
     Use as a context manager: an exception (or a kill) before `commit` leaves no
     store, or the previous one untouched.  A symlink at *path* is followed: the
-    directory it points to is replaced, the link is kept.
+    directory it points to is replaced, the link is kept.  *tokenizer* (a
+    `Tokenizer` or its ``describe()`` dict) is recorded in the header, and every
+    token must fit its ``vocab_size``; *header* adds entries to the header.
 
     >>> import tempfile, pathlib
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "store"
@@ -102,7 +105,18 @@ class StoreWriter:
     (('a',), 'uint16')
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, dtype: npt.DTypeLike | None = None, overwrite: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dtype: npt.DTypeLike | None = None,
+        overwrite: bool = True,
+        tokenizer: Tokenizer | Mapping[str, Any] | None = None,
+        header: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.tokenizer: dict[str, Any] | None = None
+        self.set_tokenizer(tokenizer)
+        self.header = dict(header or {})
         target = Path(path)
         self.path = Path(os.path.realpath(target)) if target.is_symlink() else target
         _check_target(self.path, overwrite)
@@ -150,35 +164,90 @@ class StoreWriter:
             )
         code = Partition.parse(partition, label).code
         array = _valid_tokens(tokens, label)
+        self._check_vocabulary(array, np.array([array.size]), [label])
         self._write(array, label)
         self._where[doc_id] = label
         self._ids.append(doc_id)
         self._codes.append(code)
         self._offsets.append(self._offsets[-1] + int(array.size))
 
-    def add_block(self, tokens: npt.NDArray[Any], lengths: Iterable[int], ids: Iterable[str], partition: Partition | str) -> None:
-        """Append many documents at once: flat *tokens* split by *lengths* (a fast path for scripts)."""
+    def add_block(
+        self,
+        tokens: npt.NDArray[Any],
+        lengths: Iterable[int],
+        ids: Iterable[str],
+        partition: Partition | str | npt.NDArray[np.uint8],
+        *,
+        wheres: Sequence[str] | None = None,
+    ) -> None:
+        """Append many documents at once: flat *tokens* split by *lengths* (the fast path of `prepare_store`).
+
+        *partition* is one for all documents or an array of partition codes, one per
+        document; *wheres* name each document in errors.  Nothing is added if any check fails.
+        """
         try:
-            sizes = np.asarray(list(lengths), dtype=np.int64)
+            sizes = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths), dtype=np.int64)
         except (TypeError, ValueError, OverflowError) as err:
             raise DataError(f"add_block: lengths are not integers in int64 ({err}); pass one length per document") from None
         names = list(ids)
         array = _valid_tokens(tokens, "add_block")
+        if wheres is not None and len(wheres) != len(names):
+            raise DataError(f"add_block: {len(wheres)} wheres for {len(names)} ids; pass one where per document")
         if sizes.ndim != 1 or sizes.size != len(names) or (sizes.size and int(sizes.min()) < 0) or int(sizes.sum()) != array.size:
             raise DataError("add_block: lengths, ids and tokens disagree; pass one length >= 0 and one id per document")
-        code = Partition.parse(partition).code
+        labels = (
+            [f"{w} (document id={i!r})" for i, w in zip(names, wheres, strict=True)] if wheres else ["add_block"] * len(names)
+        )
+        if isinstance(partition, np.ndarray):
+            if partition.shape != (len(names),) or (partition.size and int(partition.max()) >= len(PARTITIONS)):
+                raise DataError("add_block: partition codes must be one of 0, 1, 2 per document")
+            codes = partition.astype(np.uint8).tobytes()
+        else:
+            codes = bytes([Partition.parse(partition).code]) * len(names)
         fresh: dict[str, str] = {}
-        for name in names:
-            _check_storable_id(name, "add_block")
-            if name in self._where or name in fresh:
-                raise DuplicateIdError(f"duplicate document id={name!r} in add_block; document ids must be unique")
-            fresh[name] = "add_block"
+        for name, label in zip(names, labels, strict=True):
+            _check_storable_id(name, label)
+            first = self._where.get(name) or fresh.get(name)
+            if first is not None:
+                raise DuplicateIdError(
+                    f"duplicate document id={name!r}: first at {first}, repeated at {label}; document ids must be unique"
+                )
+            fresh[name] = label
+        self._check_vocabulary(array, sizes, labels)
         self._write(array, "add_block")
         self._where.update(fresh)
         self._ids.extend(names)
-        self._codes.extend(bytes([code]) * len(names))
+        self._codes.extend(codes)
         ends = self._offsets[-1] + np.cumsum(sizes)
         self._offsets.extend(ends.tolist())
+
+    def set_tokenizer(self, tokenizer: Tokenizer | Mapping[str, Any] | None) -> None:
+        """Record *tokenizer* (a `Tokenizer` or its ``describe()`` dict) in the header; documents added next must fit it."""
+        self.tokenizer = dict(tokenizer.describe() if isinstance(tokenizer, Tokenizer) else tokenizer) if tokenizer else None
+
+    def _check_vocabulary(self, array: npt.NDArray[Any], lengths: npt.NDArray[np.int64], labels: list[str]) -> None:
+        if self.tokenizer is not None and isinstance(self.tokenizer.get("vocab_size"), int):
+            check_vocabulary(array, lengths, labels, self.tokenizer["vocab_size"], str(self.tokenizer.get("name")))
+
+    def mark(self) -> tuple[int, int, str]:
+        """A point to `rollback` to (e.g. the start of an input file)."""
+        return len(self._ids), self._max, self._stage.name
+
+    def rollback(self, mark: tuple[int, int, str]) -> None:
+        """Discard every document added after *mark* (and a widening they caused)."""
+        count, top, stage = mark
+        for name in self._ids[count:]:
+            del self._where[name]
+        del self._ids[count:]
+        del self._codes[count:]
+        del self._offsets[count + 1 :]
+        self._max = top
+        with self._writing():
+            self._tokens.flush()
+            if self._stage.name != stage:  # every id kept fits the narrower staging dtype again
+                self._restage(np.dtype(stage).newbyteorder("<"))
+            self._tokens.truncate(self._offsets[-1] * self._stage.itemsize)
+            self._tokens.seek(0, os.SEEK_END)
 
     def _write(self, array: npt.NDArray[Any], label: str) -> None:
         if not array.size:
@@ -195,18 +264,23 @@ class StoreWriter:
 
     def _widen(self) -> None:
         """Rewrite the uint16 tokens staged so far as uint32, once, when the first id >= 2**16 arrives."""
+        self._restage(np.dtype("<u4"))
+
+    def _restage(self, dtype: np.dtype[Any]) -> None:
+        """Rewrite the staged tokens in *dtype* (widening, or narrowing back after a rollback)."""
         assert self._tmp is not None
         self._tokens.close()
-        narrow = self._tmp / TOKENS
-        count = narrow.stat().st_size // 2
-        source: Any = np.memmap(narrow, dtype="<u2", mode="r", shape=(count,)) if count else np.zeros(0, "<u2")
+        staged = self._tmp / TOKENS
+        count = staged.stat().st_size // self._stage.itemsize
+        source: Any = np.memmap(staged, dtype=self._stage, mode="r", shape=(count,)) if count else np.zeros(0, self._stage)
         with open(self._tmp / _WIDENING, "wb") as out:
             for lo in range(0, count, _READ):
-                source[lo : lo + _READ].astype("<u4").tofile(out)
+                source[lo : lo + _READ].astype(dtype).tofile(out)
         del source
-        os.replace(self._tmp / _WIDENING, narrow)
-        self._tokens = open(narrow, "ab")  # noqa: SIM115 - closed in commit/abort
-        self._stage = np.dtype("<u4")
+        os.replace(self._tmp / _WIDENING, staged)
+        self._tokens = open(staged, "r+b")  # noqa: SIM115 - closed in commit/abort
+        self._tokens.seek(0, os.SEEK_END)
+        self._stage = dtype
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
@@ -243,6 +317,9 @@ class StoreWriter:
                 "document_count": len(self._ids),
                 "fingerprint": fingerprint,
             }
+            if self.tokenizer is not None:
+                header["tokenizer"] = self.tokenizer
+            header.update({k: v for k, v in self.header.items() if k not in header})
             if len(self._ids) <= INLINE_DOCUMENTS and sum(map(len, self._ids)) <= INLINE_ID_CHARS:
                 header["ids"] = self._ids
                 header["partitions"] = [PARTITIONS[c].value for c in codes.tolist()]
@@ -462,14 +539,22 @@ def _remove_stale_temporaries(path: Path) -> None:
                 continue
 
 
-def write_store(path: str | os.PathLike[str], documents: DocumentStore | Iterable[Document]) -> DocumentStore:
-    """Write documents (or an in-memory store) to *path* atomically; returns the opened store."""
+def write_store(
+    path: str | os.PathLike[str],
+    documents: DocumentStore | Iterable[Document],
+    *,
+    tokenizer: Tokenizer | Mapping[str, Any] | None = None,
+) -> DocumentStore:
+    """Write documents (or an in-memory store) to *path* atomically; returns the opened store.
+
+    *tokenizer* (what made the tokens) is recorded in the header; every token must fit its vocabulary.
+    """
     if not isinstance(path, (str, os.PathLike)):
         raise ConfigError(
             f"path={short_repr(path)} is not a path; the order is write_store(path, documents) "
             "(prepare_store takes (inputs, output))"
         )
-    with StoreWriter(path) as writer:
+    with StoreWriter(path, tokenizer=tokenizer) as writer:
         if isinstance(documents, DocumentStore):
             for i in range(len(documents)):
                 start, length = int(documents.starts[i]), int(documents.lengths[i])
@@ -611,7 +696,10 @@ def _open_at(dfd: int, root: Path, verify: bool) -> DocumentStore:
             tokens.filename = os.path.abspath(root / TOKENS)  # pickles by name (see DocumentStore.__reduce__)
             stat = os.fstat(tokens_file.fileno())
             tokens.identity = (stat.st_dev, stat.st_ino)  # reopened only if unchanged
-    return DocumentStore._frozen(tokens, offsets[:-1].copy(), np.diff(offsets), tuple(ids), codes, fingerprint)
+    tokenizer = header.get("tokenizer")
+    if tokenizer is not None and not isinstance(tokenizer, dict):
+        raise StoreError(f"{header_path}: tokenizer={short_repr(tokenizer)} must be an object (name, vocab_size, ...) or absent")
+    return DocumentStore._frozen(tokens, offsets[:-1].copy(), np.diff(offsets), tuple(ids), codes, fingerprint, tokenizer)
 
 
 def _listed_files(header: dict[str, Any], header_path: Path) -> list[str]:

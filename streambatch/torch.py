@@ -381,8 +381,8 @@ class EpochDataset(_RunShare):
     rank split of its own: compose `sb.split_rows` into the pipeline).
     """
 
-    def __new__(cls, epoch: Any, **options: Any) -> Any:
-        if isinstance(epoch, Epoch):
+    def __new__(cls, epoch: Any = None, **options: Any) -> Any:
+        if epoch is None or isinstance(epoch, Epoch):  # None: unpickling (a spawned worker)
             return super().__new__(cls)
         if options.get("rank", 0) != 0 or options.get("world_size", 1) != 1:
             raise ConfigError(

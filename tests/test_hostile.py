@@ -178,7 +178,7 @@ API_CASES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
         "jsonl-not-utf8",
         lambda t: list(iter_jsonl(_jsonl(t, b'{"id": "\xff"}\n'))),
         sb.DataError,
-        r"bad.jsonl: not UTF-8 text",
+        r"bad.jsonl: not UTF-8",
     ),
     (
         "header-huge-int",

@@ -14,7 +14,7 @@ from hypothesis import given
 import streambatch as sb
 from streambatch.cli import main
 from streambatch.inspection import format_bytes, format_count, inspect_source, plan_bytes
-from streambatch.sources import open_source, source_epoch, store_header
+from streambatch.sources import open_source, source_epoch
 
 from .strategies import configs, documents
 
@@ -184,11 +184,10 @@ def test_formatting_helpers() -> None:
 
 
 def test_open_source_and_header(store: Path, jsonl: Path) -> None:
-    """A directory opens as a memory-mapped store with its header; a file as JSONL; the header is found beside the tokens."""
+    """A directory opens as a memory-mapped store with its header's tokenizer; a file as JSONL, without one."""
     source = open_source(store, verify=False)
-    assert ("store", False, "byte") == (source.kind, source.verified, source.header["tokenizer"]["name"])
-    assert source.header == store_header(source.store)  # read from header.json beside tokens.bin
-    assert {} == store_header(open_source(jsonl).store)
+    assert ("store", False, "byte") == (source.kind, source.verified, source.store.tokenizer["name"])
+    assert open_source(jsonl).store.tokenizer is None
 
 
 def test_source_epoch_reads_one_partition_of_a_mixed_source(jsonl: Path) -> None:

@@ -330,3 +330,21 @@ def test_pickled_store_refuses_a_replaced_store(tmp_path: Path) -> None:
     write_store(path, [sb.Document("b", "train", [4, 5, 6, 7])])
     with pytest.raises(StoreError, match="the store was replaced after this process opened it"):
         pickle.loads(blob)
+
+
+def test_rollback_forgets_documents_ids_and_width(tmp_path: Path) -> None:
+    """rollback(mark) discards what was added after the mark: documents, their ids, and a wide id's uint32 width."""
+    with StoreWriter(tmp_path / "s") as writer:
+        writer.add("a", "train", [1, 2])
+        mark = writer.mark()
+        writer.add_block(np.array([70000, 3, 4], dtype=np.uint32), [1, 2], ["b", "c"], "test", wheres=["f:1", "f:2"])
+        with pytest.raises(
+            DuplicateIdError, match=r"duplicate document id='b': first at f:1 \(document id='b'\), repeated at g:1"
+        ):
+            writer.add_block(np.array([5], dtype=np.uint16), [1], ["b"], "train", wheres=["g:1"])
+        writer.rollback(mark)
+        writer.add("b", "validation", [5])
+        store = writer.commit()
+    assert [("a", [1, 2]), ("b", [5])] == [(d.id, d.tokens.tolist()) for d in store]
+    assert "uint16" == store.tokens.dtype.name
+    assert [sb.Partition.TRAIN, sb.Partition.VALIDATION] == [store.partition(i) for i in range(2)]

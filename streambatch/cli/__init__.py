@@ -16,7 +16,7 @@ from .audit import register as register_audit
 from .epoch import batch_record
 from .epoch import register as register_epoch_command
 from .inspect import register as register_inspect
-from .store import register as register_store_commands
+from .prepare import register as register_prepare
 from .trace import register as register_trace
 
 EXIT_USAGE = 2
@@ -51,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--html", help="also write an HTML page with the figure, a title and a legend")
     demo.set_defaults(run=_demo)
 
-    register_epoch_command(commands)  # epoch
-    register_store_commands(commands)  # prepare
+    register_epoch_command(commands)
+    register_prepare(commands)
     register_inspect(commands)
     register_audit(commands)
     register_trace(commands)

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Benchmark `streambatch prepare`: tokens/s with the byte tokenizer and a BPE, serial vs --workers.
+
+    python scripts/bench_prepare.py                    # ~20 MB of stdlib source, 3 repeats
+    python scripts/bench_prepare.py --megabytes 5 --repeats 1 --per-line
+
+The corpus is the Python standard library's own source (real text, one document
+per file, or per line with --per-line), copied into a temporary folder.  The BPE
+is trained here with ``tokenizers`` on the first 4 MB of it (byte-level, 8,192
+ids, ``<|endoftext|>``).  Each configuration runs --repeats times after a warm-up;
+the median is reported, with the CPU seconds it used (this process and its
+workers) and the load average seen before and after (the machine may be shared:
+CPU s / s is how many cores the run got).  Every run's fingerprint must equal
+the serial one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import streambatch as sb
+
+
+def copy_corpus(target: Path, megabytes: float) -> int:
+    """Copy stdlib .py files (sorted) until about *megabytes*; returns the bytes copied."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    total, limit = 0, int(megabytes * 1e6)
+    for source in sorted(stdlib.rglob("*.py")):
+        if total >= limit or "site-packages" in source.parts:
+            continue
+        try:
+            source.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        destination = target / source.relative_to(stdlib)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, destination)
+        total += destination.stat().st_size
+    return total
+
+
+def train_bpe(corpus: Path, path: Path, vocab_size: int = 8192) -> Path:
+    """A byte-level BPE trained on the first 4 MB of the corpus."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    texts, size = [], 0
+    for file in sorted(corpus.rglob("*.py")):
+        texts.append(file.read_text(encoding="utf-8"))
+        size += len(texts[-1])
+        if size > 4e6:
+            break
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    tok.save(str(path))
+    return path
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (the workers, once their pool is joined)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def measure(corpus: Path, out: Path, repeats: int, **options: Any) -> dict[str, Any]:
+    """Median seconds of `prepare_store` over *repeats* runs (after one warm-up), and the store's numbers."""
+    store = sb.prepare_store([corpus], out, quiet=True, **options)
+    seconds, cpu = [], []
+    for _ in range(repeats):
+        before = _cpu()
+        start = time.perf_counter()
+        again = sb.prepare_store([corpus], out, quiet=True, **options)
+        seconds.append(time.perf_counter() - start)
+        cpu.append(_cpu() - before)
+        assert again.fingerprint == store.fingerprint
+    median = statistics.median(seconds)
+    return {
+        "seconds": median,
+        "cpu_seconds": statistics.median(cpu),
+        "documents": len(store),
+        "tokens": store.token_count,
+        "tokens_per_s": store.token_count / median,
+        "fingerprint": store.fingerprint,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megabytes", type=float, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--per-line", action="store_true", help="one document per non-blank line")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        size = copy_corpus(root / "corpus", args.megabytes)
+        bpe = train_bpe(root / "corpus", root / "tokenizer.json")
+        rows: list[dict[str, Any]] = []
+        configs: list[tuple[str, Any, int, str | None]] = [
+            ("bytes", None, 1, None),
+            ("bytes", None, args.workers, None),
+            ("bpe", bpe, 1, "true"),  # the tokenizers library's own threads (Rust, rayon) on
+            ("bpe", bpe, 1, "false"),  # one thread
+            ("bpe", bpe, args.workers, None),  # workers: one thread each
+        ]
+        serial: dict[str, str] = {}
+        for name, tokenizer, workers, parallel in configs:
+            if parallel is not None:
+                os.environ["TOKENIZERS_PARALLELISM"] = parallel
+            result = measure(
+                root / "corpus", root / "store", args.repeats, tokenizer=tokenizer, workers=workers, per_line=args.per_line
+            )
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+            if workers == 1:
+                serial.setdefault(name, result["fingerprint"])
+            assert result["fingerprint"] == serial[name], "workers changed the store"
+            rows.append({"tokenizer": name, "workers": workers, "rust_threads": parallel, **result})
+    load_after = os.getloadavg()
+
+    print(
+        f"corpus: {size / 1e6:.1f} MB of stdlib source ({'per line' if args.per_line else 'per file'}), "
+        f"{args.repeats} repeats (median); {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, "
+        f"Python {platform.python_version()}; load average before {load_before[0]:.2f}, after {load_after[0]:.2f}"
+    )
+    print("| tokenizer | workers | documents | tokens | seconds | tokens/s | speed-up | CPU s | CPU s / s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    base = {r["tokenizer"]: r["seconds"] for r in rows if r["workers"] == 1 and r["rust_threads"] != "true"}
+    for row in rows:
+        label = row["tokenizer"] + (
+            "" if row["rust_threads"] is None else f" (rust threads {'on' if row['rust_threads'] == 'true' else 'off'})"
+        )
+        key = row["tokenizer"]
+        speedup = base[key] / row["seconds"]  # vs one thread in one process
+        print(
+            f"| {label} | {row['workers']} | {row['documents']:,} | {row['tokens']:,} | {row['seconds']:.2f} | "
+            f"{row['tokens_per_s'] / 1e6:.2f} M | {speedup:.2f}x | {row['cpu_seconds']:.2f} | "
+            f"{row['cpu_seconds'] / row['seconds']:.2f} |"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "load": [load_before, load_after], "bytes": size}, indent=1))
+
+
+if __name__ == "__main__":  # required: --workers spawns processes that import this module
+    main()

@@ -1,0 +1,67 @@
+"""The ``prepare`` command: files, folders and datasets -> a token store (see `streambatch.prepare_store`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import IO, Any
+
+from ..documents import Partition
+from ..prepare import prepare_store
+from ..tokenizing import AUTO, SpecialId
+
+
+def _special(text: str) -> SpecialId:
+    if text in ("auto", "none"):
+        return AUTO if text == "auto" else None
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a token id, 'auto' or 'none'") from None
+
+
+def _prepare(args: argparse.Namespace, out: IO[str]) -> None:
+    store = prepare_store(
+        args.inputs,
+        args.output,
+        tokenizer=args.tokenizer,
+        eos_id=args.eos_id,
+        bos_id=args.bos_id,
+        per_line=args.per_line,
+        partition=args.partition,
+        column=args.column,
+        bin_separator=args.bin_separator,
+        bin_dtype=args.bin_dtype,
+        include=args.include,
+        exclude=args.exclude,
+        shard=args.shard,
+        skip_bad=args.skip_bad,
+        workers=args.workers,
+        quiet=args.quiet,
+    )
+    if not args.quiet:
+        out.write(
+            f"wrote {args.output}: {len(store)} documents, {store.tokens.size} tokens ({store.tokens.dtype.name}), "
+            f"{store.fingerprint}\n"
+        )
+
+
+def register(commands: Any) -> None:
+    """Add ``prepare`` to *commands* (an argparse subparsers object)."""
+    p = commands.add_parser("prepare", help="build a memory-mappable token store from text, JSONL, Parquet, .npy, .bin, datasets")
+    p.add_argument("inputs", nargs="+", help="files or folders: text, .jsonl/.ndjson (+.gz/.zst), .parquet, .arrow, .npy, .bin")
+    p.add_argument("-o", "--output", required=True, help="store directory to create (replaced atomically)")
+    p.add_argument("--tokenizer", help="a Hugging Face tokenizer.json for text (default: UTF-8 bytes)")
+    p.add_argument("--eos-id", type=_special, default=AUTO, help="id appended to each text document: ID, none, auto (default)")
+    p.add_argument("--bos-id", type=_special, default=AUTO, help="id prepended to each text document: ID, none, auto (default)")
+    p.add_argument("--per-line", action="store_true", help="one document per non-blank line of text")
+    p.add_argument("--partition", default="train", choices=[p.value for p in Partition], help="for documents that name none")
+    p.add_argument("--column", help="Parquet/Arrow/dataset (and JSONL text) column: token ids or text")
+    p.add_argument("--bin-separator", type=int, help=".bin files: the id that ends each document (default: the eos id)")
+    p.add_argument("--bin-dtype", default="uint16", choices=["uint16", "uint32"], help=".bin token width (default uint16)")
+    p.add_argument("--include", action="append", default=[], metavar="GLOB", help="keep only matching files (repeatable)")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="leave matching files out (repeatable)")
+    p.add_argument("--skip-bad", action="store_true", help="leave out files that cannot be read, listing them on stderr")
+    p.add_argument("--workers", type=int, default=1, help="processes that tokenize (default 1); the store is the same")
+    p.add_argument("--shard", metavar="I/N", help="prepare only the I-th of N contiguous parts of the file list")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
+    p.set_defaults(run=_prepare)
