@@ -22,7 +22,8 @@ The stages, each a plain function, chained lazily::
 from .accumulate import TokenContribution, TokenMean, TokenMeanAccumulator, TokenSums, token_mean
 from .batch import MiniBatch, WindowProvenance
 from .chunking import Chunks, batch_count, batch_widths, chunk, chunked, row_share, shard, split_rows
-from .documents import Document, DocumentStore, Partition
+from .corpus import Corpus, open_corpus, open_source, write_corpus
+from .documents import Document, DocumentStore, Partition, TokenSource
 from .epoch import Epoch, derive_seed
 from .errors import (
     AccumulationError,
@@ -36,6 +37,7 @@ from .errors import (
     StreamBatchError,
 )
 from .materializing import Batches, materialize, materialize_one
+from .planning import plan_file, plan_path
 from .prepare import prepare_store
 from .readers import iter_jsonl, iter_records, iter_text, read_jsonl, read_records
 from .shuffling import shuffle, shuffled_order
@@ -50,6 +52,7 @@ __all__ = [
     "Batches",
     "Chunks",
     "ConfigError",
+    "Corpus",
     "DataError",
     "Document",
     "DocumentStore",
@@ -66,6 +69,7 @@ __all__ = [
     "TokenContribution",
     "TokenMean",
     "TokenMeanAccumulator",
+    "TokenSource",
     "TokenSums",
     "WindowConfig",
     "WindowIndex",
@@ -84,7 +88,11 @@ __all__ = [
     "iter_text",
     "materialize",
     "materialize_one",
+    "open_corpus",
+    "open_source",
     "open_store",
+    "plan_file",
+    "plan_path",
     "prepare_store",
     "read_jsonl",
     "read_records",
@@ -98,5 +106,6 @@ __all__ = [
     "window_starts",
     "window_tails",
     "windows",
+    "write_corpus",
     "write_store",
 ]

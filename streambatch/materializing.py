@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from .batch import MiniBatch
 from .chunking import Chunks
+from .corpus import Corpus
 from .documents import DocumentStore
 from .errors import ConfigError
 from .windowing import Windows, WindowSpace
@@ -51,6 +52,18 @@ class RowGather:
             self._records = np.ndarray(shape=(count,), dtype=record, buffer=tokens, strides=(itemsize,))
             self._shifted = np.ndarray(shape=(count,), dtype=record, buffer=tokens, offset=itemsize, strides=(itemsize,))
 
+    @property
+    def records(self) -> npt.NDArray[Any]:
+        """The read-only record view: record ``p`` is the ``T`` tokens from position ``p`` (one void item)."""
+        assert self._records is not None, "no records: the store is shorter than one window"
+        return self._records
+
+    @property
+    def shifted(self) -> npt.NDArray[Any]:
+        """`records` shifted by one token: the targets of a row starting at ``p``."""
+        assert self._shifted is not None, "no records: the store is shorter than one window"
+        return self._shifted
+
     def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for rows starting at *positions* (an intp array)."""
         records, width = self._records, positions.size
@@ -61,11 +74,74 @@ class RowGather:
         return np.ndarray(shape, dtype, records[positions]), np.ndarray(shape, dtype, self._shifted[positions])
 
 
-def row_gather(space: WindowSpace) -> RowGather:
-    """The space's `RowGather`, built once and cached on it."""
-    gather: RowGather | None = space.cache.get("gather")
+class ShardedGather:
+    """Gathers rows of a `Corpus` (global positions) straight into final ``(w, T)`` arrays.
+
+    Each row's shard comes from one ``searchsorted`` on the shards' bases; rows of
+    one shard are copied as whole records from that shard's record view directly
+    into their rows of the final arrays (no per-shard batch, no concatenation).  A
+    batch whose rows all come from one shard takes that shard's `RowGather` path.
+
+    >>> a = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"])
+    >>> b = DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])
+    >>> inputs, targets = ShardedGather(Corpus([a, b]), context_length=2)(np.array([6, 1, 5]))
+    >>> inputs.tolist(), targets.tolist()
+    ([[20, 21], [10, 11], [0, 20]], [[21, 1], [11, 12], [20, 21]])
+    """
+
+    __slots__ = ("_bases", "_dtype", "_gathers", "_length", "_record", "_same_dtype")
+
+    def __init__(self, corpus: Corpus, context_length: int) -> None:
+        self._length = context_length
+        self._dtype = corpus.dtype
+        self._gathers = [RowGather(shard, context_length) for shard in corpus.shards]
+        self._bases = corpus.bases[:-1]
+        self._record = np.dtype((np.void, context_length * corpus.dtype.itemsize))
+        self._same_dtype = all(shard.dtype == corpus.dtype for shard in corpus.shards)
+
+    def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)`` for rows starting at global *positions* (an intp array)."""
+        width = positions.size
+        if width == 0:
+            empty = np.zeros((0, self._length), dtype=self._dtype)
+            return empty, empty.copy()
+        shards = np.searchsorted(self._bases, positions, side="right") - 1
+        first, last = int(shards.min()), int(shards.max())
+        if first == last:  # one shard: its own single-store gather
+            inputs, targets = self._gathers[first](positions - self._bases[first])
+            return inputs.astype(self._dtype, copy=False), targets.astype(self._dtype, copy=False)
+        inputs = np.empty((width, self._length), dtype=self._dtype)
+        targets = np.empty((width, self._length), dtype=self._dtype)
+        rows_in, rows_out = inputs.view(self._record).reshape(width), targets.view(self._record).reshape(width)
+        order = np.argsort(shards, kind="stable")
+        cuts = np.flatnonzero(np.diff(shards[order])) + 1
+        for rows in np.split(order, cuts):
+            shard = int(shards[rows[0]])
+            local = positions[rows] - self._bases[shard]
+            gather = self._gathers[shard]
+            if self._same_dtype:  # whole records, straight into this shard's rows
+                rows_in[rows] = gather.records[local]
+                rows_out[rows] = gather.shifted[local]
+            else:
+                inputs[rows], targets[rows] = gather(local)
+        return inputs, targets
+
+
+Gather = RowGather | ShardedGather
+
+
+def row_gather(space: WindowSpace) -> Gather:
+    """The space's gather, built once and cached on it: `RowGather` for a store, `ShardedGather` for a corpus."""
+    gather: Gather | None = space.cache.get("gather")
     if gather is None:
-        gather = space.cache["gather"] = RowGather(space.store, space.config.context_length)
+        store, length = space.store, space.config.context_length
+        if isinstance(store, DocumentStore):
+            gather = RowGather(store, length)
+        elif isinstance(store, Corpus):
+            gather = ShardedGather(store, length)
+        else:
+            raise ConfigError(f"source={store!r} has no gather; pass a DocumentStore or a Corpus to sb.windows")
+        space.cache["gather"] = gather
     return gather
 
 

@@ -17,19 +17,18 @@ so an interrupted write leaves either no store or the complete previous one.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from .documents import PARTITIONS, Document, DocumentStore, Partition, smallest_token_dtype
+from .documents import PARTITIONS, Document, DocumentStore, Partition, content_fingerprint, smallest_token_dtype
 from .errors import DataError, DuplicateIdError, StoreError
 from .validate import check_id, check_offsets, check_tokens, check_unique
 
@@ -42,13 +41,13 @@ _READ = 1 << 24
 
 
 def _fingerprint(directory: Path, ids: list[str], codes: npt.NDArray[np.uint8]) -> str:
-    digest = hashlib.blake2b(digest_size=32)
-    for name in (TOKENS, OFFSETS):
-        with open(directory / name, "rb") as handle:
-            while chunk := handle.read(_READ):
-                digest.update(chunk)
-    digest.update(json.dumps([ids, codes.tolist()], separators=(",", ":")).encode())
-    return "blake2b-256:" + digest.hexdigest()
+    return content_fingerprint(_file_blocks(directory / TOKENS), _file_blocks(directory / OFFSETS), ids, codes)
+
+
+def _file_blocks(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_READ):
+            yield chunk
 
 
 class StoreWriter:

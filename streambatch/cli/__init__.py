@@ -15,11 +15,12 @@ from typing import IO, Any, NoReturn
 from .. import chapter
 from .._atomic import atomic_text
 from ..batch import MiniBatch
+from ..corpus import Corpus, open_source
 from ..documents import Partition
 from ..epoch import Epoch
 from ..errors import StreamBatchError
 from ..readers import read_jsonl
-from ..store import open_store
+from .plan import register as register_plan_command
 from .store import register as register_store_commands
 
 EXIT_USAGE = 2
@@ -31,7 +32,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def batch_record(batch: MiniBatch) -> dict[str, Any]:
-    """One batch as the JSON object ``streambatch epoch`` writes."""
+    """One batch as the JSON object ``streambatch epoch`` writes (rows of a corpus also name their shard)."""
+    sharded = isinstance(batch.windows.store, Corpus)
     return {
         "index": batch.index,
         "shape": list(batch.shape),
@@ -42,6 +44,7 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
                 "document_index": p.document_index,
                 "start": p.start,
                 "partition": p.partition.value,
+                **({"shard": p.shard} if sharded else {}),
             }
             for p in batch.provenance
         ],
@@ -56,8 +59,8 @@ def _demo(args: argparse.Namespace, out: IO[str]) -> None:
 
 
 def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
-    if os.path.isdir(args.file):  # a prepared store
-        store = open_store(args.file)
+    if os.path.isdir(args.file) or args.file.endswith(".json"):  # a prepared store or a corpus manifest
+        store = open_source(args.file)
         documents = store.select(args.partition) if args.keep_partition else store
     else:
         documents = read_jsonl(args.file, partition=args.partition if args.keep_partition else None)
@@ -68,6 +71,7 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
         stride=args.stride,
         seed=None if args.sequential else args.seed,
         partition=args.partition,
+        plan_dir=args.plan_dir,
     )
 
     def write(handle: IO[str]) -> None:
@@ -102,7 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_demo)
 
     epoch = commands.add_parser("epoch", help="write one JSON object per batch of an epoch over a JSONL file")
-    epoch.add_argument("file", help='JSONL file (one {"id", "partition", "tokens"} object per line) or a store directory')
+    epoch.add_argument(
+        "file",
+        help='JSONL file (one {"id", "partition", "tokens"} object per line), a store directory or a corpus manifest (.json)',
+    )
     epoch.add_argument("--context-length", "-T", type=int, required=True, help="tokens per input row (T)")
     epoch.add_argument("--batch-size", "-B", type=int, required=True, help="windows per batch (the last may be fewer)")
     epoch.add_argument("--stride", type=int, default=1, help="distance between window starts (default 1)")
@@ -114,8 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-partition", action="store_true", help="skip documents of other partitions instead of rejecting them"
     )
     epoch.add_argument("--output", "-o", help="write to this file atomically instead of stdout")
+    epoch.add_argument("--plan-dir", help="map the shuffle plan from this folder (computed there once if missing)")
     epoch.set_defaults(run=_epoch)
     register_store_commands(commands)  # prepare, inspect
+    register_plan_command(commands)  # plan
     return parser
 
 

@@ -6,9 +6,9 @@ import argparse
 import json
 from typing import IO, Any
 
+from ..corpus import Corpus, open_source
 from ..documents import Partition
 from ..prepare import prepare_store
-from ..store import open_store
 from ..windowing import window_counts
 
 
@@ -22,15 +22,19 @@ def _prepare(args: argparse.Namespace, out: IO[str]) -> None:
 
 
 def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
-    store = open_store(args.store, verify=not args.no_verify)
+    store = open_source(args.store, verify=not args.no_verify)  # a store, or a corpus manifest
     summary: dict[str, Any] = {
         "path": args.store,
         "documents": len(store),
-        "tokens": int(store.tokens.size),
-        "dtype": store.tokens.dtype.name,
+        "tokens": store.flat_size,
+        "dtype": store.dtype.name,
         "fingerprint": store.fingerprint,
         "partitions": {p.value: int((store.partition_codes == p.code).sum()) for p in Partition},
     }
+    if isinstance(store, Corpus):
+        summary["shards"] = [
+            {"path": path, "documents": len(s), "tokens": s.flat_size} for path, s in zip(store.paths, store.shards, strict=True)
+        ]
     if args.context_length:
         counts = window_counts(store.lengths, args.context_length, args.stride)
         summary["windows"] = int(counts.sum())
@@ -49,7 +53,7 @@ def register(commands: Any) -> None:
     prepare.set_defaults(run=_prepare)
 
     inspect = commands.add_parser("inspect", help="check a store and print its summary as JSON")
-    inspect.add_argument("store")
+    inspect.add_argument("store", help="a store directory or a corpus manifest (.json)")
     inspect.add_argument("--no-verify", action="store_true", help="skip the fingerprint check (reads every byte)")
     inspect.add_argument("--context-length", "-T", type=int, help="also count windows of this context length")
     inspect.add_argument("--stride", type=int, default=1)
