@@ -10,7 +10,8 @@ unchanged; only the gather (`streambatch.materializing`) maps positions back to
 Document ids must be unique across the whole corpus (a `DuplicateIdError` names
 both shards otherwise), so a row's document id means the same as in one store
 holding the same documents.  The corpus fingerprint is the BLAKE2b-256 of the
-shards' fingerprints, in order.
+shards' fingerprints, in order (for shards held in memory: of their content
+fingerprints, computed when a plan file needs it).
 
 A manifest (``corpus.json``) lists shard store directories relative to itself::
 
@@ -70,6 +71,7 @@ class Corpus:
     """
 
     __slots__ = (
+        "_content",
         "bases",
         "document_bases",
         "dtype",
@@ -83,7 +85,7 @@ class Corpus:
     )
 
     def __init__(
-        self, shards: Sequence[DocumentStore], *, paths: Sequence[str | None] | None = None, _fingerprint: str | None = None
+        self, shards: Sequence[DocumentStore], *, paths: Sequence[str | None] | None = None, _checked: bool = False
     ) -> None:
         stores = tuple(shards)
         if not stores:
@@ -102,9 +104,12 @@ class Corpus:
         self.partition_codes = _frozen(np.concatenate([s.partition_codes for s in stores]))
         self.ids: tuple[str, ...] = tuple(i for s in stores for i in s.ids)
         self.dtype: np.dtype[Any] = np.dtype(np.uint32 if any(s.dtype == np.uint32 for s in stores) else np.uint16)
-        if _fingerprint is None:  # a fresh corpus; a restored one was checked before
+        if not _checked:  # a restored corpus was checked before
             self._check_unique_ids()
-        self.fingerprint: str = _fingerprint or corpus_fingerprint([s.content_fingerprint() for s in stores])
+        recorded = [s.fingerprint for s in stores if s.fingerprint is not None]
+        # like a store's: known when every shard has one (opened from disk), else None (see content_fingerprint)
+        self.fingerprint: str | None = corpus_fingerprint(recorded) if len(recorded) == len(stores) else None
+        self._content: str | None = self.fingerprint
 
     def _check_unique_ids(self) -> None:
         if len(set(self.ids)) == len(self.ids):
@@ -125,7 +130,7 @@ class Corpus:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # shards pickle as themselves (a memory-mapped store as its file name); nothing is re-checked
-        return (_restore, (self.shards, self.paths, self.fingerprint))
+        return (_restore, (self.shards, self.paths))
 
     # -- what the stages read (see `streambatch.documents.TokenSource`) -------------
     def __len__(self) -> int:
@@ -142,8 +147,10 @@ class Corpus:
         return int(self.lengths.sum())
 
     def content_fingerprint(self) -> str:
-        """The corpus fingerprint (over the shards' fingerprints)."""
-        return self.fingerprint
+        """``fingerprint``, or for shards held in memory the same hash over their content fingerprints (computed once)."""
+        if self._content is None:
+            self._content = corpus_fingerprint([s.content_fingerprint() for s in self.shards])
+        return self._content
 
     def partition(self, index: int) -> Partition:
         """The partition of document *index* (a corpus-wide index)."""
@@ -174,7 +181,7 @@ class Corpus:
 
     def select(self, partition: Partition | str) -> Corpus:
         """The corpus of each shard's documents in one partition (tokens shared; same fingerprint, like `select`)."""
-        return _restore(tuple(s.select(partition) for s in self.shards), self.paths, self.fingerprint)
+        return _restore(tuple(s.select(partition) for s in self.shards), self.paths)
 
     def __repr__(self) -> str:
         return (
@@ -188,8 +195,8 @@ def _frozen(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     return array
 
 
-def _restore(shards: tuple[DocumentStore, ...], paths: tuple[str | None, ...], fingerprint: str) -> Corpus:
-    return Corpus(shards, paths=paths, _fingerprint=fingerprint)
+def _restore(shards: tuple[DocumentStore, ...], paths: tuple[str | None, ...]) -> Corpus:
+    return Corpus(shards, paths=paths, _checked=True)
 
 
 def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify: bool = True) -> Corpus:

@@ -77,10 +77,14 @@ class RowGather:
 class ShardedGather:
     """Gathers rows of a `Corpus` (global positions) straight into final ``(w, T)`` arrays.
 
-    Each row's shard comes from one ``searchsorted`` on the shards' bases; rows of
-    one shard are copied as whole records from that shard's record view directly
-    into their rows of the final arrays (no per-shard batch, no concatenation).  A
-    batch whose rows all come from one shard takes that shard's `RowGather` path.
+    Each row's shard comes from one ``searchsorted`` on the shards' bases.  When
+    the shards' token arrays share one dtype (the usual case), one read-only
+    record view spans the address range holding all of them, and a row is read
+    at ``position + shift[shard]``: the batch is then one gather per buffer, as
+    for a single store.  That view is only ever read at rows inside a shard (window
+    positions never point elsewhere); it is private to the gather and never
+    exposed.  Otherwise (mixed dtypes) each shard's rows are copied from that
+    shard's record view straight into their rows of the final arrays.
 
     >>> a = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"])
     >>> b = DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])
@@ -89,15 +93,17 @@ class ShardedGather:
     ([[20, 21], [10, 11], [0, 20]], [[21, 1], [11, 12], [20, 21]])
     """
 
-    __slots__ = ("_bases", "_dtype", "_gathers", "_length", "_record", "_same_dtype")
+    __slots__ = ("_bases", "_dtype", "_ends", "_gathers", "_length", "_record", "_span", "_tokens")
 
     def __init__(self, corpus: Corpus, context_length: int) -> None:
         self._length = context_length
         self._dtype = corpus.dtype
+        self._tokens = tuple(shard.tokens for shard in corpus.shards)  # kept alive with the views below
         self._gathers = [RowGather(shard, context_length) for shard in corpus.shards]
         self._bases = corpus.bases[:-1]
+        self._ends = corpus.bases[1:-1]  # shard k holds the positions below ends[k] (and at or above ends[k - 1])
         self._record = np.dtype((np.void, context_length * corpus.dtype.itemsize))
-        self._same_dtype = all(shard.dtype == corpus.dtype for shard in corpus.shards)
+        self._span = _spanning_records(self._tokens, corpus.bases, context_length)
 
     def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for rows starting at global *positions* (an intp array)."""
@@ -105,26 +111,62 @@ class ShardedGather:
         if width == 0:
             empty = np.zeros((0, self._length), dtype=self._dtype)
             return empty, empty.copy()
-        shards = np.searchsorted(self._bases, positions, side="right") - 1
-        first, last = int(shards.min()), int(shards.max())
-        if first == last:  # one shard: its own single-store gather
-            inputs, targets = self._gathers[first](positions - self._bases[first])
-            return inputs.astype(self._dtype, copy=False), targets.astype(self._dtype, copy=False)
-        inputs = np.empty((width, self._length), dtype=self._dtype)
-        targets = np.empty((width, self._length), dtype=self._dtype)
+        shards = np.searchsorted(self._ends, positions, side="right")
+        shape, dtype = (width, self._length), self._dtype
+        if self._span is not None:  # one gather per buffer, like RowGather
+            records, shifted, shift = self._span
+            at = positions + shift[shards]
+            return np.ndarray(shape, dtype, records[at]), np.ndarray(shape, dtype, shifted[at])
+        inputs, targets = np.empty(shape, dtype), np.empty(shape, dtype)
         rows_in, rows_out = inputs.view(self._record).reshape(width), targets.view(self._record).reshape(width)
-        order = np.argsort(shards, kind="stable")
-        cuts = np.flatnonzero(np.diff(shards[order])) + 1
-        for rows in np.split(order, cuts):
-            shard = int(shards[rows[0]])
-            local = positions[rows] - self._bases[shard]
-            gather = self._gathers[shard]
-            if self._same_dtype:  # whole records, straight into this shard's rows
-                rows_in[rows] = gather.records[local]
-                rows_out[rows] = gather.shifted[local]
-            else:
-                inputs[rows], targets[rows] = gather(local)
+        counts = np.bincount(shards, minlength=len(self._gathers)).tolist()
+        order = np.argsort(shards, kind="stable")  # rows grouped by shard, in row order within each
+        local = (positions - self._bases[shards])[order]
+        hi = 0
+        for shard, count in enumerate(counts):
+            if not count:
+                continue
+            lo, hi = hi, hi + count
+            rows, gather = order[lo:hi], self._gathers[shard]
+            if self._tokens[shard].dtype == dtype:  # whole records straight into this shard's rows
+                rows_in[rows], rows_out[rows] = gather.records[local[lo:hi]], gather.shifted[local[lo:hi]]
+            else:  # a uint16 shard of a uint32 corpus: widened on the way
+                inputs[rows], targets[rows] = gather(local[lo:hi])
         return inputs, targets
+
+
+def _spanning_records(
+    tokens: tuple[npt.NDArray[Any], ...], bases: npt.NDArray[np.int64], length: int
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.int64]] | None:
+    """Record views (inputs, targets) over the address range of every shard's tokens, and each shard's shift.
+
+    Global position ``p`` of shard ``k`` is record ``p + shift[k]``.  None when the
+    shards differ in dtype, are not contiguous, or lie at addresses that are not
+    a whole number of tokens apart.
+    """
+    dtype = tokens[0].dtype
+    if any(t.dtype != dtype or not t.flags.c_contiguous for t in tokens):
+        return None
+    size = dtype.itemsize
+    address = [int(t.__array_interface__["data"][0]) for t in tokens]
+    live = [k for k, t in enumerate(tokens) if t.size]
+    if not live:
+        return None
+    low = min(address[k] for k in live)
+    high = max(address[k] + tokens[k].nbytes for k in live)
+    count = (high - low) // size
+    if count < length + 1 or any((address[k] - low) % size for k in live):
+        return None
+    anchor = next(tokens[k] for k in live if address[k] == low)
+    # a read-only view from the lowest shard to the end of the highest: read only inside shards
+    span = np.lib.stride_tricks.as_strided(anchor, shape=(count,), strides=(size,), writeable=False)
+    record = np.dtype((np.void, length * size))
+    records = np.ndarray(shape=(count - length,), dtype=record, buffer=span, strides=(size,))
+    shifted = np.ndarray(shape=(count - length,), dtype=record, buffer=span, offset=size, strides=(size,))
+    shift = np.array(
+        [(address[k] - low) // size - int(bases[k]) if tokens[k].size else 0 for k in range(len(tokens))], dtype=np.int64
+    )
+    return records, shifted, shift
 
 
 Gather = RowGather | ShardedGather

@@ -101,13 +101,16 @@ def test_ids_must_be_unique_across_shards() -> None:
         sb.open_corpus([a, b])
 
 
-def test_fingerprint_is_over_shard_fingerprints_in_order() -> None:
-    """The corpus fingerprint hashes the shards' (content) fingerprints in order; shard order matters."""
+def test_fingerprint_is_over_shard_fingerprints_in_order(tmp_path: Path) -> None:
+    """The corpus fingerprint hashes the shards' fingerprints in order (content fingerprints in memory)."""
     a = sb.DocumentStore.from_documents([sb.Document("a", "train", [1, 2, 3])])
     b = sb.DocumentStore.from_documents([sb.Document("b", "train", [4, 5])])
     ab, ba = sb.Corpus([a, b]), sb.Corpus([b, a])
-    assert corpus_fingerprint([a.content_fingerprint(), b.content_fingerprint()]) == ab.fingerprint
-    assert ab.fingerprint != ba.fingerprint
+    assert (None, None) == (ab.fingerprint, ba.fingerprint)  # in memory: nothing recorded, computed on demand
+    assert corpus_fingerprint([a.content_fingerprint(), b.content_fingerprint()]) == ab.content_fingerprint()
+    assert ab.content_fingerprint() != ba.content_fingerprint()
+    on_disk = sb.Corpus([write_store(tmp_path / "a", a), write_store(tmp_path / "b", b)])
+    assert ab.content_fingerprint() == on_disk.fingerprint == on_disk.content_fingerprint()
 
 
 def test_manifest_round_trip_with_relative_paths(tmp_path: Path) -> None:
@@ -201,3 +204,19 @@ def test_cli_reads_a_manifest_wherever_a_store_goes(tmp_path: Path, capsys: pyte
     )
     assert 0 == main(["plan", str(tmp_path / "corpus.json"), *common, "-o", str(tmp_path / "plans")])
     assert not json.loads(capsys.readouterr().out)["created"]
+
+
+def test_per_shard_gather_equals_the_spanning_view(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Without the spanning record view (mixed dtypes, unaligned shards) each shard's rows are copied: same batches."""
+    import streambatch.materializing as materializing
+
+    rng = np.random.default_rng(8)
+    docs = [sb.Document(f"d{i}", "train", rng.integers(0, 60_000, rng.integers(1, 60))) for i in range(30)]
+    shards = [write_store(tmp_path / f"s{k}", part) for k, part in enumerate(_split(docs, [5, 6, 20]))]
+    kwargs: dict[str, Any] = {"context_length": 4, "stride": 2, "batch_size": 16, "seed": 6}
+    spanning = sb.Epoch(sb.open_corpus(shards), **kwargs)
+    assert spanning.batch(0).windows.space.cache["gather"]._span is not None
+    monkeypatch.setattr(materializing, "_spanning_records", lambda *args: None)
+    per_shard = sb.Epoch(sb.open_corpus(shards), **kwargs)
+    assert per_shard.batch(0).windows.space.cache["gather"]._span is None
+    assert _rows(sb.Epoch(docs, **kwargs)) == _rows(spanning) == _rows(per_shard)
