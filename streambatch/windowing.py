@@ -220,7 +220,8 @@ class Windows(Sequence[int]):
 
     No tokens and no object per window: a sequential `Windows` is a range of
     window numbers; a shuffled one views a *plan* of one uint32 per window (each
-    window's first-token position, or its number in stores of 2**32+ tokens).
+    window's first-token position, or its number in stores of 2**32+ tokens), in
+    memory or memory-mapped from a plan file (`streambatch.plan_file`).
     Slicing returns a view; ``positions()`` and ``locate()`` map a view to token
     positions and (document index, start) for the next stage.
 
