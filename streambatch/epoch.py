@@ -20,7 +20,7 @@ from .chunking import Chunks, batch_count, batch_widths, chunk, split_rows
 from .documents import Partition, TokenSource, as_store
 from .errors import OutOfRangeError
 from .materializing import Batches, materialize, materialize_one
-from .planning import plan_file
+from .planning import check_plan_dir, plan_file
 from .shuffling import shuffle, splitmix64_draws
 from .windowing import WindowConfig, WindowIndex, Windows, windows
 
@@ -70,7 +70,7 @@ class Epoch:
         config = WindowConfig(context_length, stride)
         self.seed = None if seed is None else check_seed(seed)
         self.partition = Partition.parse(partition, "epoch")
-        self.plan_dir = plan_dir
+        self.plan_dir = None if plan_dir is None else check_plan_dir(plan_dir)
         self.store: TokenSource = as_store(documents)
         self.store.check_partition(self.partition)
         self.windows: Windows = windows(

@@ -120,10 +120,17 @@ def plan_file(windows: Windows, seed: int, plan_dir: PathLike) -> Windows:
     return _plan_file(windows, seed, plan_dir)
 
 
+def check_plan_dir(plan_dir: Any) -> PathLike:
+    """Return *plan_dir* if it is a path (str or os.PathLike), else raise `ConfigError`."""
+    if not isinstance(plan_dir, (str, os.PathLike)) or not os.fspath(plan_dir):
+        raise ConfigError(f"plan_dir={plan_dir!r} is not a folder path; pass a str or pathlib.Path (created if missing)")
+    return plan_dir
+
+
 def _plan_file(windows: Windows, seed: int, plan_dir: PathLike, run: dict[str, int] | None = None) -> Windows:
     """`plan_file`; *run* (``{"seed": R, "epoch": E}``) is recorded in the header of a new plan."""
     key = plan_key(windows, seed)
-    directory = Path(plan_dir)
+    directory = Path(check_plan_dir(plan_dir))
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -245,6 +245,8 @@ def test_plan_file_orders_whole_sources_only(tmp_path: Path) -> None:
         sb.plan_file(sb.shuffle(_windows(), 1), 1, tmp_path)
     with pytest.raises(ConfigError, match=r"seed=-1 must be an int"):
         sb.plan_file(_windows(), -1, tmp_path)
+    with pytest.raises(ConfigError, match=r"plan_dir=3 is not a folder path"):
+        sb.Epoch(_docs(), context_length=2, batch_size=4, seed=1, plan_dir=3)  # type: ignore[arg-type]
 
 
 def test_cli_plan_then_epochs_map_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
