@@ -9,7 +9,8 @@ One synthetic corpus (lognormal document lengths, median ~1,500 tokens, clipped
 to [1, 50,000]; ids uniform below 50,257), written once as a streambatch store.
 Every measurement runs in its own subprocess, loaders interleaved repeat by repeat,
 on the same tokens (loaded into memory;
-the "streambatch (mmap)" row reads the memory-mapped store instead), and is first
+the "streambatch (mmap)" row reads the memory-mapped store instead, the
+"streambatch (corpus)" row the same documents as a corpus of 4 shards), and is first
 verified on a small corpus.  Reported: median plan seconds, median emission
 target tokens/s, peak RSS, and ratios of medians, plus the shuffle alone (10M windows)
 against ``numpy.random.default_rng().permutation``.
@@ -38,7 +39,15 @@ import streambatch as sb
 from streambatch.store import StoreWriter, open_store
 
 CONFIGS = [(1024, 1024, 32), (128, 64, 64), (2048, 2048, 8)]
-LOADERS = ["streambatch", "streambatch-stages", "streambatch-mmap", "numpy-ideal", "memcpy-floor", "torch-naive"]
+LOADERS = [
+    "streambatch",
+    "streambatch-stages",
+    "streambatch-mmap",
+    "streambatch-corpus",
+    "numpy-ideal",
+    "memcpy-floor",
+    "torch-naive",
+]
 VOCAB = 50_257
 SEED = 7
 
@@ -109,6 +118,29 @@ def stages_loader(tokens: np.ndarray, offsets: np.ndarray, T: int, stride: int, 
     return plan, emit
 
 
+def streambatch_corpus_loader(tokens: np.ndarray, offsets: np.ndarray, T: int, stride: int, B: int, store: Path | None) -> Any:
+    """The same documents as a corpus of 4 in-memory shards (views of the tokens, no copy)."""
+    cuts = np.linspace(0, offsets.size - 1, 5).astype(np.int64)
+    shards = [
+        sb.DocumentStore.from_arrays(
+            tokens[offsets[a] : offsets[b]], offsets[a : b + 1] - offsets[a], ids=[str(i) for i in range(a, b)]
+        )
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True)
+    ]
+    corpus = sb.open_corpus(shards)
+
+    def plan() -> sb.Epoch:
+        epoch = sb.Epoch(corpus, context_length=T, stride=stride, batch_size=B, seed=SEED)
+        epoch.shuffle_state_after  # noqa: B018 - forces the plan
+        return epoch
+
+    def emit(epoch: sb.Epoch) -> Iterator[tuple[Any, Any]]:
+        for batch in epoch:
+            yield batch.inputs, batch.targets
+
+    return plan, emit
+
+
 def numpy_ideal_loader(tokens: np.ndarray, offsets: np.ndarray, T: int, stride: int, B: int, store: Path | None) -> Any:
     view = np.lib.stride_tricks.sliding_window_view(tokens, T)
 
@@ -172,6 +204,7 @@ REGISTRY: dict[str, Loader] = {
     "streambatch": streambatch_loader,
     "streambatch-stages": stages_loader,
     "streambatch-mmap": streambatch_loader,
+    "streambatch-corpus": streambatch_corpus_loader,
     "numpy-ideal": numpy_ideal_loader,
     "memcpy-floor": memcpy_floor_loader,
     "torch-naive": torch_naive_loader,

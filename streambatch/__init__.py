@@ -24,7 +24,8 @@ from .accumulate import TokenContribution, TokenMean, TokenMeanAccumulator, Toke
 from .audit import AuditResult, audit_batches, audit_epoch
 from .batch import MiniBatch, WindowProvenance
 from .chunking import Chunks, batch_count, batch_widths, chunk, chunked, row_share, shard, split_rows
-from .documents import Document, DocumentStore, Partition
+from .corpus import Corpus, open_corpus, write_corpus
+from .documents import Document, DocumentStore, Partition, TokenSource
 from .epoch import Epoch, derive_seed
 from .errors import (
     AccumulationError,
@@ -43,6 +44,7 @@ from .figure import epoch_html, epoch_svg
 from .formats import iter_arrow, iter_bin, iter_hf, iter_npy, iter_parquet, iter_text
 from .inspection import inspect_source
 from .materializing import Batches, materialize, materialize_one
+from .planning import plan_file, plan_path
 from .prepare import iter_files, prepare_store
 from .readers import iter_jsonl, iter_records, read_jsonl, read_records
 from .run import Run
@@ -63,6 +65,7 @@ __all__ = [
     "CallableTokenizer",
     "Chunks",
     "ConfigError",
+    "Corpus",
     "DataError",
     "Document",
     "DocumentStore",
@@ -84,6 +87,7 @@ __all__ = [
     "TokenContribution",
     "TokenMean",
     "TokenMeanAccumulator",
+    "TokenSource",
     "TokenSums",
     "Tokenizer",
     "WindowConfig",
@@ -115,8 +119,11 @@ __all__ = [
     "iter_text",
     "materialize",
     "materialize_one",
+    "open_corpus",
     "open_source",
     "open_store",
+    "plan_file",
+    "plan_path",
     "prepare_store",
     "read_jsonl",
     "read_records",
@@ -130,5 +137,6 @@ __all__ = [
     "window_starts",
     "window_tails",
     "windows",
+    "write_corpus",
     "write_store",
 ]

@@ -276,7 +276,6 @@ class _Tally:
         self.padding = self.cross_document = self.cross_partition = self.foreign = self.width_errors = 0
         self.token_count = 0
         self.first: dict[str, str] = {}
-        self._offsets = np.arange(expected.source_length, dtype=np.int64)
 
     def note(self, check: str, message: str) -> None:
         self.first.setdefault(check, message)
@@ -347,7 +346,7 @@ class _Tally:
         if not inside.size:
             return
         positions = ex.store.starts[rows.documents[inside]] + rows.starts[inside]
-        window = np.asarray(ex.store.tokens)[positions[:, None] + self._offsets]  # gathered independently of the epoch
+        window = ex.store.window_tokens(positions, T + 1)  # gathered independently of the epoch
         wrong = (inputs[inside] != window[:, :T]).sum(axis=1) + (targets[inside] != window[:, 1:]).sum(axis=1)
         bad = int(wrong.sum())
         if bad:

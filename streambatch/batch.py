@@ -20,12 +20,13 @@ from .windowing import IntArray, WindowSpace
 
 @dataclass(frozen=True)
 class WindowProvenance:
-    """Where one batch row came from."""
+    """Where one batch row came from (*shard*: the store of a `streambatch.Corpus`; 0 for a store)."""
 
     document_id: str
     document_index: int
     start: int
     partition: Partition
+    shard: int = 0
 
     def __str__(self) -> str:
         return f"{self.document_id}@{self.start}"
@@ -76,6 +77,11 @@ class MiniBatch:
         return self._locate()[1]
 
     @property
+    def shards(self) -> IntArray:
+        """Shard of each row: which store of a `streambatch.Corpus` it came from (all 0 for one store)."""
+        return self.space.store.shard_of(self.document_indices)
+
+    @property
     def window_numbers(self) -> IntArray:
         """Global window number of each row."""
         return self.space.index.windows_at(self.positions)
@@ -122,10 +128,8 @@ class MiniBatch:
     def provenance(self) -> tuple[WindowProvenance, ...]:
         """Per row: document id, document index, start, partition."""
         ids = self.space.store.ids
-        return tuple(
-            WindowProvenance(ids[d], d, s, p)
-            for d, s, p in zip(self.document_indices.tolist(), self.starts.tolist(), self.partitions, strict=True)
-        )
+        rows = zip(self.document_indices.tolist(), self.starts.tolist(), self.partitions, self.shards.tolist(), strict=True)
+        return tuple(WindowProvenance(ids[d], d, s, p, k) for d, s, p, k in rows)
 
     def _row(self, buffer: npt.NDArray[Any], row: int) -> npt.NDArray[Any]:
         if not isinstance(row, (int, np.integer)) or not 0 <= row < self.width:

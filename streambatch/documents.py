@@ -8,11 +8,14 @@ produce documents live in `streambatch.readers`, their checks in
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -20,7 +23,11 @@ import numpy.typing as npt
 from .errors import ConfigError, DataError, PartitionError, StoreError
 from .validate import check_id, check_offsets, check_tokens, check_unique, short
 
+if TYPE_CHECKING:
+    from .corpus import Corpus
+
 TokenArray = npt.NDArray[np.uint32] | npt.NDArray[np.uint16]
+_BLOCK = 1 << 24  # tokens hashed or scanned per step: bounded temporaries
 
 
 class Partition(str, Enum):
@@ -266,6 +273,67 @@ class DocumentStore:
         """Tokens over all documents of this store (view)."""
         return int(self.lengths.sum())
 
+    @property
+    def flat_size(self) -> int:
+        """Size of the flat token space that window positions index (``tokens.size``)."""
+        return int(self.tokens.size)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """Token dtype (uint16 or uint32): the dtype of every batch gathered from this store."""
+        return self.tokens.dtype
+
+    def window_tokens(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[Any]:
+        """``(n, length)`` tokens starting at flat *positions* (a plain gather, for checks such as the audit).
+
+        >>> DocumentStore.from_arrays([5, 6, 7, 8], [0, 4]).window_tokens([2, 0], 2).tolist()
+        [[7, 8], [5, 6]]
+        """
+        where = np.asarray(positions, dtype=np.int64)
+        rows: npt.NDArray[Any] = np.asarray(self.tokens)[where[:, None] + np.arange(length)]
+        return rows
+
+    def shard_of(self, document_indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """Shard of each document: always 0 (a store is one shard; see `streambatch.Corpus`)."""
+        return np.zeros(np.shape(document_indices), dtype=np.int64)
+
+    def content_fingerprint(self) -> str:
+        """``fingerprint`` if the store has one (opened from disk), else the same hash computed from content.
+
+        Equal to the fingerprint `write_store` records for the same documents, so
+        an in-memory store and its copy on disk share plan files.  Computed once
+        (one pass over the tokens), then remembered.
+
+        >>> docs = [Document("a", "train", [0, 10, 11, 12, 1])]
+        >>> DocumentStore.from_documents(docs).content_fingerprint()[:12]
+        'blake2b-256:'
+        """
+        if self.fingerprint is not None:
+            return self.fingerprint
+        known: str | None = self.__dict__.get("_content_fingerprint")
+        if known is None:
+            offsets = np.zeros(len(self) + 1, dtype="<i8")
+            np.cumsum(self.lengths, out=offsets[1:])
+            dtype = np.dtype(smallest_token_dtype(self._max_token()) if self.tokens.dtype != np.uint16 else np.uint16)
+            blocks = (piece.astype(dtype.newbyteorder("<"), copy=False) for piece in self._pieces())
+            known = content_fingerprint(blocks, [offsets], self.ids, self.partition_codes)
+            object.__setattr__(self, "_content_fingerprint", known)  # a cache, not a field
+        return known
+
+    def _pieces(self) -> Iterator[npt.NDArray[Any]]:
+        """Every document's tokens in order, in bounded blocks (the flat array itself when contiguous)."""
+        if not len(self):
+            return
+        ends = self.starts + self.lengths
+        contiguous = int(self.starts[0]) == 0 and np.array_equal(self.starts[1:], ends[:-1]) and int(ends[-1]) == self.tokens.size
+        spans = [(0, int(self.tokens.size))] if contiguous else zip(self.starts.tolist(), ends.tolist(), strict=True)
+        for start, end in spans:
+            for lo in range(start, end, _BLOCK):
+                yield self.tokens[lo : min(lo + _BLOCK, end)]
+
+    def _max_token(self) -> int:
+        return max((int(piece.max()) for piece in self._pieces() if piece.size), default=-1)
+
     def partition(self, index: int) -> Partition:
         """The partition of document *index*."""
         return PARTITIONS[int(self.partition_codes[index])]
@@ -299,17 +367,71 @@ class DocumentStore:
 
     def check_partition(self, partition: Partition | str) -> Partition:
         """Raise `PartitionError` naming the first document outside *partition*."""
-        wanted = Partition.parse(partition)
-        outside = np.flatnonzero(self.partition_codes != wanted.code)
-        if outside.size:
-            index = int(outside[0])
-            raise PartitionError(
-                f"document id={self.ids[index]!r} (document index {index}) is in partition "
-                f"{self.partition(index).value!r}, not the epoch's {wanted.value!r}; keep one partition "
-                f"per epoch: on the command line add --keep-partition (with --partition {wanted.value}); in Python "
-                f"use store.select({wanted.value!r}) or the reader's partition= filter"
-            )
-        return wanted
+        return check_partition(self, partition)
+
+
+class TokenSource(Protocol):
+    """What the stages read from a corpus: a `DocumentStore`, or a `streambatch.Corpus` of several.
+
+    Documents sit in one flat token space of ``flat_size`` positions (a corpus
+    makes it virtual, one range per shard); ``starts`` index it.
+    """
+
+    @property
+    def starts(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def lengths(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def ids(self) -> tuple[str, ...]: ...
+    @property
+    def partition_codes(self) -> npt.NDArray[np.uint8]: ...
+    @property
+    def fingerprint(self) -> str | None: ...
+    @property
+    def flat_size(self) -> int: ...
+    @property
+    def token_count(self) -> int: ...
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+    def __len__(self) -> int: ...
+    def partition(self, index: int) -> Partition: ...
+    def check_partition(self, partition: Partition | str) -> Partition: ...
+    def content_fingerprint(self) -> str: ...
+    def shard_of(self, document_indices: npt.ArrayLike) -> npt.NDArray[np.int64]: ...
+    def window_tokens(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[Any]: ...
+    @property
+    def tokenizer(self) -> dict[str, Any] | None: ...
+
+
+def check_partition(source: TokenSource, partition: Partition | str) -> Partition:
+    """Raise `PartitionError` naming the first document of *source* outside *partition*."""
+    wanted = Partition.parse(partition)
+    outside = np.flatnonzero(source.partition_codes != wanted.code)
+    if outside.size:
+        index = int(outside[0])
+        raise PartitionError(
+            f"document id={source.ids[index]!r} (document index {index}) is in partition "
+            f"{source.partition(index).value!r}, not the epoch's {wanted.value!r}; keep one partition "
+            f"per epoch: on the command line add --keep-partition (with --partition {wanted.value}); in Python "
+            f"use store.select({wanted.value!r}) or the reader's partition= filter"
+        )
+    return wanted
+
+
+def content_fingerprint(
+    token_blocks: Iterable[Any], offset_blocks: Iterable[Any], ids: Sequence[str], codes: npt.NDArray[np.uint8]
+) -> str:
+    """``blake2b-256:`` + BLAKE2b-256 of the token bytes, the offset bytes, then ids and partition codes as JSON.
+
+    The one definition of a store's fingerprint: `open_store` and `write_store`
+    feed it the files' bytes, `DocumentStore.content_fingerprint` an in-memory
+    store's arrays (little-endian, the dtype `write_store` would choose).
+    """
+    digest = hashlib.blake2b(digest_size=32)
+    for block in itertools.chain(token_blocks, offset_blocks):
+        digest.update(np.ascontiguousarray(block).view(np.uint8).data if isinstance(block, np.ndarray) else block)
+    digest.update(json.dumps([list(ids), np.asarray(codes).tolist()], separators=(",", ":")).encode())
+    return "blake2b-256:" + digest.hexdigest()
 
 
 def _reopen_memmap(spec: tuple[str, str, int, Any], *fields: Any) -> DocumentStore:
@@ -335,9 +457,11 @@ def _token_array(tokens: Any) -> TokenArray:
     return check_tokens(tokens, "tokens")
 
 
-def as_store(source: Any) -> DocumentStore:
-    """Return *source* as a `DocumentStore` (a store, or an iterable of `Document`)."""
-    if isinstance(source, DocumentStore):
+def as_store(source: Any) -> DocumentStore | Corpus:
+    """Return *source* as a `DocumentStore` (a store, or an iterable of `Document`), or the `Corpus` it is."""
+    from .corpus import Corpus  # corpus builds on this module
+
+    if isinstance(source, (DocumentStore, Corpus)):
         return source
     if isinstance(source, Document):
         raise ConfigError("documents=Document(...) is a single document; pass a list of documents or a DocumentStore")

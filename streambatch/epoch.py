@@ -7,6 +7,7 @@ the shuffle plan is computed once, on first use.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,9 +17,10 @@ import numpy.typing as npt
 from ._checks import check_non_negative, check_positive, check_seed, is_integer
 from .batch import MiniBatch
 from .chunking import Chunks, batch_count, batch_widths, chunk, split_rows
-from .documents import DocumentStore, Partition, as_store
+from .documents import Partition, TokenSource, as_store
 from .errors import OutOfRangeError
 from .materializing import Batches, materialize, materialize_one
+from .planning import check_plan_dir, plan_file
 from .shuffling import shuffle, splitmix64_draws
 from .windowing import WindowConfig, WindowIndex, Windows, windows
 
@@ -48,6 +50,9 @@ class Epoch:
 
     ``Epoch(docs, context_length=T, batch_size=B, stride=s, seed=k)`` is
     ``materialize(chunk(shuffle(windows(store, ...), k), B))``, with random access.
+    *documents* may be a store, a `Corpus` of several, or documents.  With
+    ``plan_dir=DIR`` the shuffle is ``plan_file(windows, k, DIR)``: the same order,
+    computed once into a file that every rank and worker memory-maps.
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),
@@ -68,12 +73,14 @@ class Epoch:
         stride: int = 1,
         seed: int | None = None,
         partition: Partition | str = Partition.TRAIN,
+        plan_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.batch_size = check_positive(batch_size, "batch_size", "the number of windows per batch")
         config = WindowConfig(context_length, stride)
         self.seed = None if seed is None else check_seed(seed)
         self.partition = Partition.parse(partition, "epoch")
-        self.store: DocumentStore = as_store(documents)
+        self.plan_dir = None if plan_dir is None else check_plan_dir(plan_dir)
+        self.store: TokenSource = as_store(documents)
         self.store.check_partition(self.partition)
         self.windows: Windows = windows(
             self.store, context_length=config.context_length, stride=config.stride, partition=self.partition
@@ -88,6 +95,7 @@ class Epoch:
         epoch.seed = ordered.seed
         epoch.partition = ordered.partition
         epoch.store = ordered.store
+        epoch.plan_dir = None
         epoch.windows = Windows(ordered.space)
         epoch._order = ordered
         return epoch
@@ -140,9 +148,18 @@ class Epoch:
 
     @property
     def order(self) -> Windows:
-        """The epoch's windows in order: ``shuffle(windows, seed)`` (computed once), or document order."""
+        """The epoch's windows in order: ``shuffle(windows, seed)`` (computed once), or document order.
+
+        With *plan_dir* the order is ``plan_file(windows, seed, plan_dir)``: the same
+        order, memory-mapped from a plan file computed once for every process.
+        """
         if self._order is None:
-            self._order = self.windows if self.seed is None else shuffle(self.windows, self.seed)
+            if self.seed is None:
+                self._order = self.windows
+            elif self.plan_dir is not None:
+                self._order = plan_file(self.windows, self.seed, self.plan_dir)
+            else:
+                self._order = shuffle(self.windows, self.seed)
         return self._order
 
     @property

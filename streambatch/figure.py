@@ -391,7 +391,7 @@ def _draw_batch_widths(canvas: _Canvas, epoch: Epoch, y: float) -> float:
             MARGIN, y + 14, f"{format_count(epoch.window_count)} windows fill every batch: no smaller final batch", size=13
         )
         y += 26
-    shuffled = plan_bytes(epoch.window_count, int(epoch.store.tokens.size))
+    shuffled = plan_bytes(epoch.window_count, epoch.store.flat_size)
     canvas.text(
         MARGIN, y + 8, f"plan: {format_bytes(shuffled)} shuffled (4 B per window), none in document order", size=12, fill=MUTED
     )

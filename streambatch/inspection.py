@@ -12,6 +12,7 @@ import numpy as np
 
 from ._checks import check_positive
 from .chunking import batch_count
+from .corpus import Corpus
 from .documents import Partition
 from .errors import ConfigError
 from .sources import Source, source_store
@@ -59,12 +60,17 @@ def inspect_source(
     summary: dict[str, Any] = {
         "documents": len(store),
         "tokens": int(lengths.sum()),
-        "dtype": store.tokens.dtype.name,
+        "dtype": store.dtype.name,
         "fingerprint": store.fingerprint,
         "tokenizer": store.tokenizer,
     }
     if isinstance(source, Source):
         summary = {"path": source.path, "kind": source.kind, "verified": source.verified, **summary}
+    if isinstance(store, Corpus):
+        summary["shards"] = [
+            {"path": path, "documents": len(shard), "tokens": shard.token_count}
+            for path, shard in zip(store.paths, store.shards, strict=True)
+        ]
     if T is not None:
         summary.update(context_length=T, stride=s)
         if B is not None:
@@ -75,7 +81,7 @@ def inspect_source(
         mask = store.partition_codes == part.code
         if partition is None and not mask.any():
             continue
-        parts[part.value] = _partition_summary(lengths[mask], T, B, s, int(store.tokens.size))
+        parts[part.value] = _partition_summary(lengths[mask], T, B, s, store.flat_size)
     summary["partitions"] = parts
     return summary
 

@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from .batch import MiniBatch
 from .chunking import Chunks
+from .corpus import Corpus
 from .documents import DocumentStore
 from .errors import ConfigError
 from .windowing import Windows, WindowSpace
@@ -51,6 +52,18 @@ class RowGather:
             self._records = np.ndarray(shape=(count,), dtype=record, buffer=tokens, strides=(itemsize,))
             self._shifted = np.ndarray(shape=(count,), dtype=record, buffer=tokens, offset=itemsize, strides=(itemsize,))
 
+    @property
+    def records(self) -> npt.NDArray[Any]:
+        """The read-only record view: record ``p`` is the ``T`` tokens from position ``p`` (one void item)."""
+        assert self._records is not None, "no records: the store is shorter than one window"
+        return self._records
+
+    @property
+    def shifted(self) -> npt.NDArray[Any]:
+        """`records` shifted by one token: the targets of a row starting at ``p``."""
+        assert self._shifted is not None, "no records: the store is shorter than one window"
+        return self._shifted
+
     def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for rows starting at *positions* (an intp array)."""
         records, width = self._records, positions.size
@@ -61,11 +74,116 @@ class RowGather:
         return np.ndarray(shape, dtype, records[positions]), np.ndarray(shape, dtype, self._shifted[positions])
 
 
-def row_gather(space: WindowSpace) -> RowGather:
-    """The space's `RowGather`, built once and cached on it."""
-    gather: RowGather | None = space.cache.get("gather")
+class ShardedGather:
+    """Gathers rows of a `Corpus` (global positions) straight into final ``(w, T)`` arrays.
+
+    Each row's shard comes from one ``searchsorted`` on the shards' bases.  When
+    the shards' token arrays share one dtype (the usual case), one read-only
+    record view spans the address range holding all of them, and a row is read
+    at ``position + shift[shard]``: the batch is then one gather per buffer, as
+    for a single store.  That view is only ever read at rows inside a shard (window
+    positions never point elsewhere); it is private to the gather and never
+    exposed.  Otherwise (mixed dtypes) each shard's rows are copied from that
+    shard's record view straight into their rows of the final arrays.
+
+    >>> a = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"])
+    >>> b = DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])
+    >>> inputs, targets = ShardedGather(Corpus([a, b]), context_length=2)(np.array([6, 1, 5]))
+    >>> inputs.tolist(), targets.tolist()
+    ([[20, 21], [10, 11], [0, 20]], [[21, 1], [11, 12], [20, 21]])
+    """
+
+    __slots__ = ("_bases", "_dtype", "_ends", "_gathers", "_length", "_record", "_span", "_tokens")
+
+    def __init__(self, corpus: Corpus, context_length: int) -> None:
+        self._length = context_length
+        self._dtype = corpus.dtype
+        self._tokens = tuple(shard.tokens for shard in corpus.shards)  # kept alive with the views below
+        self._gathers = [RowGather(shard, context_length) for shard in corpus.shards]
+        self._bases = corpus.bases[:-1]
+        self._ends = corpus.bases[1:-1]  # shard k holds the positions below ends[k] (and at or above ends[k - 1])
+        self._record = np.dtype((np.void, context_length * corpus.dtype.itemsize))
+        self._span = _spanning_records(self._tokens, corpus.bases, context_length)
+
+    def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)`` for rows starting at global *positions* (an intp array)."""
+        width = positions.size
+        if width == 0:
+            empty = np.zeros((0, self._length), dtype=self._dtype)
+            return empty, empty.copy()
+        shards = np.searchsorted(self._ends, positions, side="right")
+        shape, dtype = (width, self._length), self._dtype
+        if self._span is not None:  # one gather per buffer, like RowGather
+            records, shifted, shift = self._span
+            at = positions + shift[shards]
+            return np.ndarray(shape, dtype, records[at]), np.ndarray(shape, dtype, shifted[at])
+        inputs, targets = np.empty(shape, dtype), np.empty(shape, dtype)
+        rows_in, rows_out = inputs.view(self._record).reshape(width), targets.view(self._record).reshape(width)
+        counts = np.bincount(shards, minlength=len(self._gathers)).tolist()
+        order = np.argsort(shards, kind="stable")  # rows grouped by shard, in row order within each
+        local = (positions - self._bases[shards])[order]
+        hi = 0
+        for shard, count in enumerate(counts):
+            if not count:
+                continue
+            lo, hi = hi, hi + count
+            rows, gather = order[lo:hi], self._gathers[shard]
+            if self._tokens[shard].dtype == dtype:  # whole records straight into this shard's rows
+                rows_in[rows], rows_out[rows] = gather.records[local[lo:hi]], gather.shifted[local[lo:hi]]
+            else:  # a uint16 shard of a uint32 corpus: widened on the way
+                inputs[rows], targets[rows] = gather(local[lo:hi])
+        return inputs, targets
+
+
+def _spanning_records(
+    tokens: tuple[npt.NDArray[Any], ...], bases: npt.NDArray[np.int64], length: int
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.int64]] | None:
+    """Record views (inputs, targets) over the address range of every shard's tokens, and each shard's shift.
+
+    Global position ``p`` of shard ``k`` is record ``p + shift[k]``.  None when the
+    shards differ in dtype, are not contiguous, or lie at addresses that are not
+    a whole number of tokens apart.
+    """
+    dtype = tokens[0].dtype
+    if any(t.dtype != dtype or not t.flags.c_contiguous for t in tokens):
+        return None
+    size = dtype.itemsize
+    address = [int(t.__array_interface__["data"][0]) for t in tokens]
+    live = [k for k, t in enumerate(tokens) if t.size]
+    if not live:
+        return None
+    low = min(address[k] for k in live)
+    high = max(address[k] + tokens[k].nbytes for k in live)
+    count = (high - low) // size
+    if count < length + 1 or any((address[k] - low) % size for k in live):
+        return None
+    anchor = next(tokens[k] for k in live if address[k] == low)
+    # a read-only view from the lowest shard to the end of the highest: read only inside shards
+    span = np.lib.stride_tricks.as_strided(anchor, shape=(count,), strides=(size,), writeable=False)
+    record = np.dtype((np.void, length * size))
+    records = np.ndarray(shape=(count - length,), dtype=record, buffer=span, strides=(size,))
+    shifted = np.ndarray(shape=(count - length,), dtype=record, buffer=span, offset=size, strides=(size,))
+    shift = np.array(
+        [(address[k] - low) // size - int(bases[k]) if tokens[k].size else 0 for k in range(len(tokens))], dtype=np.int64
+    )
+    return records, shifted, shift
+
+
+Gather = RowGather | ShardedGather
+
+
+def row_gather(space: WindowSpace) -> Gather:
+    """The space's gather, built once and cached on it: `RowGather` for a store, `ShardedGather` for a corpus."""
+    gather: Gather | None = space.cache.get("gather")
     if gather is None:
-        gather = space.cache["gather"] = RowGather(space.store, space.config.context_length)
+        store, length = space.store, space.config.context_length
+        if isinstance(store, DocumentStore):
+            gather = RowGather(store, length)
+        elif isinstance(store, Corpus):
+            gather = ShardedGather(store, length)
+        else:
+            raise ConfigError(f"source={store!r} has no gather; pass a DocumentStore or a Corpus to sb.windows")
+        space.cache["gather"] = gather
     return gather
 
 

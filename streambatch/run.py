@@ -23,16 +23,12 @@ at-least-once for that batch, exactly once for every other.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
-
 from ._checks import U64, check_non_negative, check_positive, is_integer
 from .batch import MiniBatch
-from .documents import DocumentStore, Partition
+from .documents import Partition, TokenSource
 from .epoch import Epoch, derive_seed
 from .errors import ConfigError, OutOfRangeError, StateError
 from .materializing import Batches
@@ -43,37 +39,6 @@ STATE_FORMAT = "streambatch.run"
 STATE_VERSION = 1
 STATE_KEYS = ("format", "version", "seed", "epoch", "batch", "context_length", "stride", "batch_size", "partition", "fingerprint")
 _HASH_BLOCK = 1 << 22  # tokens hashed per block (16 MiB as uint32)
-
-
-def content_fingerprint(store: DocumentStore) -> str:
-    """A hash of a store's content: ``content-blake2b-256:`` + hex digest.
-
-    BLAKE2b-256 over every document's tokens in order (as little-endian uint32, so
-    uint16 and uint32 stores of the same tokens agree), the document lengths
-    (little-endian int64), then the canonical JSON of ids and partition codes.
-
-    >>> a = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5])
-    >>> b = DocumentStore.from_arrays(np.array([0, 10, 11, 12, 1], dtype=np.uint16), [0, 5])
-    >>> content_fingerprint(a) == content_fingerprint(b), content_fingerprint(a)[:20]
-    (True, 'content-blake2b-256:')
-    """
-    digest = hashlib.blake2b(digest_size=32)
-    tokens, starts, lengths = store.tokens, store.starts, store.lengths
-    if starts.size:
-        ends = starts + lengths
-        cuts = np.flatnonzero(starts[1:] != ends[:-1]) + 1  # a selected view may have gaps
-        for first, last in zip(np.r_[0, cuts].tolist(), np.r_[cuts, starts.size].tolist(), strict=True):
-            lo, hi = int(starts[first]), int(ends[last - 1])
-            for at in range(lo, hi, _HASH_BLOCK):
-                digest.update(np.asarray(tokens[at : min(at + _HASH_BLOCK, hi)]).astype("<u4").tobytes())
-    digest.update(lengths.astype("<i8").tobytes())
-    digest.update(json.dumps([list(store.ids), store.partition_codes.tolist()], separators=(",", ":")).encode())
-    return "content-blake2b-256:" + digest.hexdigest()
-
-
-def store_fingerprint(store: DocumentStore) -> str:
-    """The store's own fingerprint (stores on disk), else its `content_fingerprint` (in-memory stores)."""
-    return store.fingerprint if store.fingerprint is not None else content_fingerprint(store)
 
 
 class Run:
@@ -166,8 +131,8 @@ class Run:
         return self._current[1].partition
 
     @property
-    def store(self) -> DocumentStore:
-        """The corpus."""
+    def store(self) -> TokenSource:
+        """The corpus (a store, or a sharded `streambatch.Corpus`)."""
         return self._current[1].store
 
     @property
@@ -187,9 +152,9 @@ class Run:
 
     @property
     def fingerprint(self) -> str:
-        """The corpus fingerprint recorded in every state (computed once; see `store_fingerprint`)."""
+        """The corpus fingerprint recorded in every state: a store's own, else its content fingerprint (computed once)."""
         if self._fingerprint is None:
-            self._fingerprint = store_fingerprint(self.store)
+            self._fingerprint = self.store.fingerprint or self.store.content_fingerprint()
         return self._fingerprint
 
     @property

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from .corpus import Corpus, open_corpus
 from .documents import DocumentStore, Partition, as_store
 from .epoch import Epoch
 from .readers import read_jsonl
@@ -24,13 +25,13 @@ class Source:
     """Documents opened from *path*: the store (its header's tokenizer on ``store.tokenizer``) and what kind of source it was."""
 
     path: str
-    kind: str  # "store" (memory-mapped directory) or "jsonl" (read into memory)
-    store: DocumentStore
+    kind: str  # "store" (memory-mapped directory), "corpus" (a manifest of stores) or "jsonl" (read into memory)
+    store: DocumentStore | Corpus
     verified: bool = False  # the store's fingerprint was checked against its content
 
 
 def open_source(path: str | os.PathLike[str], *, verify: bool = True) -> Source:
-    """Open a store directory (memory-mapped, checked) or a JSONL file of token documents.
+    """Open a store directory (memory-mapped, checked), a corpus manifest (``*.json``) or a JSONL file.
 
     >>> import tempfile, pathlib
     >>> file = pathlib.Path(tempfile.mkdtemp()) / "docs.jsonl"
@@ -40,14 +41,15 @@ def open_source(path: str | os.PathLike[str], *, verify: bool = True) -> Source:
     ('jsonl', ('a',))
     """
     name = os.fspath(path)
-    if os.path.isdir(name):  # a store prepared by `streambatch prepare` (a sharded corpus would branch here)
-        store = open_store(name, verify=verify)
-        return Source(name, "store", store, verified=verify)
+    if os.path.isdir(name):  # a store prepared by `streambatch prepare`
+        return Source(name, "store", open_store(name, verify=verify), verified=verify)
+    if name.lower().endswith(".json"):  # a manifest listing the stores of a sharded corpus
+        return Source(name, "corpus", open_corpus(name, verify=verify), verified=verify)
     return Source(name, "jsonl", DocumentStore.from_documents(read_jsonl(name)))
 
 
-def source_store(source: Any) -> DocumentStore:
-    """The `DocumentStore` of a `Source`, a store, or an iterable of documents."""
+def source_store(source: Any) -> DocumentStore | Corpus:
+    """The store (or corpus) of a `Source`, a store, or an iterable of documents."""
     return source.store if isinstance(source, Source) else as_store(source)
 
 

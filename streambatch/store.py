@@ -36,7 +36,6 @@ import contextlib
 import ctypes
 import errno
 import glob
-import hashlib
 import json
 import os
 import secrets
@@ -52,7 +51,7 @@ import numpy.typing as npt
 
 from ._checks import short_repr
 from ._json import HEADER_LIMIT, decode_json, decode_string
-from .documents import PARTITIONS, Document, DocumentStore, Partition
+from .documents import PARTITIONS, Document, DocumentStore, Partition, content_fingerprint
 from .errors import ConfigError, DataError, DuplicateIdError, StoreError
 from .tokenizing import Tokenizer, check_vocabulary
 from .validate import check_id, check_offsets, check_tokens, check_unique
@@ -77,14 +76,14 @@ def _step(name: str) -> None:
 
 
 def _fingerprint(tokens_fd: int, offsets_fd: int, ids: list[str], codes: npt.NDArray[np.uint8]) -> str:
-    digest = hashlib.blake2b(digest_size=32)
-    for fd in (tokens_fd, offsets_fd):
-        position = 0
-        while chunk := os.pread(fd, _READ, position):
-            digest.update(chunk)
-            position += len(chunk)
-    digest.update(json.dumps([ids, codes.tolist()], separators=(",", ":")).encode())
-    return "blake2b-256:" + digest.hexdigest()
+    return content_fingerprint(_fd_blocks(tokens_fd), _fd_blocks(offsets_fd), ids, codes)
+
+
+def _fd_blocks(fd: int) -> Iterator[bytes]:
+    position = 0
+    while chunk := os.pread(fd, _READ, position):
+        yield chunk
+        position += len(chunk)
 
 
 class StoreWriter:

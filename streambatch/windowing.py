@@ -11,15 +11,16 @@ order) or by one uint32 per window (a shuffled plan).
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from ._checks import check_positive, is_integer
-from .documents import DocumentStore, Partition, as_store
+from .documents import Partition, TokenSource, as_store
 from .errors import OutOfRangeError
 
 IntArray = npt.NDArray[np.int64]
@@ -151,13 +152,15 @@ class WindowIndex:
         documents, starts = self.locate_positions(positions)
         return self.cumulative[documents] - self.counts[documents] + starts // self.config.stride
 
-    def all_positions(self, dtype: npt.DTypeLike = np.int64, block: int = 1 << 22) -> npt.NDArray[np.integer]:
-        """Token position of every window, in window order, built in bounded blocks.
+    def all_positions(
+        self, dtype: npt.DTypeLike = np.int64, block: int = 1 << 22, out: npt.NDArray[Any] | None = None
+    ) -> npt.NDArray[np.integer]:
+        """Token position of every window, in window order, built in bounded blocks (into *out* if given).
 
         >>> WindowIndex([5, 4], WindowConfig(2)).all_positions().tolist()
         [0, 1, 2, 5, 6]
         """
-        out = np.empty(self.window_count, dtype=dtype)
+        out = np.empty(self.window_count, dtype=dtype) if out is None else out
         docs = self._window_docs
         counts = self.counts[docs]
         ends = self.cumulative[docs]
@@ -179,21 +182,23 @@ POSITION_LIMIT = 1 << 32  # plans hold uint32 first-token positions while every 
 
 
 class WindowSpace:
-    """What every view of one window enumeration shares: the store, its index, the partition.
+    """What every view of one window enumeration shares: the source, its index, the partition.
 
-    ``cache`` holds per-space helpers of later stages (the gather's row views); it
-    is rebuilt after pickling, never pickled (it views the tokens).
+    The source is a `DocumentStore` or a `streambatch.Corpus` (its positions are
+    global in the corpus's virtual token space).  ``cache`` holds per-space helpers
+    of later stages (the gather's row views); it is rebuilt after pickling, never
+    pickled (it views the tokens).
     """
 
     __slots__ = ("cache", "config", "index", "partition", "plan_holds_positions", "store")
 
-    def __init__(self, store: DocumentStore, config: WindowConfig, partition: Partition) -> None:
+    def __init__(self, store: TokenSource, config: WindowConfig, partition: Partition) -> None:
         self.store = store
         self.config = config
         self.partition = partition
         include = None if bool((store.partition_codes == partition.code).all()) else store.partition_codes == partition.code
         self.index = WindowIndex(store.lengths, config, store.starts, include)
-        self.plan_holds_positions = store.tokens.size < POSITION_LIMIT
+        self.plan_holds_positions = store.flat_size < POSITION_LIMIT
         self.cache: dict[str, Any] = {}
 
     def __getstate__(self) -> tuple[Any, ...]:
@@ -215,7 +220,8 @@ class Windows(Sequence[int]):
 
     No tokens and no object per window: a sequential `Windows` is a range of
     window numbers; a shuffled one views a *plan* of one uint32 per window (each
-    window's first-token position, or its number in stores of 2**32+ tokens).
+    window's first-token position, or its number in stores of 2**32+ tokens), in
+    memory or memory-mapped from a plan file (`streambatch.plan_file`).
     Slicing returns a view; ``positions()`` and ``locate()`` map a view to token
     positions and (document index, start) for the next stage.
 
@@ -253,8 +259,8 @@ class Windows(Sequence[int]):
         return self._space
 
     @property
-    def store(self) -> DocumentStore:
-        """The store the windows read."""
+    def store(self) -> TokenSource:
+        """The store (or corpus) the windows read."""
         return self._space.store
 
     @property
@@ -289,8 +295,20 @@ class Windows(Sequence[int]):
 
     @property
     def plan_nbytes(self) -> int:
-        """Bytes of the plan behind this view (0 in sequential order)."""
+        """Bytes of the plan behind this view (0 in sequential order; file pages for a plan file)."""
         return 0 if self._plan is None else int(self._plan.nbytes)
+
+    @property
+    def plan_path(self) -> str | None:
+        """The file the plan is memory-mapped from (see `streambatch.plan_file`), else None."""
+        mapped = _mapped_file(self._plan)
+        return None if mapped is None else mapped.filename
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a memory-mapped plan travels as its file name (spawned workers map the same
+        # file), never as a copy of its bytes; the space pickles without its caches
+        plan: Any = _mapped_file(self._plan) or self._plan
+        return (_rebuild_windows, (self._space, plan, self._lo, self._hi, self.seed, self.state_after, self.batch))
 
     def plan_values(self) -> npt.NDArray[Any]:
         """This view's plan entries: first-token positions (or window numbers in 2**32+ token stores).
@@ -311,6 +329,8 @@ class Windows(Sequence[int]):
         """The same windows in the order of *plan* (entries as `plan_values` gives them)."""
         if plan.size != len(self):
             raise OutOfRangeError(f"plan has {plan.size} entries for {len(self)} windows; pass one entry per window")
+        if isinstance(plan, np.memmap):  # a plain view: batches never see the memmap subclass
+            plan = plan.view(np.ndarray)
         return Windows(self._space, plan, 0, plan.size, seed=seed, state_after=state_after)
 
     def positions(self) -> npt.NDArray[np.intp]:
@@ -377,11 +397,46 @@ class Windows(Sequence[int]):
         )
 
 
+class _MappedFile(NamedTuple):
+    """Where a read-only memory-mapped plan lives: enough to map it again in another process."""
+
+    filename: str
+    dtype: str
+    offset: int
+    size: int
+
+
+def _mapped_file(plan: npt.NDArray[Any] | None) -> _MappedFile | None:
+    """The file behind *plan* when it views a whole np.memmap (not a slice of one), else None."""
+    if plan is None:
+        return None
+    mapped: Any = plan if isinstance(plan, np.memmap) else plan.base
+    buffer: Any = getattr(mapped, "base", None)
+    if (
+        isinstance(mapped, np.memmap)
+        and isinstance(buffer, mmap.mmap)  # the memmap itself, not a slice of one
+        and mapped.filename is not None
+        and plan.size == mapped.size
+        and plan.dtype == mapped.dtype
+        and plan.__array_interface__["data"][0] == mapped.__array_interface__["data"][0]
+    ):
+        return _MappedFile(str(mapped.filename), mapped.dtype.str, int(mapped.offset), int(mapped.size))
+    return None
+
+
+def _rebuild_windows(space: WindowSpace, plan: Any, *rest: Any) -> Windows:
+    if isinstance(plan, _MappedFile):
+        mapped = np.memmap(plan.filename, dtype=np.dtype(plan.dtype), mode="r", offset=plan.offset, shape=(plan.size,))
+        plan = mapped.view(np.ndarray)
+    lo, hi, seed, state_after, batch = rest
+    return Windows(space, plan, lo, hi, seed=seed, state_after=state_after, batch=batch)
+
+
 def windows(source: Any, *, context_length: int, stride: int = 1, partition: Partition | str = Partition.TRAIN) -> Windows:
     """Every complete window of *partition* in *source*, in document order.
 
-    *source* is a `DocumentStore` (in memory or opened with `open_store`) or an
-    iterable of `Document`.  Documents of other partitions contribute no windows.
+    *source* is a `DocumentStore` (in memory or opened with `open_store`), a
+    `Corpus` of several stores, or an iterable of `Document`.  Documents of other partitions contribute no windows.
     Holds a few integers per document and nothing per window.
 
     >>> import streambatch as sb

@@ -348,3 +348,19 @@ def test_rollback_forgets_documents_ids_and_width(tmp_path: Path) -> None:
     assert [("a", [1, 2]), ("b", [5])] == [(d.id, d.tokens.tolist()) for d in store]
     assert "uint16" == store.tokens.dtype.name
     assert [sb.Partition.TRAIN, sb.Partition.VALIDATION] == [store.partition(i) for i in range(2)]
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(documents(partition="validation", max_docs=6))
+def test_content_fingerprint_is_the_store_fingerprint(tmp_path: Path, docs: list[sb.Document]) -> None:
+    """An in-memory store's content fingerprint is the one write_store records for the same documents (any view)."""
+    memory = sb.DocumentStore.from_documents(docs)
+    target = tmp_path / f"s{len(list(tmp_path.iterdir()))}"
+    assert write_store(target, docs).fingerprint == memory.content_fingerprint()
+    lengths = [len(d) for d in docs]
+    tokens = np.concatenate([[7, 7], *[d.tokens for d in docs]]).astype(np.uint32)
+    offsets = np.concatenate([[0, 2], 2 + np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
+    ids = ["gap", *[d.id for d in docs]]
+    gapped = sb.DocumentStore.from_arrays(tokens, offsets, ids, partition=["test"] + ["validation"] * len(docs))
+    view = gapped.select("validation")  # the first document is left out: a gap before the view's tokens
+    assert memory.content_fingerprint() == view.content_fingerprint()

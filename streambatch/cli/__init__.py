@@ -16,6 +16,7 @@ from .audit import register as register_audit
 from .epoch import batch_record
 from .epoch import register as register_epoch_command
 from .inspect import register as register_inspect
+from .plan import register as register_plan_command
 from .prepare import register as register_prepare
 from .trace import register as register_trace
 
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_inspect(commands)
     register_audit(commands)
     register_trace(commands)
+    register_plan_command(commands)
     return parser
 
 

@@ -22,6 +22,7 @@ from .._atomic import atomic_text
 from .._checks import check_non_negative, is_integer
 from .._json import HEADER_LIMIT, decode_json
 from ..batch import MiniBatch
+from ..corpus import Corpus
 from ..documents import Partition
 from ..epoch import Epoch
 from ..errors import ConfigError, OutOfRangeError, StateError
@@ -34,7 +35,8 @@ _STATE_KEYS = ("format", "version", "epoch", "run", "output")
 
 
 def batch_record(batch: MiniBatch) -> dict[str, Any]:
-    """One batch as the JSON object ``streambatch epoch`` writes."""
+    """One batch as the JSON object ``streambatch epoch`` writes (rows of a corpus also name their shard)."""
+    sharded = isinstance(batch.space.store, Corpus)
     return {
         "epoch": batch.epoch,
         "index": batch.index,
@@ -46,6 +48,7 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
                 "document_index": p.document_index,
                 "start": p.start,
                 "partition": p.partition.value,
+                **({"shard": p.shard} if sharded else {}),
             }
             for p in batch.provenance
         ],
@@ -69,6 +72,7 @@ def _run(args: argparse.Namespace, epoch: int) -> Run:
         stride=args.stride,
         seed=None if args.sequential else args.seed,
         partition=args.partition,
+        plan_dir=args.plan_dir,
     )
     if first.window_count == 0:  # not an error, but never silent
         print(
@@ -199,7 +203,10 @@ def _uint64(text: str) -> int:
 def register(commands: Any) -> None:
     """Add ``epoch`` to *commands* (an argparse subparsers object)."""
     epoch = commands.add_parser("epoch", help="write one JSON object per batch of an epoch over a JSONL file or store")
-    epoch.add_argument("file", help='JSONL file (one {"id", "partition", "tokens"} object per line) or a store directory')
+    epoch.add_argument(
+        "file",
+        help='JSONL file (one {"id", "partition", "tokens"} object per line), a store directory or a corpus manifest (.json)',
+    )
     epoch.add_argument("--context-length", "-T", type=int, required=True, help="tokens per input row (T)")
     epoch.add_argument("--batch-size", "-B", type=int, required=True, help="windows per batch (the last may be fewer)")
     epoch.add_argument("--stride", type=int, default=1, help="distance between window starts (default 1)")
@@ -219,4 +226,5 @@ def register(commands: Any) -> None:
     epoch.add_argument(
         "--resume", metavar="STATE", help="continue a run from STATE (cutting --output back to it), saving to STATE again"
     )
+    epoch.add_argument("--plan-dir", help="map the shuffle plan from this folder (computed there once if missing)")
     epoch.set_defaults(run=_epoch)

@@ -1,0 +1,313 @@
+"""Sharded corpora: several stores read as one source, without copying tokens.
+
+A `Corpus` looks like one `DocumentStore` to the stages: its documents are the
+shards' documents in order, in a *virtual* flat token space where shard ``k``
+occupies ``[bases[k], bases[k + 1])``.  ``starts`` are global int64 positions in
+that space, so windows, shuffle plans and provenance work across shards
+unchanged; only the gather (`streambatch.materializing`) maps positions back to
+(shard, local position).
+
+Document ids must be unique across the whole corpus (a `DuplicateIdError` names
+both shards otherwise), so a row's document id means the same as in one store
+holding the same documents.  The corpus fingerprint is the BLAKE2b-256 of the
+shards' fingerprints, in order (for shards held in memory: of their content
+fingerprints, computed when a plan file needs it).
+
+A manifest (``corpus.json``) lists shard store directories relative to itself::
+
+    {"format": "streambatch.corpus", "version": 1, "fingerprint": "blake2b-256:...",
+     "shards": [{"path": "shard-0", "fingerprint": "blake2b-256:..."}, ...]}
+
+(an entry may also be a plain path string); `write_corpus` writes one,
+`open_corpus` reads one (or takes a list of stores or their paths).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._atomic import atomic_text
+from .documents import PARTITIONS, Document, DocumentStore, Partition, check_partition
+from .errors import ConfigError, DuplicateIdError, StoreError
+from .store import open_store
+
+FORMAT = "streambatch.corpus"
+VERSION = 1
+PathLike = str | os.PathLike[str]
+
+
+def corpus_fingerprint(fingerprints: Sequence[str]) -> str:
+    """The fingerprint of a corpus: BLAKE2b-256 over its shards' fingerprints, in order.
+
+    >>> corpus_fingerprint(["blake2b-256:aa", "blake2b-256:bb"]) != corpus_fingerprint(["blake2b-256:bb", "blake2b-256:aa"])
+    True
+    """
+    digest = hashlib.blake2b(digest_size=32)
+    digest.update(json.dumps([FORMAT, list(fingerprints)], separators=(",", ":")).encode())
+    return "blake2b-256:" + digest.hexdigest()
+
+
+class Corpus:
+    """Several `DocumentStore` shards read as one source, in order; no token is copied.
+
+    Per document it holds what a store holds (global ``starts``, ``lengths``,
+    ``ids``, ``partition_codes``), concatenated; per shard its base in the
+    virtual token space (``bases``) and its first document (``document_bases``).
+    Batches have dtype uint32 if any shard is uint32, else uint16.
+
+    >>> a = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"])
+    >>> b = DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])
+    >>> corpus = Corpus([a, b])
+    >>> len(corpus), corpus.starts.tolist(), corpus.bases.tolist(), corpus.shard_of([0, 1]).tolist()
+    (2, [0, 5], [0, 5, 9], [0, 1])
+    """
+
+    __slots__ = (
+        "_content",
+        "bases",
+        "document_bases",
+        "dtype",
+        "fingerprint",
+        "ids",
+        "lengths",
+        "partition_codes",
+        "paths",
+        "shards",
+        "starts",
+    )
+
+    def __init__(
+        self, shards: Sequence[DocumentStore], *, paths: Sequence[str | None] | None = None, _checked: bool = False
+    ) -> None:
+        stores = tuple(shards)
+        if not stores:
+            raise ConfigError("shards=[] is empty; pass one or more DocumentStores (or their paths) to make a corpus")
+        for k, shard in enumerate(stores):
+            if not isinstance(shard, DocumentStore):
+                raise ConfigError(f"shard {k} is a {type(shard).__name__}, not a DocumentStore; open it with sb.open_store")
+        self.shards = stores
+        self.paths: tuple[str | None, ...] = tuple(paths) if paths is not None else (None,) * len(stores)
+        sizes = np.array([s.flat_size for s in stores], dtype=np.int64)
+        self.bases = _frozen(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+        counts = np.array([len(s) for s in stores], dtype=np.int64)
+        self.document_bases = _frozen(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+        self.starts = _frozen(np.concatenate([s.starts + base for s, base in zip(stores, self.bases.tolist(), strict=False)]))
+        self.lengths = _frozen(np.concatenate([s.lengths for s in stores]))
+        self.partition_codes = _frozen(np.concatenate([s.partition_codes for s in stores]))
+        self.ids: tuple[str, ...] = tuple(i for s in stores for i in s.ids)
+        self.dtype: np.dtype[Any] = np.dtype(np.uint32 if any(s.dtype == np.uint32 for s in stores) else np.uint16)
+        if not _checked:  # a restored corpus was checked before
+            self._check_unique_ids()
+        recorded = [s.fingerprint for s in stores if s.fingerprint is not None]
+        # like a store's: known when every shard has one (opened from disk), else None (see content_fingerprint)
+        self.fingerprint: str | None = corpus_fingerprint(recorded) if len(recorded) == len(stores) else None
+        self._content: str | None = self.fingerprint
+
+    def _check_unique_ids(self) -> None:
+        if len(set(self.ids)) == len(self.ids):
+            return
+        first: dict[str, int] = {}
+        for index, name in enumerate(self.ids):
+            seen = first.setdefault(name, index)
+            if seen != index:
+                raise DuplicateIdError(
+                    f"duplicate document id={name!r}: first at {self._where(seen)}, repeated at {self._where(index)}; "
+                    "document ids must be unique across a corpus's shards (give each shard its own id prefix)"
+                )
+
+    def _where(self, index: int) -> str:
+        shard, local = self.locate_document(index)
+        path = self.paths[shard]
+        return f"shard {shard}{f' ({path})' if path else ''} document index {local}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # shards pickle as themselves (a memory-mapped store as its file name); nothing is re-checked
+        return (_restore, (self.shards, self.paths))
+
+    # -- what the stages read (see `streambatch.documents.TokenSource`) -------------
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def flat_size(self) -> int:
+        """Size of the virtual flat token space: the sum of the shards' ``flat_size``."""
+        return int(self.bases[-1])
+
+    @property
+    def token_count(self) -> int:
+        """Tokens over all documents of all shards."""
+        return int(self.lengths.sum())
+
+    def content_fingerprint(self) -> str:
+        """``fingerprint``, or for shards held in memory the same hash over their content fingerprints (computed once)."""
+        if self._content is None:
+            self._content = corpus_fingerprint([s.content_fingerprint() for s in self.shards])
+        return self._content
+
+    def partition(self, index: int) -> Partition:
+        """The partition of document *index* (a corpus-wide index)."""
+        return PARTITIONS[int(self.partition_codes[index])]
+
+    def check_partition(self, partition: Partition | str) -> Partition:
+        """Raise `PartitionError` naming the first document outside *partition*."""
+        return check_partition(self, partition)
+
+    def shard_of(self, document_indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
+        """Shard of each corpus-wide document index."""
+        where = np.asarray(document_indices, dtype=np.int64)
+        shards: npt.NDArray[np.int64] = np.searchsorted(self.document_bases, where, side="right") - 1
+        return shards
+
+    @property
+    def tokenizer(self) -> dict[str, Any] | None:
+        """The shards' tokenizer when they all record the same one, else None."""
+        first = self.shards[0].tokenizer
+        return first if all(s.tokenizer == first for s in self.shards) else None
+
+    def window_tokens(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[Any]:
+        """``(n, length)`` tokens starting at global *positions*, read from each position's shard.
+
+        >>> a = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"])
+        >>> b = DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])
+        >>> Corpus([a, b]).window_tokens([6, 1], 2).tolist()
+        [[20, 21], [10, 11]]
+        """
+        where = np.asarray(positions, dtype=np.int64)
+        out = np.empty((where.size, length), dtype=self.dtype)
+        shards = np.searchsorted(self.bases, where, side="right") - 1
+        for k in np.unique(shards).tolist():
+            rows = np.flatnonzero(shards == k)
+            out[rows] = self.shards[k].window_tokens(where[rows] - self.bases[k], length)
+        return out
+
+    def locate_document(self, index: int) -> tuple[int, int]:
+        """``(shard, index within the shard)`` of corpus-wide document *index*."""
+        shard = int(self.shard_of(index))
+        return shard, int(index) - int(self.document_bases[shard])
+
+    def document(self, index: int) -> Document:
+        """Document *index* (corpus-wide) as a `Document`."""
+        shard, local = self.locate_document(index)
+        return self.shards[shard].document(local)
+
+    def __iter__(self) -> Iterator[Document]:
+        return (doc for shard in self.shards for doc in shard)
+
+    def select(self, partition: Partition | str) -> Corpus:
+        """The corpus of each shard's documents in one partition (tokens shared; same fingerprint, like `select`)."""
+        return _restore(tuple(s.select(partition) for s in self.shards), self.paths)
+
+    def __repr__(self) -> str:
+        return (
+            f"Corpus({len(self.shards)} shards, {len(self)} documents, {self.flat_size} tokens, {self.dtype.name}, "
+            f"fingerprint={self.fingerprint!r})"
+        )
+
+
+def _frozen(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    array.flags.writeable = False
+    return array
+
+
+def _restore(shards: tuple[DocumentStore, ...], paths: tuple[str | None, ...]) -> Corpus:
+    return Corpus(shards, paths=paths, _checked=True)
+
+
+def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify: bool = True) -> Corpus:
+    """Open a corpus: a manifest file (``corpus.json``) or a list of stores and/or store paths.
+
+    Stores named by path are opened with `open_store` (*verify* checks their
+    fingerprints: one read of every byte).  A manifest that records fingerprints
+    must match the shards it names.
+
+    >>> a = DocumentStore.from_arrays([1, 2, 3], [0, 3], ids=["a"])
+    >>> b = DocumentStore.from_arrays([4, 5], [0, 2], ids=["b"])
+    >>> open_corpus([a, b]).ids
+    ('a', 'b')
+    """
+    if isinstance(source, (str, os.PathLike)):
+        return _open_manifest(Path(source), verify)
+    items: Any = source
+    if isinstance(items, DocumentStore):
+        raise ConfigError("source=DocumentStore(...) is one store; pass a list of stores, or the store itself to the stages")
+    shards: list[DocumentStore] = []
+    paths: list[str | None] = []
+    for item in items:
+        if isinstance(item, DocumentStore):
+            shards.append(item)
+            paths.append(None)
+        else:
+            shards.append(open_store(item, verify=verify))
+            paths.append(os.fspath(item))
+    return Corpus(shards, paths=paths)
+
+
+def _open_manifest(path: Path, verify: bool) -> Corpus:
+    if path.is_dir():
+        raise StoreError(f"{path}: is a directory (a store?), not a corpus manifest; pass the corpus.json file")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise StoreError(f"{path}: no such corpus manifest; write one with sb.write_corpus") from err
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise StoreError(f"{path}: unreadable corpus manifest ({err}); write it again with sb.write_corpus") from err
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise StoreError(f"{path}: format is not {FORMAT!r}; this is not a streambatch corpus manifest")
+    if manifest.get("version") != VERSION:
+        raise StoreError(f"{path}: version={manifest.get('version')!r} is not supported (this streambatch reads {VERSION})")
+    entries = manifest.get("shards")
+    if not isinstance(entries, list) or not entries:
+        raise StoreError(f"{path}: shards must be a non-empty list of store paths (relative to the manifest)")
+    shards: list[DocumentStore] = []
+    names: list[str | None] = []
+    for k, entry in enumerate(entries):
+        relative = entry.get("path") if isinstance(entry, dict) else entry
+        if not isinstance(relative, str) or not relative:
+            raise StoreError(f"{path}: shard {k}={entry!r} is not a store path; list paths relative to the manifest")
+        shard = open_store(path.parent / relative, verify=verify)
+        recorded = entry.get("fingerprint") if isinstance(entry, dict) else None
+        if recorded is not None and recorded != shard.fingerprint:
+            raise StoreError(
+                f"{path}: shard {k} ({relative}) has fingerprint {shard.fingerprint!r} but the manifest records "
+                f"{recorded!r}; the shard changed since the manifest was written: write the manifest again"
+            )
+        shards.append(shard)
+        names.append(str(path.parent / relative))
+    corpus = Corpus(shards, paths=names)
+    recorded = manifest.get("fingerprint")
+    if recorded is not None and recorded != corpus.fingerprint:
+        raise StoreError(f"{path}: fingerprint {recorded!r} does not match its shards ({corpus.fingerprint!r})")
+    return corpus
+
+
+def write_corpus(path: PathLike, shards: Sequence[PathLike], *, verify: bool = False) -> Corpus:
+    """Write a corpus manifest listing *shards* (store directories) relative to it, atomically; return the corpus.
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> from streambatch.store import write_store
+    >>> _ = write_store(root / "a", [Document("a", "train", [1, 2, 3])])
+    >>> _ = write_store(root / "b", [Document("b", "train", [4, 5])])
+    >>> write_corpus(root / "corpus.json", [root / "a", root / "b"]).ids
+    ('a', 'b')
+    """
+    target = Path(path)
+    folder = target.parent.resolve()
+    corpus = open_corpus([Path(s) for s in shards], verify=verify)
+    entries = [
+        {"path": os.path.relpath(Path(s).resolve(), folder), "fingerprint": shard.fingerprint}
+        for s, shard in zip(shards, corpus.shards, strict=True)
+    ]
+    manifest = {"format": FORMAT, "version": VERSION, "fingerprint": corpus.fingerprint, "shards": entries}
+    with atomic_text(target) as handle:
+        json.dump(manifest, handle, indent=1)
+        handle.write("\n")
+    return corpus

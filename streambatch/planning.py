@@ -1,0 +1,259 @@
+"""Plan files: a shuffled order computed once, written atomically, memory-mapped read-only by every process.
+
+`plan_file(windows, seed, plan_dir)` is the shuffle stage with its result on
+disk: the same windows in the same order as ``shuffle(windows, seed)``, backed
+by a read-only ``np.memmap`` of ``plan_dir/<key hash>.plan`` that every rank and
+DataLoader worker maps (file pages, shared; no private per-window memory).
+
+A plan file is one 4,096-byte JSON header (space-padded), then the plan: one
+little-endian uint32 per window (first-token positions, or window numbers in
+sources of 2**32+ tokens; int64 beyond 2**32 windows).  The header records the
+full *key* and ``state_after``::
+
+    {"format": "streambatch.plan", "version": 1,
+     "key": {"corpus": FINGERPRINT, "context_length": T, "stride": S, "partition": P,
+             "seed": SHUFFLE_SEED, "windows": N, "holds": "positions", "dtype": "<u4"},
+     "state_after": STATE, "run": {"seed": RUN_SEED, "epoch": E}}
+
+The file name is a hash of the key.  The key's ``seed`` is the shuffle seed
+itself: epoch ``E`` of a run seeded ``R`` shuffles with ``derive_seed(R, E)``, so
+``streambatch plan --seed R --epoch E`` and ``Epoch(seed=derive_seed(R, E))``
+(what ``EpochDataset.set_epoch(E)`` builds) name the same file; ``run`` only
+records how it was asked for.  In-memory stores are keyed by their content
+fingerprint (`DocumentStore.content_fingerprint`, the one `write_store` would
+record).
+
+Writing: a temporary file beside the target, filled through a writable memmap
+and permuted in place (`streambatch.shuffling.permute`), header last, fsync,
+then renamed into place: a crash leaves no plan (and its temporary file is
+removed by the next planner).  Concurrent planners of one key serialize on an
+``fcntl.flock`` of ``<key hash>.lock``: one computes, the others wait, then
+find the plan and map it.  Opening checks the header's key against the expected
+key and the file size against the window count: a stale, foreign or truncated
+plan raises `StoreError` and is never used.  Opening reads the header only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._checks import check_seed
+from .errors import ConfigError, StoreError
+from .shuffling import permute
+from .windowing import Windows
+
+FORMAT = "streambatch.plan"
+VERSION = 1
+HEADER_BYTES = 4096  # one page: the plan itself starts page-aligned
+SUFFIX = ".plan"
+_BLOCK = 1 << 22
+PathLike = str | os.PathLike[str]
+
+
+def plan_key(windows: Windows, seed: int) -> dict[str, Any]:
+    """What a plan of *windows* in the order of *seed* depends on; the plan file's name hashes it.
+
+    >>> import streambatch as sb
+    >>> key = plan_key(sb.windows([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2), 7)
+    >>> key["seed"], key["windows"], key["holds"], key["dtype"]
+    (7, 3, 'positions', '<u4')
+    """
+    _check_whole(windows)
+    space = windows.space
+    count = len(windows)
+    return {
+        "corpus": space.store.content_fingerprint(),
+        "context_length": space.config.context_length,
+        "stride": space.config.stride,
+        "partition": space.partition.value,
+        "seed": check_seed(seed),
+        "windows": count,
+        "holds": "positions" if space.plan_holds_positions else "window_numbers",
+        "dtype": np.dtype(space.plan_dtype(count)).newbyteorder("<").str,
+    }
+
+
+def plan_path(windows: Windows, seed: int, plan_dir: PathLike) -> Path:
+    """Where the plan of *windows* in the order of *seed* lives in *plan_dir* (it may not exist yet)."""
+    return Path(plan_dir) / _file_name(plan_key(windows, seed))
+
+
+def _file_name(key: dict[str, Any]) -> str:
+    text = json.dumps([FORMAT, VERSION, key], sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest() + SUFFIX
+
+
+def _check_whole(windows: Windows) -> None:
+    if not isinstance(windows, Windows):
+        raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
+    if not windows.is_sequential or len(windows) != windows.window_index.window_count:
+        raise ConfigError(
+            f"windows={windows!r} is a view or already ordered; a plan file orders every window of a source: "
+            "pass sb.windows(source, ...) itself"
+        )
+
+
+def plan_file(windows: Windows, seed: int, plan_dir: PathLike) -> Windows:
+    """``shuffle(windows, seed)`` backed by a plan file in *plan_dir*: computed once, then memory-mapped.
+
+    The first caller computes and writes the plan (atomically; concurrent callers
+    wait on a file lock, then map it); every later call, in any process, maps the
+    file read-only.  A plan file that does not match (another seed, configuration
+    or corpus; truncated) raises `StoreError`.
+
+    >>> import tempfile, streambatch as sb
+    >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]), sb.Document("train-b", "train", [0, 20, 21, 1])]
+    >>> order = sb.plan_file(sb.windows(docs, context_length=2), 7, tempfile.mkdtemp())
+    >>> list(order), order.plan_path.endswith(".plan")
+    ([4, 1, 3, 0, 2], True)
+    """
+    return _plan_file(windows, seed, plan_dir)
+
+
+def check_plan_dir(plan_dir: Any) -> PathLike:
+    """Return *plan_dir* if it is a path (str or os.PathLike), else raise `ConfigError`."""
+    if not isinstance(plan_dir, (str, os.PathLike)) or not os.fspath(plan_dir):
+        raise ConfigError(f"plan_dir={plan_dir!r} is not a folder path; pass a str or pathlib.Path (created if missing)")
+    return plan_dir
+
+
+def _plan_file(windows: Windows, seed: int, plan_dir: PathLike, run: dict[str, int] | None = None) -> Windows:
+    """`plan_file`; *run* (``{"seed": R, "epoch": E}``) is recorded in the header of a new plan."""
+    key = plan_key(windows, seed)
+    directory = Path(check_plan_dir(plan_dir))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise StoreError(f"plan_dir={os.fspath(plan_dir)!r}: cannot create it ({err.strerror}); pass a writable folder") from err
+    name = _file_name(key)
+    path = directory / name
+    if not path.exists():
+        with _locked(directory / (name[: -len(SUFFIX)] + ".lock")):
+            if not path.exists():  # another process may have written it while this one waited
+                _write_plan(path, windows, key, run)
+    plan, header = open_plan(path, key)
+    return windows.with_plan(plan, seed=key["seed"], state_after=header["state_after"])
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on *path* (created if missing) for the block; released on close, also by a crash."""
+    import fcntl  # POSIX
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_plan(path: Path, windows: Windows, key: dict[str, Any], run: dict[str, int] | None) -> None:
+    """Compute the plan into a temporary file beside *path*, then rename it into place."""
+    _remove_stale_partials(path)
+    count, dtype = int(key["windows"]), np.dtype(key["dtype"])
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.partial-{os.getpid()}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "r+b") as handle:
+            os.fchmod(handle.fileno(), 0o644)  # readable by every rank (mkstemp makes it private)
+            handle.truncate(HEADER_BYTES + count * dtype.itemsize)
+            if count:
+                values: np.memmap[Any, Any] = np.memmap(handle, dtype=dtype, mode="r+", offset=HEADER_BYTES, shape=(count,))
+                _fill(values, windows)
+                state = permute(values, key["seed"])
+                values.flush()
+                del values
+            else:
+                state = permute(np.zeros(0, dtype=dtype), key["seed"])
+            header: dict[str, Any] = {"format": FORMAT, "version": VERSION, "key": key, "state_after": int(state)}
+            if run is not None:
+                header["run"] = run
+            text = json.dumps(header).encode()
+            if len(text) >= HEADER_BYTES:
+                raise StoreError(f"plan header of {len(text)} bytes does not fit in {HEADER_BYTES}; shorten the fingerprint")
+            handle.seek(0)
+            handle.write(text.ljust(HEADER_BYTES - 1) + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    with contextlib.suppress(OSError):
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+def _fill(values: npt.NDArray[Any], windows: Windows) -> None:
+    """Write every window's plan entry (document order) into *values*, in bounded blocks."""
+    space = windows.space
+    if space.plan_holds_positions:
+        space.index.all_positions(values.dtype, out=values)
+    else:
+        for lo in range(0, values.size, _BLOCK):
+            hi = min(lo + _BLOCK, values.size)
+            values[lo:hi] = np.arange(lo, hi, dtype=values.dtype)
+
+
+def _remove_stale_partials(path: Path) -> None:
+    """Remove temporary files left by killed planners of *path* (their process is gone)."""
+    for entry in path.parent.glob(f".{path.name}.partial-*"):
+        try:
+            pid = int(entry.name.rsplit(".partial-", 1)[1].split("-", 1)[0])
+            os.kill(pid, 0)
+        except (ValueError, IndexError, PermissionError):
+            continue
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+
+
+def open_plan(path: PathLike, key: dict[str, Any]) -> tuple[npt.NDArray[Any], dict[str, Any]]:
+    """Map the plan file *path* read-only after checking its header against *key*; return ``(plan, header)``.
+
+    Reads the header only.  Any mismatch (format, key, dtype, size) raises `StoreError`.
+    """
+    where = Path(path)
+    fix = f"remove {where} and plan again (streambatch plan, or Epoch(..., plan_dir=...))"
+    try:
+        size = where.stat().st_size
+        with open(where, "rb") as handle:
+            head = handle.read(HEADER_BYTES)
+        header = json.loads(head.decode("utf-8"))
+    except FileNotFoundError as err:
+        raise StoreError(f"{where}: no such plan file; plan it with sb.plan_file or `streambatch plan`") from err
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise StoreError(f"{where}: unreadable plan header ({err}); {fix}") from err
+    if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != VERSION:
+        raise StoreError(f"{where}: not a {FORMAT!r} version {VERSION} file; {fix}")
+    found = header.get("key")
+    if found != key:
+        if not isinstance(found, dict):
+            raise StoreError(f"{where}: the header has no key; {fix}")
+        differ = ", ".join(f"{k}={found.get(k)!r} (expected {v!r})" for k, v in key.items() if found.get(k) != v)
+        raise StoreError(f"{where}: a plan for another key: {differ or 'extra fields'}; it is stale or foreign; {fix}")
+    count, dtype = int(key["windows"]), np.dtype(key["dtype"])
+    expected = HEADER_BYTES + count * dtype.itemsize
+    if size != expected:
+        state = "truncated" if size < expected else "longer than its header says"
+        raise StoreError(f"{where}: {size} bytes but {count} windows of {dtype.name} need {expected}: {state}; {fix}")
+    state_after = header.get("state_after")
+    if not isinstance(state_after, int) or isinstance(state_after, bool) or not 0 <= state_after < 1 << 64:
+        raise StoreError(f"{where}: state_after={state_after!r} is not a 64-bit state; {fix}")
+    if not count:
+        return np.zeros(0, dtype=dtype), header
+    return np.memmap(where, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(count,)), header
