@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up .venv (with PyTorch's CPU build) and run the whole test suite: `scripts/test.sh`.
+# Set up .venv (PyTorch's CPU build, every input format's extra) and run the whole test suite: `scripts/test.sh`.
 set -euo pipefail
-. "$(dirname "$0")/_venv.sh" "dev,torch"
+. "$(dirname "$0")/_venv.sh" "dev,torch,all-formats"
 cd "$root"
 exec "$root/.venv/bin/python" -m pytest -q "$@"
