@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._atomic import atomic_text
+from ._json import HEADER_LIMIT, decode_json
 from .documents import PARTITIONS, Document, DocumentStore, Partition, check_partition
 from .errors import ConfigError, DuplicateIdError, StoreError
 from .store import open_store
@@ -254,11 +255,19 @@ def _open_manifest(path: Path, verify: bool) -> Corpus:
     if path.is_dir():
         raise StoreError(f"{path}: is a directory (a store?), not a corpus manifest; pass the corpus.json file")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, "rb") as handle:
+            data = handle.read(HEADER_LIMIT + 1)
     except FileNotFoundError as err:
         raise StoreError(f"{path}: no such corpus manifest; write one with sb.write_corpus") from err
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise StoreError(f"{path}: unreadable corpus manifest ({err}); write it again with sb.write_corpus") from err
+    except OSError as err:
+        raise StoreError(
+            f"{path}: unreadable corpus manifest ({err.strerror or err}); write it again with sb.write_corpus"
+        ) from err
+    if len(data) > HEADER_LIMIT:
+        raise StoreError(f"{path}: more than 64 MiB, more than a corpus manifest may have; pass the corpus.json file")
+    manifest = decode_json(
+        data, f"{path}: unreadable corpus manifest", "the manifest (write it with sb.write_corpus)", error=StoreError
+    )
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise StoreError(f"{path}: format is not {FORMAT!r}; this is not a streambatch corpus manifest")
     if manifest.get("version") != VERSION:

@@ -48,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._checks import check_seed
+from ._json import decode_json
 from .errors import ConfigError, StoreError
 from .shuffling import permute
 from .windowing import Windows
@@ -233,11 +234,11 @@ def open_plan(path: PathLike, key: dict[str, Any]) -> tuple[npt.NDArray[Any], di
         size = where.stat().st_size
         with open(where, "rb") as handle:
             head = handle.read(HEADER_BYTES)
-        header = json.loads(head.decode("utf-8"))
     except FileNotFoundError as err:
         raise StoreError(f"{where}: no such plan file; plan it with sb.plan_file or `streambatch plan`") from err
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise StoreError(f"{where}: unreadable plan header ({err}); {fix}") from err
+    except OSError as err:
+        raise StoreError(f"{where}: unreadable plan header ({err.strerror or err}); {fix}") from err
+    header = decode_json(head.rstrip(b"\0 \n"), f"{where}: unreadable plan header", fix, error=StoreError)
     if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != VERSION:
         raise StoreError(f"{where}: not a {FORMAT!r} version {VERSION} file; {fix}")
     found = header.get("key")

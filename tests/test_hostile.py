@@ -975,3 +975,26 @@ def test_time_budget_sanity() -> None:
         with contextlib.suppress(sb.DataError):
             decode_record(b'{"tokens": ' + DEEP + b"}", "x")
     assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[" * 100_000 + "]" * 100_000, '{"format": "streambatch.corpus", "version": 1, "shards": [' + "9" * 5000 + "]}", "\xff"],
+    ids=["deep", "huge-int", "not-utf8"],
+)
+def test_hostile_corpus_manifest_is_a_store_error(tmp_path: Path, text: str) -> None:
+    """A corpus manifest goes through the bounded JSON decoder too: a StoreError, never a RecursionError or ValueError."""
+    path = tmp_path / "corpus.json"
+    path.write_bytes(text.encode("utf-8", "surrogateescape") if text != "\xff" else b"\xff")
+    with pytest.raises(sb.StoreError, match="corpus.json"):
+        sb.open_corpus(path)
+
+
+def test_hostile_plan_header_is_a_store_error(tmp_path: Path) -> None:
+    """A plan file whose header is deeply nested JSON is refused as a StoreError."""
+    from streambatch.planning import open_plan
+
+    path = tmp_path / "x.plan"
+    path.write_bytes(b"[" * 2000 + b"]" * 2000 + b" " * 96)
+    with pytest.raises(sb.StoreError, match="x.plan"):
+        open_plan(path, {})
