@@ -18,7 +18,7 @@ from .batch import MiniBatch
 from .chunking import Chunks
 from .corpus import Corpus
 from .documents import DocumentStore
-from .errors import ConfigError
+from .errors import ConfigError, DataError
 from .windowing import Windows, WindowSpace
 
 
@@ -93,7 +93,7 @@ class ShardedGather:
     ([[20, 21], [10, 11], [0, 20]], [[21, 1], [11, 12], [20, 21]])
     """
 
-    __slots__ = ("_bases", "_dtype", "_ends", "_gathers", "_length", "_record", "_span", "_tokens")
+    __slots__ = ("_bases", "_dtype", "_ends", "_gathers", "_last", "_length", "_record", "_span", "_tokens")
 
     def __init__(self, corpus: Corpus, context_length: int) -> None:
         self._length = context_length
@@ -101,6 +101,8 @@ class ShardedGather:
         self._tokens = tuple(shard.tokens for shard in corpus.shards)  # kept alive with the views below
         self._gathers = [RowGather(shard, context_length) for shard in corpus.shards]
         self._bases = corpus.bases[:-1]
+        # the last position of each shard where T + 1 tokens still fit: the spanning view is read nowhere else
+        self._last = corpus.bases[1:] - (context_length + 1)
         self._ends = corpus.bases[1:-1]  # shard k holds the positions below ends[k] (and at or above ends[k - 1])
         self._record = np.dtype((np.void, context_length * corpus.dtype.itemsize))
         self._span = _spanning_records(self._tokens, corpus.bases, context_length)
@@ -112,6 +114,13 @@ class ShardedGather:
             empty = np.zeros((0, self._length), dtype=self._dtype)
             return empty, empty.copy()
         shards = np.searchsorted(self._ends, positions, side="right")
+        outside = (positions < self._bases[shards]) | (positions > self._last[shards])
+        if outside.any():  # e.g. a tampered plan file: never read the span between shards
+            at = int(np.argmax(outside))
+            raise DataError(
+                f"row {at}: position {int(positions[at])} is not a window start inside a shard of this corpus; "
+                "the plan does not belong to it (remove the plan file and plan again)"
+            )
         shape, dtype = (width, self._length), self._dtype
         if self._span is not None:  # one gather per buffer, like RowGather
             records, shifted, shift = self._span

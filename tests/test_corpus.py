@@ -220,3 +220,16 @@ def test_per_shard_gather_equals_the_spanning_view(monkeypatch: pytest.MonkeyPat
     per_shard = sb.Epoch(sb.open_corpus(shards), **kwargs)
     assert per_shard.batch(0).space.cache["gather"]._span is None
     assert _rows(sb.Epoch(docs, **kwargs)) == _rows(spanning) == _rows(per_shard)
+
+
+def test_gather_refuses_positions_outside_every_shard() -> None:
+    """A position between shards or past a shard's last window start (a tampered plan) is a DataError, never a read."""
+    from streambatch.materializing import ShardedGather
+
+    a = sb.DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"])
+    b = sb.DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])
+    gather = ShardedGather(sb.Corpus([a, b]), context_length=2)
+    assert gather(np.array([6, 2], dtype=np.intp))[0].tolist() == [[20, 21], [11, 12]]
+    for bad in (3, 7, 9, -1, 10**9):
+        with pytest.raises(sb.DataError, match="is not a window start inside a shard"):
+            gather(np.array([0, bad], dtype=np.intp))
