@@ -116,9 +116,9 @@ class ShardedGather:
         shards = np.searchsorted(self._ends, positions, side="right")
         outside = (positions < self._bases[shards]) | (positions > self._last[shards])
         if outside.any():  # e.g. a tampered plan file: never read the span between shards
-            at = int(np.argmax(outside))
+            row = int(np.argmax(outside))
             raise DataError(
-                f"row {at}: position {int(positions[at])} is not a window start inside a shard of this corpus; "
+                f"row {row}: position {int(positions[row])} is not a window start inside a shard of this corpus; "
                 "the plan does not belong to it (remove the plan file and plan again)"
             )
         shape, dtype = (width, self._length), self._dtype
