@@ -50,7 +50,9 @@ def format_audit(result: AuditResult, epoch: Epoch, workers: int = 1, world_size
         f"partition {epoch.partition.value}) in {format_count(epoch.batch_count)} batches {shape}, {order}"
     )
     if workers > 1 or world_size > 1:
-        lines.append(f"shares: {world_size} ranks x {workers} workers, {format_count(result.batches)} pieces, union checked")
+        lines.append(
+            f"shares: {world_size} ranks x {workers} workers, {format_count(result.batches)} pieces (shares that can hold rows), union checked"
+        )
     if result.folded_mean is not None and result.direct_mean is not None:
         lines.append(
             f"token mean: {result.folded_mean.mean_loss:.6f} folded from batch raw sums, "
