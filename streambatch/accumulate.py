@@ -385,6 +385,8 @@ def token_mean(pieces: Iterable[TokenSums | TokenContribution | TokenMeanAccumul
     >>> token_mean([TokenContribution(1.0, [2.0]), TokenContribution(2.0, [4.0])]).mean_loss
     1.5
     """
+    if not isinstance(pieces, Iterable) or isinstance(pieces, (str, bytes)):  # type: ignore[unreachable]
+        raise AccumulationError(f"pieces={pieces!r} is not an iterable of TokenSums; pass a list or a generator of pieces")
     head, stream = spy(pieces)
     if not head:
         raise AccumulationError("pieces is empty; there is nothing to average (pass at least one piece with tokens)")

@@ -107,8 +107,13 @@ class Chunks(Sequence[Windows]):
     def __getitem__(self, item: slice) -> Chunks: ...
     def __getitem__(self, item: int | slice) -> Windows | Chunks:
         if isinstance(item, slice):
-            return Chunks(self.windows, self.batch_size, self.batches[item], self.rank, self.world_size)
-        if not is_integer(item) or not -len(self) <= int(item) < len(self):
+            try:
+                return Chunks(self.windows, self.batch_size, self.batches[item], self.rank, self.world_size)
+            except (TypeError, ValueError) as err:
+                raise OutOfRangeError(f"slice {item!r} is not a slice of ints with a non-zero step ({err})") from None
+        if not is_integer(item):
+            raise OutOfRangeError(f"batch index={item!r} is not an int; pass 0 <= index < batch_count")
+        if not -len(self) <= int(item) < len(self):
             raise OutOfRangeError(f"batch index={item!r} is out of range for {len(self)} batches; use 0 <= index < batch_count")
         return self._chunk(self.batches[int(item)])
 

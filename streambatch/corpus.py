@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -241,10 +241,14 @@ def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify
         raise ConfigError("source=DocumentStore(...) is one store; pass a list of stores, or the store itself to the stages")
     shards: list[DocumentStore] = []
     paths: list[str | None] = []
-    for item in items:
+    if not isinstance(items, Iterable):
+        raise ConfigError(f"source={items!r} is not a manifest path or a list of stores; pass one of those")
+    for k, item in enumerate(items):
         if isinstance(item, DocumentStore):
             shards.append(item)
             paths.append(None)
+        elif not isinstance(item, (str, os.PathLike)):
+            raise ConfigError(f"shard {k}={item!r} is not a DocumentStore or a store path; pass stores or their paths")
         else:
             shards.append(open_store(item, verify=verify))
             paths.append(os.fspath(item))

@@ -70,8 +70,13 @@ class RowGather:
         if records is None or self._shifted is None or width == 0:  # a rank's empty share, or no windows
             return self._empty.copy(), self._empty.copy()
         shape, dtype = (width, self._length), self._dtype
-        # wrap each gathered record buffer as (width, T) tokens: no copy, cheaper than view + reshape
-        return np.ndarray(shape, dtype, records[positions]), np.ndarray(shape, dtype, self._shifted[positions])
+        try:  # wrap each gathered record buffer as (width, T) tokens: no copy, cheaper than view + reshape
+            return np.ndarray(shape, dtype, records[positions]), np.ndarray(shape, dtype, self._shifted[positions])
+        except IndexError:  # e.g. a damaged plan file: positions beyond the tokens
+            raise DataError(
+                f"a row starts at a position outside the store's {records.size + self._length} tokens; "
+                "the plan does not belong to this store (remove the plan file and plan again)"
+            ) from None
 
 
 class ShardedGather:
@@ -286,4 +291,6 @@ def materialize(chunks: Iterable[Windows]) -> Batches | Iterator[MiniBatch]:
     """
     if isinstance(chunks, Chunks):
         return Batches(chunks)
+    if not isinstance(chunks, Iterable):
+        raise ConfigError(f"chunks={chunks!r} is not an iterable of Windows; pass sb.chunk(windows, batch_size)")
     return map(materialize_one, chunks)

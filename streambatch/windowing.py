@@ -369,7 +369,10 @@ class Windows(Sequence[int]):
     def __getitem__(self, item: int | slice) -> int | Windows:
         size = len(self)
         if isinstance(item, slice):
-            start, stop, step = item.indices(size)
+            try:
+                start, stop, step = item.indices(size)
+            except (TypeError, ValueError) as err:
+                raise OutOfRangeError(f"slice {item!r} is not a slice of ints with a non-zero step ({err})") from None
             if step == 1:
                 return Windows(self._space, self._plan, self._lo + start, self._lo + max(start, stop), seed=self.seed)
             picked = self.plan_values()[start:stop:step] if self._plan is not None else None

@@ -208,3 +208,17 @@ def test_a_hostile_state_file_is_one_line(tmp_path: Path, capsys: pytest.Capture
     err = capsys.readouterr().err
     assert err.startswith("streambatch: error:")
     assert len(err.splitlines()) == 1
+
+
+def test_save_state_never_costs_the_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--save-state equal to --output is refused; an unwritable state path fails before the output is truncated."""
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"id": "a", "tokens": [1, 2, 3, 4, 5]}\n')
+    out = tmp_path / "precious.jsonl"
+    out.write_text("finished epoch\n")
+    common = ["epoch", str(docs), "-T", "2", "-B", "2", "--seed", "1", "-o", str(out)]
+    assert main([*common, "--save-state", str(out)]) == 2
+    assert "keep the state in a file of its own" in capsys.readouterr().err
+    assert main([*common, "--save-state", str(tmp_path / "missing" / "state.json")]) == 2
+    capsys.readouterr()
+    assert out.read_text() == "finished epoch\n"

@@ -122,3 +122,42 @@ def test_cli_messages_have_one_prefix_and_a_version(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         main(["--version"])
     assert capsys.readouterr().out == f"streambatch {sb.__version__}\n"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda w, c: w[1:1.5],
+        lambda w, c: w[::0],
+        lambda w, c: c[1.5],
+        lambda w, c: c[::0],
+        lambda w, c: sb.token_mean(None),
+        lambda w, c: sb.materialize(None),
+        lambda w, c: sb.open_corpus([5]),
+        lambda w, c: sb.open_corpus(5),
+    ],
+    ids=[
+        "float-slice",
+        "zero-step",
+        "float-batch",
+        "chunk-zero-step",
+        "token-mean-none",
+        "materialize-none",
+        "corpus-int",
+        "corpus-5",
+    ],
+)
+def test_odd_arguments_are_stream_batch_errors(call: Callable[[Any, Any], Any]) -> None:
+    """Odd types and slices are StreamBatchErrors (never TypeError or ValueError from deep inside)."""
+    windows = sb.windows([sb.Document("a", "train", range(9))], context_length=2)
+    with pytest.raises(sb.StreamBatchError):
+        call(windows, sb.chunk(windows, 2))
+
+
+def test_a_damaged_plan_position_is_a_data_error() -> None:
+    """A plan entry beyond the tokens (a damaged plan file) is a DataError at the gather, not an IndexError."""
+    store = sb.DocumentStore.from_arrays(np.arange(10, dtype=np.uint16), [0, 10])
+    windows = sb.windows(store, context_length=2)
+    damaged = windows.with_plan(np.array([0, 1, 2, 3, 4, 5, 6, 2**32 - 1], dtype=np.uint32), seed=1, state_after=None)
+    with pytest.raises(sb.DataError, match="outside the store's 10 tokens"):
+        list(sb.materialize(sb.chunk(damaged, 4)))

@@ -51,7 +51,8 @@ def format_audit(result: AuditResult, epoch: Epoch, workers: int = 1, world_size
     )
     if workers > 1 or world_size > 1:
         lines.append(
-            f"shares: {world_size} ranks x {workers} workers, {format_count(result.batches)} pieces (shares that can hold rows), union checked"
+            f"shares: {world_size} ranks x {workers} workers, {format_count(result.batches)} pieces "
+            "(shares that can hold rows), union checked"
         )
     if result.folded_mean is not None and result.direct_mean is not None:
         lines.append(

@@ -161,28 +161,30 @@ def _check_resume(run: Run, state: dict[str, Any], state_path: str, output: str)
 def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, written: int, length: int) -> None:
     """Append batches to *output*; after each, make it durable and replace the state file atomically."""
     path = os.path.abspath(output)
+    if os.path.realpath(state_path) == os.path.realpath(output):
+        raise ConfigError(f"--save-state {state_path} is the --output file; keep the state in a file of its own")
 
-    def save(handle: IO[bytes], count: int) -> None:
+    def save(size: int, count: int) -> None:
         state = {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
             "epoch": epoch,
             "run": run.state_dict(),
-            "output": {"path": path, "bytes": handle.tell(), "batches": count},
+            "output": {"path": path, "bytes": size, "batches": count},
         }
         with atomic_text(state_path) as target:
             json.dump(state, target, indent=1)
 
+    save(length, written)  # the state file first: an unwritable one fails before the output is touched
     with open(output, "r+b" if length else "wb") as handle:
         handle.truncate(length)  # drop whatever was written after the last saved state
         handle.seek(length)
-        save(handle, written)
         for batch in run:
             handle.write(_line(batch).encode())
             handle.flush()
             os.fsync(handle.fileno())
             written += 1
-            save(handle, written)
+            save(handle.tell(), written)
 
 
 def _emit(output: str | None, out: IO[str], write: Callable[[IO[str]], None]) -> None:
