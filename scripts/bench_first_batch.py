@@ -111,7 +111,7 @@ def real_plan(store: Path, plans: Path, batch_size: int) -> dict[str, Any]:
 def first_batch(store_path: str, plans: str, context_length: int, stride: int, batch_size: int) -> dict[str, Any]:
     """One fresh process: open, map, first batch; the times of each step."""
     t0 = time.perf_counter()
-    store = sb.open_source(store_path, verify=False)
+    store = sb.open_source(store_path, verify=False).store
     t1 = time.perf_counter()
     epoch = sb.Epoch(store, context_length=context_length, stride=stride, batch_size=batch_size, seed=SEED, plan_dir=plans)
     t2 = time.perf_counter()
@@ -184,7 +184,12 @@ def linked_corpus(store: Path, root: Path) -> Path:
         mine = dict(header, ids=ids, partitions=["train"] * len(ids))
         mine.pop("ids_file", None)
         mine.pop("partitions_file", None)
-        mine["fingerprint"] = _fingerprint(shard, ids, codes)
+        tokens_fd, offsets_fd = os.open(shard / "tokens.bin", os.O_RDONLY), os.open(shard / "offsets.bin", os.O_RDONLY)
+        try:
+            mine["fingerprint"] = _fingerprint(tokens_fd, offsets_fd, ids, codes)
+        finally:
+            os.close(tokens_fd)
+            os.close(offsets_fd)
         (shard / HEADER).write_text(json.dumps(mine))
         names.append(shard)
     sb.write_corpus(root / "corpus.json", names)

@@ -386,6 +386,7 @@ def shuffle(windows: Windows, seed: int) -> Windows:
     ([4, 1, 3, 0, 2], True)
     """
     seed = check_seed(seed)
-    plan = np.array(windows.plan_values(), copy=True)
+    values = windows.plan_values()  # fresh in document order; a view of the plan otherwise
+    plan = values if windows.is_sequential else values.copy()
     state = permute(plan, seed)
     return windows.with_plan(plan, seed=seed, state_after=state)
