@@ -18,6 +18,7 @@ from streambatch import _inputs
 from streambatch.cli import main
 from streambatch.formats import select_inputs
 from streambatch.prepare import _Progress
+from streambatch.sources import source_epoch
 
 from .test_tokenizing import CORPUS, train_bpe
 
@@ -221,10 +222,7 @@ def test_workers_make_the_same_store(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize("count", [1, 2, 3, 7, 20])
 def test_shards_read_together_are_the_whole(tmp_path: Path, count: int) -> None:
-    """--shard i/n stores, read in order, hold exactly the whole store's documents (ids, tokens, partitions, order).
-
-    (`sb.open_corpus` is not on this branch: the shards are concatenated with list(store).)
-    """
+    """--shard i/n stores, read in order, hold exactly the whole store's documents; read as a corpus, the same epoch."""
     corpus = _corpus(tmp_path / "c")
     tok = sb.ByteTokenizer(eos_id=0)  # named, so that every shard records it (token-only shards too)
     whole = sb.prepare_store([corpus], tmp_path / "whole", tokenizer=tok, quiet=True)
@@ -234,6 +232,12 @@ def test_shards_read_together_are_the_whole(tmp_path: Path, count: int) -> None:
     assert _docs(whole) == [doc for shard in shards for doc in _docs(shard)]
     assert {"index": count - 1, "count": count} == _header(tmp_path / f"p{count - 1}")["shard"]
     assert all(s.tokenizer == whole.tokenizer for s in shards)
+    corpus_epoch = source_epoch(sb.open_corpus(shards), context_length=3, batch_size=4, seed=7)
+    whole_epoch = source_epoch(whole, context_length=3, batch_size=4, seed=7)
+    assert len(whole_epoch) > 1
+    assert [(b.inputs.tolist(), b.targets.tolist(), b.document_ids) for b in corpus_epoch] == [
+        (b.inputs.tolist(), b.targets.tolist(), b.document_ids) for b in whole_epoch
+    ]
 
 
 def test_shard_through_the_cli(tmp_path: Path) -> None:
