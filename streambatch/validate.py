@@ -68,12 +68,8 @@ def check_tokens(tokens: Any, where: str) -> npt.NDArray[np.uint32]:
 
 
 def short(value: Any) -> str:
-    """``repr(value)`` cut to 40 characters; safe for ints beyond the int-string limit."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int beyond the int-string limit
-        return short_repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    """``repr(value)`` for a message, at most about 40 characters (`short_repr`)."""
+    return short_repr(value, limit=40)
 
 
 def check_id(value: Any, where: str) -> str:
