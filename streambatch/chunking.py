@@ -42,19 +42,6 @@ def batch_widths(window_count: int, batch_size: int) -> list[int]:
     return [batch_size] * full + ([rest] if rest else [])
 
 
-def batch_bounds(window_count: int, batch_size: int, index: int) -> tuple[int, int]:
-    """``(start, stop)`` of batch *index* within the epoch's order.
-
-    >>> batch_bounds(5, 3, 1)
-    (3, 5)
-    """
-    count = batch_count(window_count, batch_size)
-    if not 0 <= index < count:
-        raise OutOfRangeError(f"batch index={index} is out of range for {count} batches; use 0 <= index < batch_count")
-    start = index * batch_size
-    return start, min(start + batch_size, window_count)
-
-
 def chunked(order: npt.NDArray[np.integer], batch_size: int) -> Iterator[npt.NDArray[np.integer]]:
     """Yield *batch_size* entries of an array at a time; the last chunk may be short.
 
