@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 import streambatch as sb
-from streambatch.store import StoreWriter, open_store
+from streambatch.io.store import StoreWriter, open_store
 
 CONFIGS = [(1024, 1024, 32), (128, 64, 64), (2048, 2048, 8)]
 LOADERS = [

@@ -7,7 +7,7 @@
 Builds a synthetic uint16 store in a temporary directory (lognormal document
 lengths, trimmed so the epoch has exactly --windows windows: ~200 MB of tokens
 at 10**8), then in a fresh process opens it memory-mapped and runs
-`streambatch.audit.audit_epoch` (primary pass with every check, a replay that
+`streambatch.tools.audit.audit_epoch` (primary pass with every check, a replay that
 re-plans the shuffle, the other seed's order and membership, the direct token
 mean), reporting wall time, windows/s and peak RSS (VmHWM, which includes the
 store's page-cache pages the process touched).  The store is deleted at the end.
@@ -37,7 +37,7 @@ def status_mb(field: str) -> float:
 
 
 def build(path: Path, windows: int, T: int) -> dict[str, float]:
-    from streambatch.store import StoreWriter
+    from streambatch.io.store import StoreWriter
 
     rng = np.random.default_rng(0)
     started, made, index, tokens = time.perf_counter(), 0, 0, 0
@@ -61,9 +61,9 @@ def build(path: Path, windows: int, T: int) -> dict[str, float]:
 
 
 def child(path: str, T: int, B: int, seed: int) -> None:
-    from streambatch.audit import audit_epoch
     from streambatch.epoch import Epoch
-    from streambatch.store import open_store
+    from streambatch.io.store import open_store
+    from streambatch.tools.audit import audit_epoch
 
     store = open_store(path, verify=False)
     epoch = Epoch(store, context_length=T, batch_size=B, seed=seed)

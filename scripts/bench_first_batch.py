@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 
 import streambatch as sb
-import streambatch.planning as planning
-from streambatch.shuffling import state_after
-from streambatch.store import HEADER, StoreWriter, _fingerprint, open_store
+import streambatch.stages.plan as planning
+from streambatch.io.store import HEADER, StoreWriter, _fingerprint, open_store
+from streambatch.stages.shuffle import state_after
 
 DOCUMENTS = 1000
 SEED = 7

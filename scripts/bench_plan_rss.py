@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 import streambatch as sb
-from streambatch.store import StoreWriter, open_store
+from streambatch.io.store import StoreWriter, open_store
 
 DOCUMENTS = 100
 SEED = 7

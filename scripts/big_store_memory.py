@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 import streambatch as sb
-from streambatch.store import StoreWriter, open_store
+from streambatch.io.store import StoreWriter, open_store
 
 
 def rss_anon_mb() -> float:

@@ -29,9 +29,9 @@ from torch.utils.data import DataLoader
 
 import streambatch as sb
 import streambatch.torch as sbt
+from streambatch.io.store import open_store
 from streambatch.prepare import prepare_store
-from streambatch.store import open_store
-from streambatch.tokenize import BYTE_VOCAB_SIZE
+from streambatch.stages.read.byte_tokens import BYTE_VOCAB_SIZE
 
 
 class TinyTransformer(nn.Module):

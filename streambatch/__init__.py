@@ -20,12 +20,6 @@ position the checkpoint (``state_dict`` / ``load_state_dict``).
 [(2, 2), (1, 2)]
 """
 
-from .accumulate import TokenContribution, TokenMean, TokenMeanAccumulator, TokenSums, token_mean
-from .audit import AuditResult, audit_batches, audit_epoch
-from .batch import MiniBatch, WindowProvenance
-from .chunking import Chunks, batch_count, batch_widths, chunk, chunked, row_share, shard, split_rows
-from .corpus import Corpus, open_corpus, write_corpus
-from .documents import Document, DocumentStore, Partition, TokenSource
 from .epoch import Epoch, derive_seed
 from .errors import (
     AccumulationError,
@@ -40,20 +34,26 @@ from .errors import (
     StoreError,
     StreamBatchError,
 )
-from .figure import epoch_html, epoch_svg
-from .formats import iter_arrow, iter_bin, iter_hf, iter_npy, iter_parquet, iter_text
-from .inspection import inspect_source
-from .materializing import Batches, materialize, materialize_one
-from .planning import plan_file, plan_path
+from .io.store import StoreWriter, open_store, write_store
+from .model.corpus import Corpus, open_corpus, write_corpus
+from .model.documents import Document, DocumentStore, Partition, TokenSource
 from .prepare import iter_files, prepare_store
-from .readers import iter_jsonl, iter_records, read_jsonl, read_records
 from .run import Run
-from .shuffling import shuffle, shuffled_order
-from .sources import Source, open_source
-from .store import StoreWriter, open_store, write_store
-from .tokenize import byte_detokenize, byte_tokenize
-from .tokenizing import ByteTokenizer, CallableTokenizer, HFTokenizer, Tokenizer, as_tokenizer
-from .windowing import WindowConfig, WindowIndex, Windows, window_counts, window_starts, window_tails, windows
+from .stages.batch import MiniBatch, WindowProvenance
+from .stages.chunk import Chunks, batch_count, batch_widths, chunk, chunked, row_share, shard, split_rows
+from .stages.materialize import Batches, materialize, materialize_one
+from .stages.plan import plan_file, plan_path
+from .stages.read.byte_tokens import byte_detokenize, byte_tokenize
+from .stages.read.formats import iter_arrow, iter_bin, iter_hf, iter_npy, iter_parquet, iter_text
+from .stages.read.jsonl import iter_jsonl, iter_records, read_jsonl, read_records
+from .stages.read.open import Source, open_source
+from .stages.read.tokenizers import ByteTokenizer, CallableTokenizer, HFTokenizer, Tokenizer, as_tokenizer
+from .stages.reduce import TokenContribution, TokenMean, TokenMeanAccumulator, TokenSums, token_mean
+from .stages.shuffle import shuffle, shuffled_order
+from .stages.windows import WindowConfig, WindowIndex, Windows, window_counts, window_starts, window_tails, windows
+from .tools.audit import AuditResult, audit_batches, audit_epoch
+from .tools.figure import epoch_html, epoch_svg
+from .tools.inspect import inspect_source
 
 __version__ = "0.2.0"
 

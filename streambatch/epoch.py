@@ -15,14 +15,14 @@ import numpy as np
 import numpy.typing as npt
 
 from ._checks import check_non_negative, check_positive, check_seed, is_integer
-from .batch import MiniBatch
-from .chunking import Chunks, batch_count, batch_widths, chunk, split_rows
-from .documents import Partition, TokenSource, as_store
 from .errors import OutOfRangeError
-from .materializing import Batches, materialize, materialize_one
-from .planning import check_plan_dir, plan_file
-from .shuffling import shuffle, splitmix64_draws
-from .windowing import WindowConfig, WindowIndex, Windows, windows
+from .model.documents import Partition, TokenSource, as_store
+from .stages.batch import MiniBatch
+from .stages.chunk import Chunks, batch_count, batch_widths, chunk, split_rows
+from .stages.materialize import Batches, materialize, materialize_one
+from .stages.plan import check_plan_dir, plan_file
+from .stages.shuffle import shuffle, splitmix64_draws
+from .stages.windows import WindowConfig, WindowIndex, Windows, windows
 
 
 def derive_seed(seed: int, epoch: int) -> int:

@@ -1,9 +1,9 @@
 """Build a token store from the files corpora come in, on several cores and several machines.
 
-Inputs are files and folders, selected by `streambatch.formats.select_inputs`
+Inputs are files and folders, selected by `streambatch.stages.read.formats.select_inputs`
 (include/exclude globs, then ``shard=(i, n)``: the i-th of n contiguous runs of
 the file list, so that the n shard stores, read in order, hold exactly the
-documents of the whole); each file is read by its suffix (`streambatch.formats`).
+documents of the whole); each file is read by its suffix (`streambatch.stages.read.formats`).
 
 The work is cut into tasks (1 MiB of lines, a group of small files, a Parquet
 row group, rows of a saved dataset, a file), run in order, in this process or,
@@ -29,14 +29,15 @@ from typing import Any
 
 import numpy as np
 
-from . import _inputs, formats
 from ._checks import check_positive
-from .documents import Document, DocumentStore, Partition
 from .errors import ConfigError, DataError
-from .formats import Block, InputFile, ReadOptions, parse_shard, read_options, select_inputs
-from .store import StoreWriter
-from .tokenizing import AUTO, ByteTokenizer, SpecialId, TokenizerSpec, check_vocabulary
-from .validate import short
+from .io.store import StoreWriter
+from .model.documents import Document, DocumentStore, Partition
+from .model.validate import short
+from .stages.read import formats
+from .stages.read import inputs as _inputs
+from .stages.read.formats import Block, InputFile, ReadOptions, parse_shard, read_options, select_inputs
+from .stages.read.tokenizers import AUTO, ByteTokenizer, SpecialId, TokenizerSpec, check_vocabulary
 
 DATASET_TASK_ROWS = 8192  # rows of a saved dataset per task
 GROUP_BYTES = _inputs.LINE_CHUNK_BYTES  # small files and chunks are sent to a worker together, up to about this many bytes
@@ -302,11 +303,11 @@ def prepare_store(
     workers: int = 1,
     quiet: bool = False,
 ) -> DocumentStore:
-    """Read *inputs* (files, folders; every format of `streambatch.formats`) into a new store at *output*.
+    """Read *inputs* (files, folders; every format of `streambatch.stages.read.formats`) into a new store at *output*.
 
     *tokenizer* (a tokenizer.json path, a `Tokenizer`, any ``str -> ids`` callable;
     bytes by default) tokenizes text, with *bos_id*/*eos_id* around each document
-    (``"auto"``: the tokenizer's own, `streambatch.tokenizing.EOS_NAMES`); token
+    (``"auto"``: the tokenizer's own, `streambatch.stages.read.tokenizers.EOS_NAMES`); token
     inputs are stored as given.  The header records the tokenizer when one is given
     or when text was tokenized, and every token must fit its vocabulary.  With
     *skip_bad*, a file that cannot be read or holds bad documents is left out

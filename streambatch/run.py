@@ -27,13 +27,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ._checks import U64, check_non_negative, check_positive, is_integer
-from .batch import MiniBatch
-from .documents import Partition, TokenSource
 from .epoch import Epoch, derive_seed
 from .errors import ConfigError, OutOfRangeError, StateError
-from .materializing import Batches
-from .validate import short
-from .windowing import WindowConfig, Windows
+from .model.documents import Partition, TokenSource
+from .model.validate import short
+from .stages.batch import MiniBatch
+from .stages.materialize import Batches
+from .stages.windows import WindowConfig, Windows
 
 STATE_FORMAT = "streambatch.run"
 STATE_VERSION = 1

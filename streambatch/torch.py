@@ -29,12 +29,12 @@ from torch import nn
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ._checks import check_non_negative, check_positive, is_integer
-from .accumulate import TokenSums
-from .batch import MiniBatch
 from .epoch import Epoch
 from .errors import ConfigError, OutOfRangeError, StateError
+from .model.validate import short
 from .run import Run
-from .validate import short
+from .stages.batch import MiniBatch
+from .stages.reduce import TokenSums
 
 LossSum = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -1,4 +1,4 @@
-"""Tests for `streambatch.accumulate`: raw sums, merged, divided once; failures change nothing."""
+"""Tests for `streambatch.stages.reduce`: raw sums, merged, divided once; failures change nothing."""
 
 from __future__ import annotations
 

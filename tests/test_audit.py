@@ -1,4 +1,4 @@
-"""Tests for `streambatch.audit` and ``streambatch audit``: the PROOF line holds, and tampering breaks it."""
+"""Tests for `streambatch.tools.audit` and ``streambatch audit``: the PROOF line holds, and tampering breaks it."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch import chapter
-from streambatch.audit import CHECKS, audit_batches, audit_epoch, epoch_shares, stand_in_losses
 from streambatch.cli import main
-from streambatch.sources import source_epoch
+from streambatch.stages.read.open import source_epoch
+from streambatch.tools import chapter
+from streambatch.tools.audit import CHECKS, audit_batches, audit_epoch, epoch_shares, stand_in_losses
 
 from .strategies import configs, documents
 
@@ -392,7 +392,7 @@ def test_progress_bar_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch, epoch:
     """progress=None draws tqdm bars when stderr is a terminal; never with progress=False or without tqdm."""
     import sys
 
-    import streambatch.audit as audit
+    import streambatch.tools.audit as audit
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     bar = audit._bar(5, "audit", None)

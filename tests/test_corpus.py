@@ -1,4 +1,4 @@
-"""Tests for `streambatch.corpus`: several stores read as one source, batch for batch the single store."""
+"""Tests for `streambatch.model.corpus`: several stores read as one source, batch for batch the single store."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-import streambatch.windowing as windowing
+import streambatch.stages.windows as windowing
 from streambatch import ConfigError, DuplicateIdError, StoreError
 from streambatch.cli import main
-from streambatch.corpus import corpus_fingerprint
-from streambatch.store import write_store
+from streambatch.io.store import write_store
+from streambatch.model.corpus import corpus_fingerprint
 
 from .strategies import configs, documents, seeds
 
@@ -135,10 +135,10 @@ def test_manifest_round_trip_with_relative_paths(tmp_path: Path) -> None:
     [
         ("{", "unreadable corpus manifest"),
         ('{"format": "other"}', "this is not a streambatch corpus manifest"),
-        ('{"format": "streambatch.corpus", "version": 2, "shards": ["a"]}', "version=2 is not supported"),
-        ('{"format": "streambatch.corpus", "version": 1, "shards": []}', "shards must be a non-empty list"),
-        ('{"format": "streambatch.corpus", "version": 1, "shards": [3]}', "shard 0=3 is not a store path"),
-        ('{"format": "streambatch.corpus", "version": 1, "shards": ["missing"]}', "not a streambatch store"),
+        ('{"format": "streambatch.model.corpus", "version": 2, "shards": ["a"]}', "version=2 is not supported"),
+        ('{"format": "streambatch.model.corpus", "version": 1, "shards": []}', "shards must be a non-empty list"),
+        ('{"format": "streambatch.model.corpus", "version": 1, "shards": [3]}', "shard 0=3 is not a store path"),
+        ('{"format": "streambatch.model.corpus", "version": 1, "shards": ["missing"]}', "not a streambatch store"),
     ],
     ids=["json", "format", "version", "empty", "entry", "missing-shard"],
 )
@@ -208,7 +208,7 @@ def test_cli_reads_a_manifest_wherever_a_store_goes(tmp_path: Path, capsys: pyte
 
 def test_per_shard_gather_equals_the_spanning_view(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Without the spanning record view (mixed dtypes, unaligned shards) each shard's rows are copied: same batches."""
-    import streambatch.materializing as materializing
+    import streambatch.stages.materialize as materializing
 
     rng = np.random.default_rng(8)
     docs = [sb.Document(f"d{i}", "train", rng.integers(0, 60_000, rng.integers(1, 60))) for i in range(30)]
@@ -224,7 +224,7 @@ def test_per_shard_gather_equals_the_spanning_view(monkeypatch: pytest.MonkeyPat
 
 def test_gather_refuses_positions_outside_every_shard() -> None:
     """A position between shards or past a shard's last window start (a tampered plan) is a DataError, never a read."""
-    from streambatch.materializing import ShardedGather
+    from streambatch.stages.materialize import ShardedGather
 
     a = sb.DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"])
     b = sb.DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])

@@ -1,4 +1,4 @@
-"""Tests for `streambatch.documents`: documents, stores and readers."""
+"""Tests for `streambatch.model.documents`: documents, stores and readers."""
 
 from __future__ import annotations
 

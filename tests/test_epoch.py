@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-import streambatch.windowing as windowing
+import streambatch.stages.windows as windowing
 from streambatch import ConfigError, DuplicateIdError, PartitionError
 
 from .strategies import configs, documents, seeds

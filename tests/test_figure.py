@@ -1,4 +1,4 @@
-"""Tests for `streambatch.figure`, ``streambatch trace`` and ``streambatch demo --svg/--html``: read the picture back."""
+"""Tests for `streambatch.tools.figure`, ``streambatch trace`` and ``streambatch demo --svg/--html``: read the picture back."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import streambatch as sb
-from streambatch import chapter
 from streambatch.cli import main
-from streambatch.figure import epoch_html, epoch_svg, xml_text
+from streambatch.tools import chapter
+from streambatch.tools.figure import epoch_html, epoch_svg, xml_text
 
 NS = {"svg": "http://www.w3.org/2000/svg"}
 

@@ -1,4 +1,4 @@
-"""Tests for `streambatch.formats`: every file format, compressed inputs, dispatch by suffix, read errors."""
+"""Tests for `streambatch.stages.read.formats`: every file format, compressed inputs, dispatch by suffix, read errors."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch import _inputs, formats
-from streambatch.formats import format_of
+from streambatch.stages.read import formats
+from streambatch.stages.read import inputs as _inputs
+from streambatch.stages.read.formats import format_of
 
 TEXT = "héllo world\r\nsecond line\n\n  \nlast line without newline"
 

@@ -30,12 +30,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
-import streambatch.store as store_module
-from streambatch._atomic import atomic_text
-from streambatch._json import decode_json, decode_record, decode_string
+import streambatch.io.store as store_module
 from streambatch.cli import main
-from streambatch.readers import iter_jsonl
-from streambatch.store import INLINE_DOCUMENTS, StoreWriter, open_store, write_store
+from streambatch.io.atomic import atomic_text
+from streambatch.io.bounded_json import decode_json, decode_record, decode_string
+from streambatch.io.store import INLINE_DOCUMENTS, StoreWriter, open_store, write_store
+from streambatch.stages.read.jsonl import iter_jsonl
 
 REPO = Path(__file__).parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -182,7 +182,7 @@ API_CASES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
     ),
     (
         "header-huge-int",
-        lambda t: open_store(_store_with(t, _raw_header(b'{"format": "streambatch.store", "version": ' + HUGE_INT + b"}"))),
+        lambda t: open_store(_store_with(t, _raw_header(b'{"format": "streambatch.io.store", "version": ' + HUGE_INT + b"}"))),
         sb.StoreError,
         r"header.json: unreadable header: invalid JSON value at \$\[\.\.\.\] \(Integer value out of range\)",
     ),
@@ -596,7 +596,7 @@ _CONTENT = textwrap.dedent(
     """
     import numpy as np
     import streambatch as sb
-    from streambatch.store import StoreWriter
+    from streambatch.io.store import StoreWriter
 
     def write_new(target, kind):
         with StoreWriter(target) as writer:
@@ -614,7 +614,7 @@ _CONTENT = textwrap.dedent(
 _KILL_AT = textwrap.dedent(
     """
     import os, sys
-    import streambatch.store as store
+    import streambatch.io.store as store
     target, kill_at, kind, fallback = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
     if fallback:
         store._renameat2_function = None
@@ -725,7 +725,7 @@ _LOOP_WRITER = textwrap.dedent(
     import sys, time
     import numpy as np
     import streambatch as sb
-    from streambatch.store import write_store
+    from streambatch.io.store import write_store
     target, seconds, which = sys.argv[1], float(sys.argv[2]), sys.argv[3]
     rng = np.random.default_rng(0)
     contents = {
@@ -979,7 +979,11 @@ def test_time_budget_sanity() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["[" * 100_000 + "]" * 100_000, '{"format": "streambatch.corpus", "version": 1, "shards": [' + "9" * 5000 + "]}", "\xff"],
+    [
+        "[" * 100_000 + "]" * 100_000,
+        '{"format": "streambatch.model.corpus", "version": 1, "shards": [' + "9" * 5000 + "]}",
+        "\xff",
+    ],
     ids=["deep", "huge-int", "not-utf8"],
 )
 def test_hostile_corpus_manifest_is_a_store_error(tmp_path: Path, text: str) -> None:
@@ -992,7 +996,7 @@ def test_hostile_corpus_manifest_is_a_store_error(tmp_path: Path, text: str) -> 
 
 def test_hostile_plan_header_is_a_store_error(tmp_path: Path) -> None:
     """A plan file whose header is deeply nested JSON is refused as a StoreError."""
-    from streambatch.planning import open_plan
+    from streambatch.stages.plan import open_plan
 
     path = tmp_path / "x.plan"
     path.write_bytes(b"[" * 2000 + b"]" * 2000 + b" " * 96)

@@ -1,4 +1,4 @@
-"""Tests for `streambatch.inspection`, `streambatch.sources` and ``streambatch inspect``."""
+"""Tests for `streambatch.tools.inspect`, `streambatch.stages.read.open` and ``streambatch inspect``."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import given
 
 import streambatch as sb
 from streambatch.cli import main
-from streambatch.inspection import format_bytes, format_count, inspect_source, plan_bytes
-from streambatch.sources import open_source, source_epoch
+from streambatch.stages.read.open import open_source, source_epoch
+from streambatch.tools.inspect import format_bytes, format_count, inspect_source, plan_bytes
 
 from .strategies import configs, documents
 

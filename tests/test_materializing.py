@@ -7,8 +7,8 @@ import pytest
 
 import streambatch as sb
 from streambatch import AccumulationError, RowIndexError
-from streambatch.chapter import batch_contributions, build_epoch
-from streambatch.materializing import RowGather
+from streambatch.stages.materialize import RowGather
+from streambatch.tools.chapter import batch_contributions, build_epoch
 
 
 def _batch() -> sb.MiniBatch:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch import chapter
+from streambatch.tools import chapter
 
 from . import spec
 from .strategies import configs, documents, seeds

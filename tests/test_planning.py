@@ -21,11 +21,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-import streambatch.planning as planning
-import streambatch.windowing as windowing
+import streambatch.stages.plan as planning
+import streambatch.stages.windows as windowing
 from streambatch import ConfigError, StoreError
 from streambatch.cli import main
-from streambatch.store import write_store
+from streambatch.io.store import write_store
 
 from .strategies import configs, documents
 
@@ -156,7 +156,7 @@ def test_failure_before_rename_leaves_no_plan(tmp_path: Path, monkeypatch: pytes
 
 _KILLED_PLANNER = """
 import os, signal, sys
-import streambatch as sb, streambatch.planning as planning
+import streambatch as sb, streambatch.stages.plan as planning
 planning.os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # die just before the rename
 docs = [sb.Document(f"d{i}", "train", list(range(i * 3 + 5))) for i in range(12)]
 sb.plan_file(sb.windows(docs, context_length=2), 7, sys.argv[1])

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 import streambatch as sb
-from streambatch import _inputs
 from streambatch.cli import main
-from streambatch.formats import select_inputs
 from streambatch.prepare import _Progress
-from streambatch.sources import source_epoch
+from streambatch.stages.read import inputs as _inputs
+from streambatch.stages.read.formats import select_inputs
+from streambatch.stages.read.open import source_epoch
 
 from .test_tokenizing import CORPUS, train_bpe
 

@@ -1,4 +1,4 @@
-"""Tests for `streambatch.readers`: lazy readers yield Documents; errors name where."""
+"""Tests for `streambatch.stages.read.jsonl`: lazy readers yield Documents; errors name where."""
 
 from __future__ import annotations
 

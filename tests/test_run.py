@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-import streambatch.materializing as materializing
+import streambatch.stages.materialize as materializing
 from streambatch.run import STATE_KEYS
 
 from .strategies import configs, documents, seeds

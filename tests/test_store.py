@@ -1,4 +1,4 @@
-"""Tests for `streambatch.store` and `streambatch.prepare`: round trips, atomicity, corruption."""
+"""Tests for `streambatch.io.store` and `streambatch.prepare`: round trips, atomicity, corruption."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 
 import streambatch as sb
 from streambatch import DataError, DuplicateIdError, StoreError
+from streambatch.io.store import INLINE_DOCUMENTS, StoreWriter, open_store, write_store
 from streambatch.prepare import prepare_store
-from streambatch.store import INLINE_DOCUMENTS, StoreWriter, open_store, write_store
-from streambatch.tokenize import byte_detokenize
+from streambatch.stages.read.byte_tokens import byte_detokenize
 
 from .strategies import configs, documents, seeds
 

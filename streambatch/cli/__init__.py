@@ -10,8 +10,9 @@ import sys
 from collections.abc import Sequence
 from typing import IO, NoReturn
 
-from .. import __version__, chapter
+from .. import __version__
 from ..errors import StreamBatchError
+from ..tools import chapter
 from .audit import register as register_audit
 from .epoch import batch_record
 from .epoch import register as register_epoch_command
@@ -34,7 +35,7 @@ def _demo(args: argparse.Namespace, out: IO[str]) -> None:
     evidence = chapter.learner_evidence()
     out.write(chapter.diagram_trace(evidence) if args.trace else chapter.learner_report(evidence))
     if args.svg or args.html:  # the chapter's figure, its PROOF line underneath
-        from ..figure import figure_title, write_figure
+        from ..tools.figure import figure_title, write_figure
 
         title = f"Chapter 21's epoch: {figure_title(evidence.epoch)}"
         write_figure(evidence.epoch, svg=args.svg, html_path=args.html, notes=[chapter.proof_line(evidence)], title=title)

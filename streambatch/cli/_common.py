@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..documents import Partition
 from ..epoch import Epoch
 from ..errors import ConfigError
-from ..sources import Source, open_source, source_epoch
+from ..model.documents import Partition
+from ..stages.read.open import Source, open_source, source_epoch
 
 
 def seed_type(text: str) -> int:

@@ -7,9 +7,9 @@ import json
 import sys
 from typing import IO, Any
 
-from ..audit import AuditResult, audit_epoch
 from ..epoch import Epoch
-from ..inspection import format_count
+from ..tools.audit import AuditResult, audit_epoch
+from ..tools.inspect import format_count
 from ._common import add_order, add_source, args_epoch, open_args_source, seed_type
 
 EXIT_FAILED = 1

@@ -18,16 +18,16 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from .._atomic import atomic_text
 from .._checks import check_non_negative, is_integer
-from .._json import HEADER_LIMIT, decode_json
-from ..batch import MiniBatch
-from ..corpus import Corpus
-from ..documents import Partition
 from ..epoch import Epoch
 from ..errors import ConfigError, OutOfRangeError, StateError
+from ..io.atomic import atomic_text
+from ..io.bounded_json import HEADER_LIMIT, decode_json
+from ..model.corpus import Corpus
+from ..model.documents import Partition
 from ..run import Run
-from ..sources import open_source
+from ..stages.batch import MiniBatch
+from ..stages.read.open import open_source
 
 STATE_FORMAT = "streambatch.epoch-command"
 STATE_VERSION = 1

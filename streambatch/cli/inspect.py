@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import IO, Any
 
-from ..inspection import format_summary, inspect_source
+from ..tools.inspect import format_summary, inspect_source
 from ._common import add_source, check_stride, open_args_source
 
 

@@ -8,12 +8,12 @@ import time
 from typing import IO, Any
 
 from .._checks import check_non_negative, check_positive, check_seed
-from ..chunking import batch_count
-from ..documents import Partition
 from ..epoch import derive_seed
-from ..planning import _plan_file, plan_path
-from ..sources import open_source
-from ..windowing import windows
+from ..model.documents import Partition
+from ..stages.chunk import batch_count
+from ..stages.plan import _plan_file, plan_path
+from ..stages.read.open import open_source
+from ..stages.windows import windows
 
 
 def _source(path: str) -> Any:

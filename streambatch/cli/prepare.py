@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import IO, Any
 
-from ..documents import Partition
+from ..model.documents import Partition
 from ..prepare import prepare_store
-from ..tokenizing import AUTO, SpecialId
+from ..stages.read.tokenizers import AUTO, SpecialId
 
 
 def _special(text: str) -> SpecialId:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import IO, Any
 
-from ..audit import audit_epoch
 from ..errors import ConfigError
-from ..figure import MAX_WINDOWS, write_figure
+from ..tools.audit import audit_epoch
+from ..tools.figure import MAX_WINDOWS, write_figure
 from ._common import add_order, add_source, args_epoch, open_args_source
 
 

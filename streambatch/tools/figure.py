@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ._atomic import atomic_text
-from .epoch import Epoch
-from .inspection import format_bytes, format_count, plan_bytes
-from .windowing import window_tails
+from ..epoch import Epoch
+from ..io.atomic import atomic_text
+from ..stages.windows import window_tails
+from .inspect import format_bytes, format_count, plan_bytes
 
 MAX_WINDOWS = 64  # more than this draws the summary
 MAX_IDS = 8  # ids drawn per input or target row; the rest are counted

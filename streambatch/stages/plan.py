@@ -24,7 +24,7 @@ fingerprint (`DocumentStore.content_fingerprint`, the one `write_store` would
 record).
 
 Writing: a temporary file beside the target, filled through a writable memmap
-and permuted in place (`streambatch.shuffling.permute`), header last, fsync,
+and permuted in place (`streambatch.stages.shuffle.permute`), header last, fsync,
 then renamed into place: a crash leaves no plan (and its temporary file is
 removed by the next planner).  Concurrent planners of one key serialize on an
 ``fcntl.flock`` of ``<key hash>.lock``: one computes, the others wait, then
@@ -47,11 +47,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import check_seed
-from ._json import decode_json
-from .errors import ConfigError, StoreError
-from .shuffling import permute
-from .windowing import Windows
+from .._checks import check_seed
+from ..errors import ConfigError, StoreError
+from ..io.bounded_json import decode_json
+from .shuffle import permute
+from .windows import Windows
 
 FORMAT = "streambatch.plan"
 VERSION = 1

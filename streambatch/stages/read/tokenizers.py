@@ -30,10 +30,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import is_integer
-from .errors import ConfigError, DataError, MissingDependencyError
-from .tokenize import BYTE_VOCAB_SIZE
-from .validate import TOKEN_LIMIT, check_tokens, short
+from ..._checks import is_integer
+from ...errors import ConfigError, DataError, MissingDependencyError
+from ...model.validate import TOKEN_LIMIT, check_tokens, short
+from .byte_tokens import BYTE_VOCAB_SIZE
 
 AUTO: Literal["auto"] = "auto"
 SpecialId = int | None | Literal["auto"]

@@ -33,12 +33,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import _inputs
-from ._checks import is_integer
-from .documents import PARTITIONS, Document, Partition
-from .errors import ConfigError, DataError, StreamBatchError
-from .readers import TOKEN_KEYS, jsonl_rows, record_document
-from .tokenizing import (
+from ..._checks import is_integer
+from ...errors import ConfigError, DataError, StreamBatchError
+from ...model.documents import PARTITIONS, Document, Partition
+from ...model.validate import TOKEN_LIMIT, check_id, check_offsets, short
+from . import inputs as _inputs
+from .jsonl import TOKEN_KEYS, jsonl_rows, record_document
+from .tokenizers import (
     AUTO,
     ByteTokenizer,
     SpecialId,
@@ -49,7 +50,6 @@ from .tokenizing import (
     encode_texts,
     require,
 )
-from .validate import TOKEN_LIMIT, check_id, check_offsets, short
 
 TEXT_COLUMNS = ("text",)
 TABLE_COLUMNS = (*TOKEN_KEYS, *TEXT_COLUMNS)  # tried in this order when no column is named

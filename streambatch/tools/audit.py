@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import check_positive, check_seed
-from .accumulate import TokenMean, TokenSums, token_mean
-from .chunking import Chunks, batch_widths, shard, split_rows
-from .epoch import Epoch
-from .errors import AccumulationError, ConfigError
-from .materializing import materialize
-from .windowing import Windows, window_counts
+from .._checks import check_positive, check_seed
+from ..epoch import Epoch
+from ..errors import AccumulationError, ConfigError
+from ..stages.chunk import Chunks, batch_widths, shard, split_rows
+from ..stages.materialize import materialize
+from ..stages.reduce import TokenMean, TokenSums, token_mean
+from ..stages.windows import Windows, window_counts
 
 CHECKS = (  # causes before consequences: a padded row also breaks widths and the token mean
     "padding",

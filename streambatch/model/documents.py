@@ -2,8 +2,8 @@
 
 A store keeps every document's tokens in one flat array (uint16 or uint32) plus
 int64 ``starts``/``lengths``; ids and partitions ride alongside.  Readers that
-produce documents live in `streambatch.readers`, their checks in
-`streambatch.validate`.
+produce documents live in `streambatch.stages.read.jsonl`, their checks in
+`streambatch.model.validate`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ConfigError, DataError, PartitionError, StoreError
+from ..errors import ConfigError, DataError, PartitionError, StoreError
 from .validate import check_id, check_offsets, check_tokens, check_unique, short
 
 if TYPE_CHECKING:

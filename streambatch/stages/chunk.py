@@ -16,9 +16,9 @@ import numpy as np
 import numpy.typing as npt
 from more_itertools import sliced
 
-from ._checks import check_non_negative, check_positive, is_integer
-from .errors import ConfigError, OutOfRangeError
-from .windowing import Windows
+from .._checks import check_non_negative, check_positive, is_integer
+from ..errors import ConfigError, OutOfRangeError
+from .windows import Windows
 
 
 def batch_count(window_count: int, batch_size: int) -> int:

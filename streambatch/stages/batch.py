@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .accumulate import TokenContribution, TokenMean, token_mean
-from .documents import PARTITIONS, Partition
-from .errors import AccumulationError, RowIndexError
-from .windowing import IntArray, WindowSpace
+from ..errors import AccumulationError, RowIndexError
+from ..model.documents import PARTITIONS, Partition
+from .reduce import TokenContribution, TokenMean, token_mean
+from .windows import IntArray, WindowSpace
 
 
 @dataclass(frozen=True)

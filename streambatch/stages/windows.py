@@ -19,9 +19,9 @@ from typing import Any, NamedTuple, overload
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import check_positive, is_integer
-from .documents import Partition, TokenSource, as_store
-from .errors import OutOfRangeError
+from .._checks import check_positive, is_integer
+from ..errors import OutOfRangeError
+from ..model.documents import Partition, TokenSource, as_store
 
 IntArray = npt.NDArray[np.int64]
 

@@ -31,7 +31,7 @@ import stat
 from collections.abc import Iterator
 from typing import IO
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 _PREFIX, _SUFFIX = ".streambatch-", ".tmp"
 _OPEN_DESCRIPTORS = ("/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/")

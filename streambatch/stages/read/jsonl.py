@@ -1,6 +1,6 @@
 """Stage 1, read: lazy readers that yield `Document`s from rows and JSONL files.
 
-(Text, Parquet/Arrow, .npy, .bin and Hugging Face datasets: `streambatch.formats`.)
+(Text, Parquet/Arrow, .npy, .bin and Hugging Face datasets: `streambatch.stages.read.formats`.)
 
 Every reader is a generator over documents, so any Python between a reader and
 `DocumentStore.from_documents` (a filter, a limit) is a stage too:
@@ -20,11 +20,11 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from . import _inputs
-from ._json import decode_json, decode_record
-from .documents import Document, DocumentStore, Partition
-from .errors import ConfigError, DataError
-from .validate import short
+from ...errors import ConfigError, DataError
+from ...io.bounded_json import decode_json, decode_record
+from ...model.documents import Document, DocumentStore, Partition
+from ...model.validate import short
+from . import inputs as _inputs
 
 TOKEN_KEYS = ("tokens", "input_ids")  # streambatch's own key, then Hugging Face's
 

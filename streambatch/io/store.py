@@ -49,14 +49,14 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import short_repr
-from ._json import HEADER_LIMIT, decode_json, decode_string
-from .documents import PARTITIONS, Document, DocumentStore, Partition, content_fingerprint
-from .errors import ConfigError, DataError, DuplicateIdError, StoreError
-from .tokenizing import Tokenizer, check_vocabulary
-from .validate import check_id, check_offsets, check_tokens, check_unique
+from .._checks import short_repr
+from ..errors import ConfigError, DataError, DuplicateIdError, StoreError
+from ..model.documents import PARTITIONS, Document, DocumentStore, Partition, content_fingerprint
+from ..model.validate import check_id, check_offsets, check_tokens, check_unique
+from ..stages.read.tokenizers import Tokenizer, check_vocabulary
+from .bounded_json import HEADER_LIMIT, decode_json, decode_string
 
-FORMAT = "streambatch.store"
+FORMAT = "streambatch.io.store"
 VERSION = 1
 HEADER, TOKENS, OFFSETS, IDS, PARTITIONS_FILE = "header.json", "tokens.bin", "offsets.bin", "ids.jsonl", "partitions.bin"
 INLINE_DOCUMENTS = 1024  # more documents than this keep ids and partitions in files of their own

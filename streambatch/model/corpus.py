@@ -4,7 +4,7 @@ A `Corpus` looks like one `DocumentStore` to the stages: its documents are the
 shards' documents in order, in a *virtual* flat token space where shard ``k``
 occupies ``[bases[k], bases[k + 1])``.  ``starts`` are global int64 positions in
 that space, so windows, shuffle plans and provenance work across shards
-unchanged; only the gather (`streambatch.materializing`) maps positions back to
+unchanged; only the gather (`streambatch.stages.materialize`) maps positions back to
 (shard, local position).
 
 Document ids must be unique across the whole corpus (a `DuplicateIdError` names
@@ -15,7 +15,7 @@ fingerprints, computed when a plan file needs it).
 
 A manifest (``corpus.json``) lists shard store directories relative to itself::
 
-    {"format": "streambatch.corpus", "version": 1, "fingerprint": "blake2b-256:...",
+    {"format": "streambatch.model.corpus", "version": 1, "fingerprint": "blake2b-256:...",
      "shards": [{"path": "shard-0", "fingerprint": "blake2b-256:..."}, ...]}
 
 (an entry may also be a plain path string); `write_corpus` writes one,
@@ -34,13 +34,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._atomic import atomic_text
-from ._json import HEADER_LIMIT, decode_json
+from ..errors import ConfigError, DuplicateIdError, StoreError
+from ..io.atomic import atomic_text
+from ..io.bounded_json import HEADER_LIMIT, decode_json
+from ..io.store import open_store
 from .documents import PARTITIONS, Document, DocumentStore, Partition, check_partition
-from .errors import ConfigError, DuplicateIdError, StoreError
-from .store import open_store
 
-FORMAT = "streambatch.corpus"
+FORMAT = "streambatch.model.corpus"
 VERSION = 1
 PathLike = str | os.PathLike[str]
 
@@ -133,7 +133,7 @@ class Corpus:
         # shards pickle as themselves (a memory-mapped store as its file name); nothing is re-checked
         return (_restore, (self.shards, self.paths))
 
-    # -- what the stages read (see `streambatch.documents.TokenSource`) -------------
+    # -- what the stages read (see `streambatch.model.documents.TokenSource`) -------------
     def __len__(self) -> int:
         return len(self.ids)
 
@@ -306,7 +306,7 @@ def write_corpus(path: PathLike, shards: Sequence[PathLike], *, verify: bool = F
 
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
-    >>> from streambatch.store import write_store
+    >>> from streambatch.io.store import write_store
     >>> _ = write_store(root / "a", [Document("a", "train", [1, 2, 3])])
     >>> _ = write_store(root / "b", [Document("b", "train", [4, 5])])
     >>> write_corpus(root / "corpus.json", [root / "a", root / "b"]).ids

@@ -41,13 +41,13 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import check_non_negative, check_seed
-from .errors import ConfigError
-from .windowing import Windows
+from .._checks import check_non_negative, check_seed
+from ..errors import ConfigError
+from .windows import Windows
 
 _c_shuffle: Callable[..., int] | None
 try:
-    from ._fisher_yates import shuffle as _c_shuffle
+    from .._fisher_yates import shuffle as _c_shuffle
 except ImportError:  # built without a C compiler: the numpy fallback
     _c_shuffle = None
 
@@ -290,7 +290,7 @@ def shuffled_order(count: int, seed: int, out: IndexArray | None = None) -> tupl
     if BACKEND == "c":
         if _c_shuffle is None:
             raise ConfigError(
-                "streambatch.shuffling.BACKEND='c' but the extension streambatch._fisher_yates is not built; "
+                "streambatch.stages.shuffle.BACKEND='c' but the extension streambatch._fisher_yates is not built; "
                 "reinstall streambatch with a C compiler present, or set BACKEND='numpy'"
             )
         draws = _c_shuffle(order, seed)

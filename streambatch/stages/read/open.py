@@ -11,13 +11,13 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .corpus import Corpus, open_corpus
-from .documents import DocumentStore, Partition, as_store
-from .epoch import Epoch
-from .readers import read_jsonl
-from .shuffling import shuffle
-from .store import open_store
-from .windowing import windows
+from ...epoch import Epoch
+from ...io.store import open_store
+from ...model.corpus import Corpus, open_corpus
+from ...model.documents import DocumentStore, Partition, as_store
+from ..shuffle import shuffle
+from ..windows import windows
+from .jsonl import read_jsonl
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ import numpy as np
 import numpy.typing as npt
 from more_itertools import spy
 
-from ._checks import SIZE_LIMIT, is_integer, short_repr
-from .errors import AccumulationError
+from .._checks import SIZE_LIMIT, is_integer, short_repr
+from ..errors import AccumulationError
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_positive
-from .chunking import batch_count
-from .corpus import Corpus
-from .documents import Partition
-from .errors import ConfigError
-from .sources import Source, source_store
-from .windowing import POSITION_LIMIT, window_counts, window_tails
+from .._checks import check_positive
+from ..errors import ConfigError
+from ..model.corpus import Corpus
+from ..model.documents import Partition
+from ..stages.chunk import batch_count
+from ..stages.read.open import Source, source_store
+from ..stages.windows import POSITION_LIMIT, window_counts, window_tails
 
 
 def plan_bytes(window_count: int, token_count: int) -> int:

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..accumulate import TokenContribution, TokenMean, accumulated
+from ...epoch import Epoch
+from ...model.documents import Document, Partition
+from ...stages.batch import MiniBatch
+from ...stages.chunk import batch_widths
+from ...stages.reduce import TokenContribution, TokenMean, accumulated
 from ..audit import AuditResult, audit_batches
-from ..batch import MiniBatch
-from ..chunking import batch_widths
-from ..documents import Document, Partition
-from ..epoch import Epoch
 
 CONTEXT_LENGTH = 2
 REQUESTED_BATCH_SIZE = 3
@@ -130,7 +130,7 @@ class EpochEvidence:
 
 
 def epoch_evidence(epoch: Epoch, replay: Epoch, changed: Epoch) -> EpochEvidence:
-    """Check *epoch* against every window of its store, a replay and another seed (`streambatch.audit`)."""
+    """Check *epoch* against every window of its store, a replay and another seed (`streambatch.tools.audit`)."""
     batches = tuple(batch_evidence(b) for b in epoch)
     audit = audit_batches([e.batch for e in batches], epoch, replay=replay, other=changed)
     return EpochEvidence(epoch=epoch, batches=batches, audit=audit)

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import DataError, StreamBatchError
+from ..errors import DataError, StreamBatchError
 
 BOM = "\ufeff"
 HEADER_LIMIT = 64 << 20  # bytes: a store header is a few kB; ids beyond the inline limit live in ids.jsonl

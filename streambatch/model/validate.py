@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import is_integer, short_repr
-from .errors import DataError, DuplicateIdError
+from .._checks import is_integer, short_repr
+from ..errors import DataError, DuplicateIdError
 
 TOKEN_LIMIT = 1 << 32
 

@@ -14,12 +14,12 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import ConfigError, DataError
+from ..model.corpus import Corpus
+from ..model.documents import DocumentStore
 from .batch import MiniBatch
-from .chunking import Chunks
-from .corpus import Corpus
-from .documents import DocumentStore
-from .errors import ConfigError, DataError
-from .windowing import Windows, WindowSpace
+from .chunk import Chunks
+from .windows import Windows, WindowSpace
 
 
 class RowGather:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import DataError, StreamBatchError
+from ...errors import DataError, StreamBatchError
 
 READ_SIZE = 1 << 20
 LINE_CHUNK_BYTES = 1 << 20  # lines are read, parsed and tokenized about 1 MiB at a time (a task)
@@ -79,7 +79,7 @@ def iter_bytes(path: str | os.PathLike[str], size: int = READ_SIZE) -> Iterator[
 
 
 def _zstandard() -> Any:
-    from .tokenizing import require
+    from .tokenizers import require
 
     return require("zstandard", "zstd", "reading .zst files")
 
