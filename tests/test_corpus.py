@@ -135,10 +135,10 @@ def test_manifest_round_trip_with_relative_paths(tmp_path: Path) -> None:
     [
         ("{", "unreadable corpus manifest"),
         ('{"format": "other"}', "this is not a streambatch corpus manifest"),
-        ('{"format": "streambatch.model.corpus", "version": 2, "shards": ["a"]}', "version=2 is not supported"),
-        ('{"format": "streambatch.model.corpus", "version": 1, "shards": []}', "shards must be a non-empty list"),
-        ('{"format": "streambatch.model.corpus", "version": 1, "shards": [3]}', "shard 0=3 is not a store path"),
-        ('{"format": "streambatch.model.corpus", "version": 1, "shards": ["missing"]}', "not a streambatch store"),
+        ('{"format": "streambatch.corpus", "version": 2, "shards": ["a"]}', "version=2 is not supported"),
+        ('{"format": "streambatch.corpus", "version": 1, "shards": []}', "shards must be a non-empty list"),
+        ('{"format": "streambatch.corpus", "version": 1, "shards": [3]}', "shard 0=3 is not a store path"),
+        ('{"format": "streambatch.corpus", "version": 1, "shards": ["missing"]}', "not a streambatch store"),
     ],
     ids=["json", "format", "version", "empty", "entry", "missing-shard"],
 )

@@ -182,7 +182,7 @@ API_CASES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
     ),
     (
         "header-huge-int",
-        lambda t: open_store(_store_with(t, _raw_header(b'{"format": "streambatch.io.store", "version": ' + HUGE_INT + b"}"))),
+        lambda t: open_store(_store_with(t, _raw_header(b'{"format": "streambatch.store", "version": ' + HUGE_INT + b"}"))),
         sb.StoreError,
         r"header.json: unreadable header: invalid JSON value at \$\[\.\.\.\] \(Integer value out of range\)",
     ),
@@ -981,7 +981,7 @@ def test_time_budget_sanity() -> None:
     "text",
     [
         "[" * 100_000 + "]" * 100_000,
-        '{"format": "streambatch.model.corpus", "version": 1, "shards": [' + "9" * 5000 + "]}",
+        '{"format": "streambatch.corpus", "version": 1, "shards": [' + "9" * 5000 + "]}",
         "\xff",
     ],
     ids=["deep", "huge-int", "not-utf8"],

@@ -56,7 +56,7 @@ from ..model.validate import check_id, check_offsets, check_tokens, check_unique
 from ..stages.read.tokenizers import Tokenizer, check_vocabulary
 from .bounded_json import HEADER_LIMIT, decode_json, decode_string
 
-FORMAT = "streambatch.io.store"
+FORMAT = "streambatch.store"
 VERSION = 1
 HEADER, TOKENS, OFFSETS, IDS, PARTITIONS_FILE = "header.json", "tokens.bin", "offsets.bin", "ids.jsonl", "partitions.bin"
 INLINE_DOCUMENTS = 1024  # more documents than this keep ids and partitions in files of their own

@@ -15,7 +15,7 @@ fingerprints, computed when a plan file needs it).
 
 A manifest (``corpus.json``) lists shard store directories relative to itself::
 
-    {"format": "streambatch.model.corpus", "version": 1, "fingerprint": "blake2b-256:...",
+    {"format": "streambatch.corpus", "version": 1, "fingerprint": "blake2b-256:...",
      "shards": [{"path": "shard-0", "fingerprint": "blake2b-256:..."}, ...]}
 
 (an entry may also be a plain path string); `write_corpus` writes one,
@@ -40,7 +40,7 @@ from ..io.bounded_json import HEADER_LIMIT, decode_json
 from ..io.store import open_store
 from .documents import PARTITIONS, Document, DocumentStore, Partition, check_partition
 
-FORMAT = "streambatch.model.corpus"
+FORMAT = "streambatch.corpus"
 VERSION = 1
 PathLike = str | os.PathLike[str]
 
