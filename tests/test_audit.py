@@ -392,15 +392,15 @@ def test_progress_bar_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch, epoch:
     """progress=None draws tqdm bars when stderr is a terminal; never with progress=False or without tqdm."""
     import sys
 
-    import streambatch.tools.audit as audit
+    from streambatch._progress import NoBar, bar
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    bar = audit._bar(5, "audit", None)
-    assert "tqdm" == type(bar).__name__
-    bar.close()
-    assert isinstance(audit._bar(5, "audit", False), audit._NoBar)
+    drawn = bar(5, desc="audit", unit=" windows", progress=None)
+    assert "tqdm" == type(drawn).__name__
+    drawn.close()
+    assert isinstance(bar(5, desc="audit", unit=" windows", progress=False), NoBar)
     monkeypatch.setitem(sys.modules, "tqdm", None)  # the progress extra not installed
-    assert isinstance(audit._bar(5, "audit", True), audit._NoBar)
+    assert isinstance(bar(5, desc="audit", unit=" windows", progress=True), NoBar)
     assert audit_epoch(epoch, progress=True).ok
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
-    assert isinstance(audit._bar(5, "audit", None), audit._NoBar)
+    assert isinstance(bar(5, desc="audit", unit=" windows", progress=None), NoBar)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +31,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .._checks import check_positive, check_seed
+from .._progress import Bar
+from .._progress import bar as progress_bar
 from ..epoch import Epoch
 from ..errors import AccumulationError, ConfigError
 from ..stages.chunk import Chunks, batch_widths, shard, split_rows
@@ -255,7 +256,7 @@ class _OrderPass:
             classified = rows or _Rows(self.expected, documents, starts)
             self.seen[classified.numbers[classified.window]] = True
 
-    def run(self, pieces: Iterable[Any], bar: Any) -> _OrderPass:
+    def run(self, pieces: Iterable[Any], bar: Bar) -> _OrderPass:
         for piece in pieces:
             index, documents, starts = _provenance(piece)
             self.add(index, documents, starts)
@@ -395,7 +396,7 @@ class _Tally:
         return covered
 
 
-def _direct_mean(expected: _Expected, bar: Any) -> TokenMean | None:
+def _direct_mean(expected: _Expected, bar: Bar) -> TokenMean | None:
     """The stand-in token mean over every window of the epoch in document order, in closed form per window."""
     units = 0
     count = expected.window_count
@@ -419,22 +420,8 @@ def _means_equal(folded: TokenMean | None, direct: TokenMean | None) -> bool:
     )
 
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _bar(total: int, desc: str, progress: bool | None) -> Any:
-    if progress is False or (progress is None and not sys.stderr.isatty()):
-        return _NoBar()
-    try:
-        from tqdm import tqdm
-    except ImportError:  # the progress extra is optional
-        return _NoBar()
-    return tqdm(total=total, unit=" windows", unit_scale=True, desc=desc, file=sys.stderr)
+def _bar(total: int, desc: str, progress: bool | None) -> Bar:
+    return progress_bar(total, desc=desc, unit=" windows", unit_scale=True, progress=progress)
 
 
 def audit_batches(
