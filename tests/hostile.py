@@ -1,0 +1,37 @@
+"""Shared inputs and helpers of the hostile-input, crash and output tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import streambatch as sb
+from streambatch.io.store import write_store
+
+REPO = Path(__file__).parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+DEEP = b"[" * 100_000 + b"]" * 100_000
+HUGE_INT = b"9" * 5_000
+GOOD = b'{"id": "a", "partition": "train", "tokens": [1, 2, 3, 4, 5]}\n'
+EPOCH = ["-T", "2", "-B", "2", "--seed", "1"]
+
+
+def small_store(path: Path) -> sb.DocumentStore:
+    return write_store(path, [sb.Document("a", "train", range(10)), sb.Document("b", "test", range(5))])
+
+
+def temporaries(parent: Path, name: str) -> list[Path]:
+    return sorted(parent.glob(f".{name}.partial-*")) + sorted(parent.glob(f".{name}.old-*"))
+
+
+def dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+def jsonl_file(tmp_path: Path, data: bytes) -> Path:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(data)
+    return path
