@@ -15,6 +15,7 @@ from ...stages.batch import MiniBatch
 from ...stages.chunk import batch_widths
 from ...stages.reduce import TokenContribution, TokenMean, accumulated
 from ..audit import AuditResult, audit_batches
+from ..stand_in import stand_in_contributions
 
 CONTEXT_LENGTH = 2
 REQUESTED_BATCH_SIZE = 3
@@ -37,13 +38,8 @@ def build_epoch(seed: int = SHUFFLE_SEED) -> Epoch:
 
 
 def batch_contributions(batch: MiniBatch) -> list[TokenContribution]:
-    """The chapter's stand-in contributions: loss ``(8d + 2s + t + 1) / 8``, gradient ``[2l, 2 - l]``."""
-    result = []
-    for document, start in zip(batch.document_indices.tolist(), batch.starts.tolist(), strict=True):
-        for token in range(batch.context_length):
-            loss = (document * 8 + start * 2 + token + 1) / 8.0
-            result.append(TokenContribution(loss, [2.0 * loss, 2.0 - loss]))
-    return result
+    """The chapter's stand-in contributions: loss ``(8d + 2s + t + 1) / 8``, gradient ``[2l, 2 - l]`` (`stand_in`)."""
+    return stand_in_contributions(batch.document_indices, batch.starts, batch.context_length)
 
 
 @dataclass(frozen=True)
