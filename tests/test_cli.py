@@ -24,6 +24,7 @@ def test_demo_and_trace(golden: Path) -> None:
     assert (0, (golden / "expected-trace.txt").read_text()) == run(["demo", "--trace"])
 
 
+@pytest.mark.slow
 def test_python_dash_m_runs_the_cli(golden: Path) -> None:
     """`python -m streambatch demo` is the same command."""
     done = subprocess.run([sys.executable, "-m", "streambatch", "demo"], capture_output=True, text=True, check=True)

@@ -100,6 +100,7 @@ def test_the_batch_in_flight_is_cut_off_and_written_again(
 
 
 @pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.slow
 def test_a_run_killed_at_a_random_moment_resumes_exactly(tmp_path: Path, seed: int) -> None:
     """SIGKILL at a random moment, resume with what was saved: the output holds every window exactly once, in order.
 

@@ -270,6 +270,7 @@ def test_arrow_ipc(tmp_path: Path, stream: bool) -> None:
     assert [("t.arrow:0", [5, 6]), ("t.arrow:1", [7])] == _ids_tokens(sb.iter_arrow(tmp_path / "t.arrow"))
 
 
+@pytest.mark.slow
 def test_hugging_face_datasets(tmp_path: Path) -> None:
     """Dataset and IterableDataset rows: input_ids as they are, text through a tokenizer; a saved folder via iter_files."""
     datasets = pytest.importorskip("datasets")

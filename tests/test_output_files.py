@@ -70,6 +70,7 @@ def test_output_to_a_character_device(tmp_path: Path) -> None:
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
+@pytest.mark.slow
 def test_output_to_dev_stdout_appends_to_a_redirected_log(tmp_path: Path) -> None:
     """-o /dev/stdout writes to the open descriptor: a `>>` log is appended to, not truncated or replaced."""
     log = tmp_path / "log.jsonl"
@@ -115,6 +116,7 @@ def test_output_failure_keeps_the_previous_file(tmp_path: Path) -> None:
     assert [] == list(tmp_path.glob(".streambatch-*"))
 
 
+@pytest.mark.slow
 def test_output_temporaries_of_dead_writers_are_removed(tmp_path: Path) -> None:
     """.streambatch-PID-*.tmp of a dead pid is removed by the next -o write into the folder; a live one is kept."""
     dead = tmp_path / f".streambatch-{dead_pid()}-0000.tmp"

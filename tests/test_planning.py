@@ -163,6 +163,7 @@ sb.plan_file(sb.windows(docs, context_length=2), 7, sys.argv[1])
 """
 
 
+@pytest.mark.slow
 def test_killed_planner_leaves_no_plan(tmp_path: Path) -> None:
     """A planner killed before its rename leaves only a temporary file: never taken for a plan, removed by the next."""
     done = subprocess.run([sys.executable, "-c", _KILLED_PLANNER, str(tmp_path)], check=False)
@@ -190,6 +191,7 @@ def _planner(plans: str, log: str, barrier: Any, results: Any) -> None:
     results.put((order.plan_path, order.state_after, order.numbers().tolist()))
 
 
+@pytest.mark.slow
 def test_lock_serializes_concurrent_planners(tmp_path: Path) -> None:
     """Two processes planning the same key together: exactly one computes, both map the same plan."""
     context = multiprocessing.get_context("fork")

@@ -175,7 +175,7 @@ def _bad_corpus(root: Path) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_skip_bad_leaves_out_whole_files(
     tmp_path: Path, workers: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -199,6 +199,7 @@ def test_skip_bad_leaves_out_whole_files(
     assert "uint16" == store.tokens.dtype.name
 
 
+@pytest.mark.slow
 def test_workers_make_the_same_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--workers 2 writes a store with the serial run's fingerprint (many chunks, every format, a BPE if installed)."""
     monkeypatch.setattr(_inputs, "LINE_CHUNK_BYTES", 256)

@@ -177,6 +177,7 @@ def test_c_extension_is_built() -> None:
         pytest.skip(f"no C compiler ({compiler}): the numpy backend is used")
 
 
+@pytest.mark.slow
 def test_missing_extension_falls_back_to_numpy() -> None:
     """Without the extension the module still imports, says BACKEND == "numpy", and shuffles exactly."""
     code = (

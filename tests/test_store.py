@@ -215,6 +215,7 @@ _KILL_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("previous", [False, True], ids=["new", "replacing"])
 def test_prepare_killed_mid_write_leaves_nothing_that_opens(tmp_path: Path, previous: bool) -> None:
     """SIGKILL during prepare: no store (or the complete previous one), never a partial one that opens."""
@@ -267,6 +268,7 @@ def test_shuffled_plan_is_four_bytes_per_window() -> None:
     assert 4 * 100_000 == epoch.plan_nbytes
 
 
+@pytest.mark.slow
 def test_cli_prepare_inspect_epoch(tmp_path: Path) -> None:
     """prepare -> inspect -> epoch over the store directory, all through the CLI."""
     (tmp_path / "a.txt").write_text("hello world")

@@ -72,6 +72,7 @@ def _steps(tmp_path: Path, kind: str, fallback: bool, monkeypatch: pytest.Monkey
     return names
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(store_module._renameat2_function is None, reason="renameat2 is not available here")
 @pytest.mark.parametrize("kind", ["inline", "files"])
 def test_replace_killed_at_every_step(tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,6 +98,7 @@ def test_replace_killed_at_every_step(tmp_path: Path, kind: str, monkeypatch: py
     assert [k >= swapped for k in range(len(steps) + 1)] == seen
 
 
+@pytest.mark.slow
 def test_fallback_replace_killed_at_every_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without renameat2 (two renames), as documented: old, new, or (between the renames) the old one kept aside."""
     steps = _steps(tmp_path, "inline", True, monkeypatch)
@@ -177,6 +179,7 @@ def _contents() -> dict[str, list[sb.Document]]:
     return contents
 
 
+@pytest.mark.slow
 def test_readers_see_old_or_new_while_a_writer_replaces(tmp_path: Path) -> None:
     """One process replaces a store in a loop; this one opens and iterates it meanwhile: zero errors."""
     target = tmp_path / "s"
@@ -204,6 +207,7 @@ def test_readers_see_old_or_new_while_a_writer_replaces(tmp_path: Path) -> None:
     assert [] == temporaries(tmp_path, "s")
 
 
+@pytest.mark.slow
 def test_two_concurrent_writers_both_succeed(tmp_path: Path) -> None:
     """Two writers replacing one target at the same time: no error on either side; the last one wins."""
     target = tmp_path / "s"
@@ -238,6 +242,7 @@ def test_writer_returns_its_own_store_even_when_replaced_at_once(tmp_path: Path,
     assert ("other",) == open_store(target).ids
 
 
+@pytest.mark.slow
 def test_stale_temporaries_of_dead_writers_are_removed(tmp_path: Path) -> None:
     """partial and old directories of a dead pid are removed by the next writer; a live pid's are kept."""
     dead, alive = dead_pid(), os.getpid()

@@ -14,7 +14,10 @@ import streambatch.torch as sbt
 
 from . import dist_worker
 
-pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available"),
+]
 
 
 def _free_port() -> int:

@@ -19,6 +19,7 @@ stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdat
 StatefulDataLoader = stateful.StatefulDataLoader
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning", "ignore:'set_vital':UserWarning")
+WORKERS = [0, *(pytest.param(w, marks=pytest.mark.slow) for w in (1, 2, 3))]  # worker processes: slow
 
 
 def _docs(count: int = 8) -> list[sb.Document]:
@@ -35,7 +36,7 @@ def _key(batch: sbt.TensorBatch) -> tuple[int, int, list[list[int]]]:
     return batch.epoch, batch.index, batch.inputs.tolist()
 
 
-@pytest.mark.parametrize("workers", [0, 1, 2, 3])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_stateful_dataloader_resumes_a_run_exactly(workers: int) -> None:
     """After any number of batches (0, mid-epoch, the boundary, the end), a new loader continues exactly."""
     full = [_key(b) for b in StatefulDataLoader(sbt.RunDataset(_run()), batch_size=None, num_workers=workers)]
@@ -64,7 +65,7 @@ def _epoch_loop(loader: Any, dataset: sbt.EpochDataset, epochs: Iterable[int], s
     return out
 
 
-@pytest.mark.parametrize("workers", [0, 1, 2, 3])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_stateful_dataloader_over_epoch_dataset_across_epochs(workers: int) -> None:
     """EpochDataset + set_epoch under StatefulDataLoader: save mid-epoch 1, resume in a new loader, same batches."""
 
@@ -114,6 +115,7 @@ def _two_epochs(dataset: sbt.EpochDataset, loader: Any) -> list[list[list[int]]]
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_persistent_workers_see_set_epoch(context: str) -> None:
     """persistent_workers=True: epoch 1 really is epoch 1 (the epoch travels in shared memory)."""
@@ -125,6 +127,7 @@ def test_persistent_workers_see_set_epoch(context: str) -> None:
     assert expected == _two_epochs(dataset, loader)
 
 
+@pytest.mark.slow
 def test_persistent_workers_see_set_position_of_a_run() -> None:
     """A RunDataset moved with set_position between passes reaches persistent workers."""
     dataset = sbt.RunDataset(_run())
@@ -134,6 +137,7 @@ def test_persistent_workers_see_set_position_of_a_run() -> None:
     assert whole[_run().step_of(1, 2) :] == [_key(b) for b in loader]
 
 
+@pytest.mark.slow
 def test_start_batch_and_set_epoch_compose() -> None:
     """An explicit start survives set_epoch until an iteration begins (in a worker too); later epochs start at 0."""
     epoch = sb.Epoch(_docs(), context_length=3, batch_size=4, seed=9)
@@ -164,6 +168,7 @@ def test_dataset_arguments_are_checked() -> None:
     assert torch.uint32 == next(iter(sbt.EpochDataset(epoch, dtype=None))).inputs.dtype
 
 
+@pytest.mark.slow
 def test_elastic_resume_from_three_ranks_of_two_workers_to_two_ranks_of_one() -> None:
     """The global position saved by 3 ranks x 2 workers resumes on 2 ranks x 1 worker: each window once per epoch.
 
@@ -205,7 +210,7 @@ def test_elastic_resume_from_three_ranks_of_two_workers_to_two_ranks_of_one() ->
     assert dict.fromkeys(itertools.product(range(2), range(reference.window_count)), 1) == dict(seen)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_epoch_dataset_of_a_composed_pipeline(workers: int) -> None:
     """EpochDataset takes any sized, indexable source of batches: a hand-composed pipeline reads back in order."""
     windows = sb.shuffle(sb.windows(_docs(), context_length=3), seed=9)
@@ -222,7 +227,7 @@ def test_epoch_dataset_of_a_composed_pipeline(workers: int) -> None:
         sbt.EpochDataset(iter(batches))
 
 
-@pytest.mark.parametrize("workers", [0, 1, 2, 3])
+@pytest.mark.parametrize("workers", WORKERS)
 def test_batches_dataset_resumes_under_stateful_dataloader(workers: int) -> None:
     """StatefulDataLoader over a composed pipeline: save after k batches, resume in a new loader, same rest."""
     batches = sb.materialize(sb.chunk(sb.shuffle(sb.windows(_docs(), context_length=3), seed=4), 3))

@@ -33,7 +33,7 @@ def test_zero_copy_tensors() -> None:
     assert batch.inputs.tolist() == long_inputs.tolist()
 
 
-@pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.parametrize("workers", [0, *(pytest.param(w, marks=pytest.mark.slow) for w in (1, 2))])
 def test_dataloader_workers_read_back_in_epoch_order(workers: int) -> None:
     """Any number of workers: disjoint whole batches whose union, in order, is the epoch."""
     docs = _docs(20)
@@ -99,6 +99,7 @@ def test_mean_of_micro_batch_means_is_wrong_on_the_final_batch() -> None:
     assert sbt.relative_error(gradients(model), grads) > 1e-3
 
 
+@pytest.mark.slow
 def test_compile_short_final_batch_without_recompiling() -> None:
     """With the batch dimension marked dynamic, the smaller final batch reuses the compiled graph."""
     from torch._dynamo.testing import CompileCounter
@@ -126,6 +127,7 @@ def test_zero_token_step_is_an_error() -> None:
         sbt.token_mean_backward(model, empty, empty, distributed=False)
 
 
+@pytest.mark.slow
 def test_resume_from_a_batch_position() -> None:
     """start_batch resumes mid-epoch: the remaining batches, exactly, with any worker count."""
     epoch = sb.Epoch(_docs(20), context_length=3, batch_size=4, seed=9)
@@ -141,6 +143,7 @@ def test_dataset_rejects_bad_rank() -> None:
         sbt.EpochDataset(sb.Epoch(_docs(), context_length=3, batch_size=4), rank=2, world_size=2)
 
 
+@pytest.mark.slow
 def test_spawned_workers_over_a_memory_mapped_store(tmp_path: Any) -> None:
     """Workers started with "spawn" reopen the store by name and still read back the epoch in order."""
     store = sb.write_store(tmp_path / "s", _docs(20))
