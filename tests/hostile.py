@@ -18,8 +18,12 @@ GOOD = b'{"id": "a", "partition": "train", "tokens": [1, 2, 3, 4, 5]}\n'
 EPOCH = ["-T", "2", "-B", "2", "--seed", "1"]
 
 
+SMALL = (sb.Document("a", "train", range(10)), sb.Document("b", "test", range(5)))
+
+
 def small_store(path: Path) -> sb.DocumentStore:
-    return write_store(path, [sb.Document("a", "train", range(10)), sb.Document("b", "test", range(5))])
+    """Write the two documents of `SMALL` to *path*."""
+    return write_store(path, SMALL)
 
 
 def temporaries(parent: Path, name: str) -> list[Path]:

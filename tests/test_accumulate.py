@@ -169,10 +169,15 @@ def test_bad_gradient_width(width: object) -> None:
 
 
 def test_finish_does_not_consume() -> None:
-    """finish() may be called again; the accumulator keeps its raw sums."""
-    acc = _accumulate(_contributions([(1.0, 2.0, 3.0)]))
-    assert acc.finish() == acc.finish()
-    assert acc.token_count == 1
+    """finish() may be called again; the accumulator keeps its raw sums, so later tokens still count fully."""
+    acc = _accumulate(_contributions([(1.0, 2.0, 3.0), (3.0, 0.0, 1.0)]))
+    for _ in range(2):
+        mean = acc.finish()
+        assert (2, 2.0, [1.0, 2.0]) == (mean.token_count, mean.mean_loss, mean.mean_gradient.tolist())
+    assert acc.token_count == 2
+    acc.add_token(TokenContribution(5.0, [4.0, 8.0]))  # sums (9, [6, 12]) over 3 tokens; consumed means would not give this
+    mean = acc.finish()
+    assert (3, 3.0, [2.0, 4.0]) == (mean.token_count, mean.mean_loss, mean.mean_gradient.tolist())
 
 
 @given(st.lists(st.tuples(st.floats(-1e6, 1e6), st.integers(1, 50), st.floats(-1e6, 1e6)), min_size=1, max_size=20))

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 import streambatch as sb
-from streambatch import AccumulationError, RowIndexError
-from streambatch.stages.materialize import RowGather
+from streambatch import AccumulationError
+from streambatch.errors import RowIndexError
+from streambatch.stages.batch import WindowProvenance
+from streambatch.stages.materialize import Batches, RowGather, materialize_one
 from streambatch.tools.chapter import batch_contributions, build_epoch
 
 
@@ -15,7 +17,7 @@ def _batch() -> sb.MiniBatch:
     """Rows b@1, a@1, b@0: the chapter's first shuffled batch, gathered by the materialize stage."""
     docs = [sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 21, 1])]
     order = sb.shuffle(sb.windows(docs, context_length=2), seed=7)
-    return sb.materialize_one(order[:3], index=0)
+    return materialize_one(order[:3], index=0)
 
 
 def test_rows_are_shifted_by_one_and_contiguous() -> None:
@@ -34,7 +36,7 @@ def test_provenance() -> None:
     """Each row knows its document id, index, start and partition."""
     batch = _batch()
     assert [str(p) for p in batch.provenance] == ["b@1", "a@1", "b@0"]
-    assert sb.WindowProvenance("b", 1, 1, sb.Partition.TRAIN) == batch.provenance[0]
+    assert WindowProvenance("b", 1, 1, sb.Partition.TRAIN) == batch.provenance[0]
 
 
 def test_row_access_is_checked() -> None:
@@ -62,7 +64,7 @@ def test_materialize_is_lazy_and_indexable() -> None:
     """Over Chunks, materialize gives a lazy Batches sequence; batches[i] gathers batch i alone."""
     docs = [sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 21, 1])]
     batches = sb.materialize(sb.chunk(sb.shuffle(sb.windows(docs, context_length=2), seed=7), 3))
-    assert isinstance(batches, sb.Batches)
+    assert isinstance(batches, Batches)
     assert len(batches) == 2
     assert batches[1].index == 1
     assert [str(p) for p in batches[1].provenance] == ["a@0", "a@2"]
@@ -77,7 +79,9 @@ def test_one_gather_per_buffer_in_the_store_dtype() -> None:
     assert inputs.dtype == np.uint16
     assert inputs.tolist() == [[4, 5, 6], [0, 1, 2]]
     assert targets.tolist() == [[5, 6, 7], [1, 2, 3]]
-    assert (inputs.flags.c_contiguous and inputs.flags.owndata is False) or inputs.base is not store.tokens
+    for gathered in (inputs, targets):  # fresh C-contiguous arrays, not views of the store's tokens
+        assert gathered.flags.c_contiguous
+        assert not np.shares_memory(gathered, store.tokens)
     empty_in, empty_out = RowGather(store, 3)(np.zeros(0, dtype=np.intp))
     assert empty_in.shape == empty_out.shape == (0, 3)
 
@@ -85,4 +89,4 @@ def test_one_gather_per_buffer_in_the_store_dtype() -> None:
 def test_materialize_one_rejects_what_is_not_windows() -> None:
     """A chunk must be a Windows view."""
     with pytest.raises(sb.ConfigError, match=r"is not a streambatch\.Windows"):
-        sb.materialize_one([1, 2])  # type: ignore[arg-type]
+        materialize_one([1, 2])  # type: ignore[arg-type]
