@@ -37,6 +37,7 @@ import numpy as np
 
 import streambatch as sb
 from streambatch.io.store import StoreWriter, open_store
+from streambatch.stages.shuffle import shuffled_order
 
 CONFIGS = [(1024, 1024, 32), (128, 64, 64), (2048, 2048, 8)]
 LOADERS = [
@@ -284,7 +285,7 @@ def shuffle_worker(args: argparse.Namespace) -> None:
     ours, theirs = [], []
     for _ in range(args.repeats):  # interleaved, same process
         t0 = time.perf_counter()
-        sb.shuffled_order(n, SEED)
+        shuffled_order(n, SEED)
         t1 = time.perf_counter()
         np.random.default_rng().permutation(n)
         t2 = time.perf_counter()

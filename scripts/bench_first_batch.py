@@ -46,7 +46,7 @@ import numpy as np
 import streambatch as sb
 import streambatch.stages.plan as planning
 from streambatch.io.store import HEADER, StoreWriter, _fingerprint, open_store
-from streambatch.stages.shuffle import state_after
+from streambatch.stages.shuffle import shuffled_order, state_after
 
 DOCUMENTS = 1000
 SEED = 7
@@ -69,7 +69,7 @@ def build(path: Path, windows: int) -> None:
 
 
 def bounded_shuffle() -> bool:
-    return "out" in inspect.signature(sb.shuffled_order).parameters
+    return "out" in inspect.signature(shuffled_order).parameters
 
 
 def stand_in_plan(store: Path, plans: Path, batch_size: int) -> dict[str, Any]:

@@ -1,58 +1,78 @@
-"""The façade: `Epoch` pipes the public stages, windows -> shuffle -> chunk -> materialize.
+"""The façade: `Epoch` pipes the public stages, windows -> shuffle -> chunk -> share -> materialize.
 
-It adds no stage logic of its own: every batch it yields is the batch a user
-gets by chaining the same stages by hand.  Iteration is lazy and repeatable;
-the shuffle plan is computed once, on first use.
+It adds no rule of its own: every batch it yields is the batch a user gets by
+chaining the same stages by hand, and every check it makes is a stage's.
+Iteration is lazy and repeatable; the shuffle plan is computed once, on first
+use.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ._checks import check_non_negative, check_positive, check_seed, is_integer
-from .errors import OutOfRangeError
-from .model.documents import Partition, TokenSource, as_store
+from ._checks import check_non_negative, check_positive, check_seed
+from .errors import ConfigError
+from .model.documents import Partition
+from .model.source import TokenSource
 from .stages.batch import MiniBatch
-from .stages.chunk import Chunks, batch_count, batch_widths, chunk, split_rows
-from .stages.materialize import Batches, materialize, materialize_one
+from .stages.chunk import Chunks, batch_count, batch_widths, chunk
+from .stages.materialize import Batches, materialize
 from .stages.plan import check_plan_dir, plan_file
-from .stages.shuffle import shuffle, splitmix64_draws
+from .stages.share import share
+from .stages.shuffle import derive_seed, shuffle
 from .stages.windows import WindowConfig, WindowIndex, Windows, windows
+from .state import check_index
+
+__all__ = ["Epoch", "derive_seed"]
 
 
-def derive_seed(seed: int, epoch: int) -> int:
-    """The shuffle seed of epoch *epoch* of a run seeded with *seed*; epoch 0 uses *seed* itself.
+def epoch_windows(
+    source: Any,
+    context_length: int | None,
+    stride: int | None,
+    partition: Partition | str | None,
+    keep_partition: bool,
+) -> Windows:
+    """The windows a façade reads: ``sb.windows(source, ...)``, or *source* itself when it already is `Windows`.
 
-    Epoch ``e > 0`` takes SplitMix64 draw number ``e`` from *seed*, so every
-    epoch's order follows from the run seed and the epoch number alone.
-
-    >>> derive_seed(7, 0), derive_seed(7, 1) != derive_seed(7, 2)
-    (7, True)
-    >>> derive_seed(7, -1)
-    Traceback (most recent call last):
-    ...
-    streambatch.errors.ConfigError: epoch=-1 must be a non-negative int; pass the epoch number (0 for the first)
+    Given `Windows`, the window arguments may be left out; given, they must agree.
     """
-    checked = check_seed(seed)
-    number = check_non_negative(epoch, "epoch", "the epoch number (0 for the first)")
-    if number == 0:
-        return checked
-    return int(splitmix64_draws(checked, number, 1)[0])
+    if isinstance(source, Windows):
+        given = {"context_length": context_length, "stride": stride}
+        have = {"context_length": source.context_length, "stride": source.config.stride}
+        for key, value in given.items():
+            if value is not None and value != have[key]:
+                raise ConfigError(f"{key}={value!r} but the windows passed have {key}={have[key]}; leave it out or match it")
+        if partition is not None and Partition.parse(partition, "epoch") != source.partition:
+            raise ConfigError(f"partition={partition!r} but the windows passed are of {source.partition.value!r}")
+        return source
+    if context_length is None:
+        raise ConfigError("context_length is required; pass the number of input tokens per window (T)")
+    return windows(
+        source,
+        context_length=context_length,
+        stride=1 if stride is None else stride,
+        partition=Partition.TRAIN if partition is None else partition,
+        keep_partition=keep_partition,
+    )
 
 
 class Epoch:
     """Every window of one partition exactly once, batched; the final batch is smaller.
 
-    ``Epoch(docs, context_length=T, batch_size=B, stride=s, seed=k)`` is
-    ``materialize(chunk(shuffle(windows(store, ...), k), B))``, with random access.
-    *documents* may be a store, a `Corpus` of several, or documents.  With
-    ``plan_dir=DIR`` the shuffle is ``plan_file(windows, k, DIR)``: the same order,
-    computed once into a file that every rank and worker memory-maps.
+    ``Epoch(source, context_length=T, batch_size=B, stride=s, seed=k)`` is
+    ``materialize(chunk(shuffle(windows(source, ...), k), B))``, with random access.
+    *source* is anything the stages read (a store, a `Corpus`, what
+    `streambatch.open_source` returns, documents) or `Windows` the stages made
+    (already shuffled, or to be shuffled with *seed*).  With ``plan_dir=DIR`` the
+    shuffle is ``plan_file(windows, k, DIR)``: the same order, computed once into
+    a file that every rank and worker memory-maps.
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),
@@ -66,47 +86,43 @@ class Epoch:
 
     def __init__(
         self,
-        documents: Any,
+        source: Any = None,
         *,
-        context_length: int,
+        context_length: int | None = None,
         batch_size: int,
-        stride: int = 1,
+        stride: int | None = None,
         seed: int | None = None,
-        partition: Partition | str = Partition.TRAIN,
+        partition: Partition | str | None = None,
+        keep_partition: bool = False,
         plan_dir: str | os.PathLike[str] | None = None,
+        documents: Any = None,
     ) -> None:
+        if documents is not None:
+            if source is not None:
+                raise ConfigError("pass the source once: source= (documents= is its deprecated name)")
+            warnings.warn("Epoch(documents=...) is deprecated; pass the source first, or source=", DeprecationWarning, 2)
+            source = documents
         self.batch_size = check_positive(batch_size, "batch_size", "the number of windows per batch")
-        config = WindowConfig(context_length, stride)
-        self.seed = None if seed is None else check_seed(seed)
-        self.partition = Partition.parse(partition, "epoch")
+        given = epoch_windows(source, context_length, stride, partition, keep_partition)
+        if given.seed is not None and seed is not None and seed != given.seed:
+            raise ConfigError(f"seed={seed!r} but the windows passed are already shuffled with seed {given.seed}")
+        self.seed = given.seed if seed is None else check_seed(seed)
         self.plan_dir = None if plan_dir is None else check_plan_dir(plan_dir)
-        self.store: TokenSource = as_store(documents)
-        self.store.check_partition(self.partition)
-        self.windows: Windows = windows(
-            self.store, context_length=config.context_length, stride=config.stride, partition=self.partition
-        )
-        self._order: Windows | None = None
+        self._order: Windows | None = given if given.order is not None or self.seed is None else None
+        self.windows: Windows = given if given.order is None else Windows(given.space)
+        self.partition: Partition = self.windows.partition
+        self.store: TokenSource = self.windows.store
 
     @classmethod
     def from_windows(cls, ordered: Windows, *, batch_size: int) -> Epoch:
-        """The epoch of windows already in their order (e.g. ``sb.shuffle(sb.windows(...), seed)``)."""
-        epoch = cls.__new__(cls)
-        epoch.batch_size = check_positive(batch_size, "batch_size", "the number of windows per batch")
-        epoch.seed = ordered.seed
-        epoch.partition = ordered.partition
-        epoch.store = ordered.store
-        epoch.plan_dir = None
-        epoch.windows = Windows(ordered.space)
-        epoch._order = ordered
-        return epoch
+        """The epoch of windows already in their order (e.g. ``sb.shuffle(sb.windows(...), seed)``): ``Epoch(ordered, ...)``."""
+        return cls(ordered, batch_size=batch_size)
 
     def reseeded(self, seed: int | None) -> Epoch:
-        """The same windows and batching over the same store, in the order of *seed*."""
-        twin = Epoch.__new__(Epoch)
-        twin.__dict__.update(self.__dict__)
-        twin.seed = None if seed is None else check_seed(seed)
-        twin._order = None
-        return twin
+        """The same windows and batching over the same source, in the order of *seed*."""
+        if seed is None:
+            return Epoch(self.windows, batch_size=self.batch_size)
+        return Epoch(self.windows, batch_size=self.batch_size, seed=seed, plan_dir=self.plan_dir)
 
     @property
     def config(self) -> WindowConfig:
@@ -115,7 +131,7 @@ class Epoch:
 
     @property
     def index(self) -> WindowIndex:
-        """The store's window numbering."""
+        """The source's window numbering."""
         return self.windows.window_index
 
     @property
@@ -154,9 +170,8 @@ class Epoch:
         order, memory-mapped from a plan file computed once for every process.
         """
         if self._order is None:
-            if self.seed is None:
-                self._order = self.windows
-            elif self.plan_dir is not None:
+            assert self.seed is not None  # sequential epochs hold their order from the start
+            if self.plan_dir is not None:
                 self._order = plan_file(self.windows, self.seed, self.plan_dir)
             else:
                 self._order = shuffle(self.windows, self.seed)
@@ -165,7 +180,7 @@ class Epoch:
     @property
     def shuffle_state_after(self) -> int | None:
         """SplitMix64 state after the shuffle; ``None`` for sequential order."""
-        return self.order.state_after
+        return self.order.shuffle_state_after
 
     @property
     def plan_nbytes(self) -> int:
@@ -176,10 +191,9 @@ class Epoch:
         """``chunk(order, batch_size)``: the epoch's batches as lazy window views."""
         return chunk(self.order, self.batch_size)
 
-    def batches(self, *, rank: int = 0, world_size: int = 1) -> Batches:
-        """``materialize(chunks)`` as a lazy sequence; with *world_size* > 1, this rank's rows of each."""
-        chunks = self.chunks()
-        return materialize(split_rows(chunks, rank, world_size) if world_size != 1 or rank != 0 else chunks)
+    def batches(self, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Batches:
+        """``materialize(share(chunks, ...))``: a lazy sequence of this worker's batches, this rank's rows of each."""
+        return materialize(share(self.chunks(), worker=worker, workers=workers, rank=rank, world_size=world_size))
 
     def window_order(self) -> npt.NDArray[np.integer[Any]]:
         """Global window numbers in epoch order (materialized on request only)."""
@@ -187,20 +201,11 @@ class Epoch:
 
     def batch_windows(self, index: int) -> npt.NDArray[np.integer[Any]]:
         """Window numbers of batch *index*."""
-        return self.chunks()[self._batch_index(index)].numbers()
-
-    def _batch_index(self, index: Any) -> int:
-        if not is_integer(index):
-            raise OutOfRangeError(f"batch index={index!r} is not an int; pass 0 <= index < batch_count={self.batch_count}")
-        if not 0 <= int(index) < self.batch_count:
-            raise OutOfRangeError(
-                f"batch index={index} is out of range for {self.batch_count} batches; use 0 <= index < batch_count"
-            )
-        return int(index)
+        return self.chunks()[check_index(index, self.batch_count)].numbers()
 
     def batch(self, index: int) -> MiniBatch:
         """Materialize batch *index* alone."""
-        return materialize_one(self.chunks()[self._batch_index(index)])
+        return self.batches()[check_index(index, self.batch_count)]
 
     def __getitem__(self, index: int) -> MiniBatch:
         return self.batch(index)
@@ -208,13 +213,11 @@ class Epoch:
     def iter_batches(
         self, start: int = 0, stop: int | None = None, step: int = 1, *, rank: int = 0, world_size: int = 1
     ) -> Iterator[MiniBatch]:
-        """Lazily yield batches ``start, start + step, ...`` below *stop* (a strided share).
+        """Lazily yield batches ``start, start + step, ...`` below *stop*, this *rank*'s rows of each.
 
         With *world_size* > 1 each yielded batch holds only this *rank*'s rows of the
-        global batch: contiguous, balanced shares (sizes differ by at most one, the
-        first ``width % world_size`` ranks take one more), so a final batch narrower
-        than the world leaves some ranks with zero rows.  ``MiniBatch.index`` stays
-        the global batch index.
+        global batch (`streambatch.share`); ``MiniBatch.index`` stays the global
+        batch index.
 
         >>> import streambatch as sb
         >>> epoch = sb.Epoch([sb.Document("a", "train", range(8))], context_length=2, batch_size=4)
@@ -224,8 +227,7 @@ class Epoch:
         begin = check_non_negative(start, "start", "the first batch index")
         end = None if stop is None else check_non_negative(stop, "stop", "the batch index to stop before")
         stride = check_positive(step, "step", "the distance between yielded batches")
-        batches = self.batches(rank=rank, world_size=world_size)
-        return iter(batches[begin:end:stride])
+        return iter(self.batches(rank=rank, world_size=world_size)[begin:end:stride])
 
     def __iter__(self) -> Iterator[MiniBatch]:
         return iter(self.batches())

@@ -1,140 +1,54 @@
 """Build a token store from the files corpora come in, on several cores and several machines.
 
-Inputs are files and folders, selected by `streambatch.stages.read.formats.select_inputs`
+Inputs are files and folders, selected by `streambatch.stages.read.select.select_inputs`
 (include/exclude globs, then ``shard=(i, n)``: the i-th of n contiguous runs of
 the file list, so that the n shard stores, read in order, hold exactly the
-documents of the whole); each file is read by its suffix (`streambatch.stages.read.formats`).
+documents of the whole); each file is read by its format's module
+(`streambatch.stages.read.formats` lists them).
 
-The work is cut into tasks (1 MiB of lines, a group of small files, a Parquet
-row group, rows of a saved dataset, a file), run in order, in this process or,
-with ``workers > 1``, in a pool of spawned processes whose results are written
-in input order: the store is the same either way.
+The work is cut into tasks (`streambatch.stages.read.tasks`: 1 MiB of lines, a
+Parquet row group, rows of a saved dataset, a file), run in order, in this
+process or, with ``workers > 1``, small ones grouped and sent to a pool of
+spawned processes whose results are written in input order: the store is the
+same either way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import multiprocessing
 import os
 import pickle
 import sys
-import time
 from collections import deque
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._checks import check_positive
+from ._progress import FileProgress
 from .errors import ConfigError, DataError
 from .io.store import StoreWriter
-from .model.documents import Document, DocumentStore, Partition
-from .model.validate import short
-from .stages.read import formats
+from .model.documents import Document
+from .model.store import DocumentStore
+from .model.validate import check_vocabulary, short
 from .stages.read import inputs as _inputs
-from .stages.read.formats import Block, InputFile, ReadOptions, parse_shard, read_options, select_inputs
-from .stages.read.tokenizers import AUTO, ByteTokenizer, SpecialId, TokenizerSpec, check_vocabulary
+from .stages.read.bin import check_bin_separator
+from .stages.read.blocks import Block, ReadKeywords, ReadOptions, documents, read_options
+from .stages.read.select import InputFile, parse_shard, select_inputs
+from .stages.read.tasks import Task, file_tasks, run_task
 
-DATASET_TASK_ROWS = 8192  # rows of a saved dataset per task
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 GROUP_BYTES = _inputs.LINE_CHUNK_BYTES  # small files and chunks are sent to a worker together, up to about this many bytes
 GROUP_FILES = 64
 
 
-# --- tasks ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Task:
-    """A piece of work on one input file (*file* is its position in the selection)."""
-
-    file: int
-    kind: str
-    path: str
-    name: str
-    chunk: _inputs.LineChunk | None = field(default=None, repr=False)
-    part: tuple[int, int] = (0, 0)  # Parquet: (row group, first row); saved dataset: (start, stop) rows
-    size: int = 0  # bytes, roughly: how tasks are grouped for workers
-    error: str = ""
-
-    def inline(self, opts: ReadOptions) -> bool:
-        """Runs in the main process even with workers: nothing to tokenize (numpy reads), or only bytes to
-        split, which is faster than sending the ids back from a worker."""
-        return self.kind in ("npy", "bin", "failed", "empty") or (
-            self.kind in ("text", "lines") and isinstance(opts.tokenizer, ByteTokenizer)
-        )
-
-
-def file_tasks(index: int, file: InputFile, opts: ReadOptions) -> Iterator[Task]:
-    """The tasks of one file, in order; a file that cannot be read ends with a ``failed`` task."""
-    path, kind = str(file.path), file.kind
-    try:
-        if kind == "jsonl" or (kind == "text" and opts.per_line):
-            lines = "jsonl" if kind == "jsonl" else "lines"
-            chunks = _inputs.line_chunks(path, _inputs.LINE_CHUNK_BYTES)
-            for chunk in _first_or(chunks, _inputs.LineChunk(b"", 0, 1)):
-                yield Task(index, lines, path, file.name, chunk, size=len(chunk.data))
-        elif kind == "parquet":
-            groups = formats.parquet_row_groups(path)
-            firsts = itertools.accumulate(groups[:-1], initial=0) if groups else ()
-            for group, first in enumerate(firsts):
-                yield Task(index, kind, path, file.name, part=(group, first))
-            if not groups:
-                yield Task(index, "empty", path, file.name)
-        elif kind == "dataset":
-            rows = formats.load_dataset_folder(path).num_rows
-            for lo in range(0, max(rows, 1), DATASET_TASK_ROWS):
-                yield Task(index, kind, path, file.name, part=(lo, min(rows, lo + DATASET_TASK_ROWS)))
-        elif kind == "unsupported":
-            suffix = Path(_inputs.base_name(path)).suffix
-            yield Task(index, "failed", path, file.name, error=f"{path}: compressed {suffix} files are not read; decompress it")
-        elif kind == "offsets":
-            yield Task(index, "failed", path, file.name, error=f"{path}: an offsets file without {path[:-12]}.npy beside it")
-        else:
-            yield Task(index, kind, path, file.name, size=_size(path))
-    except DataError as err:
-        yield Task(index, "failed", path, file.name, error=str(err))
-
-
-def _first_or(items: Iterator[Any], empty: Any) -> Iterator[Any]:
-    seen = False
-    for item in items:
-        seen = True
-        yield item
-    if not seen:
-        yield empty
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
-def run_task(task: Task, opts: ReadOptions) -> Iterator[Block]:
-    """The blocks of one task (lazily); a failed task raises its `DataError`."""
-    if task.kind == "text":
-        yield formats.text_file_block(task.path, task.name, opts)
-    elif task.kind == "lines" and task.chunk is not None:
-        yield formats.text_lines_block(task.chunk, task.path, task.name, opts)
-    elif task.kind == "jsonl" and task.chunk is not None:
-        yield formats.jsonl_block(task.chunk, task.path, task.name, opts)
-    elif task.kind == "parquet":
-        yield from formats.parquet_blocks(task.path, task.name, task.part[0], task.part[1], opts)
-    elif task.kind == "arrow":
-        yield from formats.arrow_blocks(task.path, task.name, opts)
-    elif task.kind == "dataset":
-        yield from formats.dataset_rows_blocks(task.path, task.name, task.part[0], task.part[1], opts)
-    elif task.kind == "npy":
-        yield from formats.npy_blocks(task.path, task.name, opts)
-    elif task.kind == "bin":
-        yield from formats.bin_blocks(task.path, task.name, opts)
-    elif task.kind != "empty":
-        raise DataError(task.error or f"{task.path}: unknown task kind {task.kind!r}")
+# --- workers -------------------------------------------------------------------------------------
 
 
 _WORKER: dict[str, ReadOptions] = {}
@@ -227,19 +141,15 @@ def _ordered(pools: list[Any], tasks: Iterable[Task], opts: ReadOptions, workers
 def iter_files(
     inputs: Sequence[str | os.PathLike[str]],
     *,
-    tokenizer: TokenizerSpec = None,
-    eos_id: SpecialId = AUTO,
-    bos_id: SpecialId = AUTO,
-    per_line: bool = False,
-    partition: Partition | str = Partition.TRAIN,
-    column: str | None = None,
-    bin_separator: int | None = None,
-    bin_dtype: str = "uint16",
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     shard: str | tuple[int, int] | None = None,
+    **read: Unpack[ReadKeywords],
 ) -> Iterator[Document]:
     """The documents `prepare_store` writes, lazily, in order (one process; the first bad file raises).
+
+    *read*: the reading keywords (tokenizer, eos_id, bos_id, per_line, partition,
+    column, bin_separator, bin_dtype; `streambatch.stages.read.blocks.ReadKeywords`).
 
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -248,10 +158,7 @@ def iter_files(
     >>> [(d.id, d.tokens.tolist()) for d in iter_files([folder], eos_id=256)]
     [('a.txt', [104, 105, 256]), ('b.jsonl:1', [7, 8])]
     """
-    opts = read_options(
-        tokenizer, eos_id=eos_id, bos_id=bos_id, per_line=per_line, partition=partition, column=column,
-        bin_separator=bin_separator, bin_dtype=bin_dtype,
-    )  # fmt: skip
+    opts = read_options(**read)
     files = _selected(inputs, include, exclude, shard, opts)
     return _iter_files(files, opts)
 
@@ -266,14 +173,14 @@ def _selected(
     files = select_inputs(inputs, include=include, exclude=exclude, shard=shard)
     first_bin = next((f for f in files if f.kind == "bin"), None)
     if first_bin is not None:  # before any work, not at the first .bin
-        formats.check_bin_separator(str(first_bin.path), opts)
+        check_bin_separator(str(first_bin.path), opts)
     return files
 
 
 def _iter_files(files: list[InputFile], opts: ReadOptions) -> Iterator[Document]:
     for index, file in enumerate(files):
         for task in file_tasks(index, file, opts):
-            yield from formats.documents(run_task(task, opts))
+            yield from documents(run_task(task, opts))
 
 
 @dataclass
@@ -288,23 +195,17 @@ def prepare_store(
     inputs: Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
     *,
-    tokenizer: TokenizerSpec = None,
-    eos_id: SpecialId = AUTO,
-    bos_id: SpecialId = AUTO,
-    per_line: bool = False,
-    partition: Partition | str = Partition.TRAIN,
-    column: str | None = None,
-    bin_separator: int | None = None,
-    bin_dtype: str = "uint16",
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     shard: str | tuple[int, int] | None = None,
     skip_bad: bool = False,
     workers: int = 1,
     quiet: bool = False,
+    **read: Unpack[ReadKeywords],
 ) -> DocumentStore:
     """Read *inputs* (files, folders; every format of `streambatch.stages.read.formats`) into a new store at *output*.
 
+    *read* are the reading keywords (`streambatch.stages.read.blocks.ReadKeywords`).
     *tokenizer* (a tokenizer.json path, a `Tokenizer`, any ``str -> ids`` callable;
     bytes by default) tokenizes text, with *bos_id*/*eos_id* around each document
     (``"auto"``: the tokenizer's own, `streambatch.stages.read.tokenizers.EOS_NAMES`); token
@@ -322,21 +223,18 @@ def prepare_store(
             "(write_store takes (path, documents))"
         )
     workers = check_positive(workers, "workers", "the number of processes that tokenize (1: this one)")
-    opts = read_options(
-        tokenizer, eos_id=eos_id, bos_id=bos_id, per_line=per_line, partition=partition, column=column,
-        bin_separator=bin_separator, bin_dtype=bin_dtype,
-    )  # fmt: skip
+    opts = read_options(**read)
     files = _selected(inputs, include, exclude, shard, opts)
     part = parse_shard(shard)
     header = {"shard": {"index": part[0], "count": part[1]}} if part else {}
     tasks = (task for index, file in enumerate(files) for task in file_tasks(index, file, opts))
-    progress = _Progress(len(files), quiet)
+    progress = FileProgress(len(files), desc="prepare", progress=False if quiet else None)
     skipped: list[tuple[str, str]] = []
     try:
-        with StoreWriter(output, tokenizer=opts.tokenizer if tokenizer is not None else None, header=header) as writer:
+        with StoreWriter(output, tokenizer=opts.tokenizer if opts.named_tokenizer else None, header=header) as writer:
             with contextlib.closing(run_tasks(tasks, opts, workers)) as outcomes:  # closing stops the workers
                 totals = _write(outcomes, files, writer, opts, skip_bad, skipped, progress)
-            if tokenizer is None and totals.tokenized:
+            if not opts.named_tokenizer and totals.tokenized:
                 if totals.outside:
                     raise DataError(totals.outside)
                 writer.set_tokenizer(opts.tokenizer)
@@ -367,7 +265,7 @@ def _write(
     opts: ReadOptions,
     skip_bad: bool,
     skipped: list[tuple[str, str]],
-    progress: _Progress,
+    progress: FileProgress,
 ) -> _FileCount:
     totals, count = _FileCount(), _FileCount()
     current, mark, failed = -1, writer.mark(), False
@@ -415,56 +313,3 @@ def _merge(totals: _FileCount, count: _FileCount) -> None:
     totals.tokens += count.tokens
     totals.tokenized = totals.tokenized or count.tokenized
     totals.outside = totals.outside or count.outside
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, quiet: bool) -> Any:
-    if quiet or not sys.stderr.isatty():
-        return _NoBar()
-    try:
-        from tqdm import tqdm
-    except ImportError:  # the progress extra is optional
-        return _NoBar()
-    return tqdm(total=total, unit="file", desc="prepare", file=sys.stderr)
-
-
-class _Progress:
-    """The bar (files) with documents, tokens and tokens/s as its postfix."""
-
-    def __init__(self, files: int, quiet: bool) -> None:
-        self.bar = _progress(files, quiet)
-        self.start = self.shown = time.perf_counter()
-        self.documents = self.tokens = 0
-
-    def add(self, documents: int, tokens: int) -> None:
-        self.documents += documents
-        self.tokens += tokens
-        now = time.perf_counter()
-        if now - self.shown >= 0.5:
-            self.shown = now
-            self._postfix(refresh=True)
-
-    def _postfix(self, refresh: bool) -> None:
-        rate = self.tokens / max(self.seconds(), 1e-9)
-        self.bar.set_postfix_str(f"{self.documents:,} docs, {self.tokens:,} tokens, {rate:,.0f} tokens/s", refresh=refresh)
-
-    def file_done(self, done: bool) -> None:
-        if done:
-            self._postfix(refresh=False)
-            self.bar.update(1)
-
-    def seconds(self) -> float:
-        return time.perf_counter() - self.start
-
-    def close(self) -> None:
-        self.bar.close()

@@ -23,22 +23,23 @@ at-least-once for that batch, exactly once for every other.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import os
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
-from ._checks import U64, check_non_negative, check_positive, is_integer
-from .epoch import Epoch, derive_seed
+from ._checks import check_non_negative, check_positive, is_integer, short_repr
+from .epoch import Epoch, epoch_windows
 from .errors import ConfigError, OutOfRangeError, StateError
-from .model.documents import Partition, TokenSource
-from .model.validate import short
+from .model.documents import Partition
+from .model.source import TokenSource
 from .stages.batch import MiniBatch
 from .stages.materialize import Batches
+from .stages.shuffle import derive_seed
 from .stages.windows import WindowConfig, Windows
+from .state import RUN_KEYS, check_index, check_position, check_same, decode, encode
 
-STATE_FORMAT = "streambatch.run"
-STATE_VERSION = 1
-STATE_KEYS = ("format", "version", "seed", "epoch", "batch", "context_length", "stride", "batch_size", "partition", "fingerprint")
-_HASH_BLOCK = 1 << 22  # tokens hashed per block (16 MiB as uint32)
+STATE_KEYS = RUN_KEYS  # the keys of Run.state_dict(), in order
 
 
 class Run:
@@ -64,45 +65,38 @@ class Run:
     [(0, 1), (1, 0), (1, 1)]
     """
 
-    _seed: int | None
-    _epochs: int | None
-    _current: tuple[int, Epoch]
-    _batches: int
-    _position: tuple[int, int]
-    _fingerprint: str | None
-
     def __init__(
         self,
-        source: Any,
+        source: Any = None,
         *,
-        context_length: int,
+        context_length: int | None = None,
         batch_size: int,
-        stride: int = 1,
+        stride: int | None = None,
         seed: int | None,
-        partition: Partition | str = Partition.TRAIN,
+        partition: Partition | str | None = None,
+        keep_partition: bool = False,
         epochs: int | None = None,
+        plan_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        first = Epoch(source, context_length=context_length, batch_size=batch_size, stride=stride, seed=seed, partition=partition)
-        self._setup(first, epochs)
+        self._epochs = (
+            None if epochs is None else check_non_negative(epochs, "epochs", "the number of epochs, or None for an endless run")
+        )
+        whole = epoch_windows(source, context_length, stride, partition, keep_partition)
+        first = Epoch(whole, batch_size=batch_size, seed=seed, plan_dir=plan_dir)
+        self._seed = first.seed
+        self._current: tuple[int, Epoch] = (0, first)
+        self._batches = first.batch_count
+        self._position = (0, 0)
+        self._fingerprint: str | None = None
 
     @classmethod
     def from_epoch(cls, epoch: Epoch, *, epochs: int | None = None) -> Run:
         """The run whose epoch 0 is *epoch* (its seed is the run seed); a plan *epoch* already holds is reused."""
         if not isinstance(epoch, Epoch):
-            raise ConfigError(f"epoch={short(epoch)} is not a streambatch.Epoch; build one with sb.Epoch(store, ...)")
-        run = cls.__new__(cls)
-        run._setup(epoch, epochs)
+            raise ConfigError(f"epoch={short_repr(epoch)} is not a streambatch.Epoch; build one with sb.Epoch(source, ...)")
+        run = cls(epoch.windows, batch_size=epoch.batch_size, seed=epoch.seed, plan_dir=epoch.plan_dir, epochs=epochs)
+        run._current = (0, epoch)  # the same epoch: keep the plan it already holds
         return run
-
-    def _setup(self, first: Epoch, epochs: int | None) -> None:
-        self._seed = first.seed
-        self._epochs = (
-            None if epochs is None else check_non_negative(epochs, "epochs", "the number of epochs, or None for an endless run")
-        )
-        self._current = (0, first)
-        self._batches = first.batch_count
-        self._position = (0, 0)
-        self._fingerprint = None
 
     # -- what the run is ---------------------------------------------------------------
     @property
@@ -186,10 +180,7 @@ class Run:
     def batch(self, epoch: int, index: int, *, rank: int = 0, world_size: int = 1) -> MiniBatch:
         """Batch *index* of epoch *epoch* (this *rank*'s rows of it with *world_size* > 1)."""
         chosen = self.epoch(epoch)
-        at = chosen._batch_index(index)
-        batch = chosen.batches(rank=rank, world_size=world_size)[at]
-        batch.epoch = int(epoch)
-        return batch
+        return chosen.batches(rank=rank, world_size=world_size)[check_index(index, self._batches)].in_epoch(int(epoch))
 
     def step_of(self, epoch: int, batch: int) -> int:
         """The global batch number of ``(epoch, batch)``: ``epoch * batches_per_epoch + batch``."""
@@ -228,9 +219,7 @@ class Run:
             epoch, index = divmod(at, self._batches)
             if held is None or held[0] != epoch:
                 held = (epoch, self.epoch(epoch).batches(rank=rank, world_size=world_size))
-            batch = held[1][index]
-            batch.epoch = epoch
-            yield batch
+            yield held[1][index].in_epoch(epoch)
             at += step
 
     # -- consuming: the position moves as batches are handed out -----------------------
@@ -258,34 +247,23 @@ class Run:
     def _after(self, epoch: int, index: int) -> tuple[int, int]:
         return (epoch + 1, 0) if index + 1 >= self._batches else (epoch, index + 1)
 
-    def _normalized(self, epoch: int, batch: int) -> tuple[int, int]:
-        return (epoch + 1, 0) if self._batches and batch == self._batches else (epoch, batch)
-
-    def _check_position(self, epoch: Any, batch: Any, prefix: str, error: type[Exception]) -> tuple[int, int]:
-        if not is_integer(epoch) or int(epoch) < 0:
-            raise error(f"{prefix}epoch={epoch!r} must be a non-negative int; pass the epoch number (0 for the first)")
-        if not is_integer(batch) or not 0 <= int(batch) <= self._batches:
-            raise error(
-                f"{prefix}batch={batch!r} must be an int in [0, {self._batches}] (batches per epoch); "
-                "pass the number of batches already consumed in that epoch"
-            )
-        return self._normalized(int(epoch), int(batch))
-
     def set_position(self, epoch: int, batch: int) -> None:
         """Move to batch *batch* of epoch *epoch* (``batch == batches_per_epoch`` means the next epoch's start)."""
-        self._position = self._check_position(epoch, batch, "", OutOfRangeError)
+        self._position = check_position(epoch, batch, self._batches, error=OutOfRangeError)
 
-    # -- the checkpoint ----------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """The position as a small, versioned, JSON-serializable dict (see `load_state_dict`).
+    # -- the checkpoint: one codec, `streambatch.state` --------------------------------
+    def state_dict(self, position: tuple[int, int] | None = None) -> dict[str, Any]:
+        """The position (or *position*) as a small, versioned, JSON-serializable dict (see `load_state_dict`).
 
-        Keys: ``format``, ``version``, ``seed``, ``epoch``, ``batch`` (batches
-        consumed in that epoch), ``context_length``, ``stride``, ``batch_size``,
-        ``partition`` and the corpus ``fingerprint``.
+        Keys (`streambatch.state`, kind ``run``): ``format``, ``version``, ``kind``,
+        ``seed``, ``epoch``, ``batch`` (batches consumed in that epoch),
+        ``context_length``, ``stride``, ``batch_size``, ``partition`` and the corpus
+        ``fingerprint``.
         """
-        return self._state(*self._position)
+        epoch, batch = self._position if position is None else check_position(*position, self._batches, error=OutOfRangeError)
+        return encode("run", epoch=epoch, batch=batch, **self._key())
 
-    def state_after(self, batch: Any) -> dict[str, Any]:
+    def state_dict_after(self, batch: Any) -> dict[str, Any]:
         """The state right after *batch* (anything with ``.epoch`` and ``.index``: a batch this run made).
 
         What every data-parallel rank can save once the global batch is done, whatever
@@ -295,18 +273,19 @@ class Run:
         index: Any = getattr(batch, "index", None)
         if not is_integer(epoch) or int(epoch) < 0 or not is_integer(index) or not 0 <= int(index) < self._batches:
             raise OutOfRangeError(
-                f"batch={short(batch)} (epoch={epoch!r}, index={index!r}) is not a batch of this run "
+                f"batch={short_repr(batch)} (epoch={epoch!r}, index={index!r}) is not a batch of this run "
                 f"({self._batches} batches per epoch); pass a batch the run (or its dataset) yielded"
             )
-        return self._state(*self._after(int(epoch), int(index)))
+        return self.state_dict(self._after(int(epoch), int(index)))
 
-    def _state(self, epoch: int, batch: int) -> dict[str, Any]:
+    def state_after(self, batch: Any) -> dict[str, Any]:
+        """Deprecated name of `state_dict_after` (kept for one release)."""
+        warnings.warn("Run.state_after is deprecated; use Run.state_dict_after", DeprecationWarning, stacklevel=2)
+        return self.state_dict_after(batch)
+
+    def _key(self) -> dict[str, Any]:
         return {
-            "format": STATE_FORMAT,
-            "version": STATE_VERSION,
             "seed": self._seed,
-            "epoch": epoch,
-            "batch": batch,
             "context_length": self.config.context_length,
             "stride": self.config.stride,
             "batch_size": self.batch_size,
@@ -314,46 +293,16 @@ class Run:
             "fingerprint": self.fingerprint,
         }
 
-    def check_state(self, state: Any) -> tuple[int, int]:
+    def check_state(self, state: Any, where: str = "state") -> tuple[int, int]:
         """The position ``(epoch, batch)`` *state* records, after checking that it belongs to this run.
 
         Raises `StateError` naming the problem: not a dict, another format or
         version, missing or unknown keys, a malformed value, or a state of another
         corpus (fingerprint), partition, context length, stride, batch size or seed.
         """
-        if not isinstance(state, Mapping):
-            raise StateError(f"state={short(state)} is not a dict; pass what Run.state_dict() returned (e.g. json.load of it)")
-        form, version = state.get("format"), state.get("version")
-        if form != STATE_FORMAT:
-            raise StateError(f"state format={form!r} is not {STATE_FORMAT!r}; pass a run state made by Run.state_dict()")
-        if not is_integer(version) or version != STATE_VERSION:
-            raise StateError(
-                f"state version={version!r} but this streambatch reads version {STATE_VERSION}; "
-                "resume with the streambatch that wrote it"
-            )
-        missing = [k for k in STATE_KEYS if k not in state]
-        if missing:
-            raise StateError(f"state is missing {', '.join(map(repr, missing))}; pass a whole Run.state_dict()")
-        unknown = [k for k in state if k not in STATE_KEYS]
-        if unknown:
-            raise StateError(f"state has unknown key(s) {', '.join(map(repr, unknown))}; pass a Run.state_dict() unchanged")
-        _check_state_values(state)
-        ours = {
-            "fingerprint": self.fingerprint,
-            "partition": self.partition.value,
-            "context_length": self.config.context_length,
-            "stride": self.config.stride,
-            "batch_size": self.batch_size,
-            "seed": self._seed,
-        }
-        mismatches = [
-            f"state {key}={state[key]!r} but this run has {key}={value!r}" for key, value in ours.items() if state[key] != value
-        ]
-        if mismatches:
-            raise StateError(
-                "; ".join(mismatches) + "; resume with the corpus, partition, configuration and seed the state was saved with"
-            )
-        return self._check_position(state["epoch"], state["batch"], "state ", StateError)
+        found = decode(state, "run", where)
+        check_same(found, self._key(), where)
+        return check_position(found["epoch"], found["batch"], self._batches, where=f"{where} ", error=StateError)
 
     def load_state_dict(self, state: Any) -> None:
         """Go straight to the position *state* records (`check_state` first: a refused state changes nothing)."""
@@ -368,15 +317,3 @@ class Run:
             f"batches_per_epoch={self._batches}, context_length={self.config.context_length}, stride={self.config.stride}, "
             f"batch_size={self.batch_size}, {order}, partition={self.partition.value!r})"
         )
-
-
-def _check_state_values(state: Mapping[str, Any]) -> None:
-    for key in ("context_length", "stride", "batch_size"):
-        if not is_integer(state[key]) or state[key] <= 0:
-            raise StateError(f"state {key}={state[key]!r} must be a positive int; pass a Run.state_dict() unchanged")
-    seed = state["seed"]
-    if seed is not None and (not is_integer(seed) or not 0 <= seed < U64):
-        raise StateError(f"state seed={seed!r} must be an int in [0, 2**64) or None; pass a Run.state_dict() unchanged")
-    for key in ("partition", "fingerprint"):
-        if not isinstance(state[key], str):
-            raise StateError(f"state {key}={state[key]!r} must be a str; pass a Run.state_dict() unchanged")

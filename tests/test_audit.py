@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch.cli import main
-from streambatch.stages.read.open import source_epoch
 from streambatch.tools import chapter
 from streambatch.tools.audit import CHECKS, audit_batches, audit_epoch, epoch_shares, stand_in_losses
 
@@ -67,7 +66,7 @@ def epoch() -> sb.Epoch:
 def mixed() -> sb.Epoch:
     """The chapter's train documents plus a validation document, in one store; the train epoch, seed 7."""
     docs = [*chapter.fixture_documents(), sb.Document("val-a", "validation", [0, 30, 31, 32, 1])]
-    return source_epoch(sb.DocumentStore.from_documents(docs), context_length=2, batch_size=3, seed=7)
+    return sb.Epoch(sb.DocumentStore.from_documents(docs), context_length=2, batch_size=3, seed=7, keep_partition=True)
 
 
 def test_chapter_epoch_proves_the_chapter_line(epoch: sb.Epoch) -> None:
@@ -322,7 +321,7 @@ def run(argv: list[str]) -> tuple[int, str]:
 
 def test_cli_audit_prints_the_proof_line(fixture_file: Path) -> None:
     """`streambatch audit` on the chapter's documents (a validation document beside them): the PROOF line, a summary."""
-    status, text = run(["audit", str(fixture_file), "-T", "2", "-B", "3", "--seed", "7", "--quiet"])
+    status, text = run(["audit", str(fixture_file), "--keep-partition", "-T", "2", "-B", "3", "--seed", "7", "--quiet"])
     lines = text.splitlines()
     assert 0 == status
     assert CHAPTER_PROOF == lines[0]
@@ -334,10 +333,40 @@ def test_cli_audit_prints_the_proof_line(fixture_file: Path) -> None:
 
 def test_cli_audit_shares_sequential_and_json(fixture_file: Path) -> None:
     """--workers/--world-size report the shares; --sequential audits document order; --json for scripts."""
-    status, text = run(["audit", str(fixture_file), "-T", "2", "-B", "2", "--sequential", "--workers", "2", "--world-size", "3"])
+    status, text = run(
+        [
+            "audit",
+            str(fixture_file),
+            "--keep-partition",
+            "-T",
+            "2",
+            "-B",
+            "2",
+            "--sequential",
+            "--workers",
+            "2",
+            "--world-size",
+            "3",
+        ]
+    )
     assert 0 == status
     assert "shares: 3 ranks x 2 workers, 6 pieces (shares that can hold rows), union checked" == text.splitlines()[2]
-    status, text = run(["audit", str(fixture_file), "-T", "2", "-B", "3", "--seed", "7", "--json", "--partition", "validation"])
+    status, text = run(
+        [
+            "audit",
+            str(fixture_file),
+            "--keep-partition",
+            "-T",
+            "2",
+            "-B",
+            "3",
+            "--seed",
+            "7",
+            "--json",
+            "--partition",
+            "validation",
+        ]
+    )
     result = json.loads(text)
     assert (0, True, 3, {}) == (status, result["ok"], result["expected_windows"], result["failures"])
     assert result["proof"].startswith("PROOF|coverage=3/3|")
@@ -353,7 +382,7 @@ def test_cli_audit_failure_exits_1_naming_the_check(
         return audit_batches([epoch[0], epoch[0], epoch[1]], epoch)
 
     monkeypatch.setattr(command, "audit_epoch", tampered)
-    status, text = run(["audit", str(fixture_file), "-T", "2", "-B", "3", "--seed", "7"])
+    status, text = run(["audit", str(fixture_file), "--keep-partition", "-T", "2", "-B", "3", "--seed", "7"])
     assert 1 == status
     lines = text.splitlines()
     assert lines[0].startswith("PROOF|coverage=5/5|duplicates=3|padding=0|")
@@ -370,8 +399,8 @@ def test_cli_audit_failure_exits_1_naming_the_check(
         (["audit", "{file}", "-T", "2", "-B", "3"], "one of the arguments --seed --sequential is required"),
         (["audit", "{file}", "-B", "3", "--seed", "1"], "the following arguments are required: --context-length/-T"),
         (["audit", "{file}", "-T", "0", "-B", "3", "--seed", "1"], "context_length=0 must be a positive int"),
-        (["audit", "{file}", "-T", "2", "-B", "3", "--seed", "1", "--workers", "0"], "workers=0 must be a positive int"),
-        (["audit", "{file}", "-T", "2", "-B", "3", "--seed", "1", "--other-seed", "1"], "other_seed=1 equals"),
+        (["audit", "{file}", "--keep-partition", "-T", "2", "-B", "3", "--seed", "1", "--workers", "0"], "workers=0 must be a positive int"),
+        (["audit", "{file}", "--keep-partition", "-T", "2", "-B", "3", "--seed", "1", "--other-seed", "1"], "other_seed=1 equals"),
         (["audit", "{missing}", "-T", "2", "-B", "3", "--seed", "1"], "cannot open"),
     ],
     ids=["no-order", "no-T", "T0", "workers", "other-seed", "missing"],

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch import ConfigError, batch_count, batch_widths, chunked
+from streambatch import ConfigError
+from streambatch.stages.chunk import batch_count, batch_widths, chunked
 
 
 @pytest.mark.parametrize(
@@ -57,18 +58,18 @@ def test_chunk_views_cover_the_windows_once(count: int, batch_size: int) -> None
     assert len(chunks) == batch_count(count, batch_size)
     assert [len(c) for c in chunks] == batch_widths(count, batch_size) == chunks.widths
     assert [w for c in chunks for w in c] == list(range(count))
-    assert [c.batch for c in chunks] == list(range(len(chunks)))
+    assert [c.batch_index for c in chunks] == list(range(len(chunks)))
     assert all(list(chunks[i]) == list(c) for i, c in enumerate(chunks))
 
 
 @given(st.integers(0, 60), st.integers(1, 9), st.integers(1, 5))
 def test_shards_partition_the_batches(count: int, batch_size: int, workers: int) -> None:
-    """shard: worker k takes batches k, k + W, ...; together the workers take each batch once."""
+    """share: worker k takes batches k, k + W, ...; together the workers take each batch once."""
     chunks = sb.chunk(_windows(count), batch_size)
-    shares = [[c.batch for c in sb.shard(chunks, k, workers)] for k in range(workers)]
+    shares = [[c.batch_index for c in sb.share(chunks, worker=k, workers=workers)] for k in range(workers)]
     assert sorted(b for share in shares for b in share) == list(range(len(chunks)))
     assert all(share == list(range(k, len(chunks), workers)) for k, share in enumerate(shares))
-    assert [c.batch for c in sb.shard(iter(chunks), 1 % workers, workers)] == shares[1 % workers]
+    assert [c.batch_index for c in sb.share(iter(chunks), worker=1 % workers, workers=workers)] == shares[1 % workers]
 
 
 @given(st.integers(0, 60), st.integers(1, 9), st.integers(1, 5))
@@ -80,14 +81,14 @@ def test_split_rows_are_contiguous_balanced_shares(count: int, batch_size: int, 
         parts = [ranks[r][j] for r in range(world)]
         assert [w for p in parts for w in p] == list(whole)
         assert max(map(len, parts)) - min(map(len, parts)) <= 1
-        assert {p.batch for p in parts} == {whole.batch}
+        assert {p.batch_index for p in parts} == {whole.batch_index}
 
 
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda c: sb.shard(c, 2, 2), r"index=2 must be an int in \[0, count=2\)"),
-        (lambda c: sb.shard(c, 0, 0), "count=0 must be a positive int"),
+        (lambda c: sb.share(c, worker=2, workers=2), r"worker=2 must be an int in \[0, workers=2\)"),
+        (lambda c: sb.share(c, workers=0), "workers=0 must be a positive int"),
         (lambda c: sb.split_rows(c, -1, 2), r"rank=-1 must be an int in \[0, world_size=2\)"),
         (lambda c: sb.split_rows(sb.split_rows(c, 0, 2), 0, 2), "already split"),
         (lambda c: sb.chunk(list(range(3)), 2), "is not a streambatch.Windows"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import hashlib
 import json
 import os
 import random
@@ -21,6 +22,7 @@ import pytest
 import streambatch as sb
 import streambatch.cli.epoch as cli_epoch
 from streambatch.cli import main
+from streambatch.stages.read.jsonl import read_jsonl
 
 
 def run(argv: list[str]) -> tuple[int, str]:
@@ -68,10 +70,12 @@ def test_save_state_records_the_output_position(corpus: tuple[Path, list[sb.Docu
     assert (0, "") == run(["epoch", str(path), *ARGS, "--epoch", "1", "-o", str(out), "--save-state", str(state)])
     assert _reference(path, tmp_path) == out.read_text()
     saved = json.loads(state.read_text())
-    assert ("streambatch.epoch-command", 1, 1) == (saved["format"], saved["version"], saved["epoch"])
+    assert ("streambatch.state", 2, "epoch-command", 1) == (saved["format"], saved["version"], saved["kind"], saved["epoch"])
     assert (2, 0, 11) == (saved["run"]["epoch"], saved["run"]["batch"], saved["run"]["seed"])
     lines = out.read_text().count("\n")
-    assert {"path": str(out.resolve()), "bytes": out.stat().st_size, "batches": lines} == saved["output"]
+    digest = hashlib.blake2b(out.read_bytes(), digest_size=32).hexdigest()
+    expected = {"path": str(out.resolve()), "bytes": out.stat().st_size, "batches": lines, "first": 0, "digest": digest}
+    assert expected == saved["output"]
     assert (0, "") == run(["epoch", str(path), *ARGS, "-o", str(out), "--resume", str(state)])  # finished: nothing more
     assert _reference(path, tmp_path) == out.read_text()
 
@@ -196,7 +200,7 @@ def test_an_empty_epoch_says_so_on_stderr(tmp_path: Path, capsys: pytest.Capture
     assert captured.out == ""
     assert "the epoch is empty" in captured.err
     assert "T + 1 = 6 tokens" in captured.err
-    assert sb.Epoch(sb.read_jsonl(path), context_length=5, batch_size=2).window_count == 0
+    assert sb.Epoch(read_jsonl(path), context_length=5, batch_size=2).window_count == 0
 
 
 def test_a_hostile_state_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 import streambatch.stages.windows as windowing
-from streambatch import ConfigError, DuplicateIdError, StoreError
+from streambatch import ConfigError
 from streambatch.cli import main
+from streambatch.errors import DuplicateIdError, StoreError
 from streambatch.io.store import write_store
 from streambatch.model.corpus import corpus_fingerprint
 

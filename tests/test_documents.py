@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given
 
 import streambatch as sb
-from streambatch import DataError, DuplicateIdError, Partition, PartitionError
+from streambatch import DataError, Partition
+from streambatch.errors import DuplicateIdError, PartitionError
+from streambatch.stages.read.jsonl import read_jsonl, read_records
 
 from .strategies import documents
 
@@ -107,8 +109,8 @@ def test_read_jsonl_and_keep_one_partition(tmp_path: Path) -> None:
             {"id": "v", "partition": "validation", "tokens": [5, 6]},
         ],
     )
-    assert sb.read_jsonl(path).ids == ("a", "v")
-    assert sb.read_jsonl(path, partition="validation").ids == ("v",)
+    assert read_jsonl(path).ids == ("a", "v")
+    assert read_jsonl(path, partition="validation").ids == ("v",)
 
 
 @pytest.mark.parametrize(
@@ -129,19 +131,19 @@ def test_read_jsonl_and_keep_one_partition(tmp_path: Path) -> None:
 def test_jsonl_errors_name_file_and_line(tmp_path: Path, rows: list[object], message: str) -> None:
     """Every reader error names the file and line number."""
     with pytest.raises(DataError, match=message):
-        sb.read_jsonl(_write_jsonl(tmp_path / "docs.jsonl", rows))
+        read_jsonl(_write_jsonl(tmp_path / "docs.jsonl", rows))
 
 
 def test_missing_file_is_a_data_error(tmp_path: Path) -> None:
     """An unreadable path is a DataError, not an OSError traceback."""
     with pytest.raises(DataError, match="cannot open"):
-        sb.read_jsonl(tmp_path / "nope.jsonl")
+        read_jsonl(tmp_path / "nope.jsonl")
 
 
 def test_read_records_from_any_iterable() -> None:
     """Any iterable of dicts works (a dataset's row iterator, a generator)."""
     rows = ({"id": f"r{i}", "partition": "train", "tokens": list(range(i))} for i in range(3))
-    store = sb.read_records(rows)
+    store = read_records(rows)
     assert store.lengths.tolist() == [0, 1, 2]
 
 
@@ -151,4 +153,4 @@ def test_partition_check_names_the_document() -> None:
     with pytest.raises(
         PartitionError, match=r"id='v' \(document index 1\) is in partition 'validation', not the epoch's 'train'"
     ):
-        store.check_partition("train")
+        sb.windows(store, context_length=1)

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 import streambatch.stages.windows as windowing
-from streambatch import ConfigError, DuplicateIdError, PartitionError
+from streambatch import ConfigError
+from streambatch.errors import DuplicateIdError, PartitionError
+from streambatch.stages.chunk import batch_widths
 
 from .strategies import configs, documents, seeds
 
@@ -52,7 +54,7 @@ def test_widths_and_no_padding(docs: list[sb.Document], config: dict[str, int], 
     epoch = sb.Epoch(docs, seed=seed, **config)
     batches = list(epoch)
     widths = [b.width for b in batches]
-    assert sb.batch_widths(epoch.window_count, config["batch_size"]) == widths
+    assert batch_widths(epoch.window_count, config["batch_size"]) == widths
     assert len(batches) == len(epoch) == epoch.batch_count
     for batch in batches:
         assert (batch.width, config["context_length"]) == batch.inputs.shape == batch.targets.shape

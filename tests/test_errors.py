@@ -10,22 +10,28 @@ import numpy as np
 import pytest
 
 import streambatch as sb
+from streambatch.errors import DuplicateIdError, StoreError
+from streambatch.io.store import StoreWriter
+from streambatch.stages.chunk import batch_widths, chunked
+from streambatch.stages.read.jsonl import read_records
+from streambatch.stages.shuffle import shuffled_order
+from streambatch.stages.windows import window_counts
 
 DOC = sb.Document("a", "train", [1, 2, 3, 4])
 
 CASES: list[tuple[str, Callable[[], Any], type[sb.StreamBatchError], str]] = [
-    ("window-counts-T", lambda: sb.window_counts([5], 0), sb.ConfigError, r"context_length=0 must be a positive int; pass"),
-    ("window-counts-stride", lambda: sb.window_counts([5], 2, stride=0), sb.ConfigError, r"stride=0 must be a positive int"),
-    ("widths-B", lambda: sb.batch_widths(5, 0), sb.ConfigError, r"batch_size=0 must be a positive int; pass the number"),
-    ("chunked-B", lambda: sb.chunked(np.arange(3), -2), sb.ConfigError, r"batch_size=-2 must be a positive int"),
-    ("shuffle-count", lambda: sb.shuffled_order(-1, 7), sb.ConfigError, r"count=-1 must be a non-negative int"),
+    ("window-counts-T", lambda: window_counts([5], 0), sb.ConfigError, r"context_length=0 must be a positive int; pass"),
+    ("window-counts-stride", lambda: window_counts([5], 2, stride=0), sb.ConfigError, r"stride=0 must be a positive int"),
+    ("widths-B", lambda: batch_widths(5, 0), sb.ConfigError, r"batch_size=0 must be a positive int; pass the number"),
+    ("chunked-B", lambda: chunked(np.arange(3), -2), sb.ConfigError, r"batch_size=-2 must be a positive int"),
+    ("shuffle-count", lambda: shuffled_order(-1, 7), sb.ConfigError, r"count=-1 must be a non-negative int"),
     (
         "shuffle-seed",
-        lambda: sb.shuffled_order(3, 2**64),
+        lambda: shuffled_order(3, 2**64),
         sb.ConfigError,
         r"seed=18446744073709551616 must be an int in \[0, 2\*\*64\)",
     ),
-    ("epoch-source", lambda: sb.Epoch("docs.jsonl", context_length=2, batch_size=2), sb.ConfigError, r"documents='docs.jsonl'"),
+    ("epoch-source", lambda: sb.Epoch("docs.jsonl", context_length=2, batch_size=2), sb.ConfigError, r"source='docs.jsonl'"),
     ("epoch-one-doc", lambda: sb.Epoch(DOC, context_length=2, batch_size=2), sb.ConfigError, r"single document; pass a list"),
     (
         "epoch-not-doc",
@@ -60,21 +66,21 @@ CASES: list[tuple[str, Callable[[], Any], type[sb.StreamBatchError], str]] = [
     (
         "arrays-dup",
         lambda: sb.DocumentStore.from_arrays([1, 2], [0, 1, 2], ids=["x", "x"]),
-        sb.DuplicateIdError,
+        DuplicateIdError,
         r"first at document index 0",
     ),
     ("arrays-tokens", lambda: sb.DocumentStore.from_arrays([1.5], [0, 1]), sb.DataError, r"tokens: token\[0\]=1.5"),
-    ("records-type", lambda: sb.read_records([["a"]]), sb.DataError, r"record 0: got list"),
+    ("records-type", lambda: read_records([["a"]]), sb.DataError, r"record 0: got list"),
     (
         "records-partition",
-        lambda: sb.read_records([{"id": "a", "partition": "dev", "tokens": []}]),
+        lambda: read_records([{"id": "a", "partition": "dev", "tokens": []}]),
         sb.DataError,
         r"partition='dev'",
     ),
     ("accumulator-width", lambda: sb.TokenMeanAccumulator(0), sb.AccumulationError, r"gradient_width=0 must be a positive int"),
     ("token-mean-empty", lambda: sb.token_mean([]), sb.AccumulationError, r"pieces is empty"),
-    ("store-missing", lambda: sb.open_store("/nonexistent/store"), sb.StoreError, r"not a streambatch store"),
-    ("writer-dtype", lambda: sb.StoreWriter("/tmp/never", dtype=np.float32), sb.StoreError, r"dtype=float32 is not supported"),
+    ("store-missing", lambda: sb.open_store("/nonexistent/store"), StoreError, r"not a streambatch store"),
+    ("writer-dtype", lambda: StoreWriter("/tmp/never", dtype=np.float32), StoreError, r"dtype=float32 is not supported"),
 ]
 
 
@@ -88,8 +94,8 @@ def test_bad_input_catalogue(call: Callable[[], Any], error: type[Exception], me
 
 def test_writer_with_bad_dtype_leaves_nothing(tmp_path: Path) -> None:
     """A writer refused at construction creates no directory at all."""
-    with pytest.raises(sb.StoreError):
-        sb.StoreWriter(tmp_path / "s", dtype=np.int8)
+    with pytest.raises(StoreError):
+        StoreWriter(tmp_path / "s", dtype=np.int8)
     assert [] == list(tmp_path.iterdir())
 
 
@@ -158,6 +164,6 @@ def test_a_damaged_plan_position_is_a_data_error() -> None:
     """A plan entry beyond the tokens (a damaged plan file) is a DataError at the gather, not an IndexError."""
     store = sb.DocumentStore.from_arrays(np.arange(10, dtype=np.uint16), [0, 10])
     windows = sb.windows(store, context_length=2)
-    damaged = windows.with_plan(np.array([0, 1, 2, 3, 4, 5, 6, 2**32 - 1], dtype=np.uint32), seed=1, state_after=None)
+    damaged = windows.with_plan(np.array([0, 1, 2, 3, 4, 5, 6, 2**32 - 1], dtype=np.uint32), None)
     with pytest.raises(sb.DataError, match="outside the store's 10 tokens"):
         list(sb.materialize(sb.chunk(damaged, 4)))

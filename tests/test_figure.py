@@ -120,7 +120,9 @@ def test_cli_trace_writes_svg_and_html(tmp_path: Path) -> None:
         '{"id": "val", "partition": "validation", "tokens": [5, 6, 7]}\n'
     )
     svg, page = tmp_path / "e.svg", tmp_path / "e.html"
-    status, text = run(["trace", str(source), "-T", "2", "-B", "3", "--seed", "7", "--svg", str(svg), "--html", str(page)])
+    status, text = run(
+        ["trace", str(source), "--keep-partition", "-T", "2", "-B", "3", "--seed", "7", "--svg", str(svg), "--html", str(page)]
+    )
     assert 0 == status
     assert [
         f"wrote {svg}: 5 windows, 2 batches, every row",

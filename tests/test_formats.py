@@ -1,4 +1,4 @@
-"""Tests for `streambatch.stages.read.formats`: every file format, compressed inputs, dispatch by suffix, read errors."""
+"""Tests for the format readers (one module each): every file format, compressed inputs, dispatch by suffix, read errors."""
 
 from __future__ import annotations
 
@@ -13,9 +13,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch.stages.read import formats
+from streambatch.prepare import iter_files
+from streambatch.stages.read import bin as bin_format
 from streambatch.stages.read import inputs as _inputs
-from streambatch.stages.read.formats import format_of
+from streambatch.stages.read.arrow import iter_arrow
+from streambatch.stages.read.bin import iter_bin
+from streambatch.stages.read.byte_tokens import byte_detokenize
+from streambatch.stages.read.hf import iter_hf
+from streambatch.stages.read.npy import iter_npy
+from streambatch.stages.read.parquet import iter_parquet
+from streambatch.stages.read.select import format_of
+from streambatch.stages.read.tokenizers import ByteTokenizer
 
 TEXT = "héllo world\r\nsecond line\n\n  \nlast line without newline"
 
@@ -66,8 +74,8 @@ def test_text_plain_and_compressed(tmp_path: Path, codec: str) -> None:
     name = "notes.txt" + (f".{codec}" if codec else "")
     (tmp_path / name).write_bytes(_compress(TEXT.encode(), codec))
     (whole,) = sb.iter_text(tmp_path / name)
-    assert TEXT == sb.byte_detokenize(whole.tokens)
-    lines = [(d.id, sb.byte_detokenize(d.tokens)) for d in sb.iter_text(tmp_path / name, per_line=True)]
+    assert TEXT == byte_detokenize(whole.tokens)
+    lines = [(d.id, byte_detokenize(d.tokens)) for d in sb.iter_text(tmp_path / name, per_line=True)]
     expected = [("héllo world", 1), ("second line", 2), ("last line without newline", 5)]
     assert [(f"{tmp_path / name}:{n}", text) for text, n in expected] == lines
 
@@ -79,7 +87,7 @@ def test_jsonl_plain_and_compressed(tmp_path: Path, codec: str) -> None:
     name = "docs.ndjson" + (f".{codec}" if codec else "")
     (tmp_path / name).write_bytes(_compress("".join(json.dumps(r) + "\n" for r in rows).encode(), codec))
     assert [("a", [1, 2, 3]), ("2", [4])] == _ids_tokens(sb.iter_jsonl(tmp_path / name))
-    docs = list(sb.iter_files([tmp_path]))
+    docs = list(iter_files([tmp_path]))
     assert [("a", [1, 2, 3]), (f"{name}:2", [4])] == _ids_tokens(docs)
     assert [sb.Partition.TRAIN, sb.Partition.TEST] == [d.partition for d in docs]
 
@@ -88,12 +96,10 @@ def test_jsonl_text_rows_are_tokenized(tmp_path: Path) -> None:
     """A JSONL row without tokens but with text (or --column) is tokenized, with eos; tokens rows stay as they are."""
     (tmp_path / "mix.jsonl").write_text('{"text": "hi"}\n{"tokens": [7]}\n')
     (tmp_path / "other.jsonl").write_text('{"body": "yo", "id": "b"}\n')
-    assert [("mix.jsonl:1", [104, 105, 0]), ("mix.jsonl:2", [7])] == _ids_tokens(
-        sb.iter_files([tmp_path], eos_id=0, exclude=["o*"])
-    )
-    assert [("b", [121, 111])] == _ids_tokens(sb.iter_files([tmp_path / "other.jsonl"], column="body"))
+    assert [("mix.jsonl:1", [104, 105, 0]), ("mix.jsonl:2", [7])] == _ids_tokens(iter_files([tmp_path], eos_id=0, exclude=["o*"]))
+    assert [("b", [121, 111])] == _ids_tokens(iter_files([tmp_path / "other.jsonl"], column="body"))
     with pytest.raises(sb.DataError, match=r"other.jsonl:1: missing key\(s\) tokens; .* or 'text' text to tokenize"):
-        list(sb.iter_files([tmp_path]))
+        list(iter_files([tmp_path]))
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=30)
@@ -103,11 +109,11 @@ def test_line_chunks_change_nothing(tmp_path_factory: pytest.TempPathFactory, li
     folder = tmp_path_factory.mktemp("chunks")
     (folder / "t.txt").write_text("\n".join(lines), encoding="utf-8", newline="")
     (folder / "d.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" if t.strip() else "\n" for t in lines))
-    whole = list(sb.iter_files([folder], per_line=True))
+    whole = list(iter_files([folder], per_line=True))
     saved = _inputs.LINE_CHUNK_BYTES
     _inputs.LINE_CHUNK_BYTES = chunk
     try:
-        assert whole == list(sb.iter_files([folder], per_line=True))
+        assert whole == list(iter_files([folder], per_line=True))
     finally:
         _inputs.LINE_CHUNK_BYTES = saved
 
@@ -145,9 +151,9 @@ def test_npy_one_document_or_split_by_offsets(tmp_path: Path) -> None:
     np.save(tmp_path / "one.npy", np.array([3, 1, 4], dtype=np.int64))
     np.save(tmp_path / "many.npy", np.arange(6, dtype=np.uint32))
     np.save(tmp_path / "many.offsets.npy", np.array([0, 2, 2, 6]))
-    assert [("one.npy", [3, 1, 4])] == _ids_tokens(sb.iter_npy(tmp_path / "one.npy"))
+    assert [("one.npy", [3, 1, 4])] == _ids_tokens(iter_npy(tmp_path / "one.npy"))
     expected = [("many.npy:0", [0, 1]), ("many.npy:1", []), ("many.npy:2", [2, 3, 4, 5]), ("one.npy", [3, 1, 4])]
-    assert expected == _ids_tokens(sb.iter_files([tmp_path]))
+    assert expected == _ids_tokens(iter_files([tmp_path]))
 
 
 @pytest.mark.parametrize(
@@ -167,7 +173,7 @@ def test_bad_npy(tmp_path: Path, tokens: Any, offsets: Any, message: str) -> Non
     if offsets is not None:
         np.save(tmp_path / "t.offsets.npy", offsets)
     with pytest.raises(sb.DataError, match=message):
-        list(sb.iter_npy(tmp_path / "t.npy"))
+        list(iter_npy(tmp_path / "t.npy"))
 
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=40)
@@ -175,12 +181,12 @@ def test_bad_npy(tmp_path: Path, tokens: Any, offsets: Any, message: str) -> Non
 def test_bin_documents_rejoin_the_file(tmp_path: Path, tokens: list[int], block: int) -> None:
     """.bin documents end at each separator (kept), rejoin the file exactly, whatever the scan block size."""
     np.array(tokens, dtype="<u2").tofile(tmp_path / "t.bin")
-    saved = formats.BLOCK_TOKENS
-    formats.BLOCK_TOKENS = block
+    saved = bin_format.BLOCK_TOKENS
+    bin_format.BLOCK_TOKENS = block
     try:
-        docs = list(sb.iter_bin(tmp_path / "t.bin", separator=0))
+        docs = list(iter_bin(tmp_path / "t.bin", separator=0))
     finally:
-        formats.BLOCK_TOKENS = saved
+        bin_format.BLOCK_TOKENS = saved
     assert tokens == [t for d in docs for t in d.tokens.tolist()]
     assert all(d.tokens.tolist().count(0) == 1 and d.tokens[-1] == 0 for d in docs[:-1])
     assert [f"t.bin:{k}" for k in range(len(docs))] == [d.id for d in docs]
@@ -190,14 +196,14 @@ def test_bin_documents_rejoin_the_file(tmp_path: Path, tokens: list[int], block:
 def test_bin_uint32_and_errors(tmp_path: Path) -> None:
     """--bin-dtype uint32 reads wide ids; an odd-sized file and a missing separator are errors."""
     np.array([70000, 9, 70000], dtype="<u4").tofile(tmp_path / "w.bin")
-    assert [("w.bin:0", [70000, 9])] == _ids_tokens(sb.iter_bin(tmp_path / "w.bin", separator=9, dtype="uint32"))[:1]
+    assert [("w.bin:0", [70000, 9])] == _ids_tokens(iter_bin(tmp_path / "w.bin", separator=9, dtype="uint32"))[:1]
     (tmp_path / "odd.bin").write_bytes(b"\x01\x00\x02")
     with pytest.raises(sb.DataError, match=r"odd.bin: 3 bytes is not a whole number of uint16 tokens"):
-        list(sb.iter_bin(tmp_path / "odd.bin", separator=0))
+        list(iter_bin(tmp_path / "odd.bin", separator=0))
     with pytest.raises(sb.ConfigError, match=r"bin_separator=70000 must be a token id that fits uint16"):
-        sb.iter_bin(tmp_path / "w.bin", separator=70000)
+        iter_bin(tmp_path / "w.bin", separator=70000)
     with pytest.raises(sb.ConfigError, match=r"w.bin: .bin files are split at a separator token, and none is set"):
-        list(sb.iter_files([tmp_path / "w.bin"]))
+        list(iter_files([tmp_path / "w.bin"]))
 
 
 def _table(pa: Any, **columns: Any) -> Any:
@@ -214,19 +220,19 @@ def test_parquet_token_and_text_columns(tmp_path: Path) -> None:
         row_group_size=2,
     )
     pq.write_table(_table(pa, body=["hi", "yo"]), tmp_path / "text.parquet")
-    docs = list(sb.iter_parquet(tmp_path / "tokens.parquet"))
+    docs = list(iter_parquet(tmp_path / "tokens.parquet"))
     assert [("10", [1, 2]), ("11", []), ("12", [3])] == _ids_tokens(docs)
     assert [sb.Partition.TRAIN, sb.Partition.TEST, sb.Partition.TRAIN] == [d.partition for d in docs]
     assert [("10", [120, 0])] == _ids_tokens(
-        sb.iter_parquet(tmp_path / "tokens.parquet", column="text", tokenizer=sb.ByteTokenizer(eos_id=0))
+        iter_parquet(tmp_path / "tokens.parquet", column="text", tokenizer=ByteTokenizer(eos_id=0))
     )[:1]
     assert [("text.parquet:0", [104, 105]), ("text.parquet:1", [121, 111])] == _ids_tokens(
-        sb.iter_parquet(tmp_path / "text.parquet", column="body")
+        iter_parquet(tmp_path / "text.parquet", column="body")
     )
     with pytest.raises(
         sb.DataError, match=r"text.parquet: no column tokens or input_ids or text \(columns: body\); pass --column"
     ):
-        list(sb.iter_parquet(tmp_path / "text.parquet"))
+        list(iter_parquet(tmp_path / "text.parquet"))
 
 
 @pytest.mark.parametrize(
@@ -247,7 +253,7 @@ def test_bad_parquet_rows(tmp_path: Path, columns: dict[str, Any], message: str)
     pq = pytest.importorskip("pyarrow.parquet")
     pq.write_table(pa.table(columns), tmp_path / "bad.parquet")
     with pytest.raises(sb.DataError, match=message):
-        list(sb.iter_parquet(tmp_path / "bad.parquet"))
+        list(iter_parquet(tmp_path / "bad.parquet"))
 
 
 def test_not_parquet_is_a_data_error(tmp_path: Path) -> None:
@@ -255,7 +261,7 @@ def test_not_parquet_is_a_data_error(tmp_path: Path) -> None:
     pytest.importorskip("pyarrow")
     (tmp_path / "x.parquet").write_text("hello")
     with pytest.raises(sb.DataError, match=r"x.parquet: cannot read as Parquet"):
-        list(sb.iter_parquet(tmp_path / "x.parquet"))
+        list(iter_parquet(tmp_path / "x.parquet"))
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["file", "stream"])
@@ -267,7 +273,7 @@ def test_arrow_ipc(tmp_path: Path, stream: bool) -> None:
         writer = pa.ipc.new_stream(sink, table.schema) if stream else pa.ipc.new_file(sink, table.schema)
         writer.write_table(table, max_chunksize=1)
         writer.close()
-    assert [("t.arrow:0", [5, 6]), ("t.arrow:1", [7])] == _ids_tokens(sb.iter_arrow(tmp_path / "t.arrow"))
+    assert [("t.arrow:0", [5, 6]), ("t.arrow:1", [7])] == _ids_tokens(iter_arrow(tmp_path / "t.arrow"))
 
 
 @pytest.mark.slow
@@ -275,24 +281,22 @@ def test_hugging_face_datasets(tmp_path: Path) -> None:
     """Dataset and IterableDataset rows: input_ids as they are, text through a tokenizer; a saved folder via iter_files."""
     datasets = pytest.importorskip("datasets")
     tokens = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4]], "id": ["a", "b"]})
-    assert [("a", [1, 2, 3]), ("b", [4])] == _ids_tokens(sb.iter_hf(tokens))
+    assert [("a", [1, 2, 3]), ("b", [4])] == _ids_tokens(iter_hf(tokens))
     text = datasets.Dataset.from_dict({"text": ["hi", "", "yo"]})
-    tok = sb.ByteTokenizer(eos_id=256, bos_id=257)
+    tok = ByteTokenizer(eos_id=256, bos_id=257)
     expected = [("0", [257, 104, 105, 256]), ("1", [257, 256]), ("2", [257, 121, 111, 256])]
-    assert expected == _ids_tokens(sb.iter_hf(text, tokenizer=tok, batch_size=2))
-    assert expected == _ids_tokens(sb.iter_hf(text.to_iterable_dataset(), tokenizer=tok))
+    assert expected == _ids_tokens(iter_hf(text, tokenizer=tok, batch_size=2))
+    assert expected == _ids_tokens(iter_hf(text.to_iterable_dataset(), tokenizer=tok))
     text.save_to_disk(str(tmp_path / "saved"))
-    assert [(f"{tmp_path / 'saved'}:0", [257, 104, 105, 256])] == _ids_tokens(sb.iter_files([tmp_path / "saved"], tokenizer=tok))[
-        :1
-    ]
+    assert [(f"{tmp_path / 'saved'}:0", [257, 104, 105, 256])] == _ids_tokens(iter_files([tmp_path / "saved"], tokenizer=tok))[:1]
 
 
 def test_hf_rows_without_datasets() -> None:
     """Any iterable of dicts works like a dataset (no datasets package needed)."""
     rows = [{"text": "ab"}, {"input_ids": [9], "id": "x"}]
-    assert [("0", [97, 98]), ("x", [9])] == _ids_tokens(sb.iter_hf(rows))
+    assert [("0", [97, 98]), ("x", [9])] == _ids_tokens(iter_hf(rows))
     with pytest.raises(sb.ConfigError, match=r"dataset='text' is not a dataset"):
-        sb.iter_hf("text")
+        iter_hf("text")
 
 
 def test_compressed_token_files_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -301,6 +305,6 @@ def test_compressed_token_files_are_refused(tmp_path: Path, capsys: pytest.Captu
     (tmp_path / "c" / "t.npy.gz").write_bytes(gzip.compress(b"x"))
     (tmp_path / "c" / "a.txt").write_text("a")
     with pytest.raises(sb.DataError, match=r"t.npy.gz: compressed .npy files are not read; decompress it"):
-        list(sb.iter_files([tmp_path / "c"]))
+        list(iter_files([tmp_path / "c"]))
     assert ("a.txt",) == sb.prepare_store([tmp_path / "c"], tmp_path / "s", skip_bad=True, quiet=True).ids
     assert "t.npy.gz" in capsys.readouterr().err

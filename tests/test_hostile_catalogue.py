@@ -18,9 +18,13 @@ import pytest
 
 import streambatch as sb
 from streambatch.cli import main
+from streambatch.errors import StoreError
 from streambatch.io.atomic import atomic_text
 from streambatch.io.store import INLINE_DOCUMENTS, StoreWriter, open_store, write_store
-from streambatch.stages.read.jsonl import iter_jsonl
+from streambatch.stages.chunk import batch_widths, chunked
+from streambatch.stages.read.jsonl import iter_jsonl, read_jsonl, read_records
+from streambatch.stages.shuffle import shuffled_order
+from streambatch.stages.windows import window_counts
 
 from .hostile import DEEP, EPOCH, GOOD, HUGE_INT, jsonl_file
 
@@ -83,17 +87,17 @@ API_CASES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
     # 1. JSON
     (
         "jsonl-huge-int",
-        lambda t: sb.read_jsonl(jsonl_file(t, b'{"id": "a", "partition": "train", "tokens": [1, ' + HUGE_INT + b"]}\n")),
+        lambda t: read_jsonl(jsonl_file(t, b'{"id": "a", "partition": "train", "tokens": [1, ' + HUGE_INT + b"]}\n")),
         sb.DataError,
         r"bad.jsonl:1: invalid JSON value at \$\.tokens\[1\] \(Integer value out of range\)",
     ),
     (
         "jsonl-deep",
-        lambda t: sb.read_jsonl(jsonl_file(t, b'\n{"id": "a", "partition": "train", "tokens": ' + DEEP + b"}\n")),
+        lambda t: read_jsonl(jsonl_file(t, b'\n{"id": "a", "partition": "train", "tokens": ' + DEEP + b"}\n")),
         sb.DataError,
         r"bad.jsonl:2: invalid JSON \(nested too deeply\)",
     ),
-    ("jsonl-array", lambda t: sb.read_jsonl(jsonl_file(t, DEEP + b"\n")), sb.DataError, r"bad.jsonl:1: .*got `array`"),
+    ("jsonl-array", lambda t: read_jsonl(jsonl_file(t, DEEP + b"\n")), sb.DataError, r"bad.jsonl:1: .*got `array`"),
     (
         "jsonl-not-utf8",
         lambda t: list(iter_jsonl(jsonl_file(t, b'{"id": "\xff"}\n'))),
@@ -103,50 +107,50 @@ API_CASES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
     (
         "header-huge-int",
         lambda t: open_store(_store_with(t, _raw_header(b'{"format": "streambatch.store", "version": ' + HUGE_INT + b"}"))),
-        sb.StoreError,
+        StoreError,
         r"header.json: unreadable header: invalid JSON value at \$\[\.\.\.\] \(Integer value out of range\)",
     ),
     (
         "header-deep",
         lambda t: open_store(_store_with(t, _raw_header(DEEP))),
-        sb.StoreError,
+        StoreError,
         r"header.json: unreadable header: invalid JSON \(nested too deeply\)",
     ),
     (
         "header-over-64MiB",
         lambda t: open_store(_store_with(t, _huge_header)),
-        sb.StoreError,
+        StoreError,
         r"header.json: 68157440 bytes, more than a header may have \(64 MiB\)",
     ),
-    ("header-fifo", lambda t: open_store(_store_with(t, _fifo_header)), sb.StoreError, r"header.json: not a regular file"),
+    ("header-fifo", lambda t: open_store(_store_with(t, _fifo_header)), StoreError, r"header.json: not a regular file"),
     (
         "header-version-true",
         lambda t: open_store(_store_with(t, _set_header(version=True))),
-        sb.StoreError,
+        StoreError,
         r"version=True is not supported",
     ),
     (
         "header-ids-file-escapes",
         lambda t: open_store(_store_with(t, _set_header(ids_file="../../etc/passwd", partitions_file="partitions.bin"))),
-        sb.StoreError,
+        StoreError,
         r"ids_file='../../etc/passwd' and partitions_file='partitions.bin' must be 'ids.jsonl' and 'partitions.bin'",
     ),
     (
         "header-fingerprint-type",
         lambda t: open_store(_store_with(t, _set_header(fingerprint=[1])), verify=False),
-        sb.StoreError,
+        StoreError,
         r"fingerprint=\[1\] must be a string",
     ),
     (
         "ids-huge-int",
         lambda t: open_store(_many_ids_store(t, HUGE_INT)),
-        sb.StoreError,
+        StoreError,
         r"ids.jsonl:5: invalid JSON value at \$ \(Number out of range\); a document id must be one JSON string",
     ),
     (
         "ids-deep",
         lambda t: open_store(_many_ids_store(t, DEEP)),
-        sb.StoreError,
+        StoreError,
         r"ids.jsonl:5: invalid JSON value at \$ \(Expected `str`, got `array`\)",
     ),
     (
@@ -177,14 +181,14 @@ API_CASES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
     (
         "store-offsets-wrap",
         lambda t: open_store(_store_with(t, lambda p: _write_offsets(p, [0, 2**63 - 1, -2, 30], 30)), verify=False),
-        sb.StoreError,
+        StoreError,
         r"offsets.bin: offsets\[1\]=9223372036854775807 is outside \[0, 30\]",
     ),
     # 3. stores
     (
         "store-under-a-file",
         lambda t: (t / "file").write_text("x") and write_store(t / "file" / "s", []),
-        sb.StoreError,
+        StoreError,
         r"file/s: cannot create the store \(.*/file is not a directory\); choose a writable output path",
     ),
     (
@@ -210,11 +214,11 @@ API_CASES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
     # 5. sizes
     (
         "window-counts-2**64",
-        lambda t: sb.window_counts([5], 2**64),
+        lambda t: window_counts([5], 2**64),
         sb.ConfigError,
         r"context_length=18446744073709551616 must be",
     ),
-    ("stride-2**62", lambda t: sb.window_counts([5], 2, stride=2**62), sb.ConfigError, r"stride=4611686018427387904 must be"),
+    ("stride-2**62", lambda t: window_counts([5], 2, stride=2**62), sb.ConfigError, r"stride=4611686018427387904 must be"),
     (
         "epoch-T-2**62",
         lambda t: sb.Epoch([sb.Document("a", "train", [1, 2])], context_length=2**62, batch_size=1),
@@ -227,12 +231,12 @@ API_CASES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
         sb.ConfigError,
         r"batch_size=9223372036854775808 must be a positive int below 2\*\*48",
     ),
-    ("widths-count-2**62", lambda t: sb.batch_widths(2**62, 3), sb.ConfigError, r"window_count=4611686018427387904 must be"),
-    ("chunked-B-2**64", lambda t: sb.chunked(np.arange(3), 2**64), sb.ConfigError, r"batch_size=18446744073709551616 must be"),
-    ("shuffle-count-2**62", lambda t: sb.shuffled_order(2**62, 7), sb.ConfigError, r"count=4611686018427387904 must be"),
+    ("widths-count-2**62", lambda t: batch_widths(2**62, 3), sb.ConfigError, r"window_count=4611686018427387904 must be"),
+    ("chunked-B-2**64", lambda t: chunked(np.arange(3), 2**64), sb.ConfigError, r"batch_size=18446744073709551616 must be"),
+    ("shuffle-count-2**62", lambda t: shuffled_order(2**62, 7), sb.ConfigError, r"count=4611686018427387904 must be"),
     (
         "size-huge-digits",
-        lambda t: sb.window_counts([5], 10**5000),
+        lambda t: window_counts([5], 10**5000),
         sb.ConfigError,
         r"context_length=an int of 16610 bits must be a positive int below 2\*\*48",
     ),
@@ -262,30 +266,30 @@ API_CASES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
         sb.AccumulationError,
         r"gradient_width=18446744073709551616 must be a positive int below 2\*\*48",
     ),
-    ("records-int", lambda t: sb.read_records(5), sb.ConfigError, r"records=5 is not an iterable of rows"),
-    ("records-huge-int", lambda t: sb.read_records(10**5000), sb.ConfigError, r"records=an int of 16610 bits is not an iterable"),
+    ("records-int", lambda t: read_records(5), sb.ConfigError, r"records=5 is not an iterable of rows"),
+    ("records-huge-int", lambda t: read_records(10**5000), sb.ConfigError, r"records=an int of 16610 bits is not an iterable"),
     (
         "record-huge-token",
-        lambda t: sb.read_records([{"id": "a", "partition": "train", "tokens": [10**5000]}]),
+        lambda t: read_records([{"id": "a", "partition": "train", "tokens": [10**5000]}]),
         sb.DataError,
         r"record 0 \(document id='a'\): token\[0\]=an int of 16610 bits is outside \[0, 2\*\*32\)",
     ),
     (
         "record-huge-partition",
-        lambda t: sb.read_records([{"id": "a", "partition": 10**5000, "tokens": []}]),
+        lambda t: read_records([{"id": "a", "partition": 10**5000, "tokens": []}]),
         sb.DataError,
         r"partition=an int of 16610 bits is not one of",
     ),
     (
         "record-huge-id",
-        lambda t: sb.read_records([{"id": 10**5000, "partition": "train", "tokens": []}]),
+        lambda t: read_records([{"id": 10**5000, "partition": "train", "tokens": []}]),
         sb.DataError,
         r"id=an int",
     ),
     ("document-huge-tokens", lambda t: sb.Document("a", "train", 10**5000), sb.DataError, r"tokens=an int of 16610 bits is not"),
     (
         "records-one-dict",
-        lambda t: sb.read_records({"id": "a", "partition": "train", "tokens": []}),
+        lambda t: read_records({"id": "a", "partition": "train", "tokens": []}),
         sb.ConfigError,
         r"records=\{'id': 'a'.* is not an iterable of rows",
     ),

@@ -13,7 +13,8 @@ from hypothesis import given
 
 import streambatch as sb
 from streambatch.cli import main
-from streambatch.stages.read.open import open_source, source_epoch
+from streambatch.errors import PartitionError
+from streambatch.stages.read.open import open_source
 from streambatch.tools.inspect import format_bytes, format_count, inspect_source, plan_bytes
 
 from .strategies import configs, documents
@@ -190,11 +191,12 @@ def test_open_source_and_header(store: Path, jsonl: Path) -> None:
     assert open_source(jsonl).store.tokenizer is None
 
 
-def test_source_epoch_reads_one_partition_of_a_mixed_source(jsonl: Path) -> None:
-    """A mixed source gives each partition its own epoch; Epoch alone would reject the store."""
+def test_keep_partition_reads_one_partition_of_a_mixed_source(jsonl: Path) -> None:
+    """With keep_partition a mixed source gives each partition its own epoch; without it the source is refused."""
     source = open_source(jsonl)
     assert [5, 3] == [
-        source_epoch(source, context_length=2, batch_size=4, partition=p).window_count for p in ("train", "validation")
+        sb.Epoch(source, context_length=2, batch_size=4, partition=p, keep_partition=True).window_count
+        for p in ("train", "validation")
     ]
-    with pytest.raises(sb.PartitionError):
+    with pytest.raises(PartitionError):
         sb.Epoch(source.store, context_length=2, batch_size=4)

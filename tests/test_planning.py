@@ -23,9 +23,12 @@ from hypothesis import strategies as st
 import streambatch as sb
 import streambatch.stages.plan as planning
 import streambatch.stages.windows as windowing
-from streambatch import ConfigError, StoreError
+from streambatch import ConfigError
 from streambatch.cli import main
+from streambatch.errors import StoreError
 from streambatch.io.store import write_store
+from streambatch.stages.plan import plan_path
+from streambatch.stages.shuffle import derive_seed
 
 from .strategies import configs, documents
 
@@ -63,7 +66,7 @@ def test_stage_and_epoch_share_one_file(tmp_path: Path, monkeypatch: pytest.Monk
     """sb.plan_file is the stage Epoch(plan_dir=...) runs; once written, the file is mapped, never recomputed."""
     order = sb.plan_file(_windows(), 5, tmp_path)
     assert list(sb.shuffle(_windows(), 5)) == list(order)
-    assert str(sb.plan_path(_windows(), 5, tmp_path)) == order.plan_path
+    assert str(plan_path(_windows(), 5, tmp_path)) == order.plan_path
     assert isinstance(order.plan, np.ndarray)
     assert isinstance(order.plan.base, np.memmap)
     assert not order.plan.flags.writeable
@@ -90,14 +93,14 @@ def test_header_records_key_count_dtype_and_state(tmp_path: Path) -> None:
     assert {"format": "streambatch.plan", "version": 1, "key": planning.plan_key(_windows(), 7)} == {
         k: header[k] for k in ("format", "version", "key")
     }
-    assert (len(order), "<u4", order.state_after) == (header["key"]["windows"], header["key"]["dtype"], header["state_after"])
+    assert (len(order), "<u4", order.shuffle_state_after) == (header["key"]["windows"], header["key"]["dtype"], header["state_after"])
     assert planning.HEADER_BYTES + 4 * len(order) == os.path.getsize(str(order.plan_path))
 
 
 def _foreign_copy(tmp_path: Path, other: sb.Windows, other_seed: int) -> Path:
     """Write the plan of (_windows(), seed 7) under the file name of (*other*, *other_seed*)."""
     source = Path(str(sb.plan_file(_windows(), 7, tmp_path / "a").plan_path))
-    target = sb.plan_path(other, other_seed, tmp_path / "b")
+    target = plan_path(other, other_seed, tmp_path / "b")
     target.parent.mkdir()
     shutil.copyfile(source, target)
     return target
@@ -188,7 +191,7 @@ def _planner(plans: str, log: str, barrier: Any, results: Any) -> None:
     planning._write_plan = logged  # type: ignore[assignment]
     barrier.wait()
     order = sb.plan_file(_windows(_docs(40)), 3, plans)
-    results.put((order.plan_path, order.state_after, order.numbers().tolist()))
+    results.put((order.plan_path, order.shuffle_state_after, order.numbers().tolist()))
 
 
 @pytest.mark.slow
@@ -229,7 +232,7 @@ def test_pickled_epoch_maps_the_plan_file_again(tmp_path: Path) -> None:
 def test_window_number_plans_in_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sources of 2**32+ tokens keep window numbers in the file (4 bytes each); keyed apart from position plans."""
     expected = list(sb.Epoch(_docs(), context_length=2, batch_size=4, seed=5))
-    positions = sb.plan_path(_windows(), 5, tmp_path)
+    positions = plan_path(_windows(), 5, tmp_path)
     monkeypatch.setattr(windowing, "POSITION_LIMIT", 10)
     epoch = sb.Epoch(_docs(), context_length=2, batch_size=4, seed=5, plan_dir=tmp_path)
     assert not epoch.order.space.plan_holds_positions
@@ -257,14 +260,14 @@ def test_cli_plan_then_epochs_map_it(tmp_path: Path, monkeypatch: pytest.MonkeyP
     argv = ["plan", str(tmp_path / "store"), "-T", "2", "-B", "4", "--seed", "7", "--epoch", "2", "-o", str(tmp_path / "p")]
     assert 0 == main(argv)
     summary = json.loads(capsys.readouterr().out)
-    assert (True, sb.derive_seed(7, 2), 59) == (summary["created"], summary["shuffle_seed"], summary["batches"])
+    assert (True, derive_seed(7, 2), 59) == (summary["created"], summary["shuffle_seed"], summary["batches"])
     header = json.loads(Path(summary["plan"]).read_bytes()[: planning.HEADER_BYTES])
     assert {"seed": 7, "epoch": 2} == header["run"]
     _no_planning(monkeypatch)
     assert 0 == main(argv)
     assert not json.loads(capsys.readouterr().out)["created"]
     store = sb.open_store(tmp_path / "store")
-    epoch = sb.Epoch(store, context_length=2, batch_size=4, seed=sb.derive_seed(7, 2), plan_dir=tmp_path / "p")
+    epoch = sb.Epoch(store, context_length=2, batch_size=4, seed=derive_seed(7, 2), plan_dir=tmp_path / "p")
     assert summary["plan"] == epoch.order.plan_path
     assert summary["state_after"] == epoch.shuffle_state_after
 

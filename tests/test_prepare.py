@@ -14,11 +14,14 @@ import numpy as np
 import pytest
 
 import streambatch as sb
+from streambatch._progress import FileProgress
 from streambatch.cli import main
-from streambatch.prepare import _Progress
+from streambatch.errors import StoreError
+from streambatch.prepare import iter_files
 from streambatch.stages.read import inputs as _inputs
-from streambatch.stages.read.formats import select_inputs
-from streambatch.stages.read.open import source_epoch
+from streambatch.stages.read.byte_tokens import byte_tokenize
+from streambatch.stages.read.select import select_inputs
+from streambatch.stages.read.tokenizers import ByteTokenizer, CallableTokenizer, HFTokenizer
 
 from .test_tokenizing import CORPUS, train_bpe
 
@@ -59,7 +62,7 @@ def test_bpe_tokenizer_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFix
     (corpus / "b.txt").write_text(CORPUS[1])
     assert 0 == cli("prepare", str(corpus), "-o", str(tmp_path / "s"), "--tokenizer", str(tok), "--quiet")[0]
     store = sb.open_store(tmp_path / "s")
-    hf = sb.HFTokenizer.from_file(tok)
+    hf = HFTokenizer.from_file(tok)
     assert [[*hf.encode(CORPUS[0]).tolist(), 0], [*hf.encode(CORPUS[1]).tolist(), 0]] == [d.tokens.tolist() for d in store]
     described = {"name": "tokenizer.json", "kind": "huggingface", "vocab_size": 300, "eos_id": 0, "bos_id": None}
     assert described.items() <= store.tokenizer.items()
@@ -182,7 +185,7 @@ def test_skip_bad_leaves_out_whole_files(
     """--skip-bad: every bad file is left out whole (even after some of it was written), listed and counted on stderr."""
     monkeypatch.setattr(_inputs, "LINE_CHUNK_BYTES", 64)
     bad = _bad_corpus(tmp_path / "c")
-    tok = sb.CallableTokenizer(sb.byte_tokenize, name="bytes-callable", vocab_size=256)
+    tok = CallableTokenizer(byte_tokenize, name="bytes-callable", vocab_size=256)
     args: dict[str, Any] = {"tokenizer": tok, "workers": workers}
     with pytest.raises(sb.DataError, match=r"bad-gzip.txt.gz: cannot read"):
         sb.prepare_store([tmp_path / "c"], tmp_path / "s", quiet=True, **args)
@@ -218,14 +221,14 @@ def test_workers_make_the_same_store(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert serial.fingerprint == parallel.fingerprint
     assert _docs(serial) == _docs(parallel)
     assert len(serial) > 150
-    assert list(sb.iter_files([corpus], per_line=True, tokenizer=tokenizer, eos_id=options["eos_id"])) == list(serial)
+    assert list(iter_files([corpus], per_line=True, tokenizer=tokenizer, eos_id=options["eos_id"])) == list(serial)
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 7, 20])
 def test_shards_read_together_are_the_whole(tmp_path: Path, count: int) -> None:
     """--shard i/n stores, read in order, hold exactly the whole store's documents; read as a corpus, the same epoch."""
     corpus = _corpus(tmp_path / "c")
-    tok = sb.ByteTokenizer(eos_id=0)  # named, so that every shard records it (token-only shards too)
+    tok = ByteTokenizer(eos_id=0)  # named, so that every shard records it (token-only shards too)
     whole = sb.prepare_store([corpus], tmp_path / "whole", tokenizer=tok, quiet=True)
     shards = [
         sb.prepare_store([corpus], tmp_path / f"p{i}", tokenizer=tok, shard=f"{i}/{count}", quiet=True) for i in range(count)
@@ -233,8 +236,8 @@ def test_shards_read_together_are_the_whole(tmp_path: Path, count: int) -> None:
     assert _docs(whole) == [doc for shard in shards for doc in _docs(shard)]
     assert {"index": count - 1, "count": count} == _header(tmp_path / f"p{count - 1}")["shard"]
     assert all(s.tokenizer == whole.tokenizer for s in shards)
-    corpus_epoch = source_epoch(sb.open_corpus(shards), context_length=3, batch_size=4, seed=7)
-    whole_epoch = source_epoch(whole, context_length=3, batch_size=4, seed=7)
+    corpus_epoch = sb.Epoch(sb.open_corpus(shards), context_length=3, batch_size=4, seed=7, keep_partition=True)
+    whole_epoch = sb.Epoch(whole, context_length=3, batch_size=4, seed=7, keep_partition=True)
     assert len(whole_epoch) > 1
     assert [(b.inputs.tolist(), b.targets.tolist(), b.document_ids) for b in corpus_epoch] == [
         (b.inputs.tolist(), b.targets.tolist(), b.document_ids) for b in whole_epoch
@@ -271,7 +274,7 @@ def test_progress_bar_shows_documents_tokens_and_rate(monkeypatch: pytest.Monkey
     """On a terminal the bar counts files and shows documents, tokens and tokens/s."""
     pytest.importorskip("tqdm")
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    progress = _Progress(3, quiet=False)
+    progress = FileProgress(3, progress=None)
     progress.add(2, 1234)
     progress.file_done(True)
     assert (1, 3) == (progress.bar.n, progress.bar.total)
@@ -323,13 +326,13 @@ def test_stores_without_a_tokenizer_entry_stay_valid(tmp_path: Path) -> None:
     header = _header(tmp_path / "s")
     header["tokenizer"] = "bytes"
     (tmp_path / "s" / "header.json").write_text(json.dumps(header))
-    with pytest.raises(sb.StoreError, match=r"tokenizer='bytes' must be an object"):
+    with pytest.raises(StoreError, match=r"tokenizer='bytes' must be an object"):
         sb.open_store(tmp_path / "s")
 
 
 def test_write_store_records_and_enforces_a_tokenizer(tmp_path: Path) -> None:
     """write_store(tokenizer=...) records it, and rejects tokens beyond its vocabulary."""
-    store = sb.write_store(tmp_path / "s", sb.iter_text([], tokenizer=None), tokenizer=sb.ByteTokenizer(eos_id=256))
+    store = sb.write_store(tmp_path / "s", sb.iter_text([], tokenizer=None), tokenizer=ByteTokenizer(eos_id=256))
     assert 257 == store.tokenizer["vocab_size"]
     with pytest.raises(sb.DataError, match=r"document index 0: token\[1\]=300 is outside the vocabulary of tokenizer 'bytes'"):
-        sb.write_store(tmp_path / "t", [sb.Document("a", "train", [1, 300])], tokenizer=sb.ByteTokenizer())
+        sb.write_store(tmp_path / "t", [sb.Document("a", "train", [1, 300])], tokenizer=ByteTokenizer())

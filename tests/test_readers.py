@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import streambatch as sb
+from streambatch.stages.read.jsonl import iter_records, read_jsonl, read_records
 
 
 def test_iter_jsonl_is_lazy(tmp_path: Path) -> None:
@@ -25,7 +26,7 @@ def test_iter_jsonl_partition_filter_and_defaults(tmp_path: Path) -> None:
     path.write_text('{"tokens": [1]}\n{"id": "v", "partition": "validation", "input_ids": [2]}\n')
     assert [(d.id, d.partition.value) for d in sb.iter_jsonl(path)] == [("1", "train"), ("v", "validation")]
     assert [d.id for d in sb.iter_jsonl(path, partition="validation")] == ["v"]
-    assert sb.read_jsonl(path).ids == ("1", "v")
+    assert read_jsonl(path).ids == ("1", "v")
 
 
 def test_byte_order_mark_is_accepted(tmp_path: Path) -> None:
@@ -47,20 +48,20 @@ def test_byte_order_mark_is_accepted(tmp_path: Path) -> None:
 def test_iter_records_errors(rows: list[object], message: str) -> None:
     """Each bad row is named by its row number."""
     with pytest.raises(sb.DataError, match=message):
-        sb.read_records(rows)  # type: ignore[arg-type]
+        read_records(rows)  # type: ignore[arg-type]
 
 
 def test_iter_records_rejects_what_is_not_rows() -> None:
     """A number or a single dict is not an iterable of rows."""
     for bad in (5, {"tokens": [1]}, "abc"):
         with pytest.raises(sb.ConfigError, match="is not an iterable of rows"):
-            sb.iter_records(bad)  # type: ignore[arg-type]
+            iter_records(bad)  # type: ignore[arg-type]
 
 
 def test_iter_records_hugging_face_rows() -> None:
     """Rows with input_ids (and extra columns) become documents named by their row number."""
     rows = [{"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1]}, {"input_ids": [4]}]
-    docs = list(sb.iter_records(rows, default_partition="validation"))
+    docs = list(iter_records(rows, default_partition="validation"))
     assert [(d.id, d.partition.value, d.tokens.tolist()) for d in docs] == [
         ("0", "validation", [1, 2, 3]),
         ("1", "validation", [4]),

@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 import streambatch.stages.materialize as materializing
+from streambatch.errors import OutOfRangeError
 from streambatch.run import STATE_KEYS
+from streambatch.stages.shuffle import derive_seed
 
 from .strategies import configs, documents, seeds
 
@@ -53,14 +55,14 @@ def test_epoch_zero_is_the_chapters_order() -> None:
         str(p) for b in batches[:2] for p in b.provenance
     ]
     for e in range(3):
-        expected = sb.Epoch(DOCS, context_length=2, batch_size=3, seed=sb.derive_seed(7, e))
+        expected = sb.Epoch(DOCS, context_length=2, batch_size=3, seed=derive_seed(7, e))
         assert [b.inputs.tolist() for b in expected] == [b.inputs.tolist() for b in batches if b.epoch == e]
 
 
 def test_derive_seed_keeps_its_values_and_rejects_bad_input() -> None:
     """The derived seeds are the ones runs have always used; out-of-range seeds and epochs raise."""
-    assert (7, 7191089600892374487, 309689372594955804) == tuple(sb.derive_seed(7, e) for e in range(3))
-    assert 4048727598324417001 == sb.derive_seed(2**64 - 1, 3)
+    assert (7, 7191089600892374487, 309689372594955804) == tuple(derive_seed(7, e) for e in range(3))
+    assert 4048727598324417001 == derive_seed(2**64 - 1, 3)
     for seed, epoch, message in [
         (2**64, 1, r"seed=18446744073709551616 must be an int in \[0, 2\*\*64\)"),
         (2**64, 0, r"seed=18446744073709551616"),
@@ -70,7 +72,7 @@ def test_derive_seed_keeps_its_values_and_rejects_bad_input() -> None:
         (7.0, 1, r"seed=7.0"),
     ]:
         with pytest.raises(sb.ConfigError, match=message):
-            sb.derive_seed(seed, epoch)  # type: ignore[arg-type]
+            derive_seed(seed, epoch)  # type: ignore[arg-type]
 
 
 @given(documents(), configs, seeds, st.integers(1, 3))
@@ -87,7 +89,7 @@ def test_every_epoch_covers_every_window_once(
         return
     assert {e: list(range(run.window_count)) for e in range(epochs)} == {e: sorted(w) for e, w in by_epoch.items()}
     for e in range(epochs):
-        order = sb.Epoch(docs, seed=None if seed is None else sb.derive_seed(seed, e), **config).window_order()
+        order = sb.Epoch(docs, seed=None if seed is None else derive_seed(seed, e), **config).window_order()
         assert order.tolist() == by_epoch[e]
 
 
@@ -163,7 +165,7 @@ def test_state_is_small_versioned_json() -> None:
     next(iter(run))
     state = run.state_dict()
     assert set(STATE_KEYS) == set(state)
-    assert ("streambatch.run", 1, 9, 0, 1) == (state["format"], state["version"], state["seed"], state["epoch"], state["batch"])
+    assert ("streambatch.state", 2, "run", 9, 0, 1) == tuple(state[k] for k in ("format", "version", "kind", "seed", "epoch", "batch"))
     assert (3, 1, 4, "train") == (state["context_length"], state["stride"], state["batch_size"], state["partition"])
     assert state["fingerprint"].startswith("blake2b-256:")
     assert len(json.dumps(state)) < 400
@@ -175,7 +177,7 @@ def test_end_of_an_epoch_is_the_next_epochs_start() -> None:
     for _ in range(run.batches_per_epoch):
         last = next(iter(run))
     assert (1, 0) == (run.state_dict()["epoch"], run.state_dict()["batch"])
-    assert run.state_dict() == run.state_after(last)
+    assert run.state_dict() == run.state_dict_after(last)
     run.set_position(0, run.batches_per_epoch)
     assert (1, 0) == run.position
 
@@ -183,12 +185,12 @@ def test_end_of_an_epoch_is_the_next_epochs_start() -> None:
 def test_resume_indexes_instead_of_replaying(monkeypatch: pytest.MonkeyPatch) -> None:
     """Loading a state near the end gathers exactly the batches yielded afterwards, no others."""
     run = _run(epochs=2)
-    target = run.state_after(run.batch(1, run.batches_per_epoch - 2))
+    target = run.state_dict_after(run.batch(1, run.batches_per_epoch - 2))
     calls = []
     real = materializing.materialize_one
 
     def counted(windows: sb.Windows, index: int | None = None) -> sb.MiniBatch:
-        calls.append(windows.batch)
+        calls.append(windows.batch_index)
         return real(windows, index)
 
     monkeypatch.setattr(materializing, "materialize_one", counted)
@@ -252,18 +254,18 @@ REFUSED: list[tuple[str, Any, str]] = [
     ("batch-size", _state(batch_size=5), r"state batch_size=5 but this run has batch_size=4"),
     ("partition", _state(partition="validation"), r"state partition='validation' but this run has partition='train'"),
     ("corpus", _run(_docs(seed=6)).state_dict(), r"state fingerprint='blake2b-256:[0-9a-f]+' but this run has"),
-    ("version", _state(version=2), r"state version=2 but this streambatch reads version 1"),
-    ("format", _state(format="other"), r"state format='other' is not 'streambatch.run'"),
+    ("version", _state(version=3), r"state version=3 but this streambatch reads version 2"),
+    ("format", _state(format="other"), r"state format='other' is not 'streambatch.state'"),
     ("not-a-dict", [1, 2], r"state=\[1, 2\] is not a dict"),
-    ("missing", {k: v for k, v in _state().items() if k != "seed"}, r"state is missing 'seed'"),
-    ("unknown", _state(extra=1), r"state has unknown key\(s\) 'extra'"),
-    ("epoch-negative", _state(epoch=-1), r"state epoch=-1 must be a non-negative int"),
-    ("epoch-float", _state(epoch=1.0), r"state epoch=1.0 must be a non-negative int"),
+    ("missing", {k: v for k, v in _state().items() if k != "seed"}, r"state: Object missing required field `seed`"),
+    ("unknown", _state(extra=1), r"state: Object contains unknown field `extra`"),
+    ("epoch-negative", _state(epoch=-1), r"state: Expected `int` >= 0 - at `\$.epoch`"),
+    ("epoch-float", _state(epoch=1.0), r"state: Expected `int`, got `float` - at `\$.epoch`"),
     ("batch-range", _state(batch=99), r"state batch=99 must be an int in \[0, \d+\]"),
-    ("batch-bool", _state(batch=True), r"state batch=True must be an int"),
-    ("T-type", _state(context_length="3"), r"state context_length='3' must be a positive int"),
+    ("batch-bool", _state(batch=True), r"state: Expected `int`, got `bool` - at `\$.batch`"),
+    ("T-type", _state(context_length="3"), r"state: Expected `int`, got `str` - at `\$.context_length`"),
     ("seed-range", _state(seed=2**64), r"state seed=18446744073709551616 must be an int in \[0, 2\*\*64\) or None"),
-    ("fingerprint-type", _state(fingerprint=None), r"state fingerprint=None must be a str"),
+    ("fingerprint-type", _state(fingerprint=None), r"state: Expected `str`, got `null` - at `\$.fingerprint`"),
 ]
 
 
@@ -284,12 +286,12 @@ def test_a_foreign_or_malformed_state_is_refused(state: Any, message: str) -> No
 def test_bad_positions_and_batches_are_refused() -> None:
     """set_position and state_after check their arguments."""
     run = _run()
-    with pytest.raises(sb.OutOfRangeError, match=r"batch=99 must be an int in \["):
+    with pytest.raises(OutOfRangeError, match=r"batch=99 must be an int in \["):
         run.set_position(0, 99)
-    with pytest.raises(sb.OutOfRangeError, match=r"epoch=-1 must be a non-negative int"):
+    with pytest.raises(OutOfRangeError, match=r"epoch=-1 must be a non-negative int"):
         run.set_position(-1, 0)
-    with pytest.raises(sb.OutOfRangeError, match=r"is not a batch of this run"):
-        run.state_after(object())
+    with pytest.raises(OutOfRangeError, match=r"is not a batch of this run"):
+        run.state_dict_after(object())
     with pytest.raises(sb.ConfigError, match=r"epochs=-1 must be a non-negative int"):
         _run(epochs=-1)
     with pytest.raises(sb.ConfigError, match=r"rank=3 must be an int in \[0, world_size=2\)"):

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import streambatch as sb
-from streambatch import DataError, DuplicateIdError, StoreError
+from streambatch import DataError
+from streambatch.errors import DuplicateIdError, StoreError
 from streambatch.io.store import INLINE_DOCUMENTS, StoreWriter, open_store, write_store
 from streambatch.prepare import prepare_store
 from streambatch.stages.read.byte_tokens import byte_detokenize
@@ -299,15 +300,15 @@ def test_pickled_store_epoch_reopens_the_file(tmp_path: Path) -> None:
 
 def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     """tqdm runs when stderr is a terminal and --quiet is off; otherwise nothing is drawn."""
-    import streambatch.prepare as prepare
+    from streambatch._progress import FileProgress, NoBar
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    bar = prepare._progress(100, quiet=False)
+    bar = FileProgress(100, progress=None).bar
     assert "tqdm" == type(bar).__name__
     bar.close()
-    assert isinstance(prepare._progress(100, quiet=True), prepare._NoBar)
+    assert isinstance(FileProgress(100, progress=False).bar, NoBar)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
-    assert isinstance(prepare._progress(100, quiet=False), prepare._NoBar)
+    assert isinstance(FileProgress(100, progress=None).bar, NoBar)
 
 
 def test_writer_rejects_uint64_ids_beyond_uint32(tmp_path: Path) -> None:

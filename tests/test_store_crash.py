@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 import streambatch as sb
-import streambatch.io.store as store_module
+import streambatch.io.replace as replace_module
+import streambatch.io.store_reader as reader_module
+import streambatch.io.store_writer as writer_module
 from streambatch.io.store import StoreWriter, open_store, write_store
 
 from .hostile import ENV, dead_pid, small_store, temporaries
@@ -40,10 +42,11 @@ _CONTENT = textwrap.dedent(
 _KILL_AT = textwrap.dedent(
     """
     import os, sys
-    import streambatch.io.store as store
+    import streambatch.io.replace as replace
+    import streambatch.io.store_writer as store
     target, kill_at, kind, fallback = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
     if fallback:
-        store._renameat2_function = None
+        replace._renameat2_function = None
     steps = []
     def hook(name):
         if len(steps) == kill_at:
@@ -65,15 +68,15 @@ def _steps(tmp_path: Path, kind: str, fallback: bool, monkeypatch: pytest.Monkey
     names: list[str] = []
     small_store(tmp_path / "count")
     with monkeypatch.context() as patch:
-        patch.setattr(store_module, "step_hook", names.append)
+        patch.setattr(writer_module, "step_hook", names.append)
         if fallback:
-            patch.setattr(store_module, "_renameat2_function", None)
+            patch.setattr(replace_module, "_renameat2_function", None)
         _write_new(tmp_path / "count", kind)
     return names
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(store_module._renameat2_function is None, reason="renameat2 is not available here")
+@pytest.mark.skipif(replace_module._renameat2_function is None, reason="renameat2 is not available here")
 @pytest.mark.parametrize("kind", ["inline", "files"])
 def test_replace_killed_at_every_step(tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A replacing write killed at each step: the target is the old store or the new one; a later writer cleans up."""
@@ -122,7 +125,7 @@ def test_fallback_replace_killed_at_every_step(tmp_path: Path, monkeypatch: pyte
         else:
             assert open_store(target).fingerprint in {old, new}
         with monkeypatch.context() as patch:
-            patch.setattr(store_module, "_renameat2_function", None)
+            patch.setattr(replace_module, "_renameat2_function", None)
             small_store(target)
         assert [] == temporaries(tmp_path, "s")
 
@@ -132,18 +135,18 @@ def test_open_retries_when_its_version_is_removed(tmp_path: Path, monkeypatch: p
     target = tmp_path / "s"
     small_store(target)
     new = _write_new(tmp_path / "reference", "files").fingerprint
-    real = store_module._open_at
+    real = reader_module.open_store_at
     calls: list[int] = []
 
     def racing(dfd: int, root: Path, verify: bool) -> sb.DocumentStore:
         calls.append(dfd)
         if len(calls) == 1:
-            monkeypatch.setattr(store_module, "_open_at", real)
+            monkeypatch.setattr(reader_module, "open_store_at", real)
             _write_new(target, "files")  # exchanged out and deleted under the open directory fd
-            monkeypatch.setattr(store_module, "_open_at", racing)
+            monkeypatch.setattr(reader_module, "open_store_at", racing)
         return real(dfd, root, verify)
 
-    monkeypatch.setattr(store_module, "_open_at", racing)
+    monkeypatch.setattr(reader_module, "open_store_at", racing)
     assert new == open_store(target).fingerprint
     assert 2 == len(calls)
 
@@ -232,10 +235,10 @@ def test_writer_returns_its_own_store_even_when_replaced_at_once(tmp_path: Path,
 
     def replace_then(name: str) -> None:
         if name == "removed":
-            monkeypatch.setattr(store_module, "step_hook", None)
+            monkeypatch.setattr(writer_module, "step_hook", None)
             write_store(target, [sb.Document("other", "train", [9])])
 
-    monkeypatch.setattr(store_module, "step_hook", replace_then)
+    monkeypatch.setattr(writer_module, "step_hook", replace_then)
     got = _write_new(target, "inline")
     assert mine.fingerprint == got.fingerprint
     assert list(mine) == list(got)

@@ -14,7 +14,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch.stages.read.tokenizers import BOS_NAMES, EOS_NAMES, encode_texts
+from streambatch.stages.read.tokenizers import (
+    BOS_NAMES,
+    EOS_NAMES,
+    ByteTokenizer,
+    CallableTokenizer,
+    HFTokenizer,
+    as_tokenizer,
+    encode_texts,
+)
 
 CORPUS = [f"the {w} fox number {i} jumps over the lazy dog" for i, w in enumerate(["quick", "brown", "red", "grey"] * 50)]
 
@@ -47,7 +55,7 @@ def train_bpe(path: Path, specials: list[str], vocab_size: int = 300) -> Path:
 )
 def test_bos_and_eos_around_every_document(eos: int | None, bos: int | None, expected: list[list[int]]) -> None:
     """bos is prepended and eos appended to each document, empty ones included."""
-    tokens, lengths = encode_texts(sb.ByteTokenizer(eos_id=eos, bos_id=bos), ["hi", ""], ["a", "b"])
+    tokens, lengths = encode_texts(ByteTokenizer(eos_id=eos, bos_id=bos), ["hi", ""], ["a", "b"])
     assert expected == [p.tolist() for p in np.split(tokens, np.cumsum(lengths)[:-1])]
 
 
@@ -58,7 +66,7 @@ def test_bos_and_eos_around_every_document(eos: int | None, bos: int | None, exp
 )
 def test_encode_texts_is_each_text_framed(texts: list[str], eos: int | None, bos: int | None) -> None:
     """The flat result is, text by text, [bos] + encode(text) + [eos]."""
-    tok = sb.ByteTokenizer(eos_id=eos, bos_id=bos)
+    tok = ByteTokenizer(eos_id=eos, bos_id=bos)
     tokens, lengths = encode_texts(tok, texts, [str(i) for i in range(len(texts))])
     expected = [
         [*([bos] if bos is not None else []), *tok.encode(t).tolist(), *([eos] if eos is not None else [])] for t in texts
@@ -70,16 +78,16 @@ def test_encode_texts_is_each_text_framed(texts: list[str], eos: int | None, bos
 
 def test_byte_tokenizer_vocabulary_grows_with_its_specials() -> None:
     """256 byte ids, plus room for special ids beyond them."""
-    assert 256 == sb.ByteTokenizer().vocab_size
-    assert 258 == sb.ByteTokenizer(eos_id=257, bos_id=3).vocab_size
+    assert 256 == ByteTokenizer().vocab_size
+    assert 258 == ByteTokenizer(eos_id=257, bos_id=3).vocab_size
     assert {"name": "bytes", "kind": "bytes", "file_hash": None, "vocab_size": 257, "eos_id": 256, "bos_id": None} == (
-        sb.ByteTokenizer(eos_id=256).describe()
+        ByteTokenizer(eos_id=256).describe()
     )
 
 
 def test_callable_vocabulary_is_enforced() -> None:
     """A callable's ids beyond its declared vocabulary: DataError naming the document and position."""
-    tok = sb.CallableTokenizer(lambda s: [len(w) for w in s.split()], name="lengths", vocab_size=4)
+    tok = CallableTokenizer(lambda s: [len(w) for w in s.split()], name="lengths", vocab_size=4)
     with pytest.raises(
         sb.DataError, match=r"f.txt:2: token\[1\]=5 is outside the vocabulary of tokenizer 'lengths' \(vocab_size=4\)"
     ):
@@ -98,13 +106,13 @@ def test_callable_vocabulary_is_enforced() -> None:
 def test_bad_tokenizer_output_names_the_text(function: Any, message: str) -> None:
     """A user tokenizer's failure is reported at the text it failed on."""
     with pytest.raises(sb.DataError, match=message):
-        encode_texts(sb.as_tokenizer(function), ["fine", "boom"], ["a", "b"])
+        encode_texts(as_tokenizer(function), ["fine", "boom"], ["a", "b"])
 
 
 def test_hf_tokenizer_from_file(tmp_path: Path) -> None:
     """A BPE trained here: hash of the file, vocabulary size, <|endoftext|> found as eos, no bos."""
     path = train_bpe(tmp_path / "tokenizer.json", ["<|endoftext|>"])
-    tok = sb.HFTokenizer.from_file(path)
+    tok = HFTokenizer.from_file(path)
     assert "blake2b-256:" + hashlib.blake2b(path.read_bytes(), digest_size=32).hexdigest() == tok.file_hash
     assert (300, 0, None) == (tok.vocab_size, tok.eos_id, tok.bos_id)
     described = tok.describe()
@@ -129,7 +137,7 @@ def test_hf_tokenizer_from_file(tmp_path: Path) -> None:
 )
 def test_special_ids_follow_the_documented_names(tmp_path: Path, specials: list[str], eos: str | None, bos: str | None) -> None:
     """eos/bos: the first name of EOS_NAMES/BOS_NAMES that the vocabulary holds; none otherwise."""
-    tok = sb.HFTokenizer.from_file(train_bpe(tmp_path / "t.json", specials))
+    tok = HFTokenizer.from_file(train_bpe(tmp_path / "t.json", specials))
     assert (eos, bos) == (tok.describe().get("eos_token"), tok.describe().get("bos_token"))
     assert eos is None or eos in EOS_NAMES
     assert bos is None or bos in BOS_NAMES
@@ -143,16 +151,16 @@ def test_special_ids_follow_the_documented_names(tmp_path: Path, specials: list[
 def test_overrides_and_errors(tmp_path: Path) -> None:
     """eos_id/bos_id override the tokenizer's (None: none); ids outside the vocabulary and bad files are ConfigErrors."""
     path = train_bpe(tmp_path / "t.json", ["<s>", "</s>"])
-    tok = sb.as_tokenizer(path, eos_id=None, bos_id=5)
+    tok = as_tokenizer(path, eos_id=None, bos_id=5)
     assert (None, 5) == (tok.eos_id, tok.bos_id)
-    assert 1 == sb.as_tokenizer(tok, eos_id=1).eos_id
+    assert 1 == as_tokenizer(tok, eos_id=1).eos_id
     with pytest.raises(sb.ConfigError, match=r"eos_id=300 is outside the vocabulary of 't.json' \(vocab_size=300\)"):
-        sb.as_tokenizer(path, eos_id=300)
+        as_tokenizer(path, eos_id=300)
     with pytest.raises(sb.ConfigError, match=r"tokenizer='.*missing.json': cannot read"):
-        sb.HFTokenizer.from_file(tmp_path / "missing.json")
+        HFTokenizer.from_file(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(sb.ConfigError, match=r"is not a Hugging Face tokenizer.json"):
-        sb.HFTokenizer.from_file(tmp_path / "bad.json")
+        HFTokenizer.from_file(tmp_path / "bad.json")
 
 
 @pytest.mark.parametrize(
@@ -168,14 +176,14 @@ def test_overrides_and_errors(tmp_path: Path) -> None:
 def test_as_tokenizer_arguments(spec: Any, options: dict[str, Any], message: str | None) -> None:
     """What as_tokenizer accepts, and the ConfigError for the rest."""
     if message is None:
-        assert 9 == sb.as_tokenizer(spec, **options).eos_id
+        assert 9 == as_tokenizer(spec, **options).eos_id
     else:
         with pytest.raises(sb.ConfigError, match=message):
-            sb.as_tokenizer(spec, **options)
+            as_tokenizer(spec, **options)
 
 
 def test_missing_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the tokenizers package, --tokenizer says which extra to install (an ImportError too)."""
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # makes `import tokenizers` fail
     with pytest.raises(ImportError, match=r"pip install 'streambatch\[tokenizers\]'"):
-        sb.HFTokenizer.from_file("tokenizer.json")
+        HFTokenizer.from_file("tokenizer.json")

@@ -8,7 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch import ConfigError, WindowConfig, WindowIndex, window_counts, window_starts, window_tails
+from streambatch import ConfigError
+from streambatch.errors import OutOfRangeError
+from streambatch.stages.windows import WindowConfig, WindowIndex, window_counts, window_starts, window_tails
 
 
 @pytest.mark.parametrize(
@@ -100,7 +102,7 @@ def _store() -> sb.DocumentStore:
 )
 def test_windows_slicing_table(item: slice, numbers: list[int]) -> None:
     """Slices are views with the window numbers of list slicing; sequential windows hold no array."""
-    windows = sb.windows(_store(), context_length=2)
+    windows = sb.windows(_store(), context_length=2, keep_partition=True)
     assert windows.is_sequential
     assert windows.plan_nbytes == 0
     view = windows[item]
@@ -111,8 +113,8 @@ def test_windows_slicing_table(item: slice, numbers: list[int]) -> None:
 def test_windows_of_one_partition_and_their_positions() -> None:
     """Only the partition's documents contribute windows; positions and locate agree with the tokens."""
     store = _store()
-    train = sb.windows(store, context_length=2)
-    test = sb.windows(store, context_length=1, partition="test")
+    train = sb.windows(store, context_length=2, keep_partition=True)
+    test = sb.windows(store, context_length=1, partition="test", keep_partition=True)
     assert (len(train), len(test)) == (5, 1)
     assert train.positions().tolist() == [0, 1, 2, 5, 6]
     assert [a.tolist() for a in test.locate()] == [[2], [0]]
@@ -122,25 +124,25 @@ def test_windows_of_one_partition_and_their_positions() -> None:
 
 def test_shuffled_windows_are_a_plan_of_positions() -> None:
     """shuffle gives the same windows in the chapter's order, 4 bytes per window, views when sliced."""
-    windows = sb.shuffle(sb.windows(_store(), context_length=2), seed=7)
+    windows = sb.shuffle(sb.windows(_store(), context_length=2, keep_partition=True), seed=7)
     assert list(windows) == [4, 1, 3, 0, 2]
     assert windows.plan_nbytes == 20
     assert windows[1:3].positions().tolist() == [1, 5]
     assert np.shares_memory(windows[1:3].plan_values(), windows.plan_values())
-    assert sorted(windows) == list(sb.windows(_store(), context_length=2))
+    assert sorted(windows) == list(sb.windows(_store(), context_length=2, keep_partition=True))
 
 
 @pytest.mark.parametrize("bad", [5, -6, 1.0, "0"])
 def test_windows_index_errors(bad: object) -> None:
     """Out-of-range or non-integer indices raise OutOfRangeError (also an IndexError)."""
-    windows = sb.windows(_store(), context_length=2)
-    with pytest.raises(sb.OutOfRangeError):
+    windows = sb.windows(_store(), context_length=2, keep_partition=True)
+    with pytest.raises(OutOfRangeError):
         windows[bad]  # type: ignore[index]
 
 
 def test_windows_stage_checks_its_arguments() -> None:
     """Bad T, stride or partition fail at the call."""
     with pytest.raises(ConfigError, match="context_length=0"):
-        sb.windows(_store(), context_length=0)
+        sb.windows(_store(), context_length=0, keep_partition=True)
     with pytest.raises(sb.DataError, match="partition='dev'"):
         sb.windows(_store(), context_length=2, partition="dev")

@@ -1,4 +1,4 @@
-"""Arguments shared by the commands that read a source and build an epoch (inspect, audit, trace)."""
+"""What the commands share: the SOURCE arguments, the order arguments, the one seed parser, the epoch they describe."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from typing import Any
 from ..epoch import Epoch
 from ..errors import ConfigError
 from ..model.documents import Partition
-from ..stages.read.open import Source, open_source, source_epoch
+from ..model.source import Source
+from ..stages.read.open import open_source
+
+SOURCE_HELP = "a store directory (streambatch prepare), a corpus manifest (.json) or a JSONL file of token documents"
 
 
 def seed_type(text: str) -> int:
@@ -19,21 +22,27 @@ def seed_type(text: str) -> int:
         raise argparse.ArgumentTypeError(f"seed={text!r} is not an integer") from None
 
 
-def add_source(parser: Any, *, required_window: bool) -> None:
-    """SOURCE, -T, -B, --stride, --partition and --no-verify."""
-    parser.add_argument("source", help="a store directory (streambatch prepare) or a JSONL file of token documents")
+def add_source(parser: Any, *, required_window: bool, stride_default: int | None = None) -> None:
+    """SOURCE, -T, -B, --stride, --partition, --keep-partition and --no-verify."""
+    parser.add_argument("source", help=SOURCE_HELP)
     need = "required" if required_window else "optional"
     parser.add_argument("--context-length", "-T", type=int, required=required_window, help=f"tokens per input row ({need})")
     parser.add_argument("--batch-size", "-B", type=int, required=required_window, help=f"windows per batch ({need})")
-    parser.add_argument("--stride", type=int, default=None, help="distance between window starts (default 1)")
+    parser.add_argument("--stride", type=int, default=stride_default, help="distance between window starts (default 1)")
     parser.add_argument("--partition", choices=[p.value for p in Partition], default=None, help="the partition (default train)")
+    parser.add_argument(
+        "--keep-partition", action="store_true", help="skip documents of other partitions instead of refusing the source"
+    )
     parser.add_argument("--no-verify", action="store_true", help="skip a store's fingerprint check (reads every byte)")
 
 
-def add_order(parser: Any) -> None:
-    """--seed N | --sequential (one required)."""
+def add_order(parser: Any, *, sequential: bool = True) -> None:
+    """--seed N | --sequential (one required); without *sequential*, --seed alone (required)."""
+    if not sequential:
+        parser.add_argument("--seed", type=seed_type, required=True, help="the run's shuffle seed in [0, 2**64)")
+        return
     order = parser.add_mutually_exclusive_group(required=True)
-    order.add_argument("--seed", type=seed_type, help="shuffle seed in [0, 2**64)")
+    order.add_argument("--seed", type=seed_type, help="shuffle seed in [0, 2**64); epoch E uses derive_seed(seed, E)")
     order.add_argument("--sequential", action="store_true", help="document order, then increasing start")
 
 
@@ -42,15 +51,17 @@ def open_args_source(args: argparse.Namespace) -> Source:
     return open_source(args.source, verify=not args.no_verify)
 
 
-def args_epoch(args: argparse.Namespace, source: Source) -> Epoch:
-    """The epoch the arguments describe over *source* (other partitions may be present)."""
-    return source_epoch(
+def args_epoch(args: argparse.Namespace, source: Any, **more: Any) -> Epoch:
+    """The epoch the arguments describe over *source*: `streambatch.Epoch`, whose partition rule every command shares."""
+    return Epoch(
         source,
         context_length=args.context_length,
         batch_size=args.batch_size,
         stride=1 if args.stride is None else args.stride,
-        seed=None if args.sequential else args.seed,
+        seed=None if getattr(args, "sequential", False) else args.seed,
         partition=args.partition or Partition.TRAIN,
+        keep_partition=args.keep_partition,
+        **more,
     )
 
 

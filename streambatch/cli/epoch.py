@@ -2,36 +2,42 @@
 
 ``--epoch E`` picks epoch E of the run seeded with ``--seed`` (order of
 ``derive_seed(seed, E)``), ``--start-batch K`` starts at its batch K.  With
-``--save-state STATE`` the output file is written batch by batch and, after each
-batch, STATE is replaced atomically by the run's position plus the output's
-length; ``--resume STATE`` cuts the output back to that length (dropping a batch
-written after the last saved state) and continues, so the file holds every batch
-of the epoch exactly once, however often the command was interrupted.
+``--save-state STATE`` the output file is written batch by batch, locked
+against a second writer for the whole run, and after each batch STATE (a
+`streambatch.state` of kind ``epoch-command``) is replaced atomically by the
+run's position plus what the output holds: its length, its batch count and a
+BLAKE2b digest of its bytes.  ``--resume STATE`` checks all of that against the
+output (a file overwritten or edited since is refused, so is a state whose
+fields disagree), cuts the output back to that length (dropping a batch written
+after the last saved state) and continues, so the file holds every batch of
+the epoch exactly once, however often the command was interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import fcntl
+import hashlib
 import json
 import os
+import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Iterable
 from typing import IO, Any
 
-from .._checks import check_non_negative, is_integer
-from ..epoch import Epoch
+from .._checks import check_non_negative
 from ..errors import ConfigError, OutOfRangeError, StateError
 from ..io.atomic import atomic_text
-from ..io.bounded_json import HEADER_LIMIT, decode_json
+from ..io.bounded_json import read_json_header
 from ..model.corpus import Corpus
-from ..model.documents import Partition
+from ..model.source import Source
 from ..run import Run
 from ..stages.batch import MiniBatch
-from ..stages.read.open import open_source
+from ..state import decode, encode
+from ._common import add_order, add_source, args_epoch, open_args_source
 
-STATE_FORMAT = "streambatch.epoch-command"
-STATE_VERSION = 1
-_STATE_KEYS = ("format", "version", "epoch", "run", "output")
+_BLOCK = 1 << 20
 
 
 def batch_record(batch: MiniBatch) -> dict[str, Any]:
@@ -57,26 +63,16 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
     }
 
 
-def _line(batch: MiniBatch) -> str:
-    return json.dumps(batch_record(batch), separators=(",", ":")) + "\n"
+def _line(batch: MiniBatch) -> bytes:
+    return (json.dumps(batch_record(batch), separators=(",", ":")) + "\n").encode()
 
 
-def _run(args: argparse.Namespace, epoch: int) -> Run:
+def _run(args: argparse.Namespace, source: Source, epoch: int) -> Run:
     """The run of the command line, stopping after *epoch* (only that epoch's plan is ever computed)."""
-    store = open_source(args.file).store
-    documents = store.select(args.partition) if args.keep_partition else store
-    first = Epoch(
-        documents,
-        context_length=args.context_length,
-        batch_size=args.batch_size,
-        stride=args.stride,
-        seed=None if args.sequential else args.seed,
-        partition=args.partition,
-        plan_dir=args.plan_dir,
-    )
+    first = args_epoch(args, source, plan_dir=args.plan_dir)
     if first.window_count == 0:  # not an error, but never silent
         print(
-            f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} in {args.file} "
+            f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} in {args.source} "
             f"has the T + 1 = {first.context_length + 1} tokens one window needs",
             file=sys.stderr,
         )
@@ -89,139 +85,189 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
     resumable = args.save_state is not None or args.resume is not None
     if resumable and (args.output is None or args.output == "-"):
         raise ConfigError(
-            "--save-state/--resume need --output FILE: the state records the file's length, to cut a resumed run back to it"
+            "--save-state/--resume need --output FILE: the state records what the file holds, to cut a resumed run back to it"
         )
-    if args.resume is not None:
-        state = _read_state(args.resume)
-        epoch = state["epoch"]
-        run = _run(args, epoch)
-        written, length = _check_resume(run, state, args.resume, args.output)
-    else:
-        epoch = check_non_negative(0 if args.epoch is None else args.epoch, "epoch", "the epoch to write (0 for the first)")
-        run = _run(args, epoch)
-        start = 0 if args.start_batch is None else args.start_batch
-        if not 0 <= start <= run.batches_per_epoch:
-            raise OutOfRangeError(
-                f"start_batch={start} is out of range for an epoch of {run.batches_per_epoch} batches; "
-                f"pass 0 <= --start-batch <= {run.batches_per_epoch}"
-            )
-        run.set_position(epoch, start)
-        written, length = 0, 0
-    if not resumable:
-        _emit(args.output, out, lambda handle: handle.writelines(map(_line, run)))
-        return
+    source = open_args_source(args)
+    if args.output not in (None, "-"):
+        _check_output(args.output, source)
     state_path = args.save_state if args.save_state is not None else args.resume
-    _write_saving_state(run, epoch, args.output, state_path, written, length)
-
-
-def _read_state(state_path: str) -> dict[str, Any]:
-    """The state file's contents, checked for shape (not yet against the run)."""
-    with open(state_path, "rb") as handle:
-        state = decode_json(handle.read(HEADER_LIMIT + 1), state_path, "the file --save-state wrote", error=StateError)
-    found = state if isinstance(state, dict) else {}
-    if found.get("format") != STATE_FORMAT or found.get("version") != STATE_VERSION:
-        raise StateError(
-            f"{state_path}: format={found.get('format')!r}, version={found.get('version')!r} is not a "
-            f"{STATE_FORMAT!r} version {STATE_VERSION} state; pass the file --save-state wrote"
+    if state_path is not None:
+        _check_state_path(state_path, args.output, source)
+    if args.resume is not None:
+        state = decode(
+            read_json_header(state_path, state_path, "state file", "pass the file --save-state wrote", error=StateError),
+            "epoch-command",
+            state_path,
         )
-    if sorted(found) != sorted(_STATE_KEYS):
-        raise StateError(f"{state_path}: keys {sorted(found)} are not {sorted(_STATE_KEYS)}; pass the file --save-state wrote")
-    record = found["output"]
-    if not isinstance(record, dict) or sorted(record) != ["batches", "bytes", "path"]:
-        raise StateError(f"{state_path}: output={record!r} must hold path, bytes and batches; pass the file unchanged")
-    if not is_integer(found["epoch"]) or found["epoch"] < 0:
-        raise StateError(f"{state_path}: epoch={found['epoch']!r} must be a non-negative int; pass the file unchanged")
+        run = _run(args, source, state["epoch"])
+        _write_saving_state(run, state["epoch"], args.output, state_path, state)
+        return
+    epoch = check_non_negative(0 if args.epoch is None else args.epoch, "epoch", "the epoch to write (0 for the first)")
+    run = _run(args, source, epoch)
+    start = 0 if args.start_batch is None else args.start_batch
+    if not 0 <= start <= run.batches_per_epoch:
+        raise OutOfRangeError(
+            f"start_batch={start} is out of range for an epoch of {run.batches_per_epoch} batches; "
+            f"pass 0 <= --start-batch <= {run.batches_per_epoch}"
+        )
+    run.set_position(epoch, start)
+    if state_path is not None:
+        _write_saving_state(run, epoch, args.output, state_path, None)
+    elif args.output in (None, "-"):
+        out.writelines(line.decode() for line in map(_line, run))
+    else:
+        with atomic_text(args.output) as handle:
+            handle.writelines(line.decode() for line in map(_line, run))
+
+
+def _source_files(source: Source) -> set[tuple[int, int]]:
+    """(device, inode) of every file the source reads: the JSONL file, a store's files, a manifest and its shards'."""
+    paths = [source.path]
+    if source.kind == "corpus" and isinstance(source.store, Corpus):
+        paths += [p for p in source.store.paths if p is not None]
+    found: set[tuple[int, int]] = set()
+    for path in paths:
+        entries = [os.path.join(path, name) for name in os.listdir(path)] if os.path.isdir(path) else []
+        for name in [path, *entries]:
+            try:
+                info = os.stat(name)
+            except OSError:
+                continue
+            found.add((info.st_dev, info.st_ino))
     return found
 
 
-def _check_resume(run: Run, state: dict[str, Any], state_path: str, output: str) -> tuple[int, int]:
-    """Check the saved state against this run and the output; move the run; return (batches written, output length)."""
+def _check_output(output: str, source: Source) -> None:
+    """Refuse an output that is a directory, or (by device and inode) the input or a file of the source."""
     try:
-        position = run.check_state(state["run"])
-    except StateError as err:
-        raise StateError(f"{state_path}: {err}") from None
-    epoch, record = state["epoch"], state["output"]
-    if position[0] != epoch and position != (epoch + 1, 0):
-        raise StateError(f"{state_path}: epoch={epoch} does not hold the run position {list(position)}; pass the file unchanged")
-    length, written, path = record["bytes"], record["batches"], record["path"]
-    if not is_integer(length) or length < 0 or not is_integer(written) or written < 0:
-        raise StateError(f"{state_path}: output={record!r} must count bytes and batches; pass the file unchanged")
-    if os.path.abspath(output) != path:
-        raise StateError(f"{state_path}: the state belongs to output {path!r}, not --output {os.path.abspath(output)!r}")
-    size = os.path.getsize(output) if os.path.exists(output) else None
-    if size is None or size < length:
-        raise StateError(
-            f"{state_path}: output {output!r} has {size} bytes but the state recorded {length}; it was truncated, "
-            "replaced or removed: start again without --resume"
+        info = os.stat(output)
+    except FileNotFoundError:
+        info = None
+    try:
+        parent: os.stat_result | None = os.stat(os.path.dirname(os.path.abspath(output)))
+    except OSError:  # a missing folder: the writer names it
+        parent = None
+    mine = _source_files(source)
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"output {output!r} is a directory; name a file to write the batches to")
+    inside = [i for i in (info, parent) if i is not None and (i.st_dev, i.st_ino) in mine]
+    if inside:
+        raise ConfigError(
+            f"--output {output}: is the input {source.path} or a file inside it; writing there would destroy the source: "
+            "name another file"
         )
-    run.set_position(*position)
-    return written, length
 
 
-def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, written: int, length: int) -> None:
-    """Append batches to *output*; after each, make it durable and replace the state file atomically."""
-    path = os.path.abspath(output)
+def _check_state_path(state_path: str, output: str, source: Source) -> None:
+    """A state file is a regular file of its own: not the output, not a device or FIFO, not a file of the source."""
+    try:
+        info = os.stat(state_path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"--save-state/--resume {state_path}: not a regular file; name a file to keep the run's state in")
     if os.path.realpath(state_path) == os.path.realpath(output):
         raise ConfigError(f"--save-state {state_path} is the --output file; keep the state in a file of its own")
+    if info is not None and (info.st_dev, info.st_ino) in _source_files(source):
+        raise ConfigError(f"--save-state {state_path}: is a file of the source {source.path}; name another file")
 
-    def save(size: int, count: int) -> None:
-        state = {
-            "format": STATE_FORMAT,
-            "version": STATE_VERSION,
-            "epoch": epoch,
-            "run": run.state_dict(),
-            "output": {"path": path, "bytes": size, "batches": count},
-        }
-        with atomic_text(state_path) as target:
-            json.dump(state, target, indent=1)
 
-    save(length, written)  # the state file first: an unwritable one fails before the output is touched
-    with open(output, "r+b" if length else "wb") as handle:
+def _lock(handle: IO[bytes], output: str) -> None:
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        if err.errno in (errno.EAGAIN, errno.EACCES):
+            raise ConfigError(
+                f"--output {output}: another streambatch epoch is writing it; wait for it to finish, or write elsewhere"
+            ) from None
+        raise
+
+
+def _kept_prefix(handle: IO[bytes], output: str, state_path: str, record: dict[str, Any]) -> Any:
+    """Hash the output's first ``record["bytes"]`` bytes; refuse unless they are exactly what the state recorded."""
+    length, count = record["bytes"], record["batches"]
+    size = os.fstat(handle.fileno()).st_size
+    if size < length:
+        raise StateError(
+            f"{state_path}: output {output} has {size} bytes but the state recorded {length}; it was truncated, "
+            "replaced or removed: start again without --resume"
+        )
+    digest, lines, left = hashlib.blake2b(digest_size=32), 0, length
+    handle.seek(0)
+    last = b"\n"
+    while left:
+        block = handle.read(min(_BLOCK, left))
+        if not block:
+            break
+        digest.update(block)
+        lines += block.count(b"\n")
+        last, left = block[-1:], left - len(block)
+    if left or last != b"\n" or lines != count or digest.hexdigest() != record["digest"]:
+        raise StateError(
+            f"{state_path}: output {output} does not hold the {count} batches the state recorded (its first {length} "
+            "bytes changed since, or the state was edited); start again without --resume"
+        )
+    return digest
+
+
+def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, state: dict[str, Any] | None) -> None:
+    """Append batches to *output* under a lock; after each, make it durable and replace the state file atomically."""
+    path = os.path.abspath(output)
+    if state is not None and state["output"]["path"] != path:
+        raise StateError(f"{state_path}: the state belongs to output {state['output']['path']!r}, not --output {path!r}")
+    try:
+        fd = os.open(output, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as err:
+        raise ConfigError(f"output {output!r}: cannot create a file in its folder ({err.strerror}); pass a writable path") from None
+    with os.fdopen(fd, "r+b") as handle:
+        _lock(handle, output)  # held until the run ends: a second writer is refused, never interleaved
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"--output {output}: not a regular file; --save-state needs a file it can cut back")
+        if state is None:
+            first, written, length, digest = run.position[1], 0, 0, hashlib.blake2b(digest_size=32)
+        else:
+            record = state["output"]
+            position = run.check_state(state["run"], f"{state_path}: state")
+            first, written, length = record["first"], record["batches"], record["bytes"]
+            consumed = run.batches_per_epoch if position == (epoch + 1, 0) else position[1]
+            if position[0] not in (epoch, epoch + 1) or consumed - first != written or first > consumed:
+                raise StateError(
+                    f"{state_path}: run position {list(position)}, first batch {first} and {written} batches written "
+                    f"disagree for epoch {epoch}; the state was edited: pass the file --save-state wrote"
+                )
+            digest = _kept_prefix(handle, output, state_path, record)
+            run.set_position(*position)
+
+        def save(size: int, count: int) -> None:
+            record = {"path": path, "bytes": size, "batches": count, "first": first, "digest": digest.hexdigest()}
+            saved = encode("epoch-command", epoch=epoch, run=run.state_dict(), output=record)
+            with atomic_text(state_path) as target:
+                json.dump(saved, target, indent=1)
+
+        save(length, written)  # the state file first: an unwritable one fails before the output is touched
         handle.truncate(length)  # drop whatever was written after the last saved state
         handle.seek(length)
-        for batch in run:
-            handle.write(_line(batch).encode())
+        for line in _lines(run):
+            handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
+            digest.update(line)
             written += 1
             save(handle.tell(), written)
 
 
-def _emit(output: str | None, out: IO[str], write: Callable[[IO[str]], None]) -> None:
-    if output is None or output == "-":
-        write(out)
-    else:
-        with atomic_text(output) as handle:
-            write(handle)
-
-
-def _uint64(text: str) -> int:
-    try:
-        return int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"seed={text!r} is not an integer") from None
+def _lines(run: Iterable[MiniBatch]) -> Iterable[bytes]:
+    return map(_line, run)
 
 
 def register(commands: Any) -> None:
     """Add ``epoch`` to *commands* (an argparse subparsers object)."""
     epoch = commands.add_parser("epoch", help="write one JSON object per batch of an epoch over a JSONL file or store")
-    epoch.add_argument(
-        "file",
-        help='JSONL file (one {"id", "partition", "tokens"} object per line), a store directory or a corpus manifest (.json)',
-    )
-    epoch.add_argument("--context-length", "-T", type=int, required=True, help="tokens per input row (T)")
-    epoch.add_argument("--batch-size", "-B", type=int, required=True, help="windows per batch (the last may be fewer)")
-    epoch.add_argument("--stride", type=int, default=1, help="distance between window starts (default 1)")
-    order = epoch.add_mutually_exclusive_group(required=True)
-    order.add_argument("--seed", type=_uint64, help="run seed in [0, 2**64); epoch E uses derive_seed(seed, E)")
-    order.add_argument("--sequential", action="store_true", help="document order, then increasing start")
-    epoch.add_argument("--partition", default="train", choices=[p.value for p in Partition], help="the epoch's partition")
-    epoch.add_argument(
-        "--keep-partition", action="store_true", help="skip documents of other partitions instead of rejecting them"
-    )
+    add_source(epoch, required_window=True)
+    add_order(epoch)
     epoch.add_argument("--epoch", type=int, help="which epoch of the run to write (default 0)")
     epoch.add_argument("--start-batch", type=int, help="first batch to write: batches already consumed (default 0)")
-    epoch.add_argument("--output", "-o", help="write to this file (atomically, unless the state is saved) instead of stdout")
+    epoch.add_argument("--output", "-o", help="write to this file (atomically, unless the state is saved); - or none: stdout")
     epoch.add_argument(
         "--save-state", metavar="STATE", help="write --output batch by batch; after each, save the position to STATE atomically"
     )

@@ -20,6 +20,14 @@ New files get mode 0o666 less the umask, like any file a shell redirect creates.
 Temporaries of writers that were killed (their pid is in the name and no longer
 runs) are removed by the next write into the same folder.  Errors name the
 user's path, never the temporary.
+
+The same temporaries serve every atomic write in streambatch: a name is
+``PREFIX + PID + "-" + 8 hex digits + SUFFIX`` (`temporary_name`), made with
+`create_temporary_file` or `create_temporary_directory`, and
+`remove_stale_temporaries` removes those of writers that no longer run.
+`atomic_file` is the binary form of `atomic_text` for files streambatch owns
+(plan files): ``.NAME.partial-PID-XXXXXXXX`` beside the target, fsynced, renamed
+over it; store directories use the same names (`streambatch.io.replace`).
 """
 
 from __future__ import annotations
@@ -27,8 +35,10 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Iterator
+from pathlib import Path
 from typing import IO
 
 from ..errors import ConfigError
@@ -55,9 +65,9 @@ def atomic_text(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
             yield handle
         return
     directory = os.path.dirname(os.path.abspath(target))
-    _remove_stale_temporaries(directory)
+    remove_stale_temporaries(directory, _PREFIX, _SUFFIX)
     try:
-        fd, temporary = _create_temporary(directory)
+        fd, temporary = create_temporary_file(directory, _PREFIX, _SUFFIX)
     except OSError as err:
         raise ConfigError(
             f"output {shown!r}: cannot create a file in {directory!r} ({err.strerror or err}); "
@@ -133,34 +143,107 @@ def _write_through(shown: str) -> Iterator[IO[str]]:
             raise ConfigError(f"output {shown!r}: cannot write ({err.strerror or err})") from None
 
 
-def _create_temporary(directory: str) -> tuple[int, str]:
-    """A new empty file ``.streambatch-PID-XXXXXXXX.tmp`` in *directory*, mode 0o666 less the umask."""
+def partial_prefix(target: str | os.PathLike[str], kind: str = "partial") -> str:
+    """The prefix of the temporaries beside *target*: ``.NAME.partial-`` (or ``.NAME.old-`` for *kind* ``old``)."""
+    return f".{os.path.basename(os.fspath(target))}.{kind}-"
+
+
+def temporary_name(directory: str | os.PathLike[str], prefix: str, suffix: str = "") -> Path:
+    """A fresh name ``directory/PREFIX + PID + "-" + 8 hex digits + SUFFIX`` (nothing is created)."""
+    return Path(directory) / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}{suffix}"
+
+
+def create_temporary_file(directory: str | os.PathLike[str], prefix: str, suffix: str = "") -> tuple[int, str]:
+    """A new empty file at a `temporary_name`, open read/write; mode 0o666 less the umask (mkstemp's is 0o600)."""
     while True:
-        name = os.path.join(directory, f"{_PREFIX}{os.getpid()}-{secrets.token_hex(4)}{_SUFFIX}")
+        name = os.fspath(temporary_name(directory, prefix, suffix))
         try:
-            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), name
+            return os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), name
         except FileExistsError:
             continue
 
 
-def _remove_stale_temporaries(directory: str) -> None:
-    """Remove ``.streambatch-PID-*.tmp`` files whose writer (PID) no longer runs."""
+def create_temporary_directory(directory: str | os.PathLike[str], prefix: str) -> Path:
+    """A new directory at a `temporary_name`, mode 0o777 less the umask (mkdtemp's is 0o700)."""
+    while True:
+        candidate = temporary_name(directory, prefix)
+        try:
+            os.mkdir(candidate, 0o777)
+        except FileExistsError:
+            continue
+        return candidate
+
+
+def remove_stale_temporaries(directory: str | os.PathLike[str], prefix: str, suffix: str = "") -> None:
+    """Remove the temporaries ``PREFIX + PID + "-..." + SUFFIX`` in *directory* whose writer (PID) no longer runs.
+
+    Files are unlinked and directories removed whole; links and other entries,
+    names without a pid, and those of live (or other users') processes are kept.
+    """
     try:
         names = os.listdir(directory)
     except OSError:
         return
     for name in names:
-        if not (name.startswith(_PREFIX) and name.endswith(_SUFFIX)):
+        if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) < len(prefix) + len(suffix):
             continue
-        pid_text, dash, _ = name[len(_PREFIX) :].partition("-")
+        pid_text, dash, _ = name[len(prefix) : len(name) - len(suffix)].partition("-")
         if not dash or not pid_text.isdigit() or int(pid_text) <= 0:
             continue
         try:
             os.kill(int(pid_text), 0)
         except ProcessLookupError:
-            path = os.path.join(directory, name)
-            with contextlib.suppress(OSError):
-                if stat.S_ISREG(os.lstat(path).st_mode):
-                    os.unlink(path)
+            _remove(os.path.join(directory, name))
         except (PermissionError, OverflowError):  # alive (another user's), or no such pid at all
             continue
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        mode = os.lstat(path).st_mode
+        if stat.S_ISDIR(mode):
+            shutil.rmtree(path, ignore_errors=True)
+        elif stat.S_ISREG(mode):
+            os.unlink(path)
+
+
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """fsync a file or a directory by name."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
+    """A binary file (read/write) that replaces *path* only if the block finishes without error.
+
+    Written as ``.NAME.partial-PID-XXXXXXXX`` beside *path* (stale ones of killed
+    writers are removed first), fsynced, renamed over *path*, then the folder
+    fsynced.  OS errors pass through unchanged (the caller names its file).
+
+    >>> import tempfile, pathlib
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "data.bin"
+    >>> with atomic_file(target) as handle:
+    ...     _ = handle.write(b"done")
+    >>> target.read_bytes()
+    b'done'
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    prefix = partial_prefix(path)
+    remove_stale_temporaries(directory, prefix)
+    fd, temporary = create_temporary_file(directory, prefix)
+    try:
+        with os.fdopen(fd, "r+b") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    with contextlib.suppress(OSError):
+        fsync_path(directory)

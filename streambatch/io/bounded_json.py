@@ -1,5 +1,9 @@
 """Bounded, checked JSON decoding for every JSON streambatch reads (JSONL records, store headers, ids).
 
+`read_json_header` is the one reader of small JSON files (store headers, corpus
+manifests, plan headers, state files): a size limit, no waiting on a FIFO, and
+the bounded decoder below.
+
 The standard library's ``json`` turns hostile input into exceptions of the wrong
 kind: an integer literal of thousands of digits hits Python's int-string limit
 (``ValueError``) and deeply nested arrays raise ``RecursionError``.  Here every
@@ -20,7 +24,9 @@ streambatch.errors.DataError: docs.jsonl:2: invalid JSON value at $.tokens[1] (I
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import stat
+from typing import IO, Any
 
 import msgspec
 
@@ -115,3 +121,63 @@ def _try_any(line: bytes | str) -> Any:
         return _ANY.decode(_strip_bom(line))
     except (msgspec.MsgspecError, RecursionError, UnicodeError):
         return _INVALID
+
+
+def read_json_header(
+    source: str | os.PathLike[str] | IO[bytes],
+    where: str,
+    what: str,
+    fix: str,
+    *,
+    error: type[StreamBatchError] = DataError,
+    limit: int = HEADER_LIMIT,
+    missing: str | None = None,
+    padding: bytes = b"",
+) -> Any:
+    """Read and decode a small JSON file: a path, or a binary handle already open on it.
+
+    At most *limit* bytes: a larger file is refused unread (or with *padding*, e.g.
+    ``b"\\0 \\n"``, only its first *limit* bytes are read, that padding stripped: a
+    fixed-size header before other data).  A FIFO or device is refused, never
+    waited on.  Every failure raises *error*: ``{where}: unreadable {what} (...); {fix}``,
+    ``{where}: N bytes, more than a {what} may have (64 MiB); {fix}``, or with
+    *missing* a missing file ``{where}: {missing}``.
+
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "h.json"
+    >>> _ = path.write_text('{"format": "x"}')
+    >>> read_json_header(path, str(path), "header", "write it again")
+    {'format': 'x'}
+    """
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError as err:
+            if missing is not None:
+                raise error(f"{where}: {missing}") from err
+            raise error(f"{where}: unreadable {what} ({err.strerror or err}); {fix}") from err
+        except OSError as err:
+            raise error(f"{where}: unreadable {what} ({err.strerror or err}); {fix}") from err
+        with os.fdopen(fd, "rb") as handle:
+            data = _read_bounded(handle, where, what, fix, error, limit, padding)
+    else:
+        data = _read_bounded(source, where, what, fix, error, limit, padding)
+    return _decode(_ANY, data.rstrip(padding) if padding else data, f"{where}: unreadable {what}", fix, error)
+
+
+def _read_bounded(
+    handle: IO[bytes], where: str, what: str, fix: str, error: type[StreamBatchError], limit: int, padding: bytes
+) -> bytes:
+    shown = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+    try:
+        status = os.fstat(handle.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise error(f"{where}: not a regular file; {fix}")
+        if status.st_size > limit and not padding:
+            raise error(f"{where}: {status.st_size} bytes, more than a {what} may have ({shown}); {fix}")
+        data = handle.read(limit if padding else limit + 1)
+    except OSError as err:
+        raise error(f"{where}: unreadable {what} ({err.strerror or err}); {fix}") from err
+    if len(data) > limit:  # grew while it was read
+        raise error(f"{where}: more than {shown}, more than a {what} may have; {fix}")
+    return data

@@ -27,18 +27,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ConfigError, DuplicateIdError, StoreError
-from ..io.atomic import atomic_text
-from ..io.bounded_json import HEADER_LIMIT, decode_json
-from ..io.store import open_store
-from .documents import PARTITIONS, Document, DocumentStore, Partition, check_partition
+from ..errors import ConfigError, DuplicateIdError
+from .documents import PARTITIONS, Document, Partition
+from .store import DocumentStore
 
 FORMAT = "streambatch.corpus"
 VERSION = 1
@@ -157,10 +154,6 @@ class Corpus:
         """The partition of document *index* (a corpus-wide index)."""
         return PARTITIONS[int(self.partition_codes[index])]
 
-    def check_partition(self, partition: Partition | str) -> Partition:
-        """Raise `PartitionError` naming the first document outside *partition*."""
-        return check_partition(self, partition)
-
     def shard_of(self, document_indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Shard of each corpus-wide document index."""
         where = np.asarray(document_indices, dtype=np.int64)
@@ -220,107 +213,3 @@ def _frozen(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
 
 def _restore(shards: tuple[DocumentStore, ...], paths: tuple[str | None, ...]) -> Corpus:
     return Corpus(shards, paths=paths, _checked=True)
-
-
-def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify: bool = True) -> Corpus:
-    """Open a corpus: a manifest file (``corpus.json``) or a list of stores and/or store paths.
-
-    Stores named by path are opened with `open_store` (*verify* checks their
-    fingerprints: one read of every byte).  A manifest that records fingerprints
-    must match the shards it names.
-
-    >>> a = DocumentStore.from_arrays([1, 2, 3], [0, 3], ids=["a"])
-    >>> b = DocumentStore.from_arrays([4, 5], [0, 2], ids=["b"])
-    >>> open_corpus([a, b]).ids
-    ('a', 'b')
-    """
-    if isinstance(source, (str, os.PathLike)):
-        return _open_manifest(Path(source), verify)
-    items: Any = source
-    if isinstance(items, DocumentStore):
-        raise ConfigError("source=DocumentStore(...) is one store; pass a list of stores, or the store itself to the stages")
-    shards: list[DocumentStore] = []
-    paths: list[str | None] = []
-    if not isinstance(items, Iterable):
-        raise ConfigError(f"source={items!r} is not a manifest path or a list of stores; pass one of those")
-    for k, item in enumerate(items):
-        if isinstance(item, DocumentStore):
-            shards.append(item)
-            paths.append(None)
-        elif not isinstance(item, (str, os.PathLike)):
-            raise ConfigError(f"shard {k}={item!r} is not a DocumentStore or a store path; pass stores or their paths")
-        else:
-            shards.append(open_store(item, verify=verify))
-            paths.append(os.fspath(item))
-    return Corpus(shards, paths=paths)
-
-
-def _open_manifest(path: Path, verify: bool) -> Corpus:
-    if path.is_dir():
-        raise StoreError(f"{path}: is a directory (a store?), not a corpus manifest; pass the corpus.json file")
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(HEADER_LIMIT + 1)
-    except FileNotFoundError as err:
-        raise StoreError(f"{path}: no such corpus manifest; write one with sb.write_corpus") from err
-    except OSError as err:
-        raise StoreError(
-            f"{path}: unreadable corpus manifest ({err.strerror or err}); write it again with sb.write_corpus"
-        ) from err
-    if len(data) > HEADER_LIMIT:
-        raise StoreError(f"{path}: more than 64 MiB, more than a corpus manifest may have; pass the corpus.json file")
-    manifest = decode_json(
-        data, f"{path}: unreadable corpus manifest", "the manifest (write it with sb.write_corpus)", error=StoreError
-    )
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise StoreError(f"{path}: format is not {FORMAT!r}; this is not a streambatch corpus manifest")
-    if manifest.get("version") != VERSION:
-        raise StoreError(f"{path}: version={manifest.get('version')!r} is not supported (this streambatch reads {VERSION})")
-    entries = manifest.get("shards")
-    if not isinstance(entries, list) or not entries:
-        raise StoreError(f"{path}: shards must be a non-empty list of store paths (relative to the manifest)")
-    shards: list[DocumentStore] = []
-    names: list[str | None] = []
-    for k, entry in enumerate(entries):
-        relative = entry.get("path") if isinstance(entry, dict) else entry
-        if not isinstance(relative, str) or not relative:
-            raise StoreError(f"{path}: shard {k}={entry!r} is not a store path; list paths relative to the manifest")
-        shard = open_store(path.parent / relative, verify=verify)
-        recorded = entry.get("fingerprint") if isinstance(entry, dict) else None
-        if recorded is not None and recorded != shard.fingerprint:
-            raise StoreError(
-                f"{path}: shard {k} ({relative}) has fingerprint {shard.fingerprint!r} but the manifest records "
-                f"{recorded!r}; the shard changed since the manifest was written: write the manifest again"
-            )
-        shards.append(shard)
-        names.append(str(path.parent / relative))
-    corpus = Corpus(shards, paths=names)
-    recorded = manifest.get("fingerprint")
-    if recorded is not None and recorded != corpus.fingerprint:
-        raise StoreError(f"{path}: fingerprint {recorded!r} does not match its shards ({corpus.fingerprint!r})")
-    return corpus
-
-
-def write_corpus(path: PathLike, shards: Sequence[PathLike], *, verify: bool = False) -> Corpus:
-    """Write a corpus manifest listing *shards* (store directories) relative to it, atomically; return the corpus.
-
-    >>> import tempfile, pathlib
-    >>> root = pathlib.Path(tempfile.mkdtemp())
-    >>> from streambatch.io.store import write_store
-    >>> _ = write_store(root / "a", [Document("a", "train", [1, 2, 3])])
-    >>> _ = write_store(root / "b", [Document("b", "train", [4, 5])])
-    >>> write_corpus(root / "corpus.json", [root / "a", root / "b"]).ids
-    ('a', 'b')
-    """
-    target = Path(path)
-    folder = target.parent.resolve()
-    corpus = open_corpus([Path(s) for s in shards], verify=verify)
-    entries = [
-        {"path": os.path.relpath(Path(s).resolve(), folder), "fingerprint": shard.fingerprint}
-        for s, shard in zip(shards, corpus.shards, strict=True)
-    ]
-    manifest = {"format": FORMAT, "version": VERSION, "fingerprint": corpus.fingerprint, "shards": entries}
-    with atomic_text(target) as handle:
-        json.dump(manifest, handle, indent=1)
-        handle.write("\n")
-    return corpus

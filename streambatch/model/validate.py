@@ -1,4 +1,4 @@
-"""Validators for documents and stores: token ids, document ids, offsets, unique ids.
+"""Validators for documents and stores: token ids, document ids, offsets, unique ids, vocabularies.
 
 Every check raises a `DataError` that names where the bad value is (document id,
 file and line, array coordinate) and what to do; none of them coerces silently.
@@ -6,8 +6,8 @@ file and line, array coordinate) and what to do; none of them coerces silently.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -116,13 +116,54 @@ def check_offsets(offsets: npt.NDArray[Any], token_count: int, name: str) -> npt
     return values
 
 
+def duplicate_id(doc_id: str, first: str, repeated: str, rule: str = "document ids must be unique") -> NoReturn:
+    """Raise the one `DuplicateIdError`: *doc_id* was *first* at one place and *repeated* at another.
+
+    >>> duplicate_id("a", "a.jsonl:1", "a.jsonl:7")
+    Traceback (most recent call last):
+    ...
+    streambatch.errors.DuplicateIdError: duplicate document id='a': first at a.jsonl:1, repeated at a.jsonl:7; ...
+    """
+    raise DuplicateIdError(f"duplicate document id={doc_id!r}: first at {first}, repeated at {repeated}; {rule}")
+
+
 def check_unique(ids: list[str], labels: Sequence[str]) -> None:
     """Raise `DuplicateIdError` naming both positions of the first repeated id."""
     seen: dict[str, int] = {}
     for index, value in enumerate(ids):
         first = seen.setdefault(value, index)
         if first != index:
-            raise DuplicateIdError(
-                f"duplicate document id={value!r}: first at {labels[first]}, repeated at "
-                f"{labels[index]}; document ids must be unique"
-            )
+            duplicate_id(value, labels[first], labels[index])
+
+
+Labels = Sequence[str] | Callable[[int], str]  # how errors name document i: a list, or built only when needed
+
+
+def label_of(labels: Labels, index: int) -> str:
+    """How errors name document *index*."""
+    return labels(index) if callable(labels) else labels[index]
+
+
+def check_vocabulary(
+    tokens: npt.NDArray[Any], lengths: npt.NDArray[np.int64], labels: Labels, vocab_size: int | None, name: str
+) -> None:
+    """Raise `DataError` naming the document and position of the first id >= *vocab_size* (None: no bound).
+
+    *name* is the tokenizer's, as its description (a store header's ``tokenizer``) gives it.
+
+    >>> check_vocabulary(np.array([1, 300]), np.array([1, 1]), ["a:1", "a:2"], 256, "bytes")
+    Traceback (most recent call last):
+    ...
+    streambatch.errors.DataError: a:2: token[0]=300 is outside the vocabulary of tokenizer 'bytes' (vocab_size=256); ...
+    """
+    if vocab_size is None or tokens.size == 0 or int(tokens.max()) < vocab_size:
+        return
+    at = int(np.argmax(tokens >= vocab_size))
+    ends = np.cumsum(lengths)
+    document = int(np.searchsorted(ends, at, side="right"))
+    position = at - int(ends[document] - lengths[document])
+    raise DataError(
+        f"{label_of(labels, document)}: token[{position}]={int(tokens[at])} is outside the vocabulary of tokenizer {name!r} "
+        f"(vocab_size={vocab_size}); token ids must be below vocab_size: pass the tokenizer that made them (--tokenizer) "
+        "or leave the document out"
+    )

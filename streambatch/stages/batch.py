@@ -61,6 +61,10 @@ class MiniBatch:
         self.space = space  # the store and window numbering the rows come from
         self._located: tuple[IntArray, IntArray] | None = None
 
+    def in_epoch(self, epoch: int) -> MiniBatch:
+        """This batch placed in epoch *epoch* of a run: a new `MiniBatch` sharing the same arrays."""
+        return MiniBatch(self.index, self.inputs, self.targets, self.positions, self.space, epoch)
+
     def _locate(self) -> tuple[IntArray, IntArray]:
         if self._located is None:
             self._located = self.space.index.locate_positions(self.positions)

@@ -1,16 +1,14 @@
-"""Stage 4, chunk: windows into batches of *batch_size*, the last one smaller; shares of them.
+"""Stage 4, chunk: windows into batches of *batch_size*, the last one smaller.
 
-The final batch is never padded and never dropped.  `chunk` gives a lazy
-sequence of `Windows` views (nothing is copied); `shard` takes a strided share
-of the batches (a DataLoader worker's), `split_rows` each batch's contiguous
-share of rows (a data-parallel rank's).
+The final batch is never padded and never dropped.  `chunk` gives `Chunks`, a
+lazy sequence of `Windows` views (nothing is copied), each tagged with its batch
+index; `streambatch.stages.share` takes a worker's or a rank's share of them.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, overload
+from collections.abc import Iterator, Sequence
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -54,26 +52,12 @@ def chunked(order: npt.NDArray[np.integer], batch_size: int) -> Iterator[npt.NDA
     return sliced(order, batch_size)
 
 
-def row_share(width: int, rank: int, world_size: int) -> tuple[int, int]:
-    """``(start, stop)`` of *rank*'s contiguous, balanced share of *width* rows.
-
-    Shares differ by at most one row; the first ``width % world_size`` ranks take
-    one more, so a batch narrower than the world leaves some ranks empty.
-
-    >>> [row_share(5, r, 3) for r in range(3)], row_share(1, 2, 3)
-    ([(0, 2), (2, 4), (4, 5)], (1, 1))
-    """
-    base, extra = divmod(width, world_size)
-    lo = rank * base + min(rank, extra)
-    return lo, lo + base + (1 if rank < extra else 0)
-
-
 class Chunks(Sequence[Windows]):
     """Batches of a `Windows` sequence, lazily: chunk *j* is a view of batch ``batches[j]``.
 
     Sized and indexable, so resuming, sharding and splitting are slicing; each
-    chunk knows its global batch index (``.batch``).  Made by `chunk`, `shard`
-    and `split_rows`.
+    chunk knows its global batch index (``.batch_index``).  Made by `chunk`;
+    `streambatch.share` takes shares of it.
     """
 
     __slots__ = ("batch_size", "batches", "rank", "windows", "world_size")
@@ -110,9 +94,7 @@ class Chunks(Sequence[Windows]):
         if self.world_size > 1:
             lo, hi = row_share(last - first, self.rank, self.world_size)
             first, last = first + lo, first + hi
-        view = self.windows[first:last]
-        view.batch = batch
-        return view
+        return self.windows.view(first, last, batch_index=batch)
 
     def __iter__(self) -> Iterator[Windows]:
         return map(self._chunk, self.batches)
@@ -145,59 +127,15 @@ def chunk(windows: Windows, batch_size: int) -> Chunks:
     return Chunks(windows, size, range(batch_count(len(windows), size)))
 
 
-def _check_share(index: Any, count: Any, names: tuple[str, str], what: str) -> tuple[int, int]:
-    total = check_positive(count, names[1], what)
-    if not is_integer(index) or not 0 <= int(index) < total:
-        raise ConfigError(f"{names[0]}={index!r} must be an int in [0, {names[1]}={total}); pass this process's {names[0]}")
-    return int(index), total
+def row_share(width: int, rank: int, world_size: int) -> tuple[int, int]:
+    """``(start, stop)`` of *rank*'s contiguous, balanced share of *width* rows.
 
+    Shares differ by at most one row; the first ``width % world_size`` ranks take
+    one more, so a batch narrower than the world leaves some ranks empty.
 
-@overload
-def shard(chunks: Chunks, index: int, count: int) -> Chunks: ...
-@overload
-def shard(chunks: Iterable[Any], index: int, count: int) -> Iterator[Any]: ...
-def shard(chunks: Iterable[Any], index: int, count: int) -> Chunks | Iterator[Any]:
-    """A strided share: items ``index, index + count, ...`` (DataLoader worker *index* of *count*).
-
-    On `Chunks` the share is a lazy slice (nothing in between is built); on any
-    other iterable it is ``itertools.islice``.
-
-    >>> import streambatch as sb
-    >>> w = sb.windows([sb.Document("a", "train", range(7))], context_length=1)
-    >>> [c.batch for c in sb.shard(sb.chunk(w, 2), 1, 2)]
-    [1]
+    >>> [row_share(5, r, 3) for r in range(3)], row_share(1, 2, 3)
+    ([(0, 2), (2, 4), (4, 5)], (1, 1))
     """
-    start, step = _check_share(index, count, ("index", "count"), "the number of shares (workers)")
-    if isinstance(chunks, Chunks):
-        return chunks[start::step]
-    return itertools.islice(chunks, start, None, step)
-
-
-@overload
-def split_rows(chunks: Chunks, rank: int, world_size: int) -> Chunks: ...  # type: ignore[overload-overlap]
-@overload
-def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Iterator[Windows]: ...
-def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Chunks | Iterator[Windows]:
-    """Each batch's contiguous, balanced share of rows for data-parallel *rank* of *world_size*.
-
-    Every rank sees every batch (same ``.batch`` index); a batch narrower than the
-    world leaves some ranks zero rows, and they still take part.
-
-    >>> import streambatch as sb
-    >>> w = sb.windows([sb.Document("a", "train", range(8))], context_length=2)
-    >>> [[len(c) for c in sb.split_rows(sb.chunk(w, 4), r, 3)] for r in range(3)]
-    [[2, 1], [1, 1], [1, 0]]
-    """
-    at, world = _check_share(rank, world_size, ("rank", "world_size"), "the number of data-parallel ranks")
-    if isinstance(chunks, Chunks):
-        if chunks.world_size != 1:
-            raise ConfigError("these chunks are already split over ranks; split_rows once")
-        return Chunks(chunks.windows, chunks.batch_size, chunks.batches, at, world)
-    return (_split(c, at, world) for c in chunks)
-
-
-def _split(chunk: Windows, rank: int, world: int) -> Windows:
-    lo, hi = row_share(len(chunk), rank, world)
-    view = chunk[lo:hi]
-    view.batch = chunk.batch
-    return view
+    base, extra = divmod(width, world_size)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)

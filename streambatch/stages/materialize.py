@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from ..errors import ConfigError, DataError
 from ..model.corpus import Corpus
-from ..model.documents import DocumentStore
+from ..model.store import DocumentStore
 from .batch import MiniBatch
 from .chunk import Chunks
 from .windows import Windows, WindowSpace
@@ -213,7 +213,7 @@ def materialize_one(windows: Windows, index: int | None = None) -> MiniBatch:
         raise ConfigError(f"chunk={windows!r} is not a streambatch.Windows; chunk windows with sb.chunk(windows, batch_size)")
     positions = windows.positions()
     inputs, targets = row_gather(windows.space)(positions)
-    number = (windows.batch if windows.batch is not None else 0) if index is None else index
+    number = (windows.batch_index or 0) if index is None else index
     return MiniBatch(number, inputs, targets, positions, windows.space)
 
 

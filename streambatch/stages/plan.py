@@ -51,7 +51,7 @@ from .._checks import check_seed
 from ..errors import ConfigError, StoreError
 from ..io.bounded_json import decode_json
 from .shuffle import permute
-from .windows import Windows
+from .windows import ShuffleOrder, Windows
 
 FORMAT = "streambatch.plan"
 VERSION = 1
@@ -118,7 +118,7 @@ def plan_file(windows: Windows, seed: int, plan_dir: PathLike) -> Windows:
     >>> list(order), order.plan_path.endswith(".plan")
     ([4, 1, 3, 0, 2], True)
     """
-    return _plan_file(windows, seed, plan_dir)
+    return build_plan(windows, seed, plan_dir)[0]
 
 
 def check_plan_dir(plan_dir: Any) -> PathLike:
@@ -128,8 +128,11 @@ def check_plan_dir(plan_dir: Any) -> PathLike:
     return plan_dir
 
 
-def _plan_file(windows: Windows, seed: int, plan_dir: PathLike, run: dict[str, int] | None = None) -> Windows:
-    """`plan_file`; *run* (``{"seed": R, "epoch": E}``) is recorded in the header of a new plan."""
+def build_plan(windows: Windows, seed: int, plan_dir: PathLike, *, run: dict[str, int] | None = None) -> tuple[Windows, bool]:
+    """`plan_file`, and whether this call wrote the plan (False: it existed, or another process wrote it).
+
+    *run* (``{"seed": R, "epoch": E}``) is recorded in the header of a new plan.
+    """
     key = plan_key(windows, seed)
     directory = Path(check_plan_dir(plan_dir))
     try:
@@ -138,12 +141,14 @@ def _plan_file(windows: Windows, seed: int, plan_dir: PathLike, run: dict[str, i
         raise StoreError(f"plan_dir={os.fspath(plan_dir)!r}: cannot create it ({err.strerror}); pass a writable folder") from err
     name = _file_name(key)
     path = directory / name
+    created = False
     if not path.exists():
         with _locked(directory / (name[: -len(SUFFIX)] + ".lock")):
             if not path.exists():  # another process may have written it while this one waited
                 _write_plan(path, windows, key, run)
+                created = True
     plan, header = open_plan(path, key)
-    return windows.with_plan(plan, seed=key["seed"], state_after=header["state_after"])
+    return windows.with_plan(plan, ShuffleOrder(key["seed"], header["state_after"])), created
 
 
 @contextlib.contextmanager

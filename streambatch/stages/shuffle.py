@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from .._checks import check_non_negative, check_seed
 from ..errors import ConfigError
-from .windows import Windows
+from .windows import ShuffleOrder, Windows
 
 _c_shuffle: Callable[..., int] | None
 try:
@@ -373,6 +373,26 @@ def permute(values: npt.NDArray[Any], seed: int) -> int:
     return state_after(seed, draws)
 
 
+def derive_seed(seed: int, epoch: int) -> int:
+    """The shuffle seed of epoch *epoch* of a run seeded with *seed*; epoch 0 uses *seed* itself.
+
+    Epoch ``e > 0`` takes SplitMix64 draw number ``e`` from *seed*, so every
+    epoch's order follows from the run seed and the epoch number alone.
+
+    >>> derive_seed(7, 0), derive_seed(7, 1) != derive_seed(7, 2)
+    (7, True)
+    >>> derive_seed(7, -1)
+    Traceback (most recent call last):
+    ...
+    streambatch.errors.ConfigError: epoch=-1 must be a non-negative int; pass the epoch number (0 for the first)
+    """
+    checked = check_seed(seed)
+    number = check_non_negative(epoch, "epoch", "the epoch number (0 for the first)")
+    if number == 0:
+        return checked
+    return int(splitmix64_draws(checked, number, 1)[0])
+
+
 def shuffle(windows: Windows, seed: int) -> Windows:
     """The same windows in the chapter's exact SplitMix64 Fisher–Yates order.
 
@@ -382,11 +402,11 @@ def shuffle(windows: Windows, seed: int) -> Windows:
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]), sb.Document("train-b", "train", [0, 20, 21, 1])]
     >>> order = sb.shuffle(sb.windows(docs, context_length=2), seed=7)
-    >>> list(order), order.state_after == state_after(7, 4)
+    >>> list(order), order.shuffle_state_after == state_after(7, 4)
     ([4, 1, 3, 0, 2], True)
     """
     seed = check_seed(seed)
     values = windows.plan_values()  # fresh in document order; a view of the plan otherwise
     plan = values if windows.is_sequential else values.copy()
     state = permute(plan, seed)
-    return windows.with_plan(plan, seed=seed, state_after=state)
+    return windows.with_plan(plan, ShuffleOrder(seed, state))

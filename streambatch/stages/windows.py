@@ -12,6 +12,7 @@ order) or by one uint32 per window (a shuffled plan).
 from __future__ import annotations
 
 import mmap
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, overload
@@ -21,9 +22,17 @@ import numpy.typing as npt
 
 from .._checks import check_positive, is_integer
 from ..errors import OutOfRangeError
-from ..model.documents import Partition, TokenSource, as_store
+from ..model.documents import Partition
+from ..model.source import TokenSource, as_source, partition_documents
 
 IntArray = npt.NDArray[np.int64]
+
+
+class ShuffleOrder(NamedTuple):
+    """A seeded order: the seed and the SplitMix64 state after its Fisher–Yates shuffle."""
+
+    seed: int
+    state_after: int
 
 
 @dataclass(frozen=True)
@@ -192,11 +201,12 @@ class WindowSpace:
 
     __slots__ = ("cache", "config", "index", "partition", "plan_holds_positions", "store")
 
-    def __init__(self, store: TokenSource, config: WindowConfig, partition: Partition) -> None:
+    def __init__(
+        self, store: TokenSource, config: WindowConfig, partition: Partition, include: npt.NDArray[np.bool_] | None = None
+    ) -> None:
         self.store = store
         self.config = config
         self.partition = partition
-        include = None if bool((store.partition_codes == partition.code).all()) else store.partition_codes == partition.code
         self.index = WindowIndex(store.lengths, config, store.starts, include)
         self.plan_holds_positions = store.flat_size < POSITION_LIMIT
         self.cache: dict[str, Any] = {}
@@ -231,7 +241,7 @@ class Windows(Sequence[int]):
     (5, [0, 1, 2, 3, 4], [1, 2])
     """
 
-    __slots__ = ("_hi", "_lo", "_plan", "_space", "batch", "seed", "state_after")
+    __slots__ = ("_batch_index", "_hi", "_lo", "_order", "_plan", "_space")
 
     def __init__(
         self,
@@ -240,17 +250,52 @@ class Windows(Sequence[int]):
         lo: int = 0,
         hi: int | None = None,
         *,
-        seed: int | None = None,
-        state_after: int | None = None,
-        batch: int | None = None,
+        order: ShuffleOrder | None = None,
+        batch_index: int | None = None,
     ) -> None:
         self._space = space
         self._plan = plan
         self._lo = lo
         self._hi = (space.index.window_count if plan is None else plan.size) if hi is None else hi
-        self.seed = seed
-        self.state_after = state_after
-        self.batch = batch  # the batch index, for chunks made by `chunk`
+        self._order = order
+        self._batch_index = batch_index
+
+    # -- what this view is: set at construction, never changed -----------------------
+    @property
+    def order(self) -> ShuffleOrder | None:
+        """The seeded order these windows are in (seed and SplitMix64 state after the shuffle); None: document order."""
+        return self._order
+
+    @property
+    def seed(self) -> int | None:
+        """The shuffle seed of this order, or None for document order."""
+        return None if self._order is None else self._order.seed
+
+    @property
+    def shuffle_state_after(self) -> int | None:
+        """The SplitMix64 state after the shuffle that made this order; None for document order."""
+        return None if self._order is None else self._order.state_after
+
+    @property
+    def batch_index(self) -> int | None:
+        """The batch index of a chunk made by `streambatch.chunk`, else None."""
+        return self._batch_index
+
+    @property
+    def batch(self) -> int | None:
+        """Deprecated spelling of `batch_index` (kept for one release)."""
+        warnings.warn("Windows.batch is deprecated; use Windows.batch_index", DeprecationWarning, stacklevel=2)
+        return self._batch_index
+
+    @property
+    def state_after(self) -> int | None:
+        """Deprecated spelling of `shuffle_state_after` (kept for one release)."""
+        warnings.warn("Windows.state_after is deprecated; use Windows.shuffle_state_after", DeprecationWarning, stacklevel=2)
+        return self.shuffle_state_after
+
+    def view(self, lo: int, hi: int, *, batch_index: int | None = None) -> Windows:
+        """Windows ``lo:hi`` of this view (``0 <= lo <= hi <= len``), in the same order, tagged with *batch_index*."""
+        return Windows(self._space, self._plan, self._lo + lo, self._lo + hi, order=self._order, batch_index=batch_index)
 
     # -- what the next stages need -------------------------------------------------
     @property
@@ -308,7 +353,7 @@ class Windows(Sequence[int]):
         # a memory-mapped plan travels as its file name (spawned workers map the same
         # file), never as a copy of its bytes; the space pickles without its caches
         plan: Any = _mapped_file(self._plan) or self._plan
-        return (_rebuild_windows, (self._space, plan, self._lo, self._hi, self.seed, self.state_after, self.batch))
+        return (_rebuild_windows, (self._space, plan, self._lo, self._hi, self._order, self._batch_index))
 
     def plan_values(self) -> npt.NDArray[Any]:
         """This view's plan entries: first-token positions (or window numbers in 2**32+ token stores).
@@ -325,13 +370,13 @@ class Windows(Sequence[int]):
             return space.index.positions(np.arange(self._lo, self._hi, dtype=np.int64)).astype(dtype)
         return np.arange(self._lo, self._hi, dtype=dtype)
 
-    def with_plan(self, plan: npt.NDArray[Any], *, seed: int | None, state_after: int | None) -> Windows:
+    def with_plan(self, plan: npt.NDArray[Any], order: ShuffleOrder | None) -> Windows:
         """The same windows in the order of *plan* (entries as `plan_values` gives them)."""
         if plan.size != len(self):
             raise OutOfRangeError(f"plan has {plan.size} entries for {len(self)} windows; pass one entry per window")
         if isinstance(plan, np.memmap):  # a plain view: batches never see the memmap subclass
             plan = plan.view(np.ndarray)
-        return Windows(self._space, plan, 0, plan.size, seed=seed, state_after=state_after)
+        return Windows(self._space, plan, 0, plan.size, order=order)
 
     def positions(self) -> npt.NDArray[np.intp]:
         """First-token position of each window in the store's flat tokens (intp: numpy's fast index)."""
@@ -374,14 +419,14 @@ class Windows(Sequence[int]):
             except (TypeError, ValueError) as err:
                 raise OutOfRangeError(f"slice {item!r} is not a slice of ints with a non-zero step ({err})") from None
             if step == 1:
-                return Windows(self._space, self._plan, self._lo + start, self._lo + max(start, stop), seed=self.seed)
+                return self.view(start, max(start, stop))
             picked = self.plan_values()[start:stop:step] if self._plan is not None else None
             if picked is None:
                 numbers = np.arange(self._lo + start, self._lo + stop, step, dtype=np.int64)
                 space = self._space
                 picked = space.index.positions(numbers) if space.plan_holds_positions else numbers
                 picked = picked.astype(space.plan_dtype(numbers.size))
-            return Windows(self._space, picked, 0, picked.size, seed=self.seed)
+            return Windows(self._space, picked, 0, picked.size, order=self._order)
         if not is_integer(item):
             raise OutOfRangeError(f"index={item!r} is not an int or a slice; index windows by position")
         at = int(item) + size if int(item) < 0 else int(item)
@@ -431,15 +476,24 @@ def _rebuild_windows(space: WindowSpace, plan: Any, *rest: Any) -> Windows:
     if isinstance(plan, _MappedFile):
         mapped = np.memmap(plan.filename, dtype=np.dtype(plan.dtype), mode="r", offset=plan.offset, shape=(plan.size,))
         plan = mapped.view(np.ndarray)
-    lo, hi, seed, state_after, batch = rest
-    return Windows(space, plan, lo, hi, seed=seed, state_after=state_after, batch=batch)
+    lo, hi, order, batch_index = rest
+    return Windows(space, plan, lo, hi, order=order, batch_index=batch_index)
 
 
-def windows(source: Any, *, context_length: int, stride: int = 1, partition: Partition | str = Partition.TRAIN) -> Windows:
+def windows(
+    source: Any,
+    *,
+    context_length: int,
+    stride: int = 1,
+    partition: Partition | str = Partition.TRAIN,
+    keep_partition: bool = False,
+) -> Windows:
     """Every complete window of *partition* in *source*, in document order.
 
     *source* is a `DocumentStore` (in memory or opened with `open_store`), a
-    `Corpus` of several stores, or an iterable of `Document`.  Documents of other partitions contribute no windows.
+    `Corpus` of several stores, what `open_source` returns, or an iterable of
+    `Document`.  A document of another partition is refused (`PartitionError`)
+    unless *keep_partition* skips it: `streambatch.model.source.partition_documents`.
     Holds a few integers per document and nothing per window.
 
     >>> import streambatch as sb
@@ -449,5 +503,7 @@ def windows(source: Any, *, context_length: int, stride: int = 1, partition: Par
     (5, [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)])
     """
     config = WindowConfig(context_length, stride)
-    space = WindowSpace(as_store(source), config, Partition.parse(partition, "windows"))
+    store = as_source(source)
+    chosen = Partition.parse(partition, "windows")
+    space = WindowSpace(store, config, chosen, partition_documents(store, chosen, keep_partition=keep_partition))
     return Windows(space)

@@ -14,8 +14,8 @@ from .._checks import check_positive
 from ..errors import ConfigError
 from ..model.corpus import Corpus
 from ..model.documents import Partition
+from ..model.source import Source, as_source
 from ..stages.chunk import batch_count
-from ..stages.read.open import Source, source_store
 from ..stages.windows import POSITION_LIMIT, window_counts, window_tails
 
 
@@ -55,7 +55,7 @@ def inspect_source(
     T = None if context_length is None else check_positive(context_length, "context_length", "the input tokens per window")
     B = None if batch_size is None else check_positive(batch_size, "batch_size", "the number of windows per batch")
     s = check_positive(stride, "stride", "the distance between window starts")
-    store = source_store(source)
+    store = as_source(source)
     lengths = store.lengths
     summary: dict[str, Any] = {
         "documents": len(store),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -38,3 +41,12 @@ def full_batch_reference(model: nn.Module, inputs: torch.Tensor, targets: torch.
     result = (float(loss.detach()), gradients(model))
     model.zero_grad(set_to_none=True)
     return result
+
+
+def relative_error(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> float:
+    """Largest ``|a - e| / max(|e|, tiny)`` over paired tensors (for checking exactness)."""
+    worst = 0.0
+    for a, e in zip(actual, expected, strict=True):
+        scale = e.abs().clamp_min(1e-12)
+        worst = max(worst, float(((a - e).abs() / scale).max()) if e.numel() else 0.0)
+    return worst if math.isfinite(worst) else math.inf

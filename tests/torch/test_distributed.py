@@ -10,9 +10,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-import streambatch.torch as sbt
-
 from . import dist_worker
+from .models import relative_error
 
 pytestmark = [
     pytest.mark.slow,
@@ -54,7 +53,7 @@ def test_ranks_compute_the_one_process_mean(tmp_path: Path, world_size: int) -> 
         for share in shares:
             assert share["reference_tokens"] == share["tokens"]
             assert share["loss"] == pytest.approx(share["reference_loss"], rel=1e-6)
-            assert sbt.relative_error(share["grads"], share["reference_grads"]) < 1e-6
+            assert relative_error(share["grads"], share["reference_grads"]) < 1e-6
     # union of every rank's rows over the epoch: each window exactly once
     everything = [p for rank in ranks for share in rank for p in share["positions"]]
     assert 9 == len(everything) == len(set(everything))

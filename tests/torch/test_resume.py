@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 import streambatch as sb
 import streambatch.torch as sbt
+from streambatch.errors import OutOfRangeError
 
 stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed; pip install torchdata")
 StatefulDataLoader = stateful.StatefulDataLoader
@@ -96,13 +97,13 @@ def test_a_worker_state_of_another_worker_count_is_refused() -> None:
     dataset = sbt.RunDataset(_run())
     state = dataset.state_dict()
     assert [0, 1] == state["worker"]
-    assert "streambatch.worker" == state["format"]
+    assert ("streambatch.state", "worker") == (state["format"], state["kind"])
     other = dict(state, worker=[1, 2])
     with pytest.raises(sb.StateError, match=r"state worker=\[1, 2\] but this is worker \[0, 1\]"):
         dataset.load_state_dict(other)
     with pytest.raises(sb.StateError, match=r"state seed=8 but this run has seed=9"):
         dataset.load_state_dict(dict(state, run=dict(state["run"], seed=8)))
-    with pytest.raises(sb.StateError, match=r"is not a 'streambatch.worker' state"):
+    with pytest.raises(sb.StateError, match=r"state format='x' is not 'streambatch.state'"):
         dataset.load_state_dict({"format": "x"})
     assert [_key(b) for b in sbt.RunDataset(_run())] == [_key(b) for b in dataset]
 
@@ -159,7 +160,7 @@ def test_dataset_arguments_are_checked() -> None:
     epoch = sb.Epoch(_docs(), context_length=3, batch_size=4, seed=9)
     with pytest.raises(sb.ConfigError, match=r"dtype='long' is not a torch.dtype; pass e.g. torch.long"):
         sbt.EpochDataset(epoch, dtype="long")  # type: ignore[arg-type]
-    with pytest.raises(sb.OutOfRangeError, match=r"start_batch=99 is beyond the epoch's \d+ batches"):
+    with pytest.raises(OutOfRangeError, match=r"start_batch=99 is beyond the epoch's \d+ batches"):
         sbt.EpochDataset(epoch, start_batch=99)
     with pytest.raises(sb.ConfigError, match=r"run=.* is not a streambatch.Run"):
         sbt.RunDataset(epoch)  # type: ignore[arg-type]
@@ -190,7 +191,7 @@ def test_elastic_resume_from_three_ranks_of_two_workers_to_two_ranks_of_one() ->
         assert len({(b.epoch, b.index) for b in batches}) == 1  # every rank steps through the same global batch
         for batch in batches:
             count(batch)
-        saved = [d.state_after(b) for d, b in zip(old, batches, strict=True)]  # the step is done on every rank
+        saved = [d.state_dict_after(b) for d, b in zip(old, batches, strict=True)]  # the step is done on every rank
     in_flight = [next(loader) for loader in old_loaders]  # received; the interruption comes before its step ends
     del old_loaders
     assert saved[0] == saved[1] == saved[2]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import DataError, StreamBatchError
+from .tokenizers import require
 
 READ_SIZE = 1 << 20
 LINE_CHUNK_BYTES = 1 << 20  # lines are read, parsed and tokenized about 1 MiB at a time (a task)
@@ -57,6 +58,13 @@ def is_read_error(err: BaseException) -> bool:
     return isinstance(err, (OSError, EOFError, zlib.error)) or type(err).__name__ == "ZstdError"
 
 
+def is_format_error(err: BaseException) -> bool:
+    """True for what pyarrow, datasets and numpy raise for a file they cannot read (pyarrow's own classes subclass these)."""
+    if isinstance(err, StreamBatchError):
+        return False
+    return isinstance(err, (OSError, ValueError, EOFError, TypeError, KeyError, IndexError, NotImplementedError))
+
+
 def iter_bytes(path: str | os.PathLike[str], size: int = READ_SIZE) -> Iterator[bytes]:
     """The decompressed bytes of a file, in pieces of about *size* bytes; read errors are `DataError`s."""
     codec = codec_of(os.fspath(path))
@@ -79,8 +87,6 @@ def iter_bytes(path: str | os.PathLike[str], size: int = READ_SIZE) -> Iterator[
 
 
 def _zstandard() -> Any:
-    from .tokenizers import require
-
     return require("zstandard", "zstd", "reading .zst files")
 
 

@@ -1,14 +1,13 @@
-"""Stage 1, read: lazy readers that yield `Document`s from rows and JSONL files.
+"""Stage 1, read: lazy readers that yield `Document`s from rows (records) and JSONL files.
 
-(Text, Parquet/Arrow, .npy, .bin and Hugging Face datasets: `streambatch.stages.read.formats`.)
+(The other formats have a module each: `streambatch.stages.read.formats` lists them.)
 
 Every reader is a generator over documents, so any Python between a reader and
 `DocumentStore.from_documents` (a filter, a limit) is a stage too:
 
->>> import streambatch as sb
 >>> rows = [{"input_ids": [1, 2, 3, 4]}, {"input_ids": [5]}]
->>> docs = (d for d in sb.iter_records(rows) if len(d) > 1)
->>> sb.DocumentStore.from_documents(docs).ids
+>>> docs = (d for d in iter_records(rows) if len(d) > 1)
+>>> DocumentStore.from_documents(docs).ids
 ('0',)
 
 Errors name the file and line (or the row), and what to do.
@@ -17,16 +16,22 @@ Errors name the file and line (or the row), and what to do.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from ...errors import ConfigError, DataError
 from ...io.bounded_json import decode_json, decode_record
-from ...model.documents import Document, DocumentStore, Partition
-from ...model.validate import short
+from ...model.documents import Document, Partition
+from ...model.store import DocumentStore
+from ...model.validate import check_id, short
 from . import inputs as _inputs
+from .blocks import Block, ReadOptions, flat_block, partition_codes, text_block
 
 TOKEN_KEYS = ("tokens", "input_ids")  # streambatch's own key, then Hugging Face's
+TEXT_COLUMNS = ("text",)  # a row without tokens holds text to tokenize here (or in the column named)
 
 
 def record_document(record: Any, where: str, default_id: str, default_partition: Partition = Partition.TRAIN) -> Document:
@@ -137,3 +142,51 @@ def read_records(records: Iterable[Mapping[str, Any]], **options: Any) -> Docume
     ('0', '1')
     """
     return DocumentStore.from_documents(iter_records(records, **options))
+
+
+def jsonl_block(chunk: _inputs.LineChunk, path: str, name: str, opts: ReadOptions) -> Block:
+    """Each non-blank line of a JSONL chunk as a document (default id ``name:line``)."""
+    return rows_block([(w, f"{name}:{n}", row) for w, n, row in jsonl_rows(chunk, path)], opts)
+
+
+def rows_block(rows: Sequence[tuple[str, str, Any]], opts: ReadOptions) -> Block:
+    """Rows ``(where, default id, row)``: tokens/input_ids rows as they are, text rows tokenized, in order."""
+    column = opts.column or TEXT_COLUMNS[0]
+    ids: list[str] = []
+    wheres: list[str] = []
+    codes = bytearray()
+    arrays: list[npt.NDArray[Any]] = []
+    texts: list[str] = []
+    text_at: list[int] = []
+    for where, default_id, row in rows:
+        if isinstance(row, Mapping) and not any(k in row for k in TOKEN_KEYS) and column in row:
+            text = row[column]
+            if not isinstance(text, str):
+                raise DataError(f"{where}: {column}={short(text)} is not a string; text rows hold text to tokenize")
+            label = f"{where} (document id={row.get('id', default_id)!r})"
+            doc_id = check_id(row.get("id", default_id), label)
+            codes.append(Partition.parse(row.get("partition", opts.partition), label).code)
+            text_at.append(len(arrays))
+            texts.append(text)
+            arrays.append(np.zeros(0, np.uint32))  # replaced below
+        else:
+            if isinstance(row, Mapping) and not any(k in row for k in TOKEN_KEYS):
+                raise DataError(
+                    f"{where}: missing key(s) tokens; each row needs tokens (or input_ids), or {column!r} text to tokenize"
+                )
+            doc = record_document(row, where, default_id, opts.partition)
+            doc_id = doc.id
+            codes.append(doc.partition.code)
+            arrays.append(doc.tokens)
+        ids.append(doc_id)
+        wheres.append(where)
+    if texts:
+        made = text_block(
+            texts, [ids[i] for i in text_at], [wheres[i] for i in text_at], partition_codes(len(texts), opts.partition), opts
+        )
+        for i, piece in zip(text_at, np.split(made.tokens, np.cumsum(made.lengths)[:-1]), strict=True):
+            arrays[i] = piece
+    lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
+    tokens = np.concatenate(arrays) if arrays else np.zeros(0, np.uint32)
+    block = flat_block(tokens, lengths, ids, np.frombuffer(bytes(codes), np.uint8).copy(), wheres, opts)
+    return Block(block.tokens, block.lengths, ids, block.codes, wheres, tokenized=len(texts))

@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from ..._checks import is_integer
 from ...errors import ConfigError, DataError, MissingDependencyError
-from ...model.validate import TOKEN_LIMIT, check_tokens, short
+from ...model.validate import TOKEN_LIMIT, Labels, check_tokens, check_vocabulary, label_of, short
 from .byte_tokens import BYTE_VOCAB_SIZE
 
 AUTO: Literal["auto"] = "auto"
@@ -274,17 +274,10 @@ def as_tokenizer(spec: TokenizerSpec = None, *, eos_id: SpecialId = AUTO, bos_id
     )
 
 
-Labels = Sequence[str] | Callable[[int], str]  # how errors name document i: a list, or built only when needed
-
-
-def _label(labels: Labels, index: int) -> str:
-    return labels(index) if callable(labels) else labels[index]
-
-
 def _ids(piece: Any, labels: Labels, index: int) -> npt.NDArray[Any]:
     if isinstance(piece, np.ndarray) and piece.ndim == 1 and piece.dtype.kind == "u" and piece.dtype.itemsize <= 4:
         return piece  # already valid ids (the built-in tokenizers return these)
-    return check_tokens(piece, f"{_label(labels, index)}: tokenizer output")
+    return check_tokens(piece, f"{label_of(labels, index)}: tokenizer output")
 
 
 def encode_texts(
@@ -302,13 +295,13 @@ def encode_texts(
             try:
                 tokenizer.encode(text)
             except Exception as single:
-                raise DataError(f"{_label(labels, index)}: the tokenizer raised {type(single).__name__}: {single}") from single
+                raise DataError(f"{label_of(labels, index)}: the tokenizer raised {type(single).__name__}: {single}") from single
         raise DataError(
-            f"{_label(labels, 0) if texts else 'texts'}: the tokenizer's encode_batch raised {type(err).__name__}: {err}"
+            f"{label_of(labels, 0) if texts else 'texts'}: the tokenizer's encode_batch raised {type(err).__name__}: {err}"
         ) from err
     if len(pieces) != len(texts):
         raise DataError(
-            f"{_label(labels, 0)}: the tokenizer returned {len(pieces)} results for {len(texts)} texts; "
+            f"{label_of(labels, 0)}: the tokenizer returned {len(pieces)} results for {len(texts)} texts; "
             "encode_batch must return one per text"
         )
     arrays = [_ids(p, labels, i) for i, p in enumerate(pieces)]
@@ -331,26 +324,3 @@ def encode_texts(
         tokens[keep] = body
     check_vocabulary(tokens, lengths, labels, tokenizer.vocab_size, tokenizer.name)
     return tokens, lengths
-
-
-def check_vocabulary(
-    tokens: npt.NDArray[Any], lengths: npt.NDArray[np.int64], labels: Labels, vocab_size: int | None, name: str
-) -> None:
-    """Raise `DataError` naming the document and position of the first id >= *vocab_size* (None: no bound).
-
-    >>> check_vocabulary(np.array([1, 300]), np.array([1, 1]), ["a:1", "a:2"], 256, "bytes")
-    Traceback (most recent call last):
-    ...
-    streambatch.errors.DataError: a:2: token[0]=300 is outside the vocabulary of tokenizer 'bytes' (vocab_size=256); ...
-    """
-    if vocab_size is None or tokens.size == 0 or int(tokens.max()) < vocab_size:
-        return
-    at = int(np.argmax(tokens >= vocab_size))
-    ends = np.cumsum(lengths)
-    document = int(np.searchsorted(ends, at, side="right"))
-    position = at - int(ends[document] - lengths[document])
-    raise DataError(
-        f"{_label(labels, document)}: token[{position}]={int(tokens[at])} is outside the vocabulary of tokenizer {name!r} "
-        f"(vocab_size={vocab_size}); token ids must be below vocab_size: pass the tokenizer that made them (--tokenizer) "
-        "or leave the document out"
-    )

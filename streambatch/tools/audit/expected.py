@@ -64,7 +64,7 @@ def provenance(piece: Any) -> tuple[int, npt.NDArray[np.int64], npt.NDArray[np.i
     """``(batch index, document indices, starts)`` of a batch-like object or a `Windows` chunk."""
     if isinstance(piece, Windows):
         documents, starts = piece.locate()
-        return (piece.batch or 0), documents.astype(np.int64, copy=False), starts.astype(np.int64, copy=False)
+        return (piece.batch_index or 0), documents.astype(np.int64, copy=False), starts.astype(np.int64, copy=False)
     documents = np.asarray(piece.document_indices, dtype=np.int64).reshape(-1)
     starts = np.asarray(piece.starts, dtype=np.int64).reshape(-1)
     if documents.size != starts.size:

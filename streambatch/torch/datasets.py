@@ -1,97 +1,29 @@
-"""PyTorch integration: zero-copy tensors, a DataLoader dataset, and exact token means.
+"""DataLoader datasets: a run's or an epoch's batches, strided over workers, split over ranks, resumable.
 
-This is the only module that imports torch (``pip install streambatch[torch]``).
-
-The rule everywhere: sum the loss over target tokens (``reduction="sum"``), let
-autograd sum the gradients, add raw sums across micro-batches and (with
-torch.distributed) across ranks, then divide once by the global target-token
-count.  Never average per-piece means.
-
-    >>> import streambatch as sb, streambatch.torch as sbt
-    >>> epoch = sb.Epoch([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2, batch_size=2)
-    >>> inputs, targets = sbt.as_tensors(next(iter(epoch)))
-    >>> inputs.tolist(), targets.dtype
-    ([[0, 10], [10, 11]], torch.int64)
+Worker ``k`` of ``W`` takes global batches ``s + k, s + k + W, ...`` from the
+start ``s`` (`streambatch.share`'s rule), so the DataLoader, which takes one
+item from each worker in turn, yields the run's own order for any number of
+workers.  Every state they save is a `streambatch.state`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import warnings
+from collections.abc import Iterator
 from multiprocessing.context import get_spawning_popen
 from multiprocessing.sharedctypes import RawArray
 from typing import Any
 
 import torch
-import torch.distributed as dist
-from torch import nn
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ._checks import check_non_negative, check_positive, is_integer
-from .epoch import Epoch
-from .errors import ConfigError, OutOfRangeError, StateError
-from .model.validate import short
-from .run import Run
-from .stages.batch import MiniBatch
-from .stages.reduce import TokenSums
-
-LossSum = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def as_tensors(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(inputs, targets)`` as tensors.
-
-    With ``dtype=None`` the tensors share memory with the batch's numpy buffers
-    (zero-copy, in the store's dtype: torch.uint16 or torch.uint32).  The default
-    ``dtype=torch.long`` is the one explicit conversion embedding layers and
-    ``cross_entropy`` need; it copies once.
-    """
-    inputs, targets = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
-    if dtype is None:
-        return inputs, targets
-    return inputs.to(dtype), targets.to(dtype)
-
-
-@dataclass
-class TensorBatch:
-    """A batch as tensors, with its place in the run; DataLoader's ``pin_memory`` understands it."""
-
-    index: int
-    inputs: torch.Tensor
-    targets: torch.Tensor
-    positions: torch.Tensor
-    epoch: int = 0
-
-    @property
-    def width(self) -> int:
-        """Rows in this (share of the) batch; may be 0 on a data-parallel rank."""
-        return int(self.inputs.shape[0])
-
-    @property
-    def token_count(self) -> int:
-        """Target tokens present: ``width * T``."""
-        return int(self.targets.numel())
-
-    def pin_memory(self) -> TensorBatch:
-        """Page-locked copies, for fast host-to-device transfer (called by DataLoader(pin_memory=True))."""
-        return TensorBatch(self.index, self.inputs.pin_memory(), self.targets.pin_memory(), self.positions, self.epoch)
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> TensorBatch:
-        """Move the token tensors to *device*."""
-        return TensorBatch(
-            self.index,
-            self.inputs.to(device, non_blocking=non_blocking),
-            self.targets.to(device, non_blocking=non_blocking),
-            self.positions,
-            self.epoch,
-        )
-
-
-def tensor_batch(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) -> TensorBatch:
-    """Wrap a `MiniBatch` as a `TensorBatch` (see `as_tensors` for *dtype*)."""
-    inputs, targets = as_tensors(batch, dtype=dtype)
-    return TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch)
+from .._checks import check_non_negative, short_repr
+from ..epoch import Epoch
+from ..errors import ConfigError, OutOfRangeError, StateError
+from ..run import Run
+from ..stages.batch import MiniBatch
+from ..state import check_position, decode, encode
+from .tensors import TensorBatch, tensor_batch
 
 
 class _SharedPosition:
@@ -125,11 +57,6 @@ class _SharedPosition:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._values = state["shared"] if "shared" in state else RawArray("q", state["snapshot"])
-
-
-WORKER_STATE_FORMAT = "streambatch.worker"
-WORKER_STATE_VERSION = 1
-_WORKER_STATE_KEYS = ("format", "version", "run", "stop", "worker", "last")
 
 
 class _RunShare(IterableDataset[TensorBatch]):
@@ -167,18 +94,9 @@ class _RunShare(IterableDataset[TensorBatch]):
         """The global batch an iteration that starts in *epoch* stops before (None: the run's end)."""
         return None
 
-    def _check_pair(self, epoch: Any, batch: Any) -> tuple[int, int]:
-        number = check_non_negative(epoch, "epoch", "the epoch number (0 for the first)")
-        count = self.run.batches_per_epoch
-        if not is_integer(batch) or not 0 <= int(batch) <= count:
-            raise OutOfRangeError(
-                f"batch={batch!r} must be an int in [0, {count}] (batches per epoch); pass the batches already consumed"
-            )
-        return number, int(batch)
-
     def set_position(self, epoch: int, batch: int) -> None:
         """Start the next iteration at batch *batch* of epoch *epoch* (reaches persistent workers too)."""
-        number, start = self._check_pair(epoch, batch)
+        number, start = check_position(epoch, batch, self.run.batches_per_epoch, error=OutOfRangeError)
         self._shared.set(number, start, True)
         self.run.epoch(number).shuffle_state_after  # noqa: B018 - plan in the parent process
 
@@ -189,8 +107,7 @@ class _RunShare(IterableDataset[TensorBatch]):
         return epoch, batch
 
     def __iter__(self) -> Iterator[TensorBatch]:
-        info = get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        worker, workers = _worker_share()
         if self._restored is not None:  # StatefulDataLoader.load_state_dict gave this worker its place
             origin, stop, last = self._restored
             self._restored = None
@@ -209,7 +126,7 @@ class _RunShare(IterableDataset[TensorBatch]):
             yield tensor_batch(batch, dtype=self.dtype)
 
     def state_dict(self) -> dict[str, Any]:
-        """This worker's exact place, for ``StatefulDataLoader`` (JSON-serializable).
+        """This worker's exact place, for ``StatefulDataLoader``: a `streambatch.state` of kind ``worker``.
 
         ``run``: the run state at the iteration's start; ``stop``: where it ends
         (None: the run's end); ``worker``: ``[id, num_workers]``; ``last``: the
@@ -221,14 +138,13 @@ class _RunShare(IterableDataset[TensorBatch]):
         else:
             origin, stop = self._origin, self._stop
         position = self.run.position_of
-        return {
-            "format": WORKER_STATE_FORMAT,
-            "version": WORKER_STATE_VERSION,
-            "run": self.run._state(*position(origin)),
-            "stop": None if stop is None else list(position(stop)),
-            "worker": list(self._share),
-            "last": None if self._last is None else list(position(self._last)),
-        }
+        return encode(
+            "worker",
+            run=self.run.state_dict(position(origin)),
+            stop=None if stop is None else list(position(stop)),
+            worker=list(self._share),
+            last=None if self._last is None else list(position(self._last)),
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume this worker where `state_dict` left it (the next iteration continues after ``last``).
@@ -236,41 +152,43 @@ class _RunShare(IterableDataset[TensorBatch]):
         Refuses (`StateError`) a state of another run, another worker or worker
         count, or a malformed one; a refused state changes nothing.
         """
-        if not isinstance(state, Mapping) or state.get("format") != WORKER_STATE_FORMAT:
+        found = decode(state, "worker")
+        origin = self.run.step_of(*self.run.check_state(found["run"]))
+        share = _worker_share()
+        if list(found["worker"]) != share:
             raise StateError(
-                f"state={short(state)} is not a {WORKER_STATE_FORMAT!r} state; pass what this dataset's state_dict() returned"
+                f"state worker={found['worker']!r} but this is worker {share} ([id, num_workers]); resume with the same "
+                "num_workers, or resume the run itself (Run.load_state_dict of RunDataset.state_dict_after(batch)) for another"
             )
-        if state.get("version") != WORKER_STATE_VERSION:
-            raise StateError(
-                f"state version={state.get('version')!r} but this streambatch reads version {WORKER_STATE_VERSION}; "
-                "resume with the streambatch that wrote it"
-            )
-        keys = sorted(set(state) ^ set(_WORKER_STATE_KEYS))
-        if keys:
-            raise StateError(f"state has missing or unknown key(s) {', '.join(map(repr, keys))}; pass a state_dict() unchanged")
-        origin = self.run.step_of(*self.run.check_state(state["run"]))
-        info = get_worker_info()
-        share = [0, 1] if info is None else [info.id, info.num_workers]
-        if state["worker"] != share:
-            raise StateError(
-                f"state worker={state['worker']!r} but this is worker {share} ([id, num_workers]); resume with the same "
-                "num_workers, or resume the run itself (Run.load_state_dict of RunDataset.state_after(batch)) for another"
-            )
-        stop = None if state["stop"] is None else self._step(state["stop"], "stop")
-        last = None if state["last"] is None else self._step(state["last"], "last")
+        count = self.run.batches_per_epoch
+        stop = (
+            None
+            if found["stop"] is None
+            else self.run.step_of(*check_position(*found["stop"], count, where="state stop ", error=StateError))
+        )
+        last = (
+            None
+            if found["last"] is None
+            else self.run.step_of(*check_position(*found["last"], count, where="state last ", error=StateError))
+        )
         if last is not None and (last < origin + share[0] or (last - origin - share[0]) % share[1]):
             raise StateError(
-                f"state last={state['last']!r} is not a batch of worker {share}'s share; pass a state_dict() unchanged"
+                f"state last={found['last']!r} is not a batch of worker {share}'s share; pass a state_dict() unchanged"
             )
         self._restored = (origin, stop, last)
 
-    def _step(self, pair: Any, name: str) -> int:
-        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-            raise StateError(f"state {name}={pair!r} must be [epoch, batch]; pass a state_dict() unchanged")
-        return self.run.step_of(*self.run._check_position(pair[0], pair[1], f"state {name} ", StateError))
+    def _step(self, pair: Any, name: str) -> int | None:
+        """The global batch number of a saved ``[epoch, batch]`` (None stays None), checked like any position."""
+        if pair is None:
+            return None
+        position = check_position(*pair, self.run.batches_per_epoch, where=f"state {name} ", error=StateError)
+        return self.run.step_of(*position)
 
 
-BATCHES_STATE_FORMAT = "streambatch.batches-worker"
+def _worker_share() -> list[int]:
+    """``[id, num_workers]`` of the DataLoader worker running this code (``[0, 1]`` in the main process)."""
+    info = get_worker_info()
+    return [0, 1] if info is None else [info.id, info.num_workers]
 
 
 def _check_dtype(dtype: Any) -> None:
@@ -295,7 +213,7 @@ class BatchesDataset(IterableDataset[TensorBatch]):
         super().__init__()
         if not (hasattr(batches, "__len__") and hasattr(batches, "__getitem__")) or isinstance(batches, (str, bytes)):
             raise ConfigError(
-                f"batches={short(batches)} is not a sized, indexable source of batches; pass an sb.Epoch, "
+                f"batches={short_repr(batches)} is not a sized, indexable source of batches; pass an sb.Epoch, "
                 "sb.materialize(chunks) or a list of MiniBatch"
             )
         _check_dtype(dtype)
@@ -312,8 +230,7 @@ class BatchesDataset(IterableDataset[TensorBatch]):
         return len(self.batches) - self.start_batch
 
     def __iter__(self) -> Iterator[TensorBatch]:
-        info = get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        worker, workers = _worker_share()
         first = self.start_batch + worker if self._restored is None else self._restored + workers
         self._restored, self._share, self._last = None, (worker, workers), None
         return self._iter(first, workers)
@@ -325,30 +242,21 @@ class BatchesDataset(IterableDataset[TensorBatch]):
             yield tensor_batch(batch, dtype=self.dtype)
 
     def state_dict(self) -> dict[str, Any]:
-        """This worker's place for ``StatefulDataLoader``: the start, ``[id, num_workers]``, the last index yielded."""
-        return {
-            "format": BATCHES_STATE_FORMAT,
-            "version": WORKER_STATE_VERSION,
-            "length": len(self.batches),
-            "start": self.start_batch,
-            "worker": list(self._share),
-            "last": self._last,
-        }
+        """This worker's place for ``StatefulDataLoader``: a `streambatch.state` of kind ``batches``."""
+        return encode("batches", length=len(self.batches), start=self.start_batch, worker=list(self._share), last=self._last)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue after the state's last batch at the next iteration; a foreign state is a `StateError`."""
-        if not isinstance(state, Mapping) or state.get("format") != BATCHES_STATE_FORMAT:
-            raise StateError(f"state={short(state)} is not a {BATCHES_STATE_FORMAT!r} state; pass this dataset's state_dict()")
-        info = get_worker_info()
-        share = [0, 1] if info is None else [info.id, info.num_workers]
-        if state.get("length") != len(self.batches) or state.get("start") != self.start_batch or state.get("worker") != share:
+        found = decode(state, "batches")
+        share = _worker_share()
+        if found["length"] != len(self.batches) or found["start"] != self.start_batch or list(found["worker"]) != share:
             raise StateError(
-                f"state (length={state.get('length')!r}, start={state.get('start')!r}, worker={state.get('worker')!r}) "
+                f"state (length={found['length']!r}, start={found['start']!r}, worker={found['worker']!r}) "
                 f"does not match this dataset (length={len(self.batches)}, start={self.start_batch}, worker={share}); "
                 "resume with the same source and num_workers"
             )
-        last = state.get("last")
-        if last is not None and (not is_integer(last) or not 0 <= last < len(self.batches)):
+        last = found["last"]
+        if last is not None and not last < len(self.batches):
             raise StateError(f"state last={last!r} is not a batch index of this source; pass a state_dict() unchanged")
         self._restored = last
 
@@ -469,136 +377,21 @@ class RunDataset(_RunShare):
 
     def __init__(self, run: Run, *, rank: int = 0, world_size: int = 1, dtype: torch.dtype | None = torch.long) -> None:
         if not isinstance(run, Run):
-            raise ConfigError(f"run={short(run)} is not a streambatch.Run; build one with sb.Run(store, ...)")
+            raise ConfigError(f"run={short_repr(run)} is not a streambatch.Run; build one with sb.Run(store, ...)")
         epoch, batch = run.position
         super().__init__(run, rank=rank, world_size=world_size, dtype=dtype, epoch=epoch, batch=batch, pending=False)
 
+    def state_dict_after(self, batch: TensorBatch | MiniBatch) -> dict[str, Any]:
+        """The run state right after *batch* (see `Run.state_dict_after`): what to save once a step is done."""
+        return self.run.state_dict_after(batch)
+
     def state_after(self, batch: TensorBatch | MiniBatch) -> dict[str, Any]:
-        """The run state right after *batch* (see `Run.state_after`): what to save once a step is done."""
-        return self.run.state_after(batch)
+        """Deprecated name of `state_dict_after` (kept for one release)."""
+        warnings.warn("RunDataset.state_after is deprecated; use state_dict_after", DeprecationWarning, stacklevel=2)
+        return self.run.state_dict_after(batch)
 
     def __len__(self) -> int:
         if self.run.epochs is None:
             raise TypeError("an endless run has no length; pass epochs= to sb.Run for a finite schedule")
         epoch, batch = self.position
         return max(self.run.epochs * self.run.batches_per_epoch - self.run.step_of(epoch, batch), 0)
-
-
-def micro_batches(inputs: torch.Tensor, targets: torch.Tensor, max_rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Split rows into micro-batches of at most *max_rows* (the last may be shorter; views, no copy).
-
-    >>> x = torch.arange(10).reshape(5, 2)
-    >>> [m[0].shape[0] for m in micro_batches(x, x, 2)]
-    [2, 2, 1]
-    """
-    rows = check_positive(max_rows, "max_rows", "the most rows per micro-batch")
-    return list(zip(inputs.split(rows), targets.split(rows), strict=True))  # type: ignore[no-untyped-call]
-
-
-def cross_entropy_sum(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Summed (not averaged) next-token cross-entropy of ``model(inputs)`` logits ``[w, T, V]``."""
-    logits = model(inputs)
-    return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What one token-mean step saw: the global token count and the token-mean loss."""
-
-    token_count: int
-    loss: float
-    loss_sum: float
-
-
-def token_mean_backward(
-    model: nn.Module,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
-    *,
-    loss_sum: LossSum = cross_entropy_sum,
-    micro_batch_rows: int | None = None,
-    group: Any = None,
-    distributed: bool | None = None,
-) -> StepResult:
-    """Leave the exact token-mean gradient in ``param.grad``; return the token-mean loss.
-
-    Each micro-batch (at most *micro_batch_rows* rows) runs forward, a summed loss
-    and backward, so gradients add up as raw sums.  With torch.distributed
-    initialised (or ``distributed=True``), loss sums, token counts and every
-    gradient are all-reduced as sums over *group* — a rank with zero rows still
-    joins every collective — and everything is divided once by the global number
-    of target tokens.  Gradients must be zero (or None) on entry: call
-    ``optimizer.zero_grad()`` first.  Do not wrap the model in
-    DistributedDataParallel: it would average per-rank means.
-    """
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    rows = int(inputs.shape[0])
-    step = rows if micro_batch_rows is None else check_positive(micro_batch_rows, "micro_batch_rows", "rows per micro-batch")
-    pieces: list[TokenSums] = []  # loss sum and token count per micro-batch; autograd sums their gradients
-    for micro_inputs, micro_targets in micro_batches(inputs, targets, max(step, 1)) if rows else []:
-        loss = loss_sum(model, micro_inputs, micro_targets)
-        loss.backward()  # type: ignore[no-untyped-call]
-        pieces.append(TokenSums(float(loss.detach()), int(micro_targets.numel()), 0.0))
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
-    flat = torch.cat([g.reshape(-1).to(torch.float64) for g in grads]) if grads else torch.zeros(0, dtype=torch.float64)
-    local = sum(pieces, TokenSums(0.0, 0, 0.0))
-    local = TokenSums(local.loss_sum, local.token_count, flat)  # this rank's raw sums
-    use_dist = dist.is_available() and dist.is_initialized() if distributed is None else distributed
-    total = _all_reduce_sums(local, group) if use_dist else local
-    if total.token_count == 0:
-        raise ConfigError("the batch has no target tokens on any rank; there is nothing to average")
-    mean = total.mean()  # the one division, by the global target-token count
-    flat_mean = torch.as_tensor(mean.mean_gradient)  # already a tensor: no copy
-    offset = 0
-    for parameter, grad in zip(parameters, grads, strict=True):
-        grad.copy_(flat_mean[offset : offset + grad.numel()].view_as(grad))
-        offset += grad.numel()
-        parameter.grad = grad
-    return StepResult(total.token_count, mean.mean_loss, total.loss_sum)
-
-
-def _all_reduce_sums(local: TokenSums, group: Any) -> TokenSums:
-    """Add every rank's raw sums (loss, tokens, gradients); a rank with zero rows still joins."""
-    scalars = torch.tensor([local.loss_sum, float(local.token_count)], dtype=torch.float64)
-    gradient = local.gradient_sum.clone()
-    dist.all_reduce(scalars, group=group)
-    dist.all_reduce(gradient, group=group)
-    return TokenSums(float(scalars[0]), int(scalars[1]), gradient)
-
-
-def mark_batch_dynamic(*tensors: torch.Tensor) -> None:
-    """Mark dimension 0 (the batch width) dynamic for ``torch.compile``.
-
-    The final batch is smaller (never padded), so a compiled model would otherwise
-    see a new shape and recompile once per epoch.  Marking the batch dimension
-    dynamic before the first call compiles one graph for every width.
-    """
-    import torch._dynamo
-
-    for tensor in tensors:
-        torch._dynamo.mark_dynamic(tensor, 0)
-
-
-def relative_error(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> float:
-    """Largest ``|a - e| / max(|e|, tiny)`` over paired tensors (for checking exactness)."""
-    worst = 0.0
-    for a, e in zip(actual, expected, strict=True):
-        scale = e.abs().clamp_min(1e-12)
-        worst = max(worst, float(((a - e).abs() / scale).max()) if e.numel() else 0.0)
-    return worst if math.isfinite(worst) else math.inf
-
-
-__all__ = [
-    "BatchesDataset",
-    "EpochDataset",
-    "RunDataset",
-    "StepResult",
-    "TensorBatch",
-    "as_tensors",
-    "cross_entropy_sum",
-    "mark_batch_dynamic",
-    "micro_batches",
-    "relative_error",
-    "tensor_batch",
-    "token_mean_backward",
-]

@@ -1,0 +1,126 @@
+"""Corpus manifests: ``corpus.json`` files listing a sharded corpus's stores, read and written.
+
+A manifest lists shard store directories relative to itself::
+
+    {"format": "streambatch.corpus", "version": 1, "fingerprint": "blake2b-256:...",
+     "shards": [{"path": "shard-0", "fingerprint": "blake2b-256:..."}, ...]}
+
+(an entry may also be a plain path string); `write_corpus` writes one,
+`open_corpus` reads one (or takes a list of stores or their paths).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, StoreError
+from ..model.corpus import FORMAT, VERSION, Corpus
+from ..model.store import DocumentStore
+from .atomic import atomic_text
+from .bounded_json import read_json_header
+from .store import open_store
+
+PathLike = str | os.PathLike[str]
+
+
+def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify: bool = True) -> Corpus:
+    """Open a corpus: a manifest file (``corpus.json``) or a list of stores and/or store paths.
+
+    Stores named by path are opened with `open_store` (*verify* checks their
+    fingerprints: one read of every byte).  A manifest that records fingerprints
+    must match the shards it names.
+
+    >>> a = DocumentStore.from_arrays([1, 2, 3], [0, 3], ids=["a"])
+    >>> b = DocumentStore.from_arrays([4, 5], [0, 2], ids=["b"])
+    >>> open_corpus([a, b]).ids
+    ('a', 'b')
+    """
+    if isinstance(source, (str, os.PathLike)):
+        return _open_manifest(Path(source), verify)
+    items: Any = source
+    if isinstance(items, DocumentStore):
+        raise ConfigError("source=DocumentStore(...) is one store; pass a list of stores, or the store itself to the stages")
+    shards: list[DocumentStore] = []
+    paths: list[str | None] = []
+    if not isinstance(items, Iterable):
+        raise ConfigError(f"source={items!r} is not a manifest path or a list of stores; pass one of those")
+    for k, item in enumerate(items):
+        if isinstance(item, DocumentStore):
+            shards.append(item)
+            paths.append(None)
+        elif not isinstance(item, (str, os.PathLike)):
+            raise ConfigError(f"shard {k}={item!r} is not a DocumentStore or a store path; pass stores or their paths")
+        else:
+            shards.append(open_store(item, verify=verify))
+            paths.append(os.fspath(item))
+    return Corpus(shards, paths=paths)
+
+
+def _open_manifest(path: Path, verify: bool) -> Corpus:
+    if path.is_dir():
+        raise StoreError(f"{path}: is a directory (a store?), not a corpus manifest; pass the corpus.json file")
+    manifest = read_json_header(
+        path,
+        str(path),
+        "corpus manifest",
+        "write it again with sb.write_corpus",
+        error=StoreError,
+        missing="no such corpus manifest; write one with sb.write_corpus",
+    )
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise StoreError(f"{path}: format is not {FORMAT!r}; this is not a streambatch corpus manifest")
+    if manifest.get("version") != VERSION:
+        raise StoreError(f"{path}: version={manifest.get('version')!r} is not supported (this streambatch reads {VERSION})")
+    entries = manifest.get("shards")
+    if not isinstance(entries, list) or not entries:
+        raise StoreError(f"{path}: shards must be a non-empty list of store paths (relative to the manifest)")
+    shards: list[DocumentStore] = []
+    names: list[str | None] = []
+    for k, entry in enumerate(entries):
+        relative = entry.get("path") if isinstance(entry, dict) else entry
+        if not isinstance(relative, str) or not relative:
+            raise StoreError(f"{path}: shard {k}={entry!r} is not a store path; list paths relative to the manifest")
+        shard = open_store(path.parent / relative, verify=verify)
+        recorded = entry.get("fingerprint") if isinstance(entry, dict) else None
+        if recorded is not None and recorded != shard.fingerprint:
+            raise StoreError(
+                f"{path}: shard {k} ({relative}) has fingerprint {shard.fingerprint!r} but the manifest records "
+                f"{recorded!r}; the shard changed since the manifest was written: write the manifest again"
+            )
+        shards.append(shard)
+        names.append(str(path.parent / relative))
+    corpus = Corpus(shards, paths=names)
+    recorded = manifest.get("fingerprint")
+    if recorded is not None and recorded != corpus.fingerprint:
+        raise StoreError(f"{path}: fingerprint {recorded!r} does not match its shards ({corpus.fingerprint!r})")
+    return corpus
+
+
+def write_corpus(path: PathLike, shards: Sequence[PathLike], *, verify: bool = False) -> Corpus:
+    """Write a corpus manifest listing *shards* (store directories) relative to it, atomically; return the corpus.
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> from streambatch.io.store import write_store
+    >>> from streambatch.model.documents import Document
+    >>> _ = write_store(root / "a", [Document("a", "train", [1, 2, 3])])
+    >>> _ = write_store(root / "b", [Document("b", "train", [4, 5])])
+    >>> write_corpus(root / "corpus.json", [root / "a", root / "b"]).ids
+    ('a', 'b')
+    """
+    target = Path(path)
+    folder = target.parent.resolve()
+    corpus = open_corpus([Path(s) for s in shards], verify=verify)
+    entries = [
+        {"path": os.path.relpath(Path(s).resolve(), folder), "fingerprint": shard.fingerprint}
+        for s, shard in zip(shards, corpus.shards, strict=True)
+    ]
+    manifest = {"format": FORMAT, "version": VERSION, "fingerprint": corpus.fingerprint, "shards": entries}
+    with atomic_text(target) as handle:
+        json.dump(manifest, handle, indent=1)
+        handle.write("\n")
+    return corpus

@@ -1,0 +1,199 @@
+"""Open a store: every file relative to one open directory, checked, tokens memory-mapped read-only.
+
+`open_store` opens the directory once and every file relative to it, so all
+files come from one version; when a concurrent replace removes the version
+being opened, the open starts over (a few times) on the new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .._checks import short_repr
+from ..errors import DataError, StoreError
+from ..model.documents import PARTITIONS, Partition
+from ..model.store import DocumentStore
+from ..model.validate import check_id, check_offsets, check_unique
+from .bounded_json import decode_string
+from .store_header import (
+    HEADER,
+    IDS,
+    OFFSETS,
+    PARTITIONS_FILE,
+    TOKENS,
+    fingerprint_files,
+    header_tokenizer,
+    listed_files,
+    read_header,
+)
+
+OPEN_ATTEMPTS = 20
+
+
+class _Missing(Exception):
+    """A store file was not there (raised inside one open attempt; the caller decides what it means)."""
+
+    def __init__(self, name: str, err: OSError) -> None:
+        super().__init__(name)
+        self.name = name
+        self.err = err
+
+
+def open_store(path: str | os.PathLike[str], *, verify: bool = True) -> DocumentStore:
+    """Memory-map a store read-only after checking it; every failure is a `StoreError`.
+
+    Checks: the header (format, version, dtype, counts), file sizes against the
+    header, offsets (within the tokens, start at 0, non-decreasing, end at the
+    token count), ids and partitions, and with *verify* (the default) the content
+    fingerprint, which reads every byte once.  All files are opened relative to
+    one open directory, so they belong to one version of the store even while a
+    writer replaces it; an open that loses its version to a replace starts over.
+    """
+    root = Path(path)
+    for _ in range(OPEN_ATTEMPTS):
+        try:
+            dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
+            raise StoreError(
+                f"{root}: not a streambatch store ({HEADER} is missing); run `streambatch prepare` to build one"
+            ) from None
+        except OSError as err:
+            raise StoreError(
+                f"{root}: cannot open the store ({err.strerror or err}); check the path and its permissions"
+            ) from err
+        try:
+            return open_store_at(dfd, root, verify)
+        except _Missing as missing:
+            if _still_at(dfd, root):  # really missing, not removed by a concurrent replace
+                if missing.name == HEADER:
+                    raise StoreError(
+                        f"{root}: not a streambatch store ({HEADER} is missing); run `streambatch prepare` to build one"
+                    ) from None
+                raise StoreError(
+                    f"{root / missing.name}: missing ({missing.err.strerror}); the store is incomplete; prepare it again"
+                ) from None
+        finally:
+            os.close(dfd)
+    raise StoreError(f"{root}: the store was replaced {OPEN_ATTEMPTS} times while it was being opened; open it again")
+
+
+def _still_at(dfd: int, root: Path) -> bool:
+    """Whether the directory open as *dfd* is still the one at *root*."""
+    try:
+        here, there = os.fstat(dfd), os.stat(root)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _open_file(dfd: int, name: str, root: Path) -> IO[bytes]:
+    """Open a regular file of the store relative to *dfd* (a FIFO or device is refused, never waited on)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except FileNotFoundError as err:
+        raise _Missing(name, err) from None
+    except OSError as err:
+        raise StoreError(f"{root / name}: cannot open ({err.strerror or err}); prepare the store again") from err
+    handle = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        handle.close()
+        raise StoreError(f"{root / name}: not a regular file; prepare the store again")
+    return handle
+
+
+def open_store_at(dfd: int, root: Path, verify: bool) -> DocumentStore:
+    """Open the store in the directory open as *dfd* (shown as *root*); a missing file raises `_Missing`."""
+    header_path = root / HEADER
+    with _open_file(dfd, HEADER, root) as handle:
+        header, dtype, tokens_count, docs_count, fingerprint = read_header(handle, header_path)
+    with contextlib.ExitStack() as files:
+        # every file is opened before anything is read: all of them belong to the version the header came from
+        tokens_file = files.enter_context(_open_file(dfd, TOKENS, root))
+        offsets_file = files.enter_context(_open_file(dfd, OFFSETS, root))
+        listed = listed_files(header, header_path)
+        extra = [files.enter_context(_open_file(dfd, name, root)) for name in listed]
+        _check_size(tokens_file, root / TOKENS, tokens_count * dtype.itemsize, f"{tokens_count} tokens of {dtype.name}")
+        _check_size(offsets_file, root / OFFSETS, (docs_count + 1) * 8, f"{docs_count + 1} int64 offsets")
+        offsets = np.fromfile(offsets_file, dtype="<i8")
+        try:
+            offsets = check_offsets(offsets, tokens_count, "offsets")
+        except DataError as err:
+            raise StoreError(f"{root / OFFSETS}: {err}") from err
+        ids, codes = _read_documents(root, header, header_path, docs_count, extra)
+        if verify:
+            actual = fingerprint_files(tokens_file.fileno(), offsets_file.fileno(), ids, codes)
+            if actual != fingerprint:
+                raise StoreError(
+                    f"{root}: fingerprint mismatch (header {short_repr(fingerprint)}, content {actual!r}); "
+                    "the store's files were changed or corrupted; prepare it again"
+                )
+        tokens: Any = np.zeros(0, dtype=dtype)
+        if tokens_count:
+            tokens = np.memmap(tokens_file, dtype=dtype, mode="r", shape=(tokens_count,))
+            tokens.filename = os.path.abspath(root / TOKENS)  # pickles by name (see DocumentStore.__reduce__)
+            status = os.fstat(tokens_file.fileno())
+            tokens.identity = (status.st_dev, status.st_ino)  # reopened only if unchanged
+    tokenizer = header_tokenizer(header, header_path)
+    return DocumentStore._frozen(tokens, offsets[:-1].copy(), np.diff(offsets), tuple(ids), codes, fingerprint, tokenizer)
+
+
+def _check_size(handle: IO[bytes], path: Path, expected: int, what: str) -> None:
+    actual = os.fstat(handle.fileno()).st_size
+    if actual != expected:
+        state = "truncated" if actual < expected else "longer than the header says"
+        raise StoreError(
+            f"{path}: size {actual} bytes but the header describes {what} ({expected} bytes): {state}; prepare the store again"
+        )
+
+
+def _read_documents(
+    root: Path, header: dict[str, Any], header_path: Path, count: int, files: list[IO[bytes]]
+) -> tuple[list[str], npt.NDArray[np.uint8]]:
+    if files:
+        ids_file, parts_file = files
+        ids_path = root / IDS
+        try:
+            data = ids_file.read()
+        except OSError as err:
+            raise StoreError(f"{ids_path}: unreadable ids ({err.strerror or err}); prepare the store again") from err
+        lines = data.split(b"\n")
+        if lines and not lines[-1]:
+            lines.pop()
+        if len(lines) != count:
+            raise StoreError(f"{ids_path}: {len(lines)} ids but document_count={count}; prepare the store again")
+        ids = [
+            decode_string(line, f"{ids_path}:{number}", "a document id", error=StoreError)
+            for number, line in enumerate(lines, start=1)
+        ]
+        _check_size(parts_file, root / PARTITIONS_FILE, count, f"{count} partition codes")
+        codes = np.fromfile(parts_file, dtype=np.uint8)
+        where = ids_path
+    else:
+        inline_ids = header.get("ids")
+        parts = header.get("partitions")
+        if not isinstance(inline_ids, list) or not isinstance(parts, list) or len(parts) != len(inline_ids):
+            raise StoreError(f"{header_path}: ids and partitions must be lists of equal length")
+        ids = inline_ids
+        if len(ids) != count:
+            raise StoreError(f"{header_path}: {len(ids)} ids but document_count={count}; prepare the store again")
+        try:
+            codes = np.array([Partition.parse(p, f"document index {i}").code for i, p in enumerate(parts)], dtype=np.uint8)
+        except DataError as err:
+            raise StoreError(f"{header_path}: {err}") from err
+        where = header_path
+    if codes.size and int(codes.max()) >= len(PARTITIONS):
+        raise StoreError(f"{where}: partition code {int(codes.max())} is not 0, 1 or 2")
+    try:
+        for index, value in enumerate(ids):
+            check_id(value, f"document index {index}")
+        check_unique(ids, [f"document index {i}" for i in range(count)])
+    except DataError as err:
+        raise StoreError(f"{where}: {err}") from err
+    return ids, codes

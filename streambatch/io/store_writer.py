@@ -1,0 +1,389 @@
+"""Write a store: `StoreWriter` streams documents into a temporary directory and puts it in place atomically.
+
+Everything is written into ``.NAME.partial-PID-XXXXXXXX`` beside the target and
+put in place last (`streambatch.io.replace`): a kill at any moment leaves the
+complete old store or the complete new one (or, only where renameat2 is
+unavailable, the old one under a ``.old-`` name).  Every new writer of a target
+first removes the temporaries of writers that no longer run.  Directories and
+files are created with modes 0o777 / 0o666 less the umask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from .._checks import short_repr
+from ..errors import ConfigError, DataError, StoreError
+from ..model.documents import PARTITIONS, Document, Partition
+from ..model.store import DocumentStore
+from ..model.validate import check_id, check_tokens, check_vocabulary, duplicate_id
+from .atomic import create_temporary_directory, fsync_path, partial_prefix, remove_stale_temporaries
+from .replace import replace_directory
+from .store_header import (
+    DTYPES,
+    HEADER,
+    IDS,
+    OFFSETS,
+    PARTITIONS_FILE,
+    TOKENS,
+    fingerprint_files,
+    ids_inline,
+    is_store,
+    new_header,
+)
+from .store_reader import open_store_at
+
+_READ = 1 << 24
+_WIDENING = "tokens.widening"
+_NOT_A_STORE = "exists and is not a streambatch store; choose a new output path"
+
+#: Test hook: when set, called with a step name before each step of a write (tests kill the process there).
+step_hook: Callable[[str], None] | None = None
+
+
+def _step(name: str) -> None:
+    if step_hook is not None:
+        step_hook(name)
+
+
+class Described(Protocol):
+    """What made the tokens, as a store header records it (a `streambatch.stages.read.tokenizers.Tokenizer`)."""
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+class StoreWriter:
+    """Stream documents into a new store; `commit` puts it in place atomically.
+
+    Use as a context manager: an exception (or a kill) before `commit` leaves no
+    store, or the previous one untouched.  A symlink at *path* is followed: the
+    directory it points to is replaced, the link is kept.  *tokenizer* (its
+    ``describe()`` dict, or anything with ``describe()``, e.g. a `Tokenizer`) is
+    recorded in the header, and every token must fit its ``vocab_size``; *header*
+    adds entries to the header.
+
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "store"
+    >>> with StoreWriter(path) as writer:
+    ...     writer.add("a", "train", [0, 10, 11, 12, 1])
+    ...     store = writer.commit()
+    >>> store.ids, store.tokens.dtype.name
+    (('a',), 'uint16')
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dtype: npt.DTypeLike | None = None,
+        overwrite: bool = True,
+        tokenizer: Described | Mapping[str, Any] | None = None,
+        header: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.tokenizer: dict[str, Any] | None = None
+        self.set_tokenizer(tokenizer)
+        self.header = dict(header or {})
+        target = Path(path)
+        self.path = Path(os.path.realpath(target)) if target.is_symlink() else target
+        _check_target(self.path, overwrite)
+        self._fixed = None if dtype is None else np.dtype(dtype)
+        if self._fixed is not None and self._fixed.name not in DTYPES:
+            raise StoreError(f"dtype={self._fixed.name} is not supported; use uint16 or uint32")
+        # tokens are staged in the final dtype: uint16 until an id needs more (then widened once), so a
+        # killed writer's staging file is never larger than the store it was writing
+        self._stage: np.dtype[Any] = (self._fixed or np.dtype(np.uint16)).newbyteorder("<")
+        parent = self.path.parent
+        self._tmp: Path | None = None
+        try:
+            _make_parents(parent)
+            for kind in ("partial", "old"):  # what killed writers of this target left
+                remove_stale_temporaries(parent, partial_prefix(self.path, kind))
+            self._tmp = create_temporary_directory(parent, partial_prefix(self.path))
+            self._tokens: IO[bytes] = open(self._tmp / TOKENS, "wb")  # noqa: SIM115 - closed in commit/abort
+        except OSError as err:
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+            raise StoreError(
+                f"{self.path}: cannot create the store ({err.strerror or err}); choose a writable output path"
+            ) from err
+        self._offsets: list[int] = [0]
+        self._ids: list[str] = []
+        self._where: dict[str, str] = {}
+        self._codes = bytearray()
+        self._max = -1
+        self._done = False
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._done:
+            self.abort()
+
+    def add(self, doc_id: str, partition: Partition | str, tokens: Any, *, where: str = "") -> None:
+        """Append one document (validated like `Document`)."""
+        label = where or f"document id={doc_id!r}"
+        _check_storable_id(doc_id, label)
+        first = self._where.get(doc_id)
+        if first is not None:
+            duplicate_id(doc_id, first, label)
+        code = Partition.parse(partition, label).code
+        array = _valid_tokens(tokens, label)
+        self._check_vocabulary(array, np.array([array.size]), [label])
+        self._write(array, label)
+        self._where[doc_id] = label
+        self._ids.append(doc_id)
+        self._codes.append(code)
+        self._offsets.append(self._offsets[-1] + int(array.size))
+
+    def add_block(
+        self,
+        tokens: npt.NDArray[Any],
+        lengths: Iterable[int],
+        ids: Iterable[str],
+        partition: Partition | str | npt.NDArray[np.uint8],
+        *,
+        wheres: Sequence[str] | None = None,
+    ) -> None:
+        """Append many documents at once: flat *tokens* split by *lengths* (the fast path of `prepare_store`).
+
+        *partition* is one for all documents or an array of partition codes, one per
+        document; *wheres* name each document in errors.  Nothing is added if any check fails.
+        """
+        try:
+            sizes = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths), dtype=np.int64)
+        except (TypeError, ValueError, OverflowError) as err:
+            raise DataError(f"add_block: lengths are not integers in int64 ({err}); pass one length per document") from None
+        names = list(ids)
+        array = _valid_tokens(tokens, "add_block")
+        if wheres is not None and len(wheres) != len(names):
+            raise DataError(f"add_block: {len(wheres)} wheres for {len(names)} ids; pass one where per document")
+        if sizes.ndim != 1 or sizes.size != len(names) or (sizes.size and int(sizes.min()) < 0) or int(sizes.sum()) != array.size:
+            raise DataError("add_block: lengths, ids and tokens disagree; pass one length >= 0 and one id per document")
+        labels = (
+            [f"{w} (document id={i!r})" for i, w in zip(names, wheres, strict=True)] if wheres else ["add_block"] * len(names)
+        )
+        if isinstance(partition, np.ndarray):
+            if partition.shape != (len(names),) or (partition.size and int(partition.max()) >= len(PARTITIONS)):
+                raise DataError("add_block: partition codes must be one of 0, 1, 2 per document")
+            codes = partition.astype(np.uint8).tobytes()
+        else:
+            codes = bytes([Partition.parse(partition).code]) * len(names)
+        fresh: dict[str, str] = {}
+        for name, label in zip(names, labels, strict=True):
+            _check_storable_id(name, label)
+            first = self._where.get(name) or fresh.get(name)
+            if first is not None:
+                duplicate_id(name, first, label)
+            fresh[name] = label
+        self._check_vocabulary(array, sizes, labels)
+        self._write(array, "add_block")
+        self._where.update(fresh)
+        self._ids.extend(names)
+        self._codes.extend(codes)
+        ends = self._offsets[-1] + np.cumsum(sizes)
+        self._offsets.extend(ends.tolist())
+
+    def set_tokenizer(self, tokenizer: Described | Mapping[str, Any] | None) -> None:
+        """Record *tokenizer* (its ``describe()`` dict, or a `Tokenizer`) in the header; documents added next must fit it."""
+        if tokenizer is None or isinstance(tokenizer, Mapping):
+            self.tokenizer = dict(tokenizer) if tokenizer else None
+        else:
+            self.tokenizer = dict(tokenizer.describe())
+
+    def _check_vocabulary(self, array: npt.NDArray[Any], lengths: npt.NDArray[np.int64], labels: list[str]) -> None:
+        if self.tokenizer is not None and isinstance(self.tokenizer.get("vocab_size"), int):
+            check_vocabulary(array, lengths, labels, self.tokenizer["vocab_size"], str(self.tokenizer.get("name")))
+
+    def mark(self) -> tuple[int, int, str]:
+        """A point to `rollback` to (e.g. the start of an input file)."""
+        return len(self._ids), self._max, self._stage.name
+
+    def rollback(self, mark: tuple[int, int, str]) -> None:
+        """Discard every document added after *mark* (and a widening they caused)."""
+        count, top, stage = mark
+        for name in self._ids[count:]:
+            del self._where[name]
+        del self._ids[count:]
+        del self._codes[count:]
+        del self._offsets[count + 1 :]
+        self._max = top
+        with self._writing():
+            self._tokens.flush()
+            if self._stage.name != stage:  # every id kept fits the narrower staging dtype again
+                self._restage(np.dtype(stage).newbyteorder("<"))
+            self._tokens.truncate(self._offsets[-1] * self._stage.itemsize)
+            self._tokens.seek(0, os.SEEK_END)
+
+    def _write(self, array: npt.NDArray[Any], label: str) -> None:
+        if not array.size:
+            return
+        top = int(array.max())
+        if self._fixed is not None and top > np.iinfo(self._fixed).max:
+            raise DataError(f"{label}: token id {top} does not fit the store's dtype {self._fixed.name}")
+        _step("add")
+        with self._writing():
+            if top > np.iinfo(self._stage).max:
+                self._widen()
+            self._max = max(self._max, top)
+            np.ascontiguousarray(array, dtype=self._stage).tofile(self._tokens)
+
+    def _widen(self) -> None:
+        """Rewrite the uint16 tokens staged so far as uint32, once, when the first id >= 2**16 arrives."""
+        self._restage(np.dtype("<u4"))
+
+    def _restage(self, dtype: np.dtype[Any]) -> None:
+        """Rewrite the staged tokens in *dtype* (widening, or narrowing back after a rollback)."""
+        assert self._tmp is not None
+        self._tokens.close()
+        staged = self._tmp / TOKENS
+        count = staged.stat().st_size // self._stage.itemsize
+        source: Any = np.memmap(staged, dtype=self._stage, mode="r", shape=(count,)) if count else np.zeros(0, self._stage)
+        with open(self._tmp / _WIDENING, "wb") as out:
+            for lo in range(0, count, _READ):
+                source[lo : lo + _READ].astype(dtype).tofile(out)
+        del source
+        os.replace(self._tmp / _WIDENING, staged)
+        self._tokens = open(staged, "r+b")  # noqa: SIM115 - closed in commit/abort
+        self._tokens.seek(0, os.SEEK_END)
+        self._stage = dtype
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as err:  # name the user's store, not the temporary directory
+            raise StoreError(
+                f"{self.path}: cannot write the store ({err.strerror or err}); free space or choose another path"
+            ) from err
+
+    def commit(self) -> DocumentStore:
+        """Finish the files, then put the store in place atomically; returns it opened."""
+        assert self._tmp is not None
+        tmp = self._tmp
+        _step("finish")
+        with self._writing():
+            self._tokens.close()
+            count = self._offsets[-1]
+            np.asarray(self._offsets, dtype="<i8").tofile(tmp / OFFSETS)
+            codes = np.frombuffer(bytes(self._codes), dtype=np.uint8)
+            with _directory_fd(tmp) as dfd:
+                tokens_fd = os.open(TOKENS, os.O_RDONLY, dir_fd=dfd)
+                offsets_fd = os.open(OFFSETS, os.O_RDONLY, dir_fd=dfd)
+                try:
+                    fingerprint = fingerprint_files(tokens_fd, offsets_fd, self._ids, codes)
+                finally:
+                    os.close(tokens_fd)
+                    os.close(offsets_fd)
+            header = new_header(self._stage, count, self._ids, codes, fingerprint, self.tokenizer, self.header)
+            if not ids_inline(self._ids):
+                _step("ids")
+                with open(tmp / IDS, "w", encoding="utf-8") as handle:
+                    handle.writelines(json.dumps(i) + "\n" for i in self._ids)
+                codes.tofile(tmp / PARTITIONS_FILE)
+            _step("fsync")
+            for name in os.listdir(tmp):
+                fsync_path(tmp / name)
+            _step("header")
+            with open(tmp / HEADER, "w", encoding="utf-8") as handle:  # last: a store is complete once it has one
+                json.dump(header, handle, indent=1)
+                handle.write("\n")
+            fsync_path(tmp / HEADER)
+            fsync_path(tmp)
+            with _directory_fd(tmp) as dfd:  # open before the swap: ours even if another writer replaces it at once
+                store = open_store_at(dfd, self.path, verify=False)
+            _step("replace")
+            replace_directory(tmp, self.path, replaceable=is_store, refusal=_NOT_A_STORE, step=_step)
+        self._done = True
+        return store
+
+    def abort(self) -> None:
+        """Discard everything written so far."""
+        self._done = True
+        with contextlib.suppress(OSError):
+            self._tokens.close()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _valid_tokens(tokens: Any, label: str) -> npt.NDArray[Any]:
+    if isinstance(tokens, np.ndarray) and tokens.ndim == 1 and tokens.dtype.kind == "u" and tokens.dtype.itemsize <= 4:
+        return tokens  # uint8/16/32 arrays are valid as they are
+    return check_tokens(tokens, label)
+
+
+def _check_storable_id(doc_id: Any, label: str) -> None:
+    check_id(doc_id, label)
+    try:
+        doc_id.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise DataError(
+            f"{label}: id={doc_id!r} holds a lone surrogate at position {err.start}; a stored id must be valid Unicode text"
+        ) from None
+
+
+def _make_parents(parent: Path) -> None:
+    """``parent.mkdir(parents=True)``; a file in the way is named (mkdir would only say 'File exists')."""
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as err:
+        blocker = next((p for p in (parent, *parent.parents) if os.path.lexists(p) and not p.is_dir()), parent)
+        raise NotADirectoryError(errno.ENOTDIR, f"{blocker} is not a directory") from err
+
+
+@contextlib.contextmanager
+def _directory_fd(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _check_target(path: Path, overwrite: bool) -> None:
+    if os.path.lexists(path):
+        if not is_store(path):
+            raise StoreError(f"{path}: {_NOT_A_STORE}")
+        if not overwrite:
+            raise StoreError(f"{path}: a store already exists; remove it or allow overwriting")
+
+
+def write_store(
+    path: str | os.PathLike[str],
+    documents: DocumentStore | Iterable[Document],
+    *,
+    tokenizer: Described | Mapping[str, Any] | None = None,
+) -> DocumentStore:
+    """Write documents (or an in-memory store) to *path* atomically; returns the opened store.
+
+    *tokenizer* (what made the tokens) is recorded in the header; every token must fit its vocabulary.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(
+            f"path={short_repr(path)} is not a path; the order is write_store(path, documents) "
+            "(prepare_store takes (inputs, output))"
+        )
+    with StoreWriter(path, tokenizer=tokenizer) as writer:
+        if isinstance(documents, DocumentStore):
+            for i in range(len(documents)):
+                start, length = int(documents.starts[i]), int(documents.lengths[i])
+                writer.add(
+                    documents.ids[i],
+                    documents.partition(i),
+                    documents.tokens[start : start + length],
+                    where=f"document index {i}",
+                )
+        else:
+            for i, doc in enumerate(documents):
+                writer.add(doc.id, doc.partition, doc.tokens, where=f"document index {i}")
+        return writer.commit()

@@ -1,0 +1,163 @@
+"""What every format's reader produces: `Block`s of consecutive documents, under one set of `ReadOptions`.
+
+A `Block` packs documents as flat tokens + lengths (what `streambatch.prepare_store`
+writes, `documents` unpacks).  `ReadKeywords` are the reading keywords a user
+passes (to `prepare_store`, `iter_files`, the CLI); `read_options` checks them once
+into a `ReadOptions`, which every reader takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict
+
+import numpy as np
+import numpy.typing as npt
+
+from ..._checks import is_integer
+from ...errors import ConfigError, DataError
+from ...model.documents import PARTITIONS, Document, Partition
+from ...model.validate import TOKEN_LIMIT, check_vocabulary
+from .tokenizers import AUTO, ByteTokenizer, SpecialId, Tokenizer, TokenizerSpec, as_tokenizer, encode_texts
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+BLOCK_TOKENS = 1 << 22  # .npy/.bin documents are packed about 4 Mi tokens at a time
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    """Consecutive documents packed: flat *tokens*, one length, id, partition code and *where* per document.
+
+    *tokenized* counts the documents the tokenizer made (the others came as token ids).
+    """
+
+    tokens: npt.NDArray[Any]
+    lengths: npt.NDArray[np.int64]
+    ids: list[str]
+    codes: npt.NDArray[np.uint8]
+    wheres: list[str]
+    tokenized: int = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def label(self, index: int) -> str:
+        """How errors name document *index*: ``where (document id=...)``."""
+        where, name = self.wheres[index], self.ids[index]
+        return f"{where} (document id={name!r})" if where else f"document id={name!r}"
+
+    def documents(self) -> Iterator[Document]:
+        """The block's documents, one `Document` each."""
+        ends = np.cumsum(self.lengths).tolist()
+        start = 0
+        for i, end in enumerate(ends):
+            yield Document(self.ids[i], PARTITIONS[int(self.codes[i])], self.tokens[start:end], where=self.wheres[i])
+            start = end
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How files become documents (the options of `iter_files` and `prepare_store`)."""
+
+    tokenizer: Tokenizer = field(default_factory=ByteTokenizer)
+    per_line: bool = False
+    partition: Partition = Partition.TRAIN
+    column: str | None = None
+    bin_separator: int | None = None
+    bin_dtype: str = "uint16"
+    vocab_size: int | None = None  # token inputs must fit this (the tokenizer's, when one is given)
+    named_tokenizer: bool = False  # the user named the tokenizer (then a store records it)
+
+
+class ReadKeywords(TypedDict, total=False):
+    """The reading keywords a user passes (`prepare_store`, `iter_files`); `read_options` checks them.
+
+    *tokenizer*: a `Tokenizer`, a tokenizer.json path or a ``str -> ids`` callable
+    (bytes by default); *eos_id*/*bos_id* around each text document (``"auto"``:
+    the tokenizer's own); *per_line*: a text document per non-blank line;
+    *partition*: for documents that name none; *column*: the table (or JSONL
+    text) column; *bin_separator*/*bin_dtype*: how ``.bin`` files split.
+    """
+
+    tokenizer: TokenizerSpec
+    eos_id: SpecialId
+    bos_id: SpecialId
+    per_line: bool
+    partition: Partition | str
+    column: str | None
+    bin_separator: int | None
+    bin_dtype: str
+
+
+def read_options(**keywords: Unpack[ReadKeywords]) -> ReadOptions:
+    """Check the reading keywords once; an explicit *tokenizer* also bounds token inputs by its vocabulary.
+
+    >>> read_options(eos_id=256, per_line=True).tokenizer.vocab_size
+    257
+    """
+    unknown = sorted(set(keywords) - ReadKeywords.__optional_keys__)
+    if unknown:
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
+    tokenizer = keywords.get("tokenizer")
+    tok = as_tokenizer(tokenizer, eos_id=keywords.get("eos_id", AUTO), bos_id=keywords.get("bos_id", AUTO))
+    bin_dtype, bin_separator = keywords.get("bin_dtype", "uint16"), keywords.get("bin_separator")
+    if bin_dtype not in ("uint16", "uint32"):
+        raise ConfigError(f"bin_dtype={bin_dtype!r} must be 'uint16' or 'uint32'")
+    if bin_separator is not None and not (is_integer(bin_separator) and 0 <= bin_separator <= np.iinfo(bin_dtype).max):
+        raise ConfigError(f"bin_separator={bin_separator!r} must be a token id that fits {bin_dtype}")
+    separator = tok.eos_id if bin_separator is None else int(bin_separator)  # checked against the dtype when a .bin is read
+    column = keywords.get("column")
+    if column is not None and (not isinstance(column, str) or not column):
+        raise ConfigError(f"column={column!r} must be a non-empty column name")
+    named = tokenizer is not None
+    partition = Partition.parse(keywords.get("partition", Partition.TRAIN))
+    per_line = bool(keywords.get("per_line", False))
+    return ReadOptions(tok, per_line, partition, column, separator, bin_dtype, tok.vocab_size if named else None, named)
+
+
+def partition_codes(count: int, partition: Partition) -> npt.NDArray[np.uint8]:
+    """*count* documents' partition codes, all *partition*."""
+    return np.full(count, partition.code, dtype=np.uint8)
+
+
+def text_block(texts: Sequence[str], ids: list[str], wheres: list[str], codes: npt.NDArray[np.uint8], opts: ReadOptions) -> Block:
+    """Tokenize *texts* (one document each) with bos/eos; ids are checked."""
+    tokens, lengths = encode_texts(opts.tokenizer, texts, lambda k: f"{wheres[k]} (document id={ids[k]!r})")
+    return Block(tokens, lengths, ids, codes, wheres, tokenized=len(ids))
+
+
+def flat_block(
+    tokens: npt.NDArray[Any],
+    lengths: npt.NDArray[Any],
+    ids: list[str],
+    codes: npt.NDArray[np.uint8],
+    wheres: list[str],
+    opts: ReadOptions,
+) -> Block:
+    """Token inputs already flat: check the dtype, the range [0, 2**32) and the declared vocabulary."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    block = Block(tokens, lengths, ids, codes, wheres)
+    if tokens.dtype.kind not in "ui":
+        raise DataError(f"{block.label(0)}: tokens have dtype {tokens.dtype}; token ids must be integers")
+    if not (tokens.dtype.kind == "u" and tokens.dtype.itemsize <= 4) and tokens.size:
+        bad = (tokens < 0) | (tokens >= TOKEN_LIMIT)
+        if bad.any():
+            at = int(np.argmax(bad))
+            ends = np.cumsum(lengths)
+            doc = int(np.searchsorted(ends, at, side="right"))
+            raise DataError(
+                f"{block.label(doc)}: token[{at - int(ends[doc] - lengths[doc])}]={int(tokens[at])} is outside [0, 2**32); "
+                "token ids must fit in uint32"
+            )
+        block = Block(tokens.astype(np.uint32), lengths, ids, codes, wheres)
+    check_vocabulary(block.tokens, lengths, block.label, opts.vocab_size, opts.tokenizer.name)
+    return block
+
+
+def documents(blocks: Iterable[Block]) -> Iterator[Document]:
+    """Unpack blocks into documents, lazily."""
+    for block in blocks:
+        yield from block.documents()

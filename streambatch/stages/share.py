@@ -1,0 +1,90 @@
+"""Stage 5, share: the batches one DataLoader worker reads, the rows one data-parallel rank holds.
+
+`share` is the one place a share is taken: a worker ``k`` of ``W`` reads
+batches ``k, k + W, ...`` (a strided slice, so the DataLoader reads them back in
+order), a rank ``r`` of ``R`` holds a contiguous, balanced share of every
+batch's rows (`row_share`: sizes differ by at most one, so a batch narrower than
+the world leaves some ranks empty, and they still take part).  `split_rows` is
+the rank half alone; ``shard`` is the deprecated name of the worker half.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Iterable, Iterator
+from typing import Any, overload
+
+from .._checks import is_integer
+from ..errors import ConfigError
+from .chunk import Chunks, row_share
+from .windows import Windows
+
+
+def _check_share(index: Any, count: Any, names: tuple[str, str]) -> tuple[int, int]:
+    if not is_integer(count) or int(count) <= 0:
+        raise ConfigError(f"{names[1]}={count!r} must be a positive int; pass the number of {names[1].replace('_', ' ')}")
+    total = int(count)
+    if not is_integer(index) or not 0 <= int(index) < total:
+        raise ConfigError(f"{names[0]}={index!r} must be an int in [0, {names[1]}={total}); pass this process's {names[0]}")
+    return int(index), total
+
+
+@overload
+def share(chunks: Chunks, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Chunks: ...
+@overload
+def share(chunks: Iterable[Any], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Iterator[Any]: ...
+def share(
+    chunks: Iterable[Any], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1
+) -> Chunks | Iterator[Any]:
+    """Worker *worker* of *workers*' batches, and rank *rank* of *world_size*'s rows of each.
+
+    On `Chunks` the share is lazy slicing (batches in between are never built);
+    on any other iterable the worker share is ``itertools.islice`` and the rank
+    share slices each chunk (a `Windows`).  Every rank sees every batch, with the
+    same ``batch_index``.
+
+    >>> import streambatch as sb
+    >>> w = sb.windows([sb.Document("a", "train", range(8))], context_length=2)
+    >>> [c.batch_index for c in sb.share(sb.chunk(w, 2), worker=1, workers=2)]
+    [1]
+    >>> [[len(c) for c in sb.share(sb.chunk(w, 4), rank=r, world_size=3)] for r in range(3)]
+    [[2, 1], [1, 1], [1, 0]]
+    """
+    start, step = _check_share(worker, workers, ("worker", "workers"))
+    at, world = _check_share(rank, world_size, ("rank", "world_size"))
+    if isinstance(chunks, Chunks):
+        if world > 1 and chunks.world_size != 1:
+            raise ConfigError("these chunks are already split over ranks; take a rank share once")
+        split = Chunks(chunks.windows, chunks.batch_size, chunks.batches, at, world) if world > 1 else chunks
+        return split[start::step] if step > 1 else split
+    if not isinstance(chunks, Iterable):
+        raise ConfigError(f"chunks={chunks!r} is not an iterable of chunks; pass sb.chunk(windows, batch_size)")
+    picked = itertools.islice(chunks, start, None, step) if step > 1 else iter(chunks)
+    return (_rows(c, at, world) for c in picked) if world > 1 else picked
+
+
+def _rows(chunk: Windows, rank: int, world: int) -> Windows:
+    lo, hi = row_share(len(chunk), rank, world)
+    return chunk.view(lo, hi, batch_index=chunk.batch_index)
+
+
+@overload
+def split_rows(chunks: Chunks, rank: int, world_size: int) -> Chunks: ...  # type: ignore[overload-overlap]
+@overload
+def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Iterator[Windows]: ...
+def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Chunks | Iterator[Windows]:
+    """Each batch's contiguous, balanced share of rows for data-parallel *rank* of *world_size*: `share` of ranks.
+
+    >>> import streambatch as sb
+    >>> w = sb.windows([sb.Document("a", "train", range(8))], context_length=2)
+    >>> [[len(c) for c in sb.split_rows(sb.chunk(w, 4), r, 3)] for r in range(3)]
+    [[2, 1], [1, 1], [1, 0]]
+    """
+    return share(chunks, rank=rank, world_size=world_size)
+
+
+def shard(chunks: Iterable[Any], index: int, count: int) -> Chunks | Iterator[Any]:
+    """Deprecated name of ``share(chunks, worker=index, workers=count)`` (a "shard" is a store of a corpus)."""
+    warnings.warn("streambatch.shard is deprecated; use streambatch.share(chunks, worker=, workers=)", DeprecationWarning, 2)
+    return share(chunks, worker=index, workers=count)

@@ -1,0 +1,45 @@
+"""PyTorch integration: zero-copy tensors, DataLoader datasets, and exact token means.
+
+The only package that imports torch (``pip install "streambatch[torch]"``).
+
+The rule everywhere: sum the loss over target tokens (``reduction="sum"``), let
+autograd sum the gradients, add raw sums across micro-batches and (with
+torch.distributed) across ranks, then divide once by the global target-token
+count.  Never average per-piece means.
+
+    >>> import streambatch as sb, streambatch.torch as sbt
+    >>> epoch = sb.Epoch([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2, batch_size=2)
+    >>> inputs, targets = sbt.as_tensors(next(iter(epoch)))
+    >>> inputs.tolist(), targets.dtype
+    ([[0, 10], [10, 11]], torch.int64)
+"""
+
+from __future__ import annotations
+
+try:
+    import torch  # noqa: F401
+except ModuleNotFoundError as err:  # pragma: no cover - exercised in a subprocess without torch
+    from ..errors import MissingDependencyError
+
+    raise MissingDependencyError(
+        f'streambatch.torch needs PyTorch ({err}); install it with: pip install "streambatch[torch]" '
+        "(or pip install torch torchdata)"
+    ) from err
+
+from .backward import StepResult, cross_entropy_sum, micro_batches, token_mean_backward
+from .datasets import BatchesDataset, EpochDataset, RunDataset
+from .tensors import TensorBatch, as_tensors, mark_batch_dynamic, tensor_batch
+
+__all__ = [
+    "BatchesDataset",
+    "EpochDataset",
+    "RunDataset",
+    "StepResult",
+    "TensorBatch",
+    "as_tensors",
+    "cross_entropy_sum",
+    "mark_batch_dynamic",
+    "micro_batches",
+    "tensor_batch",
+    "token_mean_backward",
+]
