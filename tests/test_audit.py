@@ -399,8 +399,14 @@ def test_cli_audit_failure_exits_1_naming_the_check(
         (["audit", "{file}", "-T", "2", "-B", "3"], "one of the arguments --seed --sequential is required"),
         (["audit", "{file}", "-B", "3", "--seed", "1"], "the following arguments are required: --context-length/-T"),
         (["audit", "{file}", "-T", "0", "-B", "3", "--seed", "1"], "context_length=0 must be a positive int"),
-        (["audit", "{file}", "--keep-partition", "-T", "2", "-B", "3", "--seed", "1", "--workers", "0"], "workers=0 must be a positive int"),
-        (["audit", "{file}", "--keep-partition", "-T", "2", "-B", "3", "--seed", "1", "--other-seed", "1"], "other_seed=1 equals"),
+        (
+            ["audit", "{file}", "--keep-partition", "-T", "2", "-B", "3", "--seed", "1", "--workers", "0"],
+            "workers=0 must be a positive int",
+        ),
+        (
+            ["audit", "{file}", "--keep-partition", "-T", "2", "-B", "3", "--seed", "1", "--other-seed", "1"],
+            "other_seed=1 equals",
+        ),
         (["audit", "{missing}", "-T", "2", "-B", "3", "--seed", "1"], "cannot open"),
     ],
     ids=["no-order", "no-T", "T0", "workers", "other-seed", "missing"],
