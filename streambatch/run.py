@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ._checks import check_non_negative, check_positive, is_integer, short_repr
@@ -40,6 +40,7 @@ from .stages.windows import WindowConfig, Windows
 from .state import RUN_KEYS, check_index, check_position, check_same, decode, encode
 
 STATE_KEYS = RUN_KEYS  # the keys of Run.state_dict(), in order
+_ENDLESS = 1 << 62  # the stop of an endless run's step numbers
 
 
 class Run:
@@ -208,19 +209,28 @@ class Run:
         end = None if stop is None else check_non_negative(stop, "stop", "the global batch number to stop before")
         stride = check_positive(step, "step", "the distance between yielded batches")
         self.epoch(self.position_of(first)[0]).batches(rank=rank, world_size=world_size)  # checks rank, world_size now
-        if self._epochs is not None:
-            end = self._epochs * self._batches if end is None else min(end, self._epochs * self._batches)
-        return self._steps(first, end, stride, rank, world_size)
+        return self.batches_at(range(first, self.steps_stop(end), stride), rank=rank, world_size=world_size)
 
-    def _steps(self, start: int, stop: int | None, step: int, rank: int, world_size: int) -> Iterator[MiniBatch]:
+    def steps_stop(self, stop: int | None = None) -> int:
+        """The global batch number iteration stops before: *stop*, capped by the schedule (an endless run: 2**62)."""
+        end = _ENDLESS if stop is None else stop
+        return end if self._epochs is None else min(end, self._epochs * self._batches)
+
+    def batches_at(self, steps: Iterable[int], *, rank: int = 0, world_size: int = 1) -> Iterator[MiniBatch]:
+        """The batches of global batch numbers *steps* (increasing), this *rank*'s rows of each; the position stays.
+
+        Workers take their shares of a run as ``share(range(start, stop), worker=k, workers=W)`` of these numbers.
+        """
+        self.epoch(0 if self._position is None else self._position[0]).batches(rank=rank, world_size=world_size)
+        return self._batches_at(steps, rank, world_size)
+
+    def _batches_at(self, steps: Iterable[int], rank: int, world_size: int) -> Iterator[MiniBatch]:
         held: tuple[int, Batches] | None = None
-        at = start
-        while self._batches and (stop is None or at < stop):
+        for at in steps if self._batches else ():
             epoch, index = divmod(at, self._batches)
             if held is None or held[0] != epoch:
                 held = (epoch, self.epoch(epoch).batches(rank=rank, world_size=world_size))
             yield held[1][index].in_epoch(epoch)
-            at += step
 
     # -- consuming: the position moves as batches are handed out -----------------------
     def iter_batches(self, *, rank: int = 0, world_size: int = 1) -> Iterator[MiniBatch]:

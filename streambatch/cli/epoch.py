@@ -218,7 +218,9 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
     try:
         fd = os.open(output, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     except OSError as err:
-        raise ConfigError(f"output {output!r}: cannot create a file in its folder ({err.strerror}); pass a writable path") from None
+        raise ConfigError(
+            f"output {output!r}: cannot create a file in its folder ({err.strerror}); pass a writable path"
+        ) from None
     with os.fdopen(fd, "r+b") as handle:
         _lock(handle, output)  # held until the run ends: a second writer is refused, never interleaved
         if not stat.S_ISREG(os.fstat(fd).st_mode):

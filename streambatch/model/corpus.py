@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ConfigError, DuplicateIdError
+from ..errors import ConfigError
 from .documents import PARTITIONS, Document, Partition
 from .store import DocumentStore
+from .validate import duplicate_id
 
 FORMAT = "streambatch.corpus"
 VERSION = 1
@@ -116,9 +117,11 @@ class Corpus:
         for index, name in enumerate(self.ids):
             seen = first.setdefault(name, index)
             if seen != index:
-                raise DuplicateIdError(
-                    f"duplicate document id={name!r}: first at {self._where(seen)}, repeated at {self._where(index)}; "
-                    "document ids must be unique across a corpus's shards (give each shard its own id prefix)"
+                duplicate_id(
+                    name,
+                    self._where(seen),
+                    self._where(index),
+                    rule="document ids must be unique across a corpus's shards (give each shard its own id prefix)",
                 )
 
     def _where(self, index: int) -> str:

@@ -39,7 +39,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,8 @@ import numpy.typing as npt
 
 from .._checks import check_seed
 from ..errors import ConfigError, StoreError
-from ..io.bounded_json import decode_json
+from ..io.atomic import atomic_file
+from ..io.bounded_json import read_json_header
 from .shuffle import permute
 from .windows import ShuffleOrder, Windows
 
@@ -165,43 +165,27 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _write_plan(path: Path, windows: Windows, key: dict[str, Any], run: dict[str, int] | None) -> None:
-    """Compute the plan into a temporary file beside *path*, then rename it into place."""
-    _remove_stale_partials(path)
+    """Compute the plan into a temporary file beside *path*, then rename it into place (`atomic_file`)."""
     count, dtype = int(key["windows"]), np.dtype(key["dtype"])
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.partial-{os.getpid()}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "r+b") as handle:
-            os.fchmod(handle.fileno(), 0o644)  # readable by every rank (mkstemp makes it private)
-            handle.truncate(HEADER_BYTES + count * dtype.itemsize)
-            # permuted in anonymous memory, then written once, in order: random swaps on a file-backed
-            # map would make the kernel write dirty pages back while they happen (measured 9x slower at 10^9)
-            values = np.empty(count, dtype=dtype)
-            _fill(values, windows)
-            state = permute(values, key["seed"])
-            handle.seek(HEADER_BYTES)
-            values.tofile(handle)
-            del values
-            header: dict[str, Any] = {"format": FORMAT, "version": VERSION, "key": key, "state_after": int(state)}
-            if run is not None:
-                header["run"] = run
-            text = json.dumps(header).encode()
-            if len(text) >= HEADER_BYTES:
-                raise StoreError(f"plan header of {len(text)} bytes does not fit in {HEADER_BYTES}; shorten the fingerprint")
-            handle.seek(0)
-            handle.write(text.ljust(HEADER_BYTES - 1) + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    with contextlib.suppress(OSError):
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+    with atomic_file(path) as handle:
+        os.fchmod(handle.fileno(), 0o644)  # readable by every rank (temporaries are private)
+        handle.truncate(HEADER_BYTES + count * dtype.itemsize)
+        # permuted in anonymous memory, then written once, in order: random swaps on a file-backed
+        # map would make the kernel write dirty pages back while they happen (measured 9x slower at 10^9)
+        values = np.empty(count, dtype=dtype)
+        _fill(values, windows)
+        state = permute(values, key["seed"])
+        handle.seek(HEADER_BYTES)
+        values.tofile(handle)
+        del values
+        header: dict[str, Any] = {"format": FORMAT, "version": VERSION, "key": key, "state_after": int(state)}
+        if run is not None:
+            header["run"] = run
+        text = json.dumps(header).encode()
+        if len(text) >= HEADER_BYTES:
+            raise StoreError(f"plan header of {len(text)} bytes does not fit in {HEADER_BYTES}; shorten the fingerprint")
+        handle.seek(0)
+        handle.write(text.ljust(HEADER_BYTES - 1) + b"\n")
 
 
 def _fill(values: npt.NDArray[Any], windows: Windows) -> None:
@@ -215,19 +199,6 @@ def _fill(values: npt.NDArray[Any], windows: Windows) -> None:
             values[lo:hi] = np.arange(lo, hi, dtype=values.dtype)
 
 
-def _remove_stale_partials(path: Path) -> None:
-    """Remove temporary files left by killed planners of *path* (their process is gone)."""
-    for entry in path.parent.glob(f".{path.name}.partial-*"):
-        try:
-            pid = int(entry.name.rsplit(".partial-", 1)[1].split("-", 1)[0])
-            os.kill(pid, 0)
-        except (ValueError, IndexError, PermissionError):
-            continue
-        except ProcessLookupError:
-            with contextlib.suppress(OSError):
-                entry.unlink()
-
-
 def open_plan(path: PathLike, key: dict[str, Any]) -> tuple[npt.NDArray[Any], dict[str, Any]]:
     """Map the plan file *path* read-only after checking its header against *key*; return ``(plan, header)``.
 
@@ -235,15 +206,20 @@ def open_plan(path: PathLike, key: dict[str, Any]) -> tuple[npt.NDArray[Any], di
     """
     where = Path(path)
     fix = f"remove {where} and plan again (streambatch plan, or Epoch(..., plan_dir=...))"
+    header = read_json_header(
+        where,
+        str(where),
+        "plan header",
+        fix,
+        error=StoreError,
+        limit=HEADER_BYTES,
+        padding=b"\0 \n",
+        missing="no such plan file; plan it with sb.plan_file or `streambatch plan`",
+    )
     try:
         size = where.stat().st_size
-        with open(where, "rb") as handle:
-            head = handle.read(HEADER_BYTES)
-    except FileNotFoundError as err:
-        raise StoreError(f"{where}: no such plan file; plan it with sb.plan_file or `streambatch plan`") from err
     except OSError as err:
-        raise StoreError(f"{where}: unreadable plan header ({err.strerror or err}); {fix}") from err
-    header = decode_json(head.rstrip(b"\0 \n"), f"{where}: unreadable plan header", fix, error=StoreError)
+        raise StoreError(f"{where}: unreadable plan file ({err.strerror or err}); {fix}") from err
     if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != VERSION:
         raise StoreError(f"{where}: not a {FORMAT!r} version {VERSION} file; {fix}")
     found = header.get("key")

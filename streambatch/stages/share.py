@@ -33,15 +33,18 @@ def _check_share(index: Any, count: Any, names: tuple[str, str]) -> tuple[int, i
 @overload
 def share(chunks: Chunks, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Chunks: ...
 @overload
+def share(chunks: range, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> range: ...
+@overload
 def share(chunks: Iterable[Any], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Iterator[Any]: ...
 def share(
     chunks: Iterable[Any], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1
-) -> Chunks | Iterator[Any]:
+) -> Chunks | range | Iterator[Any]:
     """Worker *worker* of *workers*' batches, and rank *rank* of *world_size*'s rows of each.
 
     On `Chunks` the share is lazy slicing (batches in between are never built);
-    on any other iterable the worker share is ``itertools.islice`` and the rank
-    share slices each chunk (a `Windows`).  Every rank sees every batch, with the
+    on a ``range`` of a run's global step numbers it is the range's slice; on any
+    other iterable the worker share is ``itertools.islice`` and the rank share
+    slices each chunk (a `Windows`).  Every rank sees every batch, with the
     same ``batch_index``.
 
     >>> import streambatch as sb
@@ -60,6 +63,8 @@ def share(
         return split[start::step] if step > 1 else split
     if not isinstance(chunks, Iterable):
         raise ConfigError(f"chunks={chunks!r} is not an iterable of chunks; pass sb.chunk(windows, batch_size)")
+    if isinstance(chunks, range) and world == 1:  # a run's global step numbers: the same share, as a range
+        return chunks[start::step]
     picked = itertools.islice(chunks, start, None, step) if step > 1 else iter(chunks)
     return (_rows(c, at, world) for c in picked) if world > 1 else picked
 
@@ -84,7 +89,7 @@ def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Chunks 
     return share(chunks, rank=rank, world_size=world_size)
 
 
-def shard(chunks: Iterable[Any], index: int, count: int) -> Chunks | Iterator[Any]:
+def shard(chunks: Iterable[Any], index: int, count: int) -> Chunks | range | Iterator[Any]:
     """Deprecated name of ``share(chunks, worker=index, workers=count)`` (a "shard" is a store of a corpus)."""
     warnings.warn("streambatch.shard is deprecated; use streambatch.share(chunks, worker=, workers=)", DeprecationWarning, 2)
     return share(chunks, worker=index, workers=count)

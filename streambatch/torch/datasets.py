@@ -22,6 +22,7 @@ from ..epoch import Epoch
 from ..errors import ConfigError, OutOfRangeError, StateError
 from ..run import Run
 from ..stages.batch import MiniBatch
+from ..stages.share import share
 from ..state import check_position, decode, encode
 from .tensors import TensorBatch, tensor_batch
 
@@ -116,8 +117,8 @@ class _RunShare(IterableDataset[TensorBatch]):
             origin, stop, last = self.run.step_of(epoch, batch), self._stop_for(epoch), None
         self._shared.clear_pending()
         self._origin, self._stop, self._share, self._last = origin, stop, (worker, workers), last
-        first = origin + worker if last is None else last + workers
-        batches = self.run.iter_steps(first, stop, workers, rank=self.rank, world_size=self.world_size)
+        steps = _after(share(range(origin, self.run.steps_stop(stop)), worker=worker, workers=workers), last)
+        batches = self.run.batches_at(steps, rank=self.rank, world_size=self.world_size)
         return self._tensors(batches)
 
     def _tensors(self, batches: Iterator[MiniBatch]) -> Iterator[TensorBatch]:
@@ -185,6 +186,11 @@ class _RunShare(IterableDataset[TensorBatch]):
         return self.run.step_of(*position)
 
 
+def _after(steps: range, last: int | None) -> range:
+    """The rest of a worker's share *steps* after the batch it yielded *last* (all of it when None)."""
+    return steps if last is None else steps[(last - steps.start) // steps.step + 1 :]
+
+
 def _worker_share() -> list[int]:
     """``[id, num_workers]`` of the DataLoader worker running this code (``[0, 1]`` in the main process)."""
     info = get_worker_info()
@@ -231,12 +237,12 @@ class BatchesDataset(IterableDataset[TensorBatch]):
 
     def __iter__(self) -> Iterator[TensorBatch]:
         worker, workers = _worker_share()
-        first = self.start_batch + worker if self._restored is None else self._restored + workers
+        steps = _after(share(range(self.start_batch, len(self.batches)), worker=worker, workers=workers), self._restored)
         self._restored, self._share, self._last = None, (worker, workers), None
-        return self._iter(first, workers)
+        return self._iter(steps)
 
-    def _iter(self, first: int, step: int) -> Iterator[TensorBatch]:
-        for index in range(first, len(self.batches), step):
+    def _iter(self, steps: range) -> Iterator[TensorBatch]:
+        for index in steps:
             batch = self.batches[index]
             self._last = index  # before yielding: the state counts it
             yield tensor_batch(batch, dtype=self.dtype)
