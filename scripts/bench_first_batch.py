@@ -45,8 +45,9 @@ import numpy as np
 
 import streambatch as sb
 import streambatch.stages.plan as planning
-from streambatch.io.store import HEADER, StoreWriter, _fingerprint, open_store
-from streambatch.stages.shuffle import shuffled_order, state_after
+from streambatch.io.store import HEADER, StoreWriter, fingerprint_files, open_store
+from streambatch.stages.shuffle import shuffled_order
+from streambatch.stages.splitmix import state_after
 
 DOCUMENTS = 1000
 SEED = 7
@@ -186,7 +187,7 @@ def linked_corpus(store: Path, root: Path) -> Path:
         mine.pop("partitions_file", None)
         tokens_fd, offsets_fd = os.open(shard / "tokens.bin", os.O_RDONLY), os.open(shard / "offsets.bin", os.O_RDONLY)
         try:
-            mine["fingerprint"] = _fingerprint(tokens_fd, offsets_fd, ids, codes)
+            mine["fingerprint"] = fingerprint_files(tokens_fd, offsets_fd, ids, codes)
         finally:
             os.close(tokens_fd)
             os.close(offsets_fd)

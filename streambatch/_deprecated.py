@@ -27,8 +27,8 @@ MOVED = {
     "StoreWriter": "streambatch.io.store",
     "TokenSource": "streambatch.model.source",
     "Tokenizer": "streambatch.stages.read.tokenizers",
-    "WindowConfig": "streambatch.stages.windows",
-    "WindowIndex": "streambatch.stages.windows",
+    "WindowConfig": "streambatch.stages.window_index",
+    "WindowIndex": "streambatch.stages.window_index",
     "WindowProvenance": "streambatch.stages.batch",
     "as_tokenizer": "streambatch.stages.read.tokenizers",
     "audit_batches": "streambatch.tools.audit",
@@ -38,7 +38,7 @@ MOVED = {
     "byte_detokenize": "streambatch.stages.read.byte_tokens",
     "byte_tokenize": "streambatch.stages.read.byte_tokens",
     "chunked": "streambatch.stages.chunk",
-    "derive_seed": "streambatch.stages.shuffle",
+    "derive_seed": "streambatch.stages.splitmix",
     "epoch_html": "streambatch.tools.figure",
     "epoch_svg": "streambatch.tools.figure",
     "inspect_source": "streambatch.tools.inspect",
@@ -56,9 +56,9 @@ MOVED = {
     "row_share": "streambatch.stages.chunk",
     "shard": "streambatch.stages.share",
     "shuffled_order": "streambatch.stages.shuffle",
-    "window_counts": "streambatch.stages.windows",
-    "window_starts": "streambatch.stages.windows",
-    "window_tails": "streambatch.stages.windows",
+    "window_counts": "streambatch.stages.window_index",
+    "window_starts": "streambatch.stages.window_index",
+    "window_tails": "streambatch.stages.window_index",
 }
 
 

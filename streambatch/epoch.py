@@ -25,8 +25,10 @@ from .stages.chunk import Chunks, batch_count, batch_widths, chunk
 from .stages.materialize import Batches, materialize
 from .stages.plan import check_plan_dir, plan_file
 from .stages.share import share
-from .stages.shuffle import derive_seed, shuffle
-from .stages.windows import WindowConfig, WindowIndex, Windows, windows
+from .stages.shuffle import shuffle
+from .stages.splitmix import derive_seed
+from .stages.window_index import WindowConfig, WindowIndex
+from .stages.windows import Windows, windows
 from .state import check_index
 
 __all__ = ["Epoch", "derive_seed"]

@@ -35,8 +35,9 @@ from .model.documents import Partition
 from .model.source import TokenSource
 from .stages.batch import MiniBatch
 from .stages.materialize import Batches
-from .stages.shuffle import derive_seed
-from .stages.windows import WindowConfig, Windows
+from .stages.splitmix import derive_seed
+from .stages.window_index import WindowConfig
+from .stages.windows import Windows
 from .state import RUN_KEYS, check_index, check_position, check_same, decode, encode
 
 STATE_KEYS = RUN_KEYS  # the keys of Run.state_dict(), in order

@@ -24,7 +24,7 @@ from streambatch.io.store import INLINE_DOCUMENTS, StoreWriter, open_store, writ
 from streambatch.stages.chunk import batch_widths, chunked
 from streambatch.stages.read.jsonl import iter_jsonl, read_jsonl, read_records
 from streambatch.stages.shuffle import shuffled_order
-from streambatch.stages.windows import window_counts
+from streambatch.stages.window_index import window_counts
 
 from .hostile import DEEP, EPOCH, GOOD, HUGE_INT, jsonl_file
 

@@ -28,7 +28,7 @@ from streambatch.cli import main
 from streambatch.errors import StoreError
 from streambatch.io.store import write_store
 from streambatch.stages.plan import plan_path
-from streambatch.stages.shuffle import derive_seed
+from streambatch.stages.splitmix import derive_seed
 
 from .strategies import configs, documents
 
@@ -93,7 +93,11 @@ def test_header_records_key_count_dtype_and_state(tmp_path: Path) -> None:
     assert {"format": "streambatch.plan", "version": 1, "key": planning.plan_key(_windows(), 7)} == {
         k: header[k] for k in ("format", "version", "key")
     }
-    assert (len(order), "<u4", order.shuffle_state_after) == (header["key"]["windows"], header["key"]["dtype"], header["state_after"])
+    assert (len(order), "<u4", order.shuffle_state_after) == (
+        header["key"]["windows"],
+        header["key"]["dtype"],
+        header["state_after"],
+    )
     assert planning.HEADER_BYTES + 4 * len(order) == os.path.getsize(str(order.plan_path))
 
 

@@ -22,7 +22,7 @@ import streambatch as sb
 import streambatch.stages.materialize as materializing
 from streambatch.errors import OutOfRangeError
 from streambatch.run import STATE_KEYS
-from streambatch.stages.shuffle import derive_seed
+from streambatch.stages.splitmix import derive_seed
 
 from .strategies import configs, documents, seeds
 
@@ -165,7 +165,9 @@ def test_state_is_small_versioned_json() -> None:
     next(iter(run))
     state = run.state_dict()
     assert set(STATE_KEYS) == set(state)
-    assert ("streambatch.state", 2, "run", 9, 0, 1) == tuple(state[k] for k in ("format", "version", "kind", "seed", "epoch", "batch"))
+    assert ("streambatch.state", 2, "run", 9, 0, 1) == tuple(
+        state[k] for k in ("format", "version", "kind", "seed", "epoch", "batch")
+    )
     assert (3, 1, 4, "train") == (state["context_length"], state["stride"], state["batch_size"], state["partition"])
     assert state["fingerprint"].startswith("blake2b-256:")
     assert len(json.dumps(state)) < 400

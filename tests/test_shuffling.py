@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 import streambatch.stages.shuffle as shuffle
 from streambatch import ConfigError
-from streambatch.stages.shuffle import apply_swaps, shuffled_order, splitmix64_draws, state_after, swap_targets
+from streambatch.stages.shuffle import apply_swaps, shuffled_order, swap_targets
+from streambatch.stages.splitmix import splitmix64_draws, state_after
 
 from . import spec
 

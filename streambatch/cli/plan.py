@@ -9,7 +9,7 @@ from typing import IO, Any
 
 from .._checks import check_non_negative
 from ..stages.plan import build_plan, plan_path
-from ..stages.shuffle import derive_seed
+from ..stages.splitmix import derive_seed
 from ._common import add_order, add_source, args_epoch, open_args_source
 
 

@@ -141,7 +141,7 @@ def open_store_at(dfd: int, root: Path, verify: bool) -> DocumentStore:
             status = os.fstat(tokens_file.fileno())
             tokens.identity = (status.st_dev, status.st_ino)  # reopened only if unchanged
     tokenizer = header_tokenizer(header, header_path)
-    return DocumentStore._frozen(tokens, offsets[:-1].copy(), np.diff(offsets), tuple(ids), codes, fingerprint, tokenizer)
+    return DocumentStore.from_checked(tokens, offsets[:-1].copy(), np.diff(offsets), tuple(ids), codes, fingerprint, tokenizer)
 
 
 def _check_size(handle: IO[bytes], path: Path, expected: int, what: str) -> None:

@@ -70,7 +70,7 @@ def partition_documents(
     [True, False]
     """
     wanted = Partition.parse(partition)
-    inside = source.partition_codes == wanted.code
+    inside: npt.NDArray[np.bool_] = np.asarray(source.partition_codes == wanted.code)
     if bool(inside.all()):
         return None
     if not keep_partition:

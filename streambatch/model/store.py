@@ -87,7 +87,7 @@ class DocumentStore:
             np.cumsum(lengths[:-1], out=starts[1:])
         tokens = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint32)
         partition_codes = np.frombuffer(bytes(codes), dtype=np.uint8).copy()
-        return cls._frozen(tokens.astype(np.uint32, copy=False), starts, lengths, tuple(ids), partition_codes)
+        return cls.from_checked(tokens.astype(np.uint32, copy=False), starts, lengths, tuple(ids), partition_codes)
 
     @classmethod
     def from_arrays(
@@ -136,10 +136,10 @@ class DocumentStore:
                 dtype=np.uint8,
                 count=count,
             )
-        return cls._frozen(token_array, offs[:-1].copy(), np.diff(offs), id_tuple, codes)
+        return cls.from_checked(token_array, offs[:-1].copy(), np.diff(offs), id_tuple, codes)
 
     @classmethod
-    def _frozen(
+    def from_checked(
         cls,
         tokens: Any,
         starts: Any,
@@ -149,6 +149,7 @@ class DocumentStore:
         fingerprint: str | None = None,
         tokenizer: dict[str, Any] | None = None,
     ) -> DocumentStore:
+        """A store of arrays already checked (by `from_arrays`, or read from a store file), made read-only."""
         for array in (starts, lengths, codes):
             array.flags.writeable = False
         if isinstance(tokens, np.ndarray) and tokens.flags.writeable and tokens.flags.owndata:
@@ -174,7 +175,7 @@ class DocumentStore:
             fields = (self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint, self.tokenizer)
             return (_reopen_memmap, (spec, *fields))
         fields = (self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint, self.tokenizer)
-        return (DocumentStore._frozen, (tokens, *fields))
+        return (DocumentStore.from_checked, (tokens, *fields))
 
     @property
     def offsets(self) -> npt.NDArray[np.int64]:
@@ -275,7 +276,7 @@ class DocumentStore:
         """
         code = Partition.parse(partition).code
         keep = np.flatnonzero(self.partition_codes == code)
-        return DocumentStore._frozen(
+        return DocumentStore.from_checked(
             self.tokens,
             self.starts[keep],
             self.lengths[keep],
@@ -314,7 +315,7 @@ def _reopen_memmap(spec: tuple[str, str, int, Any], *fields: Any) -> DocumentSto
         tokens = np.memmap(handle, dtype=np.dtype(dtype), mode="r", shape=(size,))
     tokens.filename = filename
     tokens.identity = identity  # type: ignore[attr-defined]
-    return DocumentStore._frozen(tokens, *fields)
+    return DocumentStore.from_checked(tokens, *fields)
 
 
 def _token_array(tokens: Any) -> TokenArray:

@@ -15,7 +15,8 @@ import numpy.typing as npt
 from ..errors import AccumulationError, RowIndexError
 from ..model.documents import PARTITIONS, Partition
 from .reduce import TokenContribution, TokenMean, token_mean
-from .windows import IntArray, WindowSpace
+from .window_index import IntArray
+from .windows import WindowSpace
 
 
 @dataclass(frozen=True)

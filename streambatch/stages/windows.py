@@ -14,18 +14,16 @@ from __future__ import annotations
 import mmap
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from .._checks import check_positive, is_integer
+from .._checks import is_integer
 from ..errors import OutOfRangeError
 from ..model.documents import Partition
 from ..model.source import TokenSource, as_source, partition_documents
-
-IntArray = npt.NDArray[np.int64]
+from .window_index import IntArray, WindowConfig, WindowIndex
 
 
 class ShuffleOrder(NamedTuple):
@@ -33,158 +31,6 @@ class ShuffleOrder(NamedTuple):
 
     seed: int
     state_after: int
-
-
-@dataclass(frozen=True)
-class WindowConfig:
-    """Context length ``T`` and stride ``s`` of causal windows; both positive ints.
-
-    >>> WindowConfig(2).source_length
-    3
-    """
-
-    context_length: int
-    stride: int = 1
-
-    def __post_init__(self) -> None:
-        check_positive(self.context_length, "context_length", "the number of input tokens per window")
-        check_positive(self.stride, "stride", "the distance between window starts")
-        object.__setattr__(self, "context_length", int(self.context_length))
-        object.__setattr__(self, "stride", int(self.stride))
-
-    @property
-    def source_length(self) -> int:
-        """Tokens one window reads: ``T + 1`` (inputs are the first T, targets the last T)."""
-        return self.context_length + 1
-
-
-def window_counts(lengths: npt.ArrayLike, context_length: int, stride: int = 1) -> IntArray:
-    """Count each document's windows in one numpy expression.
-
-    >>> window_counts([5, 4, 2], context_length=2).tolist()
-    [3, 2, 0]
-
-    With stride 2 a 7-token document has windows at 0, 2 and 4:
-
-    >>> window_counts([7], context_length=2, stride=2).tolist()
-    [3]
-    """
-    config = WindowConfig(context_length, stride)
-    sizes = np.asarray(lengths, dtype=np.int64)
-    return np.maximum(0, (sizes - config.source_length) // config.stride + 1)
-
-
-def window_tails(lengths: npt.ArrayLike, context_length: int, stride: int = 1) -> tuple[IntArray, IntArray]:
-    """Return ``(tail_start, tail_length)`` per document: the tokens no window starts on.
-
-    A document shorter than ``T + 1`` is all tail (start 0).  A tail of length 0
-    means every token can begin or end a window: nothing is left unused.
-
-    >>> [a.tolist() for a in window_tails([5, 8, 2], context_length=2, stride=2)]
-    [[5, 7, 0], [0, 1, 2]]
-    """
-    sizes = np.asarray(lengths, dtype=np.int64)
-    counts = window_counts(sizes, context_length, stride)
-    tail_start = np.where(counts > 0, (counts - 1) * stride + context_length + 1, 0)
-    tail_start = np.minimum(tail_start, sizes)
-    return tail_start, sizes - tail_start
-
-
-def window_starts(length: int, context_length: int, stride: int = 1) -> IntArray:
-    """Starts of one document's windows.
-
-    >>> window_starts(7, context_length=2, stride=2).tolist()
-    [0, 2, 4]
-    """
-    count = int(window_counts([length], context_length, stride)[0])
-    return np.arange(count, dtype=np.int64) * stride
-
-
-class WindowIndex:
-    """Global window numbering over documents, mapped to tokens arithmetically.
-
-    Holds a few int64 numbers per document, nothing per window.  Window ``n`` is
-    the ``n``-th (document, start) pair in document order; its *position* is the
-    index of its first token in the store's flat token array.
-
-    >>> index = WindowIndex([5, 4], WindowConfig(2))
-    >>> index.window_count, [a.tolist() for a in index.locate(np.array([4, 1]))]
-    (5, [[1, 0], [1, 1]])
-    >>> index.positions(np.array([4, 1])).tolist()
-    [6, 1]
-    """
-
-    __slots__ = ("_doc_starts", "_window_docs", "config", "counts", "cumulative", "starts", "window_count")
-
-    def __init__(
-        self,
-        lengths: npt.ArrayLike,
-        config: WindowConfig,
-        starts: npt.ArrayLike | None = None,
-        include: npt.NDArray[np.bool_] | None = None,
-    ) -> None:
-        sizes = np.asarray(lengths, dtype=np.int64)
-        self.config = config
-        self.counts: IntArray = window_counts(sizes, config.context_length, config.stride)
-        if include is not None:  # documents outside the partition contribute no windows
-            self.counts = np.where(include, self.counts, 0)
-        self.cumulative: IntArray = np.cumsum(self.counts)  # inclusive: windows in docs 0..i
-        self.window_count = int(self.cumulative[-1]) if self.cumulative.size else 0
-        if starts is None:
-            self.starts: IntArray = np.zeros(sizes.size, dtype=np.int64)
-            np.cumsum(sizes[:-1], out=self.starts[1:])
-        else:
-            self.starts = np.asarray(starts, dtype=np.int64)
-        self._window_docs: IntArray = np.flatnonzero(self.counts)
-        self._doc_starts: IntArray = self.starts[self._window_docs]  # increasing: documents never overlap
-
-    def locate(self, windows: npt.ArrayLike) -> tuple[IntArray, IntArray]:
-        """Map global window numbers to ``(document index, start)`` arrays."""
-        numbers = np.asarray(windows, dtype=np.int64)
-        documents = np.searchsorted(self.cumulative, numbers, side="right")
-        first = self.cumulative[documents] - self.counts[documents]
-        return documents, (numbers - first) * self.config.stride
-
-    def positions(self, windows: npt.ArrayLike) -> IntArray:
-        """Map global window numbers to token positions in the flat array."""
-        documents, starts = self.locate(windows)
-        return self.starts[documents] + starts
-
-    def locate_positions(self, positions: npt.ArrayLike) -> tuple[IntArray, IntArray]:
-        """Map token positions of windows back to ``(document index, start)``."""
-        where = np.asarray(positions, dtype=np.int64)
-        documents = self._window_docs[np.searchsorted(self._doc_starts, where, side="right") - 1]
-        return documents, where - self.starts[documents]
-
-    def windows_at(self, positions: npt.ArrayLike) -> IntArray:
-        """Map token positions of windows back to global window numbers."""
-        documents, starts = self.locate_positions(positions)
-        return self.cumulative[documents] - self.counts[documents] + starts // self.config.stride
-
-    def all_positions(
-        self, dtype: npt.DTypeLike = np.int64, block: int = 1 << 22, out: npt.NDArray[Any] | None = None
-    ) -> npt.NDArray[np.integer]:
-        """Token position of every window, in window order, built in bounded blocks (into *out* if given).
-
-        >>> WindowIndex([5, 4], WindowConfig(2)).all_positions().tolist()
-        [0, 1, 2, 5, 6]
-        """
-        out = np.empty(self.window_count, dtype=dtype) if out is None else out
-        docs = self._window_docs
-        counts = self.counts[docs]
-        ends = self.cumulative[docs]
-        base = self.starts[docs] - (ends - counts) * self.config.stride
-        cuts = np.searchsorted(ends, np.arange(block, self.window_count, block), side="left")
-        lo = 0
-        for d0, d1 in zip(np.r_[0, cuts + 1], np.r_[cuts + 1, docs.size], strict=True):
-            if d1 <= d0:
-                continue
-            hi = int(ends[d1 - 1])
-            chunk = np.repeat(base[d0:d1], counts[d0:d1])
-            chunk += np.arange(lo, hi, dtype=np.int64) * self.config.stride
-            out[lo:hi] = chunk
-            lo = hi
-        return out
 
 
 POSITION_LIMIT = 1 << 32  # plans hold uint32 first-token positions while every position fits

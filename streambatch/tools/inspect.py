@@ -16,7 +16,8 @@ from ..model.corpus import Corpus
 from ..model.documents import Partition
 from ..model.source import Source, as_source
 from ..stages.chunk import batch_count
-from ..stages.windows import POSITION_LIMIT, window_counts, window_tails
+from ..stages.window_index import window_counts, window_tails
+from ..stages.windows import POSITION_LIMIT
 
 
 def plan_bytes(window_count: int, token_count: int) -> int:

@@ -161,17 +161,7 @@ class _RunShare(IterableDataset[TensorBatch]):
                 f"state worker={found['worker']!r} but this is worker {share} ([id, num_workers]); resume with the same "
                 "num_workers, or resume the run itself (Run.load_state_dict of RunDataset.state_dict_after(batch)) for another"
             )
-        count = self.run.batches_per_epoch
-        stop = (
-            None
-            if found["stop"] is None
-            else self.run.step_of(*check_position(*found["stop"], count, where="state stop ", error=StateError))
-        )
-        last = (
-            None
-            if found["last"] is None
-            else self.run.step_of(*check_position(*found["last"], count, where="state last ", error=StateError))
-        )
+        stop, last = self._step(found["stop"], "stop"), self._step(found["last"], "last")
         if last is not None and (last < origin + share[0] or (last - origin - share[0]) % share[1]):
             raise StateError(
                 f"state last={found['last']!r} is not a batch of worker {share}'s share; pass a state_dict() unchanged"
@@ -182,7 +172,7 @@ class _RunShare(IterableDataset[TensorBatch]):
         """The global batch number of a saved ``[epoch, batch]`` (None stays None), checked like any position."""
         if pair is None:
             return None
-        position = check_position(*pair, self.run.batches_per_epoch, where=f"state {name} ", error=StateError)
+        position = check_position(pair[0], pair[1], self.run.batches_per_epoch, where=f"state {name} ", error=StateError)
         return self.run.step_of(*position)
 
 

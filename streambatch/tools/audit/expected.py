@@ -10,7 +10,8 @@ import numpy.typing as npt
 from ...epoch import Epoch
 from ...errors import ConfigError
 from ...stages.chunk import batch_widths
-from ...stages.windows import Windows, window_counts
+from ...stages.window_index import window_counts
+from ...stages.windows import Windows
 
 
 class Rows:
