@@ -23,7 +23,7 @@ from streambatch.stages.read.byte_tokens import byte_tokenize
 from streambatch.stages.read.select import select_inputs
 from streambatch.stages.read.tokenizers import ByteTokenizer, CallableTokenizer, HFTokenizer
 
-from .test_tokenizing import CORPUS, train_bpe
+from .test_read_tokenizers import CORPUS, train_bpe
 
 
 def cli(*argv: str) -> tuple[int, str]:
