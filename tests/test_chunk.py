@@ -1,4 +1,4 @@
-"""Tests for `streambatch.chunk`."""
+"""Tests for `streambatch.stages.chunk`: batch widths, chunk views, random access."""
 
 from __future__ import annotations
 
@@ -62,42 +62,10 @@ def test_chunk_views_cover_the_windows_once(count: int, batch_size: int) -> None
     assert all(list(chunks[i]) == list(c) for i, c in enumerate(chunks))
 
 
-@given(st.integers(0, 60), st.integers(1, 9), st.integers(1, 5))
-def test_shards_partition_the_batches(count: int, batch_size: int, workers: int) -> None:
-    """share: worker k takes batches k, k + W, ...; together the workers take each batch once."""
-    chunks = sb.chunk(_windows(count), batch_size)
-    shares = [[c.batch_index for c in sb.share(chunks, worker=k, workers=workers)] for k in range(workers)]
-    assert sorted(b for share in shares for b in share) == list(range(len(chunks)))
-    assert all(share == list(range(k, len(chunks), workers)) for k, share in enumerate(shares))
-    assert [c.batch_index for c in sb.share(iter(chunks), worker=1 % workers, workers=workers)] == shares[1 % workers]
-
-
-@given(st.integers(0, 60), st.integers(1, 9), st.integers(1, 5))
-def test_split_rows_are_contiguous_balanced_shares(count: int, batch_size: int, world: int) -> None:
-    """split_rows: every rank sees every batch; its rows are a contiguous share, sizes differ by <= 1."""
-    chunks = sb.chunk(_windows(count), batch_size)
-    ranks = [list(sb.split_rows(chunks, r, world)) for r in range(world)]
-    for j, whole in enumerate(chunks):
-        parts = [ranks[r][j] for r in range(world)]
-        assert [w for p in parts for w in p] == list(whole)
-        assert max(map(len, parts)) - min(map(len, parts)) <= 1
-        assert {p.batch_index for p in parts} == {whole.batch_index}
-
-
-@pytest.mark.parametrize(
-    ("call", "message"),
-    [
-        (lambda c: sb.share(c, worker=2, workers=2), r"worker=2 must be an int in \[0, workers=2\)"),
-        (lambda c: sb.share(c, workers=0), "workers=0 must be a positive int"),
-        (lambda c: sb.split_rows(c, -1, 2), r"rank=-1 must be an int in \[0, world_size=2\)"),
-        (lambda c: sb.split_rows(sb.split_rows(c, 0, 2), 0, 2), "already split"),
-        (lambda c: sb.chunk(list(range(3)), 2), "is not a streambatch.Windows"),
-    ],
-)
-def test_share_arguments_are_checked(call: object, message: str) -> None:
-    """Bad shares fail at the call, with the rule and the fix."""
-    with pytest.raises(ConfigError, match=message):
-        call(sb.chunk(_windows(5), 2))  # type: ignore[operator]
+def test_chunk_refuses_what_is_not_windows() -> None:
+    """chunk takes the windows stage's output; a plain list fails at the call, with the rule and the fix."""
+    with pytest.raises(ConfigError, match=r"is not a streambatch\.Windows"):
+        sb.chunk(list(range(3)), 2)  # type: ignore[arg-type]
 
 
 def test_chunk_index_out_of_range() -> None:
