@@ -229,7 +229,7 @@ def verify_loaders(loaders: list[str]) -> None:
     tokens = rng.integers(0, VOCAB, int(offsets[-1]), dtype=np.uint16)
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "s"
-        sb.store.write_store(store, sb.DocumentStore.from_arrays(tokens, offsets))
+        sb.write_store(store, sb.DocumentStore.from_arrays(tokens, offsets))
         for T, stride, B in [(4, 2, 5), (8, 8, 3), (1, 1, 7)]:
             starts = window_starts(offsets, T, stride)
             expected = collections.Counter(tuple(tokens[s : s + T + 1].tolist()) for s in starts)

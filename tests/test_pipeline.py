@@ -9,7 +9,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch.stages.share import shard
 from streambatch.tools import chapter
 
 from . import spec
@@ -98,11 +97,12 @@ def test_composed_pipeline_equals_epoch(
     union: dict[int, list[tuple[int, int]]] = {}
     for worker in range(workers):
         for rank in range(world):
-            chunks = sb.split_rows(shard(sb.chunk(windows, B), worker, workers), rank, world)
+            chunks = sb.share(sb.chunk(windows, B), worker=worker, workers=workers, rank=rank, world_size=world)
             by_hand = list(sb.materialize(chunks))
             assert by_hand == list(epoch.iter_batches(worker, step=workers, rank=rank, world_size=world))
             # the same stages over plain iterators (the generic, non-indexable path)
-            plain = sb.materialize(sb.split_rows(shard(iter(sb.chunk(windows, B)), worker, workers), rank, world))
+            shared = sb.share(iter(sb.chunk(windows, B)), worker=worker, workers=workers)
+            plain = sb.materialize(sb.split_rows(shared, rank, world))
             assert by_hand == list(plain)
             for batch in by_hand:
                 rows = [(p.document_index, p.start) for p in batch.provenance]
