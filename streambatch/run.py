@@ -222,7 +222,7 @@ class Run:
 
         Workers take their shares of a run as ``share(range(start, stop), worker=k, workers=W)`` of these numbers.
         """
-        self.epoch(0 if self._position is None else self._position[0]).batches(rank=rank, world_size=world_size)
+        self.epoch(self._position[0]).batches(rank=rank, world_size=world_size)  # checks rank, world_size now
         return self._batches_at(steps, rank, world_size)
 
     def _batches_at(self, steps: Iterable[int], rank: int, world_size: int) -> Iterator[MiniBatch]:

@@ -23,7 +23,6 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterable
 from typing import IO, Any
 
 from .._checks import check_non_negative
@@ -249,17 +248,13 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
         save(length, written)  # the state file first: an unwritable one fails before the output is touched
         handle.truncate(length)  # drop whatever was written after the last saved state
         handle.seek(length)
-        for line in _lines(run):
+        for line in map(_line, run):
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
             digest.update(line)
             written += 1
             save(handle.tell(), written)
-
-
-def _lines(run: Iterable[MiniBatch]) -> Iterable[bytes]:
-    return map(_line, run)
 
 
 def register(commands: Any) -> None:
