@@ -1,9 +1,14 @@
-"""Build configuration beyond pyproject.toml: the shuffle's optional C extension.
+"""Build configuration beyond pyproject.toml: the optional C extensions (shuffle, best-fit packing).
 
 Optional: where it cannot be compiled, the install still succeeds and
-`streambatch.shuffle` falls back to numpy (see ``streambatch.shuffle.BACKEND``).
+`streambatch.shuffle` and the packing stage fall back to numpy (see their ``BACKEND``).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("streambatch._fisher_yates", sources=["streambatch/_fisher_yates.c"], optional=True)])
+setup(
+    ext_modules=[
+        Extension("streambatch._fisher_yates", sources=["streambatch/_fisher_yates.c"], optional=True),
+        Extension("streambatch._best_fit", sources=["streambatch/_best_fit.c"], optional=True),
+    ]
+)

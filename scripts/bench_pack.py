@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Packing on the web-like corpus of scripts/bench.py: coverage, padding, rows, and the cost of packing.
+
+    python scripts/bench_pack.py                  # T = 1024, 2048, 8192; 10**7 pieces, 3 runs
+    python scripts/bench_pack.py --pieces 1e6 --runs 1
+
+Only document lengths are needed: ``bench.synthetic_lengths`` (lognormal, median
+~1,500 tokens, clipped to [1, 50,000], ~20,000 documents for 5e7 tokens).
+Per ``T`` it reports the target tokens the window mode covers (the chapter's rule
+at stride ``T``: windows of ``T + 1`` tokens of one document, tails dropped)
+against packing (every target), the pad share of positions for best-fit
+decreasing (`streambatch.stages.pack`) and for next-fit in document order
+(one open row, closed when the next piece does not fit), and rows against the
+lower bound ``ceil(targets / T)``.  Then it packs 10**7 pieces (the same length
+distribution, and a worst case where every piece is a tail) and reports the
+median time and the peak memory growth per piece: tracemalloc's peak (numpy and
+the C kernel's scratch both report to it) and the process's peak RSS growth
+(``VmHWM`` after a reset through ``/proc/self/clear_refs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's streambatch, and bench.py beside this file
+from bench import synthetic_lengths  # noqa: E402 - the corpus of scripts/bench.py
+
+from streambatch.stages import pack  # noqa: E402
+
+
+def next_fit_rows(lengths: np.ndarray, T: int) -> int:
+    """Rows of next-fit in document order over every piece (full pieces and tails alike)."""
+    index = pack.PieceIndex(lengths, T)
+    m = index.locate(np.arange(index.piece_count))[2]
+    sizes = (m - 1)[m > 1].tolist()
+    rows, room = 0, 0
+    for size in sizes:
+        if size > room:
+            rows += 1
+            room = T
+        room -= size
+    return rows
+
+
+def pieces_corpus(pieces: int, T: int, tails_only: bool) -> np.ndarray:
+    """Document lengths holding exactly *pieces* pieces at *T*: web-like, or all shorter than T + 1 (tails only)."""
+    if tails_only:
+        return np.random.default_rng(2).integers(2, T + 1, pieces).astype(np.int64)  # 1 .. T - 1 targets each
+    lengths = synthetic_lengths(int(pieces * T * 1.2), seed=3)
+    while True:
+        counts = pack.PieceIndex(lengths, T).counts()
+        total = np.cumsum(counts)
+        if total[-1] >= pieces:
+            return lengths[: int(np.searchsorted(total, pieces)) + 1]
+        lengths = np.concatenate([lengths, lengths])
+
+
+def rss_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def measure(lengths: np.ndarray, T: int, runs: int) -> dict[str, float]:
+    """Median seconds of pack_lengths, tracemalloc peak growth and peak RSS growth (bytes)."""
+    seconds, hwm = [], []
+    for _ in range(runs):
+        gc.collect()
+        before = rss_kb("VmRSS")
+        try:
+            Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+            resettable = True
+        except OSError:
+            resettable = False
+        start = time.perf_counter()
+        rows = pack.pack_lengths(lengths, T)
+        seconds.append(time.perf_counter() - start)
+        hwm.append((rss_kb("VmHWM") - before) * 1024 if resettable else float("nan"))
+        pieces = rows.report.pieces
+        del rows
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    rows = pack.pack_lengths(lengths, T)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    kept = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    return {
+        "pieces": pieces,
+        "tails": int(rows.tails.size),
+        "seconds": statistics.median(seconds),
+        "peak_bytes": peak,
+        "kept_bytes": kept,
+        "rss_bytes": statistics.median(hwm),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=float, default=50e6, help="corpus size in tokens (default 5e7, as bench.py)")
+    parser.add_argument("--lengths", default="1024,2048,8192", help="context lengths T")
+    parser.add_argument("--pieces", type=float, default=1e7, help="pieces for the packing cost (default 1e7)")
+    parser.add_argument("--cost-T", type=int, default=2048, help="T for the packing cost")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per cost measurement (median)")
+    args = parser.parse_args()
+    print(f"backend: {pack.BACKEND}")
+
+    lengths = synthetic_lengths(int(args.tokens))
+    print(f"corpus: {lengths.size:,} documents, {int(lengths.sum()):,} tokens, median length {int(np.median(lengths))}")
+    print()
+    header = (
+        f"{'T':>5} | {'targets':>11} | {'window cover':>12} | {'packed cover':>12} | {'BFD pad':>8} | "
+        f"{'next-fit pad':>12} | {'BFD rows':>8} | {'lower bound':>11} | {'next-fit rows':>13} | {'pack s':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for T in (int(t) for t in args.lengths.split(",")):
+        start = time.perf_counter()
+        rows = pack.pack_lengths(lengths, T)
+        took = time.perf_counter() - start
+        r = rows.report
+        covered = r.targets  # every target lies in exactly one packed piece (tests/test_pack.py checks it)
+        nf_rows = next_fit_rows(lengths, T)
+        nf_pad = 1 - r.targets / (nf_rows * T)
+        print(
+            f"{T:>5} | {r.targets:>11,} | {r.window_coverage:>12.1%} | {covered / r.targets:>12.1%} | "
+            f"{r.pad_share:>8.3%} | {nf_pad:>12.2%} | {r.rows:>8,} | {r.lower_bound:>11,} | {nf_rows:>13,} | {took:>6.3f}"
+        )
+    print()
+    pieces = int(args.pieces)
+    T = args.cost_T
+    print(f"packing cost, T={T}, median of {args.runs} runs (growth: bytes per piece)")
+    header = (
+        f"{'corpus':>22} | {'pieces':>11} | {'tails':>11} | {'seconds':>7} | "
+        f"{'tracemalloc peak':>16} | {'RSS peak':>8} | {'kept':>5}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, tails_only in (("web-like lengths", False), ("every piece a tail", True)):
+        sizes = pieces_corpus(pieces, T, tails_only)
+        m = measure(sizes, T, args.runs)
+        n = m["pieces"]
+        print(
+            f"{name:>22} | {int(n):>11,} | {int(m['tails']):>11,} | {m['seconds']:>7.2f} | "
+            f"{m['peak_bytes'] / n:>16.1f} | {m['rss_bytes'] / n:>8.1f} | {m['kept_bytes'] / n:>5.1f}"
+        )
+        del sizes
+
+
+if __name__ == "__main__":
+    main()
