@@ -1,7 +1,8 @@
-"""Build configuration beyond pyproject.toml: the optional C extensions (shuffle, best-fit packing).
+"""Build configuration beyond pyproject.toml: the optional C extensions (shuffle, best-fit packing, mixture order).
 
-Optional: where it cannot be compiled, the install still succeeds and
-`streambatch.shuffle` and the packing stage fall back to numpy (see their ``BACKEND``).
+Optional: where they cannot be compiled, the install still succeeds and each
+stage falls back to numpy or exact Python: see ``streambatch.stages.shuffle.BACKEND``,
+``streambatch.stages.pack.BACKEND`` and ``streambatch.stages._mix_order.BACKEND``.
 """
 
 from setuptools import Extension, setup
@@ -10,5 +11,6 @@ setup(
     ext_modules=[
         Extension("streambatch._fisher_yates", sources=["streambatch/_fisher_yates.c"], optional=True),
         Extension("streambatch._best_fit", sources=["streambatch/_best_fit.c"], optional=True),
+        Extension("streambatch._mix_order", sources=["streambatch/_mix_order.c"], optional=True),
     ]
 )

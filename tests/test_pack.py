@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streambatch import ConfigError, DataError, OutOfRangeError, WindowConfig, WindowIndex
+from streambatch.errors import ConfigError, DataError, OutOfRangeError
 from streambatch.stages import pack
 from streambatch.stages.pack import PackedArrays, PieceIndex, best_fit_decreasing, gather_segments, pack_lengths
+from streambatch.stages.window_index import WindowConfig, WindowIndex
 
 needs_c = pytest.mark.skipif(pack.BACKEND != "c", reason="the C extension streambatch._best_fit is not built")
 BACKENDS = ["python", pytest.param("c", marks=needs_c)]
