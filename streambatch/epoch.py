@@ -189,7 +189,7 @@ class Epoch:
         """Bytes held for the epoch's order (0 for sequential order)."""
         return self.order.plan_nbytes
 
-    def chunks(self) -> Chunks:
+    def chunks(self) -> Chunks[Windows]:
         """``chunk(order, batch_size)``: the epoch's batches as lazy window views."""
         return chunk(self.order, self.batch_size)
 

@@ -1,14 +1,15 @@
-"""Stage 4, chunk: windows into batches of *batch_size*, the last one smaller.
+"""Stage 4, chunk: items (windows, packed rows, a mixture's items) into batches of *batch_size*, the last one smaller.
 
 The final batch is never padded and never dropped.  `chunk` gives `Chunks`, a
-lazy sequence of `Windows` views (nothing is copied), each tagged with its batch
-index; `streambatch.stages.share` takes a worker's or a rank's share of them.
+lazy sequence of views (nothing is copied), each tagged with its batch index;
+`streambatch.stages.share` takes a worker's or a rank's share of them.  Any
+`streambatch.stages.items.Items` can be chunked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import Generic, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -16,7 +17,10 @@ from more_itertools import sliced
 
 from .._checks import check_non_negative, check_positive, is_integer
 from ..errors import ConfigError, OutOfRangeError
+from .items import Items
 from .windows import Windows
+
+ItemsT = TypeVar("ItemsT", bound=Items)
 
 
 def batch_count(window_count: int, batch_size: int) -> int:
@@ -52,18 +56,18 @@ def chunked(order: npt.NDArray[np.integer], batch_size: int) -> Iterator[npt.NDA
     return sliced(order, batch_size)
 
 
-class Chunks(Sequence[Windows]):
-    """Batches of a `Windows` sequence, lazily: chunk *j* is a view of batch ``batches[j]``.
+class Chunks(Sequence[ItemsT], Generic[ItemsT]):
+    """Batches of an `Items` sequence (usually `Windows`), lazily: chunk *j* is a view of batch ``batches[j]``.
 
     Sized and indexable, so resuming, sharding and splitting are slicing; each
     chunk knows its global batch index (``.batch_index``).  Made by `chunk`;
     `streambatch.share` takes shares of it.
     """
 
-    __slots__ = ("batch_size", "batches", "rank", "windows", "world_size")
+    __slots__ = ("batch_size", "batches", "items", "rank", "world_size")
 
-    def __init__(self, windows: Windows, batch_size: int, batches: range, rank: int = 0, world_size: int = 1) -> None:
-        self.windows = windows
+    def __init__(self, items: ItemsT, batch_size: int, batches: range, rank: int = 0, world_size: int = 1) -> None:
+        self.items = items
         self.batch_size = batch_size
         self.batches = batches
         self.rank = rank
@@ -72,14 +76,19 @@ class Chunks(Sequence[Windows]):
     def __len__(self) -> int:
         return len(self.batches)
 
+    @property
+    def windows(self) -> ItemsT:
+        """The chunked sequence (`Windows` in window mode): the same as `items`."""
+        return self.items
+
     @overload
-    def __getitem__(self, item: int) -> Windows: ...
+    def __getitem__(self, item: int) -> ItemsT: ...
     @overload
-    def __getitem__(self, item: slice) -> Chunks: ...
-    def __getitem__(self, item: int | slice) -> Windows | Chunks:
+    def __getitem__(self, item: slice) -> Chunks[ItemsT]: ...
+    def __getitem__(self, item: int | slice) -> ItemsT | Chunks[ItemsT]:
         if isinstance(item, slice):
             try:
-                return Chunks(self.windows, self.batch_size, self.batches[item], self.rank, self.world_size)
+                return Chunks(self.items, self.batch_size, self.batches[item], self.rank, self.world_size)
             except (TypeError, ValueError) as err:
                 raise OutOfRangeError(f"slice {item!r} is not a slice of ints with a non-zero step ({err})") from None
         if not is_integer(item):
@@ -88,15 +97,15 @@ class Chunks(Sequence[Windows]):
             raise OutOfRangeError(f"batch index={item!r} is out of range for {len(self)} batches; use 0 <= index < batch_count")
         return self._chunk(self.batches[int(item)])
 
-    def _chunk(self, batch: int) -> Windows:
+    def _chunk(self, batch: int) -> ItemsT:
         first = batch * self.batch_size
-        last = min(first + self.batch_size, len(self.windows))
+        last = min(first + self.batch_size, len(self.items))
         if self.world_size > 1:
             lo, hi = row_share(last - first, self.rank, self.world_size)
             first, last = first + lo, first + hi
-        return self.windows.view(first, last, batch_index=batch)
+        return self.items.view(first, last, batch_index=batch)  # type: ignore[return-value]
 
-    def __iter__(self) -> Iterator[Windows]:
+    def __iter__(self) -> Iterator[ItemsT]:
         return map(self._chunk, self.batches)
 
     @property
@@ -105,7 +114,7 @@ class Chunks(Sequence[Windows]):
         return (
             [len(self._chunk(b)) for b in self.batches]
             if self.world_size > 1
-            else [min(self.batch_size, len(self.windows) - b * self.batch_size) for b in self.batches]
+            else [min(self.batch_size, len(self.items) - b * self.batch_size) for b in self.batches]
         )
 
     def __repr__(self) -> str:
@@ -113,7 +122,7 @@ class Chunks(Sequence[Windows]):
         return f"Chunks({len(self)} of batch_size={self.batch_size}, batches={self.batches}{share})"
 
 
-def chunk(windows: Windows, batch_size: int) -> Chunks:
+def chunk(windows: ItemsT, batch_size: int) -> Chunks[ItemsT]:
     """Batches of *batch_size* windows, the last one smaller: a lazy sequence of views.
 
     >>> import streambatch as sb
@@ -122,7 +131,7 @@ def chunk(windows: Windows, batch_size: int) -> Chunks:
     [[0, 1, 2, 3], [4, 5]]
     """
     size = check_positive(batch_size, "batch_size", "the number of windows per batch")
-    if not isinstance(windows, Windows):
+    if not isinstance(windows, Windows | Items) or isinstance(windows, str | bytes):
         raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
     return Chunks(windows, size, range(batch_count(len(windows), size)))
 

@@ -19,6 +19,7 @@ from ..model.corpus import Corpus
 from ..model.store import DocumentStore
 from .batch import MiniBatch
 from .chunk import Chunks
+from .items import Items
 from .windows import Windows, WindowSpace
 
 
@@ -201,7 +202,7 @@ def row_gather(space: WindowSpace) -> Gather:
     return gather
 
 
-def materialize_one(windows: Windows, index: int | None = None) -> MiniBatch:
+def materialize_one(windows: Windows | Items, index: int | None = None) -> MiniBatch:
     """Gather one chunk of windows into a `MiniBatch` (*index* defaults to the chunk's batch index).
 
     >>> import streambatch as sb
@@ -210,7 +211,10 @@ def materialize_one(windows: Windows, index: int | None = None) -> MiniBatch:
     [[10, 11], [11, 12]]
     """
     if not isinstance(windows, Windows):
-        raise ConfigError(f"chunk={windows!r} is not a streambatch.Windows; chunk windows with sb.chunk(windows, batch_size)")
+        view = getattr(windows, "materialize_view", None)
+        if view is None:
+            raise ConfigError(f"chunk={windows!r} is not a streambatch.Windows; chunk windows with sb.chunk(windows, batch_size)")
+        return view((windows.batch_index or 0) if index is None else index)  # type: ignore[no-any-return]
     positions = windows.positions()
     inputs, targets = row_gather(windows.space)(positions)
     number = (windows.batch_index or 0) if index is None else index
@@ -226,7 +230,7 @@ class Batches(Sequence[MiniBatch]):
 
     __slots__ = ("chunks",)
 
-    def __init__(self, chunks: Chunks) -> None:
+    def __init__(self, chunks: Chunks[Any]) -> None:
         self.chunks = chunks
 
     def __len__(self) -> int:
@@ -242,7 +246,7 @@ class Batches(Sequence[MiniBatch]):
         return materialize_one(self.chunks[item])
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        if self.chunks.world_size > 1:
+        if self.chunks.world_size > 1 or not isinstance(self.chunks.items, Windows):
             return map(materialize_one, self.chunks)
         return _iter_blocks(self.chunks)
 
@@ -253,14 +257,14 @@ class Batches(Sequence[MiniBatch]):
 _BLOCK_WINDOWS = 2048  # consecutive batches whose positions are computed (and cast to intp) at once
 
 
-def _iter_blocks(chunks: Chunks) -> Iterator[MiniBatch]:
+def _iter_blocks(chunks: Chunks[Any]) -> Iterator[MiniBatch]:
     """Iterate whole batches with the per-batch work cut to the gather itself.
 
     Positions of a block of consecutive batches come from one call (one cast to
     intp, one searchsorted in sequential order); a strided share (``step > 1``)
     takes one batch per block so the batches in between are never touched.
     """
-    windows, size, batches = chunks.windows, chunks.batch_size, chunks.batches
+    windows, size, batches = chunks.items, chunks.batch_size, chunks.batches
     space, total = windows.space, len(windows)
     gather = row_gather(space)
     per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
@@ -275,7 +279,7 @@ def _iter_blocks(chunks: Chunks) -> Iterator[MiniBatch]:
 
 
 @overload
-def materialize(chunks: Chunks) -> Batches: ...  # type: ignore[overload-overlap]
+def materialize(chunks: Chunks[Any]) -> Batches: ...
 @overload
 def materialize(chunks: Iterable[Windows]) -> Iterator[MiniBatch]: ...
 def materialize(chunks: Iterable[Windows]) -> Batches | Iterator[MiniBatch]:

@@ -17,7 +17,7 @@ from typing import Any, overload
 
 from .._checks import is_integer
 from ..errors import ConfigError
-from .chunk import Chunks, row_share
+from .chunk import Chunks, ItemsT, row_share
 from .windows import Windows
 
 
@@ -31,14 +31,14 @@ def _check_share(index: Any, count: Any, names: tuple[str, str]) -> tuple[int, i
 
 
 @overload
-def share(chunks: Chunks, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Chunks: ...
+def share(chunks: Chunks[ItemsT], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Chunks[ItemsT]: ...
 @overload
 def share(chunks: range, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> range: ...
 @overload
 def share(chunks: Iterable[Any], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Iterator[Any]: ...
 def share(
     chunks: Iterable[Any], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1
-) -> Chunks | range | Iterator[Any]:
+) -> Chunks[Any] | range | Iterator[Any]:
     """Worker *worker* of *workers*' batches, and rank *rank* of *world_size*'s rows of each.
 
     On `Chunks` the share is lazy slicing (batches in between are never built);
@@ -59,7 +59,7 @@ def share(
     if isinstance(chunks, Chunks):
         if world > 1 and chunks.world_size != 1:
             raise ConfigError("these chunks are already split over ranks; take a rank share once")
-        split = Chunks(chunks.windows, chunks.batch_size, chunks.batches, at, world) if world > 1 else chunks
+        split = Chunks(chunks.items, chunks.batch_size, chunks.batches, at, world) if world > 1 else chunks
         return split[start::step] if step > 1 else split
     if not isinstance(chunks, Iterable):
         raise ConfigError(f"chunks={chunks!r} is not an iterable of chunks; pass sb.chunk(windows, batch_size)")
@@ -75,10 +75,10 @@ def _rows(chunk: Windows, rank: int, world: int) -> Windows:
 
 
 @overload
-def split_rows(chunks: Chunks, rank: int, world_size: int) -> Chunks: ...  # type: ignore[overload-overlap]
+def split_rows(chunks: Chunks[Any], rank: int, world_size: int) -> Chunks[Any]: ...
 @overload
 def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Iterator[Windows]: ...
-def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Chunks | Iterator[Windows]:
+def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Chunks[Any] | Iterator[Windows]:
     """Each batch's contiguous, balanced share of rows for data-parallel *rank* of *world_size*: `share` of ranks.
 
     >>> import streambatch as sb
@@ -89,7 +89,7 @@ def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Chunks 
     return share(chunks, rank=rank, world_size=world_size)
 
 
-def shard(chunks: Iterable[Any], index: int, count: int) -> Chunks | range | Iterator[Any]:
+def shard(chunks: Iterable[Any], index: int, count: int) -> Chunks[Any] | range | Iterator[Any]:
     """Deprecated name of ``share(chunks, worker=index, workers=count)`` (a "shard" is a store of a corpus)."""
     warnings.warn("streambatch.shard is deprecated; use streambatch.share(chunks, worker=, workers=)", DeprecationWarning, 2)
     return share(chunks, worker=index, workers=count)

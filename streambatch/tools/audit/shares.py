@@ -30,7 +30,7 @@ def epoch_shares(epoch: Epoch, *, workers: int = 1, world_size: int = 1, gather:
 
 
 def _shares(epoch: Epoch, workers: int, world: int, gather: bool) -> Iterator[Any]:
-    chunks: Chunks = epoch.chunks()  # plans the order here, when the pass starts, not before
+    chunks: Chunks[Any] = epoch.chunks()  # plans the order here, when the pass starts, not before
     # ranks past the batch size hold no row of any batch, workers past the batch count no batch:
     # their shares are empty, so a huge --world-size or --workers costs nothing
     for rank in range(min(world, epoch.batch_size)):
