@@ -6,7 +6,7 @@ file and line, array coordinate) and what to do; none of them coerces silently.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any, NoReturn
 
 import numpy as np
@@ -21,7 +21,8 @@ TOKEN_LIMIT = 1 << 32
 def check_tokens(tokens: Any, where: str) -> npt.NDArray[np.uint32]:
     """Validate token ids and return them as a fresh uint32 array.
 
-    Token ids are integers in [0, 2**32); bools and floats are rejected, not coerced.
+    Token ids are integers in [0, 2**32); bools and floats are rejected, not coerced, and so are
+    a str, a mapping (its keys) and a set (no order).
 
     >>> check_tokens([0, 10, 11], "document 'a'").tolist()
     [0, 10, 11]
@@ -29,6 +30,10 @@ def check_tokens(tokens: Any, where: str) -> npt.NDArray[np.uint32]:
     Traceback (most recent call last):
     ...
     streambatch.errors.DataError: document 'a': token[1]=True is not an integer token id; ...
+    >>> check_tokens({1: 2}, "document 'a'")
+    Traceback (most recent call last):
+    ...
+    streambatch.errors.DataError: document 'a': tokens={1: 2} is not a sequence; pass a list of integer ids
     """
     if isinstance(tokens, np.ndarray):
         array = tokens
@@ -40,7 +45,8 @@ def check_tokens(tokens: Any, where: str) -> npt.NDArray[np.uint32]:
                 "in [0, 2**32) (bool and float arrays are not accepted)"
             )
     else:
-        if isinstance(tokens, (str, bytes)) or not isinstance(tokens, Iterable):
+        if isinstance(tokens, (str, bytes, bytearray, Mapping, Set)) or not isinstance(tokens, Iterable):
+            # a str is characters, a mapping its keys, a set has no order: none of them is a token sequence
             raise DataError(f"{where}: tokens={short(tokens)} is not a sequence; pass a list of integer ids")
         items = tokens if isinstance(tokens, Sequence) else list(tokens)
         if not all(type(t) is int for t in items):
