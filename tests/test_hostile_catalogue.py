@@ -244,7 +244,7 @@ API_CASES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
     ("contribution-10**400", lambda t: sb.TokenContribution(10**400, [1.0]), sb.AccumulationError, r"loss=1000.* is too large"),
     (
         "add-sums-10**400",
-        lambda t: sb.TokenMeanAccumulator(1).add_sums(10**400, [1.0], 1),
+        lambda t: sb.TokenMeanAccumulator(1).add_sums(10**400, 1, [1.0]),
         sb.AccumulationError,
         r"loss_sum=1000.* is too large for a float",
     ),

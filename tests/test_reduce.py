@@ -61,7 +61,7 @@ def test_vectorized_and_presummed_adds_agree_on_dyadic_values(raw: list[tuple[fl
     vectorized = TokenMeanAccumulator(2)
     vectorized.add_tokens(losses, grads)
     presummed = TokenMeanAccumulator(2)
-    presummed.add_sums(losses.sum(), grads.sum(axis=0), len(raw))
+    presummed.add_sums(losses.sum(), len(raw), grads.sum(axis=0))
     expected = _accumulate(items)
     assert expected == vectorized
     assert expected == presummed
@@ -93,9 +93,9 @@ big = 1.7e308
         (lambda a: a.add_tokens([1.0, 1.0], [[0.0, 1.0]]), "2 tokens but gradients has 1 rows"),
         (lambda a: a.add_tokens([1.0], [[0.0, np.nan]]), r"gradients\[\(0, 1\)\]=nan is not finite"),
         (lambda a: a.add_tokens([np.inf], [[0.0, 0.0]]), r"losses\[0\]=inf is not finite"),
-        (lambda a: a.add_sums(1.0, [0.0, 0.0], -1), "token_count=-1 must be a non-negative int"),
-        (lambda a: a.add_sums(1.0, [0.0, 0.0], 0), "token_count=0 but the sums are not zero"),
-        (lambda a: a.add_sums(1.0, [0.0, big], 1), "gradient sum coordinate 1 would become inf"),
+        (lambda a: a.add_sums(1.0, -1, [0.0, 0.0]), "token_count=-1 must be a non-negative int"),
+        (lambda a: a.add_sums(1.0, 0, [0.0, 0.0]), "token_count=0 but the sums are not zero"),
+        (lambda a: a.add_sums(1.0, 1, [0.0, big]), "gradient sum coordinate 1 would become inf"),
         (lambda a: a.merge(TokenMeanAccumulator(3)), "gradient width 3"),
         (lambda a: a.add_token((1.0, [1.0, 2.0])), "is not a TokenContribution"),
     ],
@@ -203,3 +203,38 @@ def test_token_mean_mixes_piece_kinds() -> None:
         sb.token_mean([sb.TokenSums(1.0, 2, np.array([2.0])), 5])
     with pytest.raises(sb.AccumulationError, match="token_count=0"):
         sb.TokenSums(0.0, 0, np.zeros(1)).mean()
+
+
+def test_one_argument_order_everywhere() -> None:
+    """TokenSums, add_sums, merge and add take raw sums as (loss_sum, token_count, gradient_sum) and agree."""
+    piece = sb.TokenSums(1.5, 3, np.array([2.0, 4.0]))
+    by_call, by_merge, by_add = (TokenMeanAccumulator(2) for _ in range(3))
+    by_call.add_sums(1.5, 3, np.array([2.0, 4.0]))
+    by_merge.merge(piece)
+    by_add.add(piece)
+    assert by_call == by_merge == by_add
+    assert by_merge.sums.token_count == 3
+    assert by_merge.finish().mean_gradient.tolist() == [2.0 / 3, 4.0 / 3]
+
+
+def test_add_sums_old_order_still_works_with_a_warning() -> None:
+    """The 0.3 order (loss_sum, gradient_sum, token_count) gives the same sums, with a DeprecationWarning."""
+    new, old = TokenMeanAccumulator(2), TokenMeanAccumulator(2)
+    new.add_sums(1.5, 3, [2.0, 4.0])
+    with pytest.warns(DeprecationWarning, match=r"pass \(loss_sum, token_count, gradient_sum\)"):
+        old.add_sums(1.5, [2.0, 4.0], 3)
+    assert old == new
+
+
+def test_token_sums_in_the_wrong_order_is_refused() -> None:
+    """TokenSums(loss, gradient, count) is refused, naming the one order, instead of adding a gradient as a count."""
+    with pytest.raises(
+        sb.AccumulationError, match=r"gradient_sum, token_count\?.*takes \(loss_sum, token_count"
+    ):
+        sb.TokenSums(1.5, np.array([2.0]), 3)
+    with pytest.raises(sb.AccumulationError, match="token_count=-1 must be a non-negative int"):
+        sb.TokenSums(0.0, -1, np.zeros(1))
+    accumulator = TokenMeanAccumulator(1)
+    with pytest.raises(sb.AccumulationError, match="is not a TokenMeanAccumulator or TokenSums"):
+        accumulator.merge([1.0, 1, [1.0]])  # type: ignore[arg-type]
+    assert accumulator.token_count == 0

@@ -10,144 +10,18 @@ leaves the accumulator exactly as it was.
 from __future__ import annotations
 
 import math
-import numbers
+import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from more_itertools import spy
 
 from .._checks import SIZE_LIMIT, is_integer, short_repr
 from ..errors import AccumulationError
+from .token_sums import FloatArray, TokenContribution, TokenMean, TokenSums, check_finite, float_vector, real, to_array
 
-FloatArray = npt.NDArray[np.float64]
-
-
-def _real(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise AccumulationError(f"{name}={short_repr(value)} is not a real number; pass a finite float")
-    try:
-        result = float(value)
-    except OverflowError:  # e.g. an int of hundreds of digits
-        raise AccumulationError(
-            f"{name}={short_repr(value)} is too large for a float; a token's loss must be a finite float"
-        ) from None
-    if not math.isfinite(result):
-        raise AccumulationError(f"{name}={result!r} is not finite; a token's loss must be a finite float")
-    return result
-
-
-def _array(values: Any, name: str) -> npt.NDArray[Any]:
-    """``np.asarray(values)``; ragged or unconvertible input is an `AccumulationError`, not numpy's ValueError."""
-    try:
-        return np.asarray(values)
-    except (ValueError, TypeError, OverflowError) as err:
-        raise AccumulationError(
-            f"{name} cannot be read as a numeric array ({err}); pass a rectangular array of floats (every row the same width)"
-        ) from None
-
-
-def _vector(values: Any, name: str) -> FloatArray:
-    array = _array(values, name)
-    if array.dtype.kind not in "fiu" or array.ndim != 1:
-        raise AccumulationError(f"{name} has dtype {array.dtype} and shape {array.shape}; pass a 1-D sequence of floats")
-    result = np.array(array, dtype=np.float64)
-    _check_finite(result, name)
-    return result
-
-
-def _check_finite(values: FloatArray, name: str, what: str = "every gradient coordinate") -> None:
-    bad = ~np.isfinite(values)
-    if bad.any():
-        at = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), values.shape))
-        where = at[0] if len(at) == 1 else at
-        value = float(values[at])
-        raise AccumulationError(f"{name}[{where}]={value!r} is not finite; {what} must be finite")
-
-
-@dataclass(frozen=True, eq=False)
-class TokenContribution:
-    """One target token's finite loss and non-empty finite gradient.
-
-    >>> TokenContribution(0.125, [0.25, 1.875]).gradient.tolist()
-    [0.25, 1.875]
-    """
-
-    loss: float
-    gradient: FloatArray
-
-    def __init__(self, loss: Any, gradient: Any) -> None:
-        object.__setattr__(self, "loss", _real(loss, "loss"))
-        vector = _vector(gradient, "gradient")
-        if vector.size == 0:
-            raise AccumulationError("gradient=[] is empty; a contribution needs at least one coordinate")
-        vector.flags.writeable = False
-        object.__setattr__(self, "gradient", vector)
-
-    @property
-    def gradient_width(self) -> int:
-        """Number of gradient coordinates."""
-        return int(self.gradient.size)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TokenContribution):
-            return NotImplemented
-        return self.loss == other.loss and np.array_equal(self.gradient, other.gradient)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-@dataclass(frozen=True, eq=False)
-class TokenMean:
-    """The token-mean loss and gradient: raw sums divided once by ``token_count``."""
-
-    token_count: int
-    mean_loss: float
-    mean_gradient: FloatArray
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TokenMean):
-            return NotImplemented
-        return (
-            self.token_count == other.token_count
-            and self.mean_loss == other.mean_loss
-            and np.array_equal(self.mean_gradient, other.mean_gradient)
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-@dataclass(frozen=True, eq=False)
-class TokenSums:
-    """One piece's raw sums: loss sum, target-token count, gradient sums (never a mean).
-
-    ``gradient_sum`` is any array supporting ``+`` and ``/`` (numpy, or a torch
-    tensor in `streambatch.torch`).  Pieces add as raw sums; `mean` divides once.
-
-    >>> a = TokenSums(1.5, 2, np.array([1.0, 4.0]))
-    >>> b = TokenSums(0.25, 1, np.array([0.5, 2.0]))
-    >>> (a + b).mean().mean_loss
-    0.5833333333333334
-    """
-
-    loss_sum: float
-    token_count: int
-    gradient_sum: Any
-
-    def __add__(self, other: TokenSums) -> TokenSums:
-        if not isinstance(other, TokenSums):
-            return NotImplemented
-        return TokenSums(
-            self.loss_sum + other.loss_sum, self.token_count + other.token_count, self.gradient_sum + other.gradient_sum
-        )
-
-    def mean(self) -> TokenMean:
-        """Divide the raw sums once by the token count (an error when there are no tokens)."""
-        if self.token_count == 0:
-            raise AccumulationError("cannot take the mean of token_count=0; add at least one token first")
-        return TokenMean(self.token_count, self.loss_sum / self.token_count, self.gradient_sum / self.token_count)
+__all__ = ["TokenContribution", "TokenMean", "TokenMeanAccumulator", "TokenSums", "accumulated", "token_mean"]
 
 
 class TokenMeanAccumulator:
@@ -226,8 +100,8 @@ class TokenMeanAccumulator:
         ``k`` calls of `add_token` in the last bits; use `add_token` when results must
         match a left-to-right sum bit for bit.
         """
-        loss_array = _array(losses, "losses")
-        grad_array = _array(gradients, "gradients")
+        loss_array = to_array(losses, "losses")
+        grad_array = to_array(gradients, "gradients")
         if loss_array.ndim != 1 or loss_array.dtype.kind not in "fiu":
             raise AccumulationError(f"losses has shape {loss_array.shape} and dtype {loss_array.dtype}; pass a 1-D float array")
         if grad_array.ndim != 2 or grad_array.dtype.kind not in "fiu":
@@ -242,38 +116,56 @@ class TokenMeanAccumulator:
         self._check_width(grad_array.shape[1], "gradients")
         loss_values = loss_array.astype(np.float64)
         grad_values = grad_array.astype(np.float64)
-        _check_finite(loss_values, "losses", "every loss")
-        _check_finite(grad_values, "gradients")
+        check_finite(loss_values, "losses", "every loss")
+        check_finite(grad_values, "gradients")
         self._apply(float(loss_values.sum()), grad_values.sum(axis=0), loss_values.size)
 
-    def add_sums(self, loss_sum: Any, gradient_sum: Any, token_count: Any) -> None:
-        """Add a pre-summed piece, e.g. after a sum-reduced backward over *token_count* tokens."""
+    def add_sums(self, loss_sum: Any, token_count: Any, gradient_sum: Any) -> None:
+        """Add a pre-summed piece, e.g. after a sum-reduced backward over *token_count* tokens.
+
+        The arguments come in `TokenSums`'s order: ``add_sums(loss_sum, token_count,
+        gradient_sum)`` is ``add(TokenSums(loss_sum, token_count, gradient_sum))``.  The
+        0.3 order ``(loss_sum, gradient_sum, token_count)``, recognized by a count in the
+        last place and an array in the middle, still works for one release with a
+        `DeprecationWarning`.
+        """
+        if is_integer(gradient_sum) and not is_integer(token_count):
+            warnings.warn(
+                "add_sums(loss_sum, gradient_sum, token_count) is the old order: pass (loss_sum, token_count, gradient_sum), "
+                "as TokenSums takes them (or keywords)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            token_count, gradient_sum = gradient_sum, token_count
         if not is_integer(token_count) or int(token_count) < 0:
             raise AccumulationError(
                 f"token_count={short_repr(token_count)} must be a non-negative int; pass the number of target tokens summed"
             )
-        loss = _real(loss_sum, "loss_sum")
-        gradient = _vector(gradient_sum, "gradient_sum")
+        loss = real(loss_sum, "loss_sum")
+        gradient = float_vector(gradient_sum, "gradient_sum")
         self._check_width(gradient.size, "gradient_sum")
         if int(token_count) == 0 and (loss != 0.0 or gradient.any()):
             raise AccumulationError("token_count=0 but the sums are not zero; a piece without tokens must carry zero sums")
         self._apply(loss, gradient, int(token_count))
 
-    def merge(self, other: TokenMeanAccumulator) -> None:
-        """Add *other*'s raw sums to this one (never its mean)."""
+    def merge(self, other: TokenMeanAccumulator | TokenSums) -> None:
+        """Add *other*'s raw sums to this one (never its mean): another accumulator, or a `TokenSums`."""
+        if isinstance(other, TokenSums):
+            self.add_sums(other.loss_sum, other.token_count, other.gradient_sum)
+            return
         if not isinstance(other, TokenMeanAccumulator):
-            raise AccumulationError(f"other={other!r} is not a TokenMeanAccumulator; merge accumulators only")
+            raise AccumulationError(
+                f"other={short_repr(other)} is not a TokenMeanAccumulator or TokenSums; wrap raw sums as TokenSums"
+            )
         self._check_width(other.gradient_width, "other accumulator")
         self._apply(other._loss_sum, other._gradient_sums, other._token_count)
 
     def add(self, piece: TokenSums | TokenContribution | TokenMeanAccumulator) -> None:
         """Add one piece of any kind: `TokenSums`, a `TokenContribution` or another accumulator."""
-        if isinstance(piece, TokenSums):
-            self.add_sums(piece.loss_sum, piece.gradient_sum, piece.token_count)
+        if isinstance(piece, (TokenSums, TokenMeanAccumulator)):
+            self.merge(piece)
         elif isinstance(piece, TokenContribution):
             self.add_token(piece)
-        elif isinstance(piece, TokenMeanAccumulator):
-            self.merge(piece)
         else:
             raise AccumulationError(
                 f"piece={piece!r} is not TokenSums, TokenContribution or TokenMeanAccumulator; wrap raw sums as TokenSums"
