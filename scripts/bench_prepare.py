@@ -3,6 +3,7 @@
 
     python scripts/bench_prepare.py                    # ~20 MB of stdlib source, 3 repeats
     python scripts/bench_prepare.py --megabytes 5 --repeats 1 --per-line
+    python scripts/bench_prepare.py --rss-documents 10000000   # peak RSS growth per document
 
 The corpus is the Python standard library's own source (real text, one document
 per file, or per line with --per-line), copied into a temporary folder.  The BPE
@@ -12,6 +13,11 @@ the median is reported, with the CPU seconds it used (this process and its
 workers) and the load average seen before and after (the machine may be shared:
 CPU s / s is how many cores the run got).  Every run's fingerprint must equal
 the serial one.
+
+With --rss-documents N, it measures memory instead: `prepare --per-line` of N
+one-character lines (and of N JSONL token rows), each in a fresh process, and
+reports the peak RSS (ru_maxrss) above the same run on 1,000 documents, divided
+by N: the bytes `prepare` holds per document.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import platform
 import resource
 import shutil
 import statistics
+import subprocess
+import sys
 import sysconfig
 import tempfile
 import time
@@ -102,6 +110,50 @@ def measure(corpus: Path, out: Path, repeats: int, **options: Any) -> dict[str, 
     }
 
 
+_RSS_CHILD = """
+import resource, sys
+import streambatch as sb
+sb.prepare_store([sys.argv[1]], sys.argv[2], per_line=True, quiet=True)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def peak_rss(path: Path, out: Path) -> int:
+    """Peak RSS (bytes) of a fresh process that prepares *path* (per line) into *out*."""
+    done = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(path), str(out)], capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[-1])
+
+
+def write_documents(path: Path, count: int, kind: str) -> None:
+    """*count* one-character text lines, or *count* JSONL rows of one token."""
+    line = b"a\n" if kind == "text" else b'{"tokens":[7]}\n'
+    block = line * 1_000_000
+    with open(path, "wb") as handle:
+        for lo in range(0, count, 1_000_000):
+            handle.write(block if count - lo >= 1_000_000 else line * (count - lo))
+
+
+def measure_rss(documents: int) -> None:
+    """Peak RSS growth per document of `prepare`, for one-character lines and one-token JSONL rows."""
+    print(f"prepare peak RSS growth per document at {documents:,} documents (Python {platform.python_version()})")
+    print("| input | documents | peak RSS | baseline (1,000 docs) | bytes / document |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for kind, suffix in (("text", ".txt"), ("jsonl", ".jsonl")):
+            small, big = root / f"small{suffix}", root / f"big{suffix}"
+            write_documents(small, 1000, kind)
+            write_documents(big, documents, kind)
+            base = peak_rss(small, root / "small-store")
+            peak = peak_rss(big, root / "big-store")
+            print(
+                f"| {kind} (one {'character' if kind == 'text' else 'token'} each) | {documents:,} | {peak / 2**20:,.0f} MiB | "
+                f"{base / 2**20:,.0f} MiB | {(peak - base) / documents:.1f} |"
+            )
+            shutil.rmtree(root / "big-store", ignore_errors=True)
+            big.unlink()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=20)
@@ -109,7 +161,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--per-line", action="store_true", help="one document per non-blank line")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--rss-documents", type=int, help="measure peak RSS growth per document at this many documents instead")
     args = parser.parse_args()
+    if args.rss_documents:
+        measure_rss(args.rss_documents)
+        return
 
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:

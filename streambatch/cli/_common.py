@@ -9,6 +9,7 @@ from ..epoch import Epoch
 from ..errors import ConfigError
 from ..model.documents import Partition
 from ..model.source import Source
+from ..stages.read.inputs import MAX_LINE_BYTES
 from ..stages.read.open import open_source
 
 SOURCE_HELP = "a store directory (streambatch prepare), a corpus manifest (.json) or a JSONL file of token documents"
@@ -22,8 +23,32 @@ def seed_type(text: str) -> int:
         raise argparse.ArgumentTypeError(f"seed={text!r} is not an integer") from None
 
 
+def byte_size(text: str) -> int:
+    """``--max-line-bytes`` values: bytes, or with a unit: ``64MiB``, ``1GiB``, ``512K`` (binary units)."""
+    number = text.strip().rstrip("iBb")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(number[-1:].upper(), 1)
+    try:
+        value = int(number[:-1] if scale > 1 else number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size in bytes (e.g. 67108864, 64MiB, 1GiB)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 byte")
+    return value
+
+
+def add_max_line(parser: Any) -> None:
+    """--max-line-bytes: the most one JSONL (or text) line may hold."""
+    parser.add_argument(
+        "--max-line-bytes",
+        type=byte_size,
+        default=MAX_LINE_BYTES,
+        metavar="SIZE",
+        help="refuse a line longer than this (default 64MiB; units K, M, G)",
+    )
+
+
 def add_source(parser: Any, *, required_window: bool, stride_default: int | None = None) -> None:
-    """SOURCE, -T, -B, --stride, --partition, --keep-partition and --no-verify."""
+    """SOURCE, -T, -B, --stride, --partition, --keep-partition, --no-verify and --max-line-bytes."""
     parser.add_argument("source", help=SOURCE_HELP)
     need = "required" if required_window else "optional"
     parser.add_argument("--context-length", "-T", type=int, required=required_window, help=f"tokens per input row ({need})")
@@ -34,6 +59,7 @@ def add_source(parser: Any, *, required_window: bool, stride_default: int | None
         "--keep-partition", action="store_true", help="skip documents of other partitions instead of refusing the source"
     )
     parser.add_argument("--no-verify", action="store_true", help="skip a store's fingerprint check (reads every byte)")
+    add_max_line(parser)
 
 
 def add_order(parser: Any, *, sequential: bool = True) -> None:
@@ -48,7 +74,7 @@ def add_order(parser: Any, *, sequential: bool = True) -> None:
 
 def open_args_source(args: argparse.Namespace) -> Source:
     """The source named on the command line."""
-    return open_source(args.source, verify=not args.no_verify)
+    return open_source(args.source, verify=not args.no_verify, max_line_bytes=args.max_line_bytes)
 
 
 def args_epoch(args: argparse.Namespace, source: Any, **more: Any) -> Epoch:

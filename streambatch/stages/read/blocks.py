@@ -8,6 +8,7 @@ into a `ReadOptions`, which every reader takes.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -19,6 +20,7 @@ from ..._checks import is_integer
 from ...errors import ConfigError, DataError
 from ...model.documents import PARTITIONS, Document, Partition
 from ...model.validate import TOKEN_LIMIT, check_vocabulary
+from .inputs import MAX_DOCUMENT_BYTES, MAX_LINE_BYTES
 from .tokenizers import AUTO, ByteTokenizer, SpecialId, Tokenizer, TokenizerSpec, as_tokenizer, encode_texts
 
 if TYPE_CHECKING:
@@ -70,6 +72,8 @@ class ReadOptions:
     bin_dtype: str = "uint16"
     vocab_size: int | None = None  # token inputs must fit this (the tokenizer's, when one is given)
     named_tokenizer: bool = False  # the user named the tokenizer (then a store records it)
+    max_line_bytes: int = MAX_LINE_BYTES  # one line (a JSONL row; a text document with per_line) may hold no more
+    max_document_bytes: int = MAX_DOCUMENT_BYTES  # one text file read whole as a document may hold no more
 
 
 class ReadKeywords(TypedDict, total=False):
@@ -79,7 +83,11 @@ class ReadKeywords(TypedDict, total=False):
     (bytes by default); *eos_id*/*bos_id* around each text document (``"auto"``:
     the tokenizer's own); *per_line*: a text document per non-blank line;
     *partition*: for documents that name none; *column*: the table (or JSONL
-    text) column; *bin_separator*/*bin_dtype*: how ``.bin`` files split.
+    text) column; *bin_separator*/*bin_dtype*: how ``.bin`` files split;
+    *max_line_bytes* (64 MiB) / *max_document_bytes* (256 MiB): the most one line
+    (a JSONL row, a text line with *per_line*) / one whole-file text document may
+    hold, decompressed; a longer one is a `DataError` naming the file (and line),
+    found without holding it.
     """
 
     tokenizer: TokenizerSpec
@@ -90,6 +98,8 @@ class ReadKeywords(TypedDict, total=False):
     column: str | None
     bin_separator: int | None
     bin_dtype: str
+    max_line_bytes: int
+    max_document_bytes: int
 
 
 def read_options(**keywords: Unpack[ReadKeywords]) -> ReadOptions:
@@ -115,7 +125,18 @@ def read_options(**keywords: Unpack[ReadKeywords]) -> ReadOptions:
     named = tokenizer is not None
     partition = Partition.parse(keywords.get("partition", Partition.TRAIN))
     per_line = bool(keywords.get("per_line", False))
-    return ReadOptions(tok, per_line, partition, column, separator, bin_dtype, tok.vocab_size if named else None, named)
+    limits = {name: byte_limit(keywords.get(name, default), name) for name, default in _LIMITS.items()}
+    return ReadOptions(tok, per_line, partition, column, separator, bin_dtype, tok.vocab_size if named else None, named, **limits)
+
+
+_LIMITS = {"max_line_bytes": MAX_LINE_BYTES, "max_document_bytes": MAX_DOCUMENT_BYTES}
+
+
+def byte_limit(value: object, name: str) -> int:
+    """A size limit in bytes: a positive int (what ``max_line_bytes=`` and ``max_document_bytes=`` take)."""
+    if not is_integer(value) or operator.index(value) < 1:  # type: ignore[arg-type]
+        raise ConfigError(f"{name}={value!r} must be a positive number of bytes")
+    return operator.index(value)  # type: ignore[arg-type]
 
 
 def partition_codes(count: int, partition: Partition) -> npt.NDArray[np.uint8]:

@@ -24,11 +24,12 @@ import numpy.typing as npt
 
 from ...errors import ConfigError, DataError
 from ...io.bounded_json import decode_json, decode_record
+from ...io.files import check_regular
 from ...model.documents import Document, Partition
 from ...model.store import DocumentStore
 from ...model.validate import check_id, short
 from . import inputs as _inputs
-from .blocks import Block, ReadOptions, flat_block, partition_codes, text_block
+from .blocks import Block, ReadOptions, byte_limit, flat_block, partition_codes, text_block
 
 TOKEN_KEYS = ("tokens", "input_ids")  # streambatch's own key, then Hugging Face's
 TEXT_COLUMNS = ("text",)  # a row without tokens holds text to tokenize here (or in the column named)
@@ -86,23 +87,27 @@ def _iter_records(records: Iterable[Any], keep: Partition | None, fallback: Part
             yield doc
 
 
-def iter_jsonl(path: str | os.PathLike[str], *, partition: Partition | str | None = None) -> Iterator[Document]:
+def iter_jsonl(
+    path: str | os.PathLike[str], *, partition: Partition | str | None = None, max_line_bytes: int = _inputs.MAX_LINE_BYTES
+) -> Iterator[Document]:
     """Yield a `Document` per non-blank line of a JSONL file (``.gz``/``.zst`` too), lazily; errors name file:line.
 
     Each line is an object with ``tokens`` (or ``input_ids``) and optionally ``id``
     (default: the line number) and ``partition`` (default ``"train"``).  With
-    *partition*, documents of other partitions are skipped.  Lines end at ``\\n``.
+    *partition*, documents of other partitions are skipped.  Lines end at ``\\n``; a
+    line of more than *max_line_bytes* is a `DataError` naming it (found without holding it).
     """
     name = os.fspath(path)
+    limit = byte_limit(max_line_bytes, "max_line_bytes")
     try:
-        open(name, "rb").close()  # fail at the call, not at the first document
+        check_regular(name)  # fail at the call, not at the first document; a FIFO is refused, never waited on
     except OSError as err:
         raise DataError(f"cannot open {name!r}: {err.strerror}; pass a readable JSONL file") from err
-    return _iter_jsonl(name, _keep(partition))
+    return _iter_jsonl(name, _keep(partition), limit)
 
 
-def _iter_jsonl(name: str, keep: Partition | None) -> Iterator[Document]:
-    for chunk in _inputs.line_chunks(name, _inputs.LINE_CHUNK_BYTES):
+def _iter_jsonl(name: str, keep: Partition | None, max_line: int) -> Iterator[Document]:
+    for chunk in _inputs.line_chunks(name, _inputs.LINE_CHUNK_BYTES, max_line):
         for where, number, row in jsonl_rows(chunk, name):
             doc = record_document(row, where, str(number))
             if keep is None or doc.partition is keep:
@@ -130,9 +135,11 @@ def _decode(line: str, where: str) -> Any:
     return record if "tokens" in record else decode_json(line, where, "each line (one JSON object per line)")
 
 
-def read_jsonl(path: str | os.PathLike[str], *, partition: Partition | str | None = None) -> DocumentStore:
+def read_jsonl(
+    path: str | os.PathLike[str], *, partition: Partition | str | None = None, max_line_bytes: int = _inputs.MAX_LINE_BYTES
+) -> DocumentStore:
     """Read a whole JSONL file into an in-memory store: ``from_documents(iter_jsonl(...))``."""
-    return DocumentStore.from_documents(iter_jsonl(path, partition=partition))
+    return DocumentStore.from_documents(iter_jsonl(path, partition=partition, max_line_bytes=max_line_bytes))
 
 
 def read_records(records: Iterable[Mapping[str, Any]], **options: Any) -> DocumentStore:

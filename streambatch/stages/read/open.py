@@ -12,11 +12,14 @@ from ...io.manifest import open_corpus
 from ...io.store import open_store
 from ...model.source import Source
 from ...model.store import DocumentStore
+from .inputs import MAX_LINE_BYTES
 from .jsonl import read_jsonl
 
 
-def open_source(path: str | os.PathLike[str], *, verify: bool = True) -> Source:
+def open_source(path: str | os.PathLike[str], *, verify: bool = True, max_line_bytes: int = MAX_LINE_BYTES) -> Source:
     """Open a store directory (memory-mapped, checked), a corpus manifest (``*.json``) or a JSONL file.
+
+    A JSONL line may hold at most *max_line_bytes* (`streambatch.stages.read.jsonl.iter_jsonl`).
 
     >>> import tempfile, pathlib
     >>> file = pathlib.Path(tempfile.mkdtemp()) / "docs.jsonl"
@@ -30,4 +33,4 @@ def open_source(path: str | os.PathLike[str], *, verify: bool = True) -> Source:
         return Source(name, "store", open_store(name, verify=verify), verified=verify)
     if name.lower().endswith(".json"):  # a manifest listing the stores of a sharded corpus
         return Source(name, "corpus", open_corpus(name, verify=verify), verified=verify)
-    return Source(name, "jsonl", DocumentStore.from_documents(read_jsonl(name)))
+    return Source(name, "jsonl", DocumentStore.from_documents(read_jsonl(name, max_line_bytes=max_line_bytes)))

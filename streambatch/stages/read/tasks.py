@@ -58,7 +58,7 @@ def file_tasks(index: int, file: InputFile, opts: ReadOptions) -> Iterator[Task]
     try:
         if kind == "jsonl" or (kind == "text" and opts.per_line):
             lines = "jsonl" if kind == "jsonl" else "lines"
-            chunks = _inputs.line_chunks(path, _inputs.LINE_CHUNK_BYTES)
+            chunks = _inputs.line_chunks(path, _inputs.LINE_CHUNK_BYTES, opts.max_line_bytes)
             for chunk in _first_or(chunks, _inputs.LineChunk(b"", 0, 1)):
                 yield Task(index, lines, path, file.name, chunk, size=len(chunk.data))
         elif kind == "parquet":

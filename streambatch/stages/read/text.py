@@ -14,7 +14,7 @@ from .tokenizers import TokenizerSpec
 
 def text_file_block(path: str, name: str, opts: ReadOptions) -> Block:
     """A whole text file as one document (id *name*)."""
-    text = _inputs.decode(_inputs.read_bytes(path), path)
+    text = _inputs.decode(_inputs.read_bytes(path, opts.max_document_bytes), path)
     return text_block([text], [name], [path], partition_codes(1, opts.partition), opts)
 
 
@@ -52,5 +52,5 @@ def _iter_text(files: list[InputFile], opts: ReadOptions) -> Iterator[Document]:
         if not opts.per_line:
             yield from text_file_block(str(file.path), file.name, opts).documents()
             continue
-        for chunk in _inputs.line_chunks(file.path, _inputs.LINE_CHUNK_BYTES):
+        for chunk in _inputs.line_chunks(file.path, _inputs.LINE_CHUNK_BYTES, opts.max_line_bytes):
             yield from text_lines_block(chunk, str(file.path), file.name, opts).documents()
