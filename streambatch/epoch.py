@@ -74,7 +74,8 @@ class Epoch:
     `streambatch.open_source` returns, documents) or `Windows` the stages made
     (already shuffled, or to be shuffled with *seed*).  With ``plan_dir=DIR`` the
     shuffle is ``plan_file(windows, k, DIR)``: the same order, computed once into
-    a file that every rank and worker memory-maps.
+    a file that every rank and worker memory-maps (``verify_plan=True`` reads it
+    once when opened, checking its digest and that no window repeats).
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),
@@ -97,6 +98,7 @@ class Epoch:
         partition: Partition | str | None = None,
         keep_partition: bool = False,
         plan_dir: str | os.PathLike[str] | None = None,
+        verify_plan: bool = False,
         documents: Any = None,
     ) -> None:
         if documents is not None:
@@ -110,6 +112,7 @@ class Epoch:
             raise ConfigError(f"seed={seed!r} but the windows passed are already shuffled with seed {given.seed}")
         self.seed = given.seed if seed is None else check_seed(seed)
         self.plan_dir = None if plan_dir is None else check_plan_dir(plan_dir)
+        self.verify_plan = bool(verify_plan)  # read the plan file once to check it (digest, entries, repeats)
         self._order: Windows | None = given if given.order is not None or self.seed is None else None
         self.windows: Windows = given if given.order is None else Windows(given.space)
         self.partition: Partition = self.windows.partition
@@ -124,7 +127,7 @@ class Epoch:
         """The same windows and batching over the same source, in the order of *seed*."""
         if seed is None:
             return Epoch(self.windows, batch_size=self.batch_size)
-        return Epoch(self.windows, batch_size=self.batch_size, seed=seed, plan_dir=self.plan_dir)
+        return Epoch(self.windows, batch_size=self.batch_size, seed=seed, plan_dir=self.plan_dir, verify_plan=self.verify_plan)
 
     @property
     def config(self) -> WindowConfig:
@@ -174,7 +177,7 @@ class Epoch:
         if self._order is None:
             assert self.seed is not None  # sequential epochs hold their order from the start
             if self.plan_dir is not None:
-                self._order = plan_file(self.windows, self.seed, self.plan_dir)
+                self._order = plan_file(self.windows, self.seed, self.plan_dir, verify=self.verify_plan)
             else:
                 self._order = shuffle(self.windows, self.seed)
         return self._order

@@ -79,12 +79,13 @@ class Run:
         keep_partition: bool = False,
         epochs: int | None = None,
         plan_dir: str | os.PathLike[str] | None = None,
+        verify_plan: bool = False,
     ) -> None:
         self._epochs = (
             None if epochs is None else check_non_negative(epochs, "epochs", "the number of epochs, or None for an endless run")
         )
         whole = epoch_windows(source, context_length, stride, partition, keep_partition)
-        first = Epoch(whole, batch_size=batch_size, seed=seed, plan_dir=plan_dir)
+        first = Epoch(whole, batch_size=batch_size, seed=seed, plan_dir=plan_dir, verify_plan=verify_plan)
         self._seed = first.seed
         self._current: tuple[int, Epoch] = (0, first)
         self._batches = first.batch_count
@@ -96,7 +97,14 @@ class Run:
         """The run whose epoch 0 is *epoch* (its seed is the run seed); a plan *epoch* already holds is reused."""
         if not isinstance(epoch, Epoch):
             raise ConfigError(f"epoch={short_repr(epoch)} is not a streambatch.Epoch; build one with sb.Epoch(source, ...)")
-        run = cls(epoch.windows, batch_size=epoch.batch_size, seed=epoch.seed, plan_dir=epoch.plan_dir, epochs=epochs)
+        run = cls(
+            epoch.windows,
+            batch_size=epoch.batch_size,
+            seed=epoch.seed,
+            plan_dir=epoch.plan_dir,
+            verify_plan=epoch.verify_plan,
+            epochs=epochs,
+        )
         run._current = (0, epoch)  # the same epoch: keep the plan it already holds
         return run
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -87,10 +88,10 @@ def test_in_memory_and_on_disk_stores_share_a_plan(tmp_path: Path, monkeypatch: 
 
 
 def test_header_records_key_count_dtype_and_state(tmp_path: Path) -> None:
-    """The 4 KiB JSON header holds the full key, the window count, the dtype and state_after."""
+    """The 4 KiB JSON header holds the full key, the window count, the dtype, state_after and the plan's digest."""
     order = sb.plan_file(_windows(), 7, tmp_path)
     header = json.loads(Path(str(order.plan_path)).read_bytes()[: planning.HEADER_BYTES])
-    assert {"format": "streambatch.plan", "version": 1, "key": planning.plan_key(_windows(), 7)} == {
+    assert {"format": "streambatch.plan", "version": 2, "key": planning.plan_key(_windows(), 7)} == {
         k: header[k] for k in ("format", "version", "key")
     }
     assert (len(order), "<u4", order.shuffle_state_after) == (
@@ -99,6 +100,8 @@ def test_header_records_key_count_dtype_and_state(tmp_path: Path) -> None:
         header["state_after"],
     )
     assert planning.HEADER_BYTES + 4 * len(order) == os.path.getsize(str(order.plan_path))
+    body = Path(str(order.plan_path)).read_bytes()[planning.HEADER_BYTES :]
+    assert hashlib.blake2b(body, digest_size=32).hexdigest() == header["digest"]
 
 
 def _foreign_copy(tmp_path: Path, other: sb.Windows, other_seed: int) -> Path:
@@ -136,10 +139,11 @@ def test_foreign_plan_is_refused(tmp_path: Path, other: Any, seed: int, message:
         (lambda b: b[:100], "unreadable plan header|truncated"),
         (lambda b: b + b"\0\0\0\0", "longer than its header says"),
         (lambda b: b"x" + b[1:], "unreadable plan header"),
-        (lambda b: b.replace(b'"version": 1', b'"version": 9'), "not a 'streambatch.plan' version 1 file"),
+        (lambda b: b.replace(b'"version": 2', b'"version": 9'), "not a 'streambatch.plan' version 2 file"),
         (lambda b: b.replace(b'"state_after": ', b'"state_after":-'), "state_after=-"),
+        (lambda b: b.replace(b'"digest": "', b'"digest":"x'), "digest='x"),
     ],
-    ids=["truncated", "header-only", "extended", "garbage", "version", "state"],
+    ids=["truncated", "header-only", "extended", "garbage", "version", "state", "digest"],
 )
 def test_damaged_plan_is_refused(tmp_path: Path, damage: Any, message: str) -> None:
     """Truncated, extended or corrupted plan files raise StoreError naming the file and the fix."""
@@ -156,7 +160,7 @@ def test_failure_before_rename_leaves_no_plan(tmp_path: Path, monkeypatch: pytes
         raise OSError("disk gone")
 
     monkeypatch.setattr(planning.os, "replace", crash)
-    with pytest.raises(OSError, match="disk gone"):
+    with pytest.raises(StoreError, match=r"plan_dir=.*cannot write the plan there \(disk gone\); pass a writable folder"):
         sb.plan_file(_windows(), 7, tmp_path)
     assert [] == [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")]
 

@@ -17,7 +17,7 @@ EXIT_FAILED = 1
 
 def _audit(args: argparse.Namespace, out: IO[str]) -> int:
     source = open_args_source(args)
-    epoch = args_epoch(args, source)
+    epoch = args_epoch(args, source, plan_dir=args.plan_dir, verify_plan=args.plan_dir is not None)
     result = audit_epoch(
         epoch,
         other_seed=args.other_seed,
@@ -77,5 +77,6 @@ def register(commands: Any) -> None:
     audit.add_argument("--workers", type=int, default=1, help="audit the union of N DataLoader workers' shares (sb.shard)")
     audit.add_argument("--world-size", type=int, default=1, help="audit the union of N ranks' shares (sb.split_rows)")
     audit.add_argument("--json", action="store_true", help="print the result as JSON")
+    audit.add_argument("--plan-dir", help="audit the epoch mapped from this plan folder, verifying the plan file first")
     audit.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     audit.set_defaults(run=_audit)

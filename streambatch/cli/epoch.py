@@ -16,13 +16,16 @@ the epoch exactly once, however often the command was interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import fcntl
 import hashlib
 import json
 import os
+import re
 import stat
 import sys
+from collections.abc import Iterator
 from typing import IO, Any
 
 from .._checks import check_non_negative
@@ -68,7 +71,9 @@ def _line(batch: MiniBatch) -> bytes:
 
 def _run(args: argparse.Namespace, source: Source, epoch: int) -> Run:
     """The run of the command line, stopping after *epoch* (only that epoch's plan is ever computed)."""
-    first = args_epoch(args, source, plan_dir=args.plan_dir)
+    if args.verify and args.plan_dir is None:
+        raise ConfigError("--verify checks a plan file: pass --plan-dir DIR too")
+    first = args_epoch(args, source, plan_dir=args.plan_dir, verify_plan=args.verify)
     if first.window_count == 0:  # not an error, but never silent
         print(
             f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} in {args.source} "
@@ -81,6 +86,8 @@ def _run(args: argparse.Namespace, source: Source, epoch: int) -> Run:
 def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
     if args.resume is not None and (args.epoch is not None or args.start_batch is not None):
         raise ConfigError("--resume continues where its state file says; drop --epoch and --start-batch")
+    if args.resume is not None and args.save_state is not None and args.resume != args.save_state:
+        raise ConfigError("--resume STATE saves to STATE again; drop --save-state (or pass the same file)")
     resumable = args.save_state is not None or args.resume is not None
     if resumable and (args.output is None or args.output == "-"):
         raise ConfigError(
@@ -115,7 +122,7 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
     elif args.output in (None, "-"):
         out.writelines(line.decode() for line in map(_line, run))
     else:
-        with atomic_text(args.output) as handle:
+        with _locked_for_replacing(args.output), atomic_text(args.output) as handle:
             handle.writelines(line.decode() for line in map(_line, run))
 
 
@@ -157,6 +164,14 @@ def _check_output(output: str, source: Source) -> None:
         )
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
 def _check_state_path(state_path: str, output: str, source: Source) -> None:
     """A state file is a regular file of its own: not the output, not a device or FIFO, not a file of the source."""
     try:
@@ -165,10 +180,26 @@ def _check_state_path(state_path: str, output: str, source: Source) -> None:
         info = None
     if info is not None and not stat.S_ISREG(info.st_mode):
         raise ConfigError(f"--save-state/--resume {state_path}: not a regular file; name a file to keep the run's state in")
-    if os.path.realpath(state_path) == os.path.realpath(output):
+    mine = _identity(state_path)
+    if os.path.realpath(state_path) == os.path.realpath(output) or (mine is not None and mine == _identity(output)):
         raise ConfigError(f"--save-state {state_path} is the --output file; keep the state in a file of its own")
-    if info is not None and (info.st_dev, info.st_ino) in _source_files(source):
-        raise ConfigError(f"--save-state {state_path}: is a file of the source {source.path}; name another file")
+    folder = _identity(os.path.dirname(os.path.abspath(state_path)))
+    if {mine, folder} & _source_files(source):
+        raise ConfigError(f"--save-state {state_path}: is the source {source.path} or a file inside it; name another file")
+
+
+@contextlib.contextmanager
+def _locked_for_replacing(output: str) -> Iterator[None]:
+    """Hold the lock of an existing regular *output* while it is replaced: a writer with --save-state is never cut off."""
+    try:
+        fd = os.open(output, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # nothing there yet (or unreadable: the writer names the problem)
+        yield
+        return
+    with os.fdopen(fd, "rb") as handle:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            _lock(handle, output)
+        yield
 
 
 def _lock(handle: IO[bytes], output: str) -> None:
@@ -209,6 +240,36 @@ def _kept_prefix(handle: IO[bytes], output: str, state_path: str, record: dict[s
     return digest
 
 
+_HEAD = re.compile(rb'\{"epoch":(\d+),"index":(\d+),')
+
+
+def _check_records(handle: IO[bytes], output: str, state_path: str, record: dict[str, Any], epoch: int) -> None:
+    """The kept prefix's first and last records must be batches ``first`` and ``first + batches - 1`` of *epoch*."""
+    count, length = record["batches"], record["bytes"]
+    if not count:
+        return
+    handle.seek(0)
+    first = handle.read(64)
+    end = length - 1  # the last record's newline; find the one before it
+    while end > 0:
+        lo = max(0, end - _BLOCK)
+        handle.seek(lo)
+        cut = handle.read(end - lo).rfind(b"\n")
+        if cut >= 0:
+            end = lo + cut + 1
+            break
+        end = lo
+    handle.seek(end)
+    last = handle.read(64)
+    for head, index in ((first, record["first"]), (last, record["first"] + count - 1)):
+        found = _HEAD.match(head)
+        if found is None or (int(found[1]), int(found[2])) != (epoch, index):
+            raise StateError(
+                f"{state_path}: output {output} does not hold batches {record['first']}..{record['first'] + count - 1} "
+                f"of epoch {epoch} as the state says (the state was edited); start again without --resume"
+            )
+
+
 def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, state: dict[str, Any] | None) -> None:
     """Append batches to *output* under a lock; after each, make it durable and replace the state file atomically."""
     path = os.path.abspath(output)
@@ -222,8 +283,13 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
         ) from None
     with os.fdopen(fd, "r+b") as handle:
         _lock(handle, output)  # held until the run ends: a second writer is refused, never interleaved
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        held = os.fstat(fd)
+        if not stat.S_ISREG(held.st_mode):
             raise ConfigError(f"--output {output}: not a regular file; --save-state needs a file it can cut back")
+        if _identity(output) != (held.st_dev, held.st_ino):  # replaced between the open and the lock
+            raise ConfigError(
+                f"--output {output}: another streambatch epoch replaced it just now; wait for it to finish, or write elsewhere"
+            )
         if state is None:
             first, written, length, digest = run.position[1], 0, 0, hashlib.blake2b(digest_size=32)
         else:
@@ -237,6 +303,7 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
                     f"disagree for epoch {epoch}; the state was edited: pass the file --save-state wrote"
                 )
             digest = _kept_prefix(handle, output, state_path, record)
+            _check_records(handle, output, state_path, record, epoch)
             run.set_position(*position)
 
         def save(size: int, count: int) -> None:
@@ -272,4 +339,7 @@ def register(commands: Any) -> None:
         "--resume", metavar="STATE", help="continue a run from STATE (cutting --output back to it), saving to STATE again"
     )
     epoch.add_argument("--plan-dir", help="map the shuffle plan from this folder (computed there once if missing)")
+    epoch.add_argument(
+        "--verify", action="store_true", help="with --plan-dir: read the plan once first (digest, entries, no window twice)"
+    )
     epoch.set_defaults(run=_epoch)

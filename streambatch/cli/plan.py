@@ -21,10 +21,11 @@ def _plan(args: argparse.Namespace, out: IO[str]) -> None:
     seed = derive_seed(args.seed, number)
     path = plan_path(whole, seed, args.output)
     started = time.perf_counter()
-    plan, created = build_plan(whole, seed, args.output, run={"seed": args.seed, "epoch": number})
+    plan, created = build_plan(whole, seed, args.output, run={"seed": args.seed, "epoch": number}, verify=args.verify)
     summary = {
         "plan": str(path),
         "created": created,
+        "verified": args.verify,
         "seconds": round(time.perf_counter() - started, 3),
         "windows": len(plan),
         "batches": epoch.batch_count,
@@ -45,4 +46,7 @@ def register(commands: Any) -> None:
     add_order(plan, sequential=False)
     plan.add_argument("--epoch", type=int, default=0, help="epoch number: the shuffle seed is derive_seed(seed, epoch)")
     plan.add_argument("--output", "-o", required=True, help="plan directory (created if missing)")
+    plan.add_argument(
+        "--verify", action="store_true", help="read the plan once: its digest, every entry, no window twice (exit 2 if not)"
+    )
     plan.set_defaults(run=_plan)

@@ -10,10 +10,10 @@ little-endian uint32 per window (first-token positions, or window numbers in
 sources of 2**32+ tokens; int64 beyond 2**32 windows).  The header records the
 full *key* and ``state_after``::
 
-    {"format": "streambatch.plan", "version": 1,
+    {"format": "streambatch.plan", "version": 2,
      "key": {"corpus": FINGERPRINT, "context_length": T, "stride": S, "partition": P,
              "seed": SHUFFLE_SEED, "windows": N, "holds": "positions", "dtype": "<u4"},
-     "state_after": STATE, "run": {"seed": RUN_SEED, "epoch": E}}
+     "state_after": STATE, "digest": BLAKE2B_256_OF_THE_PLAN, "run": {"seed": RUN_SEED, "epoch": E}}
 
 The file name is a hash of the key.  The key's ``seed`` is the shuffle seed
 itself: epoch ``E`` of a run seeded ``R`` shuffles with ``derive_seed(R, E)``, so
@@ -26,11 +26,25 @@ record).
 Writing: a temporary file beside the target, filled through a writable memmap
 and permuted in place (`streambatch.stages.shuffle.permute`), header last, fsync,
 then renamed into place: a crash leaves no plan (and its temporary file is
-removed by the next planner).  Concurrent planners of one key serialize on an
-``fcntl.flock`` of ``<key hash>.lock``: one computes, the others wait, then
-find the plan and map it.  Opening checks the header's key against the expected
-key and the file size against the window count: a stale, foreign or truncated
-plan raises `StoreError` and is never used.  Opening reads the header only.
+removed by the next planner).  A plan that does not fit in memory is permuted
+in the file's own pages instead (slower, bounded by the disk).  Concurrent
+planners of one key serialize on an ``fcntl.flock`` of ``<key hash>.lock``
+(which holds the holder's pid): one computes, the others wait, saying so on
+stderr after a second and naming the holder, then find the plan and map it.  A
+plan folder that cannot be written is refused with `StoreError` (an existing
+plan in it is still mapped): there is no silent in-memory fallback.
+
+Checks, from cheap to thorough:
+
+- opening reads the header only: its key against the expected key, the file
+  size against the window count (a stale, foreign or truncated plan raises
+  `StoreError` and is never used);
+- every entry is checked where it is used (`Windows.positions`): it must be a
+  window of the source and partition (one ``searchsorted`` per batch), so a
+  tampered entry is refused with `DataError`, never emitted;
+- ``verify=True`` (``streambatch plan/epoch --verify``, ``audit --plan-dir``)
+  reads the plan once: its BLAKE2b digest against the header, every entry, and
+  no window twice (`streambatch.stages.plan_check`).
 """
 
 from __future__ import annotations
@@ -39,6 +53,8 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,10 +70,11 @@ from .shuffle import permute
 from .windows import ShuffleOrder, Windows
 
 FORMAT = "streambatch.plan"
-VERSION = 1
+VERSION = 2
 HEADER_BYTES = 4096  # one page: the plan itself starts page-aligned
 SUFFIX = ".plan"
 _BLOCK = 1 << 22
+WAIT_NOTE_SECONDS = 1.0  # a planner waiting on another's lock says so after this long
 PathLike = str | os.PathLike[str]
 
 
@@ -104,13 +121,14 @@ def _check_whole(windows: Windows) -> None:
         )
 
 
-def plan_file(windows: Windows, seed: int, plan_dir: PathLike) -> Windows:
+def plan_file(windows: Windows, seed: int, plan_dir: PathLike, *, verify: bool = False) -> Windows:
     """``shuffle(windows, seed)`` backed by a plan file in *plan_dir*: computed once, then memory-mapped.
 
     The first caller computes and writes the plan (atomically; concurrent callers
     wait on a file lock, then map it); every later call, in any process, maps the
     file read-only.  A plan file that does not match (another seed, configuration
-    or corpus; truncated) raises `StoreError`.
+    or corpus; truncated) raises `StoreError`.  ``verify=True`` also reads the
+    plan once to check its digest, every entry and that no window repeats.
 
     >>> import tempfile, streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]), sb.Document("train-b", "train", [0, 20, 21, 1])]
@@ -118,7 +136,7 @@ def plan_file(windows: Windows, seed: int, plan_dir: PathLike) -> Windows:
     >>> list(order), order.plan_path.endswith(".plan")
     ([4, 1, 3, 0, 2], True)
     """
-    return build_plan(windows, seed, plan_dir)[0]
+    return build_plan(windows, seed, plan_dir, verify=verify)[0]
 
 
 def check_plan_dir(plan_dir: Any) -> PathLike:
@@ -128,57 +146,118 @@ def check_plan_dir(plan_dir: Any) -> PathLike:
     return plan_dir
 
 
-def build_plan(windows: Windows, seed: int, plan_dir: PathLike, *, run: dict[str, int] | None = None) -> tuple[Windows, bool]:
+def build_plan(
+    windows: Windows, seed: int, plan_dir: PathLike, *, run: dict[str, int] | None = None, verify: bool = False
+) -> tuple[Windows, bool]:
     """`plan_file`, and whether this call wrote the plan (False: it existed, or another process wrote it).
 
     *run* (``{"seed": R, "epoch": E}``) is recorded in the header of a new plan.
     """
     key = plan_key(windows, seed)
     directory = Path(check_plan_dir(plan_dir))
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise StoreError(f"plan_dir={os.fspath(plan_dir)!r}: cannot create it ({err.strerror}); pass a writable folder") from err
     name = _file_name(key)
     path = directory / name
     created = False
     if not path.exists():
-        with _locked(directory / (name[: -len(SUFFIX)] + ".lock")):
-            if not path.exists():  # another process may have written it while this one waited
-                _write_plan(path, windows, key, run)
-                created = True
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with _locked(directory / (name[: -len(SUFFIX)] + ".lock")):
+                if not path.exists():  # another process may have written it while this one waited
+                    _write_plan(path, windows, key, run)
+                    created = True
+        except OSError as err:  # a read-only or full folder: refused, nothing half-written
+            raise StoreError(
+                f"plan_dir={os.fspath(plan_dir)!r}: cannot write the plan there ({err.strerror or err}); "
+                "pass a writable folder, or plan it once with `streambatch plan -o` where it can be written"
+            ) from None
     plan, header = open_plan(path, key)
-    return windows.with_plan(plan, ShuffleOrder(key["seed"], header["state_after"])), created
+    ordered = windows.with_plan(plan, ShuffleOrder(key["seed"], header["state_after"]))
+    if verify:
+        from .plan_check import verify_plan  # the full read: only when asked for
+
+        verify_plan(ordered, path, header["digest"])
+    return ordered, created
 
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on *path* (created if missing) for the block; released on close, also by a crash."""
-    import fcntl  # POSIX
-
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _acquire(fd, path)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # who holds it, for the planners that wait
         yield
     finally:
         os.close(fd)
 
 
+def _acquire(fd: int, path: Path) -> None:
+    """Lock *fd*; after `WAIT_NOTE_SECONDS` of waiting say so on stderr, naming the holder's pid, then wait on."""
+    import fcntl  # POSIX
+
+    deadline = time.monotonic() + WAIT_NOTE_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    who = f"pid {holder}" if holder.isdigit() else "another process"
+    print(
+        f"streambatch: waiting for the plan lock {path}: {who} is computing this plan; it is mapped here once written",
+        file=sys.stderr,
+        flush=True,
+    )
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+
 def _write_plan(path: Path, windows: Windows, key: dict[str, Any], run: dict[str, int] | None) -> None:
     """Compute the plan into a temporary file beside *path*, then rename it into place (`atomic_file`)."""
     count, dtype = int(key["windows"]), np.dtype(key["dtype"])
+    need = count * dtype.itemsize
     with atomic_file(path) as handle:
         os.fchmod(handle.fileno(), 0o644)  # readable by every rank (temporaries are private)
-        handle.truncate(HEADER_BYTES + count * dtype.itemsize)
-        # permuted in anonymous memory, then written once, in order: random swaps on a file-backed
-        # map would make the kernel write dirty pages back while they happen (measured 9x slower at 10^9)
-        values = np.empty(count, dtype=dtype)
-        _fill(values, windows)
-        state = permute(values, key["seed"])
-        handle.seek(HEADER_BYTES)
-        values.tofile(handle)
+        handle.truncate(HEADER_BYTES + need)
+        try:
+            # permuted in anonymous memory, then written once, in order: random swaps on a file-backed
+            # map would make the kernel write dirty pages back while they happen (measured 9x slower at 10^9)
+            values: npt.NDArray[Any] = _scratch(count, dtype)
+            in_file = False
+        except MemoryError:  # larger than memory: permute in the file's own pages (evictable, slower)
+            try:
+                values = np.memmap(handle, dtype=dtype, mode="r+", offset=HEADER_BYTES, shape=(count,))
+            except (OSError, MemoryError, ValueError) as err:
+                raise StoreError(
+                    f"{path}: a plan of {count} windows needs {need} bytes of memory or address space, and mapping "
+                    f"them failed ({err}); raise the memory limit (ulimit -v) or plan on a larger machine"
+                ) from None
+            in_file = True
+        try:
+            _fill(values, windows)
+            state = permute(values, key["seed"])
+        except MemoryError:
+            raise StoreError(
+                f"{path}: out of memory while planning {count} windows ({need} bytes); "
+                "raise the memory limit (ulimit -v) or plan on a larger machine"
+            ) from None
+        digest = hashlib.blake2b(values.view(np.uint8).data if values.size else b"", digest_size=32).hexdigest()
+        if in_file:
+            values.flush()  # type: ignore[attr-defined]
+        else:
+            handle.seek(HEADER_BYTES)
+            values.tofile(handle)
         del values
-        header: dict[str, Any] = {"format": FORMAT, "version": VERSION, "key": key, "state_after": int(state)}
+        header: dict[str, Any] = {
+            "format": FORMAT,
+            "version": VERSION,
+            "key": key,
+            "state_after": int(state),
+            "digest": digest,
+        }
         if run is not None:
             header["run"] = run
         text = json.dumps(header).encode()
@@ -186,6 +265,11 @@ def _write_plan(path: Path, windows: Windows, key: dict[str, Any], run: dict[str
             raise StoreError(f"plan header of {len(text)} bytes does not fit in {HEADER_BYTES}; shorten the fingerprint")
         handle.seek(0)
         handle.write(text.ljust(HEADER_BYTES - 1) + b"\n")
+
+
+def _scratch(count: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """Anonymous memory for a plan being computed (`MemoryError` when it does not fit: the file is used instead)."""
+    return np.empty(count, dtype=dtype)
 
 
 def _fill(values: npt.NDArray[Any], windows: Windows) -> None:
@@ -236,6 +320,14 @@ def open_plan(path: PathLike, key: dict[str, Any]) -> tuple[npt.NDArray[Any], di
     state_after = header.get("state_after")
     if not isinstance(state_after, int) or isinstance(state_after, bool) or not 0 <= state_after < 1 << 64:
         raise StoreError(f"{where}: state_after={state_after!r} is not a 64-bit state; {fix}")
+    digest = header.get("digest")
+    if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
+        raise StoreError(f"{where}: digest={digest!r} is not a BLAKE2b-256 hex digest; {fix}")
     if not count:
         return np.zeros(0, dtype=dtype), header
-    return np.memmap(where, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(count,)), header
+    try:
+        return np.memmap(where, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(count,)), header
+    except (OSError, MemoryError, ValueError) as err:  # e.g. ENOMEM under an address-space limit
+        raise StoreError(
+            f"{where}: cannot map the plan's {count * dtype.itemsize} bytes ({err}); raise the memory limit (ulimit -v)"
+        ) from None

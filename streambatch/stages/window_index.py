@@ -98,7 +98,16 @@ class WindowIndex:
     [6, 1]
     """
 
-    __slots__ = ("_doc_starts", "_window_docs", "config", "counts", "cumulative", "starts", "window_count")
+    __slots__ = (
+        "_doc_last",
+        "_doc_starts",
+        "_window_docs",
+        "config",
+        "counts",
+        "cumulative",
+        "starts",
+        "window_count",
+    )
 
     def __init__(
         self,
@@ -121,6 +130,7 @@ class WindowIndex:
             self.starts = np.asarray(starts, dtype=np.int64)
         self._window_docs: IntArray = np.flatnonzero(self.counts)
         self._doc_starts: IntArray = self.starts[self._window_docs]  # increasing: documents never overlap
+        self._doc_last: IntArray = (self.counts[self._window_docs] - 1) * config.stride  # offset of the last window start
 
     def locate(self, windows: npt.ArrayLike) -> tuple[IntArray, IntArray]:
         """Map global window numbers to ``(document index, start)`` arrays."""
@@ -139,6 +149,33 @@ class WindowIndex:
         where = np.asarray(positions, dtype=np.int64)
         documents = self._window_docs[np.searchsorted(self._doc_starts, where, side="right") - 1]
         return documents, where - self.starts[documents]
+
+    def first_invalid(self, entries: npt.NDArray[Any], holds_positions: bool = True) -> int:
+        """Index of the first of *entries* that is no window here (-1 when all are): the check of plan entries.
+
+        Positions must be window starts (of a document with windows: the partition's),
+        window numbers in ``[0, window_count)``; one ``searchsorted``, as `locate_positions`.
+
+        >>> index = WindowIndex([5, 4], WindowConfig(2))
+        >>> index.first_invalid(np.array([0, 6])), index.first_invalid(np.array([6, 3])), index.first_invalid(np.array([7]))
+        (-1, 1, 0)
+        """
+        for lo in range(0, len(entries), 1 << 20):  # bounded temporaries, whatever the view's length
+            where = np.asarray(entries[lo : lo + (1 << 20)]).astype(np.int64, copy=False)
+            if not holds_positions:
+                bad = (where < 0) | (where >= self.window_count)
+            elif not self._doc_starts.size:
+                bad = np.ones(where.size, dtype=bool)
+            else:
+                slot = np.searchsorted(self._doc_starts, where, side="right") - 1
+                np.maximum(slot, 0, out=slot)
+                offset = where - self._doc_starts[slot]
+                bad = (offset < 0) | (offset > self._doc_last[slot])
+                if self.config.stride > 1:
+                    bad |= offset % self.config.stride != 0
+            if bad.any():
+                return lo + int(np.argmax(bad))
+        return -1
 
     def windows_at(self, positions: npt.ArrayLike) -> IntArray:
         """Map token positions of windows back to global window numbers."""

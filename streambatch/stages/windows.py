@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._checks import is_integer
-from ..errors import OutOfRangeError
+from ..errors import DataError, OutOfRangeError
 from ..model.documents import Partition
 from ..model.source import TokenSource, as_source, partition_documents
 from .window_index import IntArray, WindowConfig, WindowIndex
@@ -224,12 +224,26 @@ class Windows(Sequence[int]):
             plan = plan.view(np.ndarray)
         return Windows(self._space, plan, 0, plan.size, order=order)
 
+    def _entries(self) -> npt.NDArray[Any]:
+        """This view's plan entries, each checked where it is used: a window of this space, else `DataError`."""
+        assert self._plan is not None
+        values = self._plan[self._lo : self._hi]
+        bad = self._space.index.first_invalid(values, self._space.plan_holds_positions)
+        if bad >= 0:
+            where = self.plan_path or "the plan"
+            raise DataError(
+                f"{where}: entry {self._lo + bad} ({int(values[bad])}) is not a window of partition "
+                f"{self.partition.value!r} at T={self.context_length}, stride {self.config.stride} of this source; "
+                "the plan is damaged or foreign: remove it and plan again"
+            )
+        return values
+
     def positions(self) -> npt.NDArray[np.intp]:
         """First-token position of each window in the store's flat tokens (intp: numpy's fast index)."""
         space = self._space
         if self._plan is None:
             return space.index.positions(np.arange(self._lo, self._hi, dtype=np.int64)).astype(np.intp, copy=False)
-        values = self._plan[self._lo : self._hi]
+        values = self._entries()
         if space.plan_holds_positions:
             return values.astype(np.intp)
         return space.index.positions(values).astype(np.intp, copy=False)
@@ -238,7 +252,7 @@ class Windows(Sequence[int]):
         """Global window number of each window (document order numbering)."""
         if self._plan is None:
             return np.arange(self._lo, self._hi, dtype=np.int64)
-        values = self._plan[self._lo : self._hi]
+        values = self._entries()
         if self._space.plan_holds_positions:
             return self._space.index.windows_at(values)
         return values.astype(np.int64)
@@ -246,7 +260,7 @@ class Windows(Sequence[int]):
     def locate(self) -> tuple[IntArray, IntArray]:
         """``(document index, start)`` of each window."""
         if self._plan is not None and self._space.plan_holds_positions:
-            return self._space.index.locate_positions(self._plan[self._lo : self._hi])
+            return self._space.index.locate_positions(self._entries())
         return self._space.index.locate(self.numbers())
 
     # -- the sequence protocol -----------------------------------------------------

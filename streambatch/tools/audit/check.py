@@ -187,10 +187,12 @@ def audit_epoch(
         other = (epoch.seed + 1) % (1 << 64) if other_seed is None else check_seed(other_seed, "other_seed")
         if other == epoch.seed:
             raise ConfigError(f"other_seed={other_seed} equals the epoch's seed; pass a different seed to compare orders with")
+    # the replay and the other order are shuffled in memory: a plan file is compared, never reused or written
+    fresh = epoch if epoch.plan_dir is None else Epoch(epoch.windows, batch_size=epoch.batch_size, seed=epoch.seed)
     return audit_batches(
         epoch_shares(epoch, workers=workers, world_size=world_size),
         epoch,
-        replay=epoch_shares(epoch.reseeded(epoch.seed), workers=workers, world_size=world_size, gather=False),
-        other=epoch_shares(epoch.reseeded(other), workers=workers, world_size=world_size, gather=False),
+        replay=epoch_shares(fresh.reseeded(epoch.seed), workers=workers, world_size=world_size, gather=False),
+        other=epoch_shares(fresh.reseeded(other), workers=workers, world_size=world_size, gather=False),
         progress=progress,
     )

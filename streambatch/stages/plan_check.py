@@ -1,0 +1,82 @@
+"""The full check of a plan file, in one read: its digest, every entry, and no window twice.
+
+`verify_plan` is what ``verify=True`` (``streambatch plan --verify``, ``epoch
+--verify``, ``audit --plan-dir``) adds to opening a plan.  It reads the plan
+once, in blocks of `BLOCK` entries, and for each block
+
+- feeds the bytes to the BLAKE2b-256 digest the header recorded;
+- checks every entry is a window of the source and partition (the check every
+  batch makes where the entry is used, `WindowIndex.first_invalid`);
+- marks each entry's window number in a bitmap of one bit per window (a block
+  is sorted first, so repeats inside it are adjacent): a window marked twice is
+  a duplicate, and with ``N`` valid entries for ``N`` windows no repeat means
+  every window appears exactly once.
+
+Memory: the bitmap (``N / 8`` bytes: 125 MB at 10^9 windows) plus a block's
+temporaries.  Any failure raises `StoreError` naming the file and the entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import StoreError
+from .windows import Windows
+
+BLOCK = 1 << 20
+
+
+def verify_plan(ordered: Windows, path: str | Path, digest: str) -> None:
+    """Read the plan behind *ordered* (mapped from *path*) once; refuse a digest, entry or duplicate that is wrong.
+
+    >>> import tempfile, streambatch as sb
+    >>> from streambatch.stages.plan import build_plan
+    >>> docs = [sb.Document("a", "train", [0, 10, 11, 12, 1])]
+    >>> order, _ = build_plan(sb.windows(docs, context_length=2), 7, tempfile.mkdtemp(), verify=True)
+    >>> len(order)
+    3
+    """
+    plan = ordered.plan
+    assert plan is not None, "a plan-backed Windows"
+    space = ordered.space
+    index, count = space.index, int(plan.size)
+    fix = f"remove {path} and plan again (streambatch plan, or Epoch(..., plan_dir=...))"
+    hasher = hashlib.blake2b(digest_size=32)
+    seen = np.zeros((index.window_count + 7) // 8, dtype=np.uint8)
+    for lo in range(0, count, BLOCK):
+        block = np.ascontiguousarray(plan[lo : lo + BLOCK])
+        hasher.update(block.view(np.uint8).data)
+        bad = index.first_invalid(block, space.plan_holds_positions)
+        if bad >= 0:
+            raise StoreError(
+                f"{path}: entry {lo + bad} ({int(block[bad])}) is not a window of this source and partition; "
+                f"the plan is damaged: {fix}"
+            )
+        numbers = index.windows_at(block) if space.plan_holds_positions else block.astype(np.int64)
+        repeat = _mark(seen, numbers)
+        if repeat is not None:
+            at = lo + int(np.flatnonzero(numbers == repeat)[-1])
+            raise StoreError(f"{path}: entry {at} repeats window {repeat} (another window never comes); {fix}")
+    if hasher.hexdigest() != digest:
+        raise StoreError(f"{path}: the plan's bytes do not match the digest in its header; it was changed: {fix}")
+
+
+def _mark(seen: npt.NDArray[np.uint8], numbers: npt.NDArray[Any]) -> int | None:
+    """Set the bits of *numbers* in *seen*; return a window number already set (or repeated in *numbers*), else None."""
+    ordered = np.sort(numbers)
+    same = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if same.size:
+        return int(ordered[same[0]])
+    byte = ordered >> 3
+    bit = np.left_shift(1, ordered & 7).astype(np.uint8)
+    taken = np.flatnonzero(seen[byte] & bit)
+    if taken.size:
+        return int(ordered[taken[0]])
+    heads = np.flatnonzero(np.r_[True, byte[1:] != byte[:-1]])
+    seen[byte[heads]] |= np.bitwise_or.reduceat(bit, heads)
+    return None
