@@ -16,17 +16,11 @@ same either way.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import multiprocessing
 import os
-import pickle
 import sys
-from collections import deque
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ._checks import check_positive
 from ._progress import FileProgress
@@ -35,105 +29,14 @@ from .io.store import StoreWriter
 from .model.documents import Document
 from .model.store import DocumentStore
 from .model.validate import check_vocabulary, short
-from .stages.read import inputs as _inputs
 from .stages.read.bin import check_bin_separator
 from .stages.read.blocks import Block, ReadKeywords, ReadOptions, documents, read_options
 from .stages.read.select import InputFile, parse_shard, select_inputs
 from .stages.read.tasks import Task, file_tasks, run_task
+from .stages.read.workers import Outcome, capped_workers, check_main_guard, run_tasks
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-GROUP_BYTES = _inputs.LINE_CHUNK_BYTES  # small files and chunks are sent to a worker together, up to about this many bytes
-GROUP_FILES = 64
-
-
-# --- workers -------------------------------------------------------------------------------------
-
-
-_WORKER: dict[str, ReadOptions] = {}
-
-
-def _start_worker(opts: ReadOptions) -> None:
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker: the pool is the parallelism
-    _WORKER["options"] = opts
-
-
-def _work(tasks: list[Task]) -> list[list[Block] | str]:
-    opts = _WORKER["options"]
-    done: list[list[Block] | str] = []
-    for task in tasks:
-        try:
-            done.append([_narrow(block) for block in run_task(task, opts)])
-        except DataError as err:  # reported (or skipped) in order by the main process
-            done.append(str(err))
-    return done
-
-
-def _narrow(block: Block) -> Block:
-    """The block with uint16 tokens when they fit: half the bytes back from a worker."""
-    tokens = block.tokens
-    if tokens.dtype.itemsize > 2 and (tokens.size == 0 or int(tokens.max()) < 1 << 16):
-        return dataclasses.replace(block, tokens=tokens.astype(np.uint16))
-    return block
-
-
-Outcome = Iterable[Block] | str
-
-
-def run_tasks(tasks: Iterable[Task], opts: ReadOptions, workers: int = 1) -> Generator[tuple[Task, Outcome], None, None]:
-    """Each task with its blocks (or its error message), in task order; *workers* > 1 tokenizes in spawned processes."""
-    if workers == 1:
-        for task in tasks:
-            yield task, run_task(task, opts)
-        return
-    try:
-        pickle.dumps(opts)
-    except Exception as err:
-        raise ConfigError(
-            f"workers={workers} needs a tokenizer that can be sent to other processes, and this one cannot be pickled "
-            f"({type(err).__name__}: {err}); use a module-level function, a Tokenizer object, or workers=1"
-        ) from err
-    pools: list[Any] = []  # started at the first task that needs one
-    try:
-        yield from _ordered(pools, tasks, opts, workers)
-    finally:
-        for pool in pools:
-            pool.terminate()
-            pool.join()
-
-
-def _ordered(pools: list[Any], tasks: Iterable[Task], opts: ReadOptions, workers: int) -> Iterator[tuple[Task, Outcome]]:
-    pending: deque[tuple[list[Task], Any]] = deque()
-    group: list[Task] = []
-
-    def submit() -> None:
-        if group:
-            if not pools:
-                pools.append(multiprocessing.get_context("spawn").Pool(workers, _start_worker, (opts,)))
-            pending.append((list(group), pools[0].apply_async(_work, (list(group),))))
-            group.clear()
-
-    def settle(limit: int) -> Iterator[tuple[Task, Outcome]]:
-        while len(pending) > limit:
-            batch, result = pending.popleft()
-            if result is None:
-                yield batch[0], run_task(batch[0], opts)
-            else:
-                yield from zip(batch, result.get(), strict=True)
-
-    for task in tasks:
-        if task.inline(opts):
-            submit()
-            pending.append(([task], None))
-        else:
-            group.append(task)
-            if not task.size or sum(t.size for t in group) >= GROUP_BYTES or len(group) >= GROUP_FILES:
-                submit()  # small files and chunks travel together; row groups and datasets alone
-        yield from settle(2 * workers + 2)  # bounded: the main process reads ahead of the workers, not ahead of memory
-    submit()
-    yield from settle(0)
-
 
 # --- the store -----------------------------------------------------------------------------------
 
@@ -222,7 +125,9 @@ def prepare_store(
             f"output={short(output)} is not a path; the order is prepare_store(inputs, output) "
             "(write_store takes (path, documents))"
         )
-    workers = check_positive(workers, "workers", "the number of processes that tokenize (1: this one)")
+    workers = capped_workers(check_positive(workers, "workers", "the number of processes that tokenize (1: this one)"), quiet)
+    if workers > 1:
+        check_main_guard(workers)
     opts = read_options(**read)
     files = _selected(inputs, include, exclude, shard, opts)
     part = parse_shard(shard)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,10 @@ def jsonl_file(tmp_path: Path, data: bytes) -> Path:
     path = tmp_path / "bad.jsonl"
     path.write_bytes(data)
     return path
+
+
+def killing_tokenizer(text: str) -> list[int]:
+    """UTF-8 bytes, except that a text holding ``KILL`` kills the process (SIGKILL, as the out-of-memory killer does)."""
+    if "KILL" in text:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return list(text.encode())

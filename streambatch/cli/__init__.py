@@ -81,6 +81,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         )
         return EXIT_USAGE
     except KeyboardInterrupt:
+        print("streambatch: interrupted", file=sys.stderr)
         return 130
     return int(status or 0)
 

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import IO, Any
 
 from ..model.documents import Partition
+from ..model.store import DocumentStore
 from ..prepare import prepare_store
+from ..stages.read.inputs import MAX_DOCUMENT_BYTES
 from ..stages.read.tokenizers import AUTO, SpecialId
+from ..stages.read.workers import WorkerLostError
+from ._common import add_max_line, byte_size
 
 
 def _special(text: str) -> SpecialId:
@@ -19,8 +24,22 @@ def _special(text: str) -> SpecialId:
         raise argparse.ArgumentTypeError(f"{text!r} is not a token id, 'auto' or 'none'") from None
 
 
-def _prepare(args: argparse.Namespace, out: IO[str]) -> None:
-    store = prepare_store(
+def _prepare(args: argparse.Namespace, out: IO[str]) -> int:
+    try:
+        store = _run(args)
+    except WorkerLostError as err:  # not a refusal: the run failed (exit 1)
+        print(f"streambatch: error: prepare: {err}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        out.write(
+            f"wrote {args.output}: {len(store)} documents, {store.tokens.size} tokens ({store.tokens.dtype.name}), "
+            f"{store.fingerprint}\n"
+        )
+    return 0
+
+
+def _run(args: argparse.Namespace) -> DocumentStore:
+    return prepare_store(
         args.inputs,
         args.output,
         tokenizer=args.tokenizer,
@@ -31,6 +50,8 @@ def _prepare(args: argparse.Namespace, out: IO[str]) -> None:
         column=args.column,
         bin_separator=args.bin_separator,
         bin_dtype=args.bin_dtype,
+        max_line_bytes=args.max_line_bytes,
+        max_document_bytes=args.max_document_bytes,
         include=args.include,
         exclude=args.exclude,
         shard=args.shard,
@@ -38,11 +59,6 @@ def _prepare(args: argparse.Namespace, out: IO[str]) -> None:
         workers=args.workers,
         quiet=args.quiet,
     )
-    if not args.quiet:
-        out.write(
-            f"wrote {args.output}: {len(store)} documents, {store.tokens.size} tokens ({store.tokens.dtype.name}), "
-            f"{store.fingerprint}\n"
-        )
 
 
 def register(commands: Any) -> None:
@@ -58,10 +74,18 @@ def register(commands: Any) -> None:
     p.add_argument("--column", help="Parquet/Arrow/dataset (and JSONL text) column: token ids or text")
     p.add_argument("--bin-separator", type=int, help=".bin files: the id that ends each document (default: the eos id)")
     p.add_argument("--bin-dtype", default="uint16", choices=["uint16", "uint32"], help=".bin token width (default uint16)")
+    add_max_line(p)
+    p.add_argument(
+        "--max-document-bytes",
+        type=byte_size,
+        default=MAX_DOCUMENT_BYTES,
+        metavar="SIZE",
+        help="refuse a text file (one document) larger than this (default 256MiB)",
+    )
     p.add_argument("--include", action="append", default=[], metavar="GLOB", help="keep only matching files (repeatable)")
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="leave matching files out (repeatable)")
     p.add_argument("--skip-bad", action="store_true", help="leave out files that cannot be read, listing them on stderr")
-    p.add_argument("--workers", type=int, default=1, help="processes that tokenize (default 1); the store is the same")
+    p.add_argument("--workers", type=int, default=1, help="tokenizing processes (default 1, at most the CPUs); same store")
     p.add_argument("--shard", metavar="I/N", help="prepare only the I-th of N contiguous parts of the file list")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     p.set_defaults(run=_prepare)

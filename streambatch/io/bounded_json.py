@@ -31,6 +31,7 @@ from typing import IO, Any
 import msgspec
 
 from ..errors import DataError, StreamBatchError
+from .files import NotRegularFileError, open_regular
 
 BOM = "\ufeff"
 HEADER_LIMIT = 64 << 20  # bytes: a store header is a few kB; ids beyond the inline limit live in ids.jsonl
@@ -151,14 +152,16 @@ def read_json_header(
     """
     if isinstance(source, (str, os.PathLike)):
         try:
-            fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            opened = open_regular(source)  # a FIFO or device is refused, never waited on
         except FileNotFoundError as err:
             if missing is not None:
                 raise error(f"{where}: {missing}") from err
             raise error(f"{where}: unreadable {what} ({err.strerror or err}); {fix}") from err
+        except NotRegularFileError:
+            raise error(f"{where}: not a regular file; {fix}") from None
         except OSError as err:
             raise error(f"{where}: unreadable {what} ({err.strerror or err}); {fix}") from err
-        with os.fdopen(fd, "rb") as handle:
+        with opened as handle:
             data = _read_bounded(handle, where, what, fix, error, limit, padding)
     else:
         data = _read_bounded(source, where, what, fix, error, limit, padding)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,6 +21,8 @@ from ..model.documents import PARTITIONS, Partition
 from ..model.store import DocumentStore
 from ..model.validate import check_id, check_offsets, check_unique
 from .bounded_json import decode_string
+from .files import NotRegularFileError, open_regular, short_path
+from .mapped import map_readonly
 from .store_header import (
     HEADER,
     IDS,
@@ -96,16 +97,13 @@ def _still_at(dfd: int, root: Path) -> bool:
 def _open_file(dfd: int, name: str, root: Path) -> IO[bytes]:
     """Open a regular file of the store relative to *dfd* (a FIFO or device is refused, never waited on)."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        return open_regular(name, dir_fd=dfd)
     except FileNotFoundError as err:
         raise _Missing(name, err) from None
+    except NotRegularFileError:
+        raise StoreError(f"{short_path(root / name)}: not a regular file; prepare the store again") from None
     except OSError as err:
-        raise StoreError(f"{root / name}: cannot open ({err.strerror or err}); prepare the store again") from err
-    handle = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        handle.close()
-        raise StoreError(f"{root / name}: not a regular file; prepare the store again")
-    return handle
+        raise StoreError(f"{short_path(root / name)}: cannot open ({err.strerror or err}); prepare the store again") from err
 
 
 def open_store_at(dfd: int, root: Path, verify: bool) -> DocumentStore:
@@ -136,8 +134,8 @@ def open_store_at(dfd: int, root: Path, verify: bool) -> DocumentStore:
                 )
         tokens: Any = np.zeros(0, dtype=dtype)
         if tokens_count:
-            tokens = np.memmap(tokens_file, dtype=dtype, mode="r", shape=(tokens_count,))
-            tokens.filename = os.path.abspath(root / TOKENS)  # pickles by name (see DocumentStore.__reduce__)
+            # no descriptor kept: 10**4 shards open under `ulimit -n 1024`; pickles by name (DocumentStore.__reduce__)
+            tokens = map_readonly(tokens_file.fileno(), dtype, tokens_count, os.path.abspath(root / TOKENS))
             status = os.fstat(tokens_file.fileno())
             tokens.identity = (status.st_dev, status.st_ino)  # reopened only if unchanged
     tokenizer = header_tokenizer(header, header_path)

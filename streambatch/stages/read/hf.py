@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError, DataError
+from ...errors import ConfigError, DataError, StreamBatchError
+from ...io.files import check_regular
 from ...model.documents import Document, Partition
 from ...model.validate import short
 from .blocks import Block, ReadOptions, read_options
+from .inputs import is_format_error
 from .jsonl import rows_block
-from .tables import TABLE_ROWS, table_block, table_error
+from .tables import TABLE_ROWS, table_block, table_error, validated
 from .tokenizers import TokenizerSpec, require
 
 
@@ -21,6 +24,7 @@ def is_dataset_folder(path: Path) -> bool:
 
 
 _DATASETS: dict[str, Any] = {}
+_WHAT = "a saved Hugging Face dataset"
 
 
 def load_dataset_folder(path: str) -> Any:
@@ -28,9 +32,14 @@ def load_dataset_folder(path: str) -> Any:
     if path not in _DATASETS:
         datasets = require("datasets", "hf", "reading saved Hugging Face datasets")
         try:
+            for entry in os.scandir(path):  # datasets opens them by name: a FIFO among them would block it
+                if not entry.is_dir():
+                    check_regular(entry.path)
             _DATASETS[path] = datasets.load_from_disk(path).with_format("arrow")
-        except Exception as err:
-            raise table_error(path, "a saved Hugging Face dataset", err) from err
+        except StreamBatchError:
+            raise
+        except Exception as err:  # whatever a damaged folder makes datasets raise
+            raise table_error(path, _WHAT, err) from err
         if not hasattr(_DATASETS[path], "num_rows") or isinstance(_DATASETS[path].num_rows, dict):
             del _DATASETS[path]
             raise DataError(f"{path}: a DatasetDict; pass one split's folder (e.g. {path}/train)")
@@ -41,7 +50,13 @@ def dataset_rows_blocks(path: str, name: str, start: int, stop: int, opts: ReadO
     """Rows [start, stop) of a saved Hugging Face dataset folder."""
     dataset = load_dataset_folder(path)
     for lo in range(start, stop, TABLE_ROWS):
-        yield table_block(dataset[lo : min(stop, lo + TABLE_ROWS)], path, name, lo, opts)
+        try:
+            table = validated(dataset[lo : min(stop, lo + TABLE_ROWS)], path, _WHAT)  # before anything reads it
+        except Exception as err:
+            if is_format_error(err):
+                raise table_error(path, _WHAT, err) from err
+            raise
+        yield table_block(table, path, name, lo, opts)
 
 
 def iter_hf(

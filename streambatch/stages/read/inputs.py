@@ -14,11 +14,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ...errors import DataError, StreamBatchError
+from ...io.files import open_regular, short_path
 from .tokenizers import require
 
 READ_SIZE = 1 << 20
 LINE_CHUNK_BYTES = 1 << 20  # lines are read, parsed and tokenized about 1 MiB at a time (a task)
+MAX_LINE_BYTES = 64 << 20  # the default limit on one line (a JSONL row, or a text document with --per-line)
+MAX_DOCUMENT_BYTES = 256 << 20  # the default limit on one document read whole (a text file)
 CODECS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 
 
@@ -48,7 +53,7 @@ def base_name(name: str) -> str:
 def read_error(path: str | os.PathLike[str], err: BaseException) -> DataError:
     """A read or decompression failure as a `DataError` naming the file."""
     reason = getattr(err, "strerror", None) or str(err) or type(err).__name__
-    return DataError(f"{os.fspath(path)}: cannot read ({reason}); check the file, or leave it out (--exclude, --skip-bad)")
+    return DataError(f"{short_path(path)}: cannot read ({reason}); check the file, or leave it out (--exclude, --skip-bad)")
 
 
 def is_read_error(err: BaseException) -> bool:
@@ -58,11 +63,27 @@ def is_read_error(err: BaseException) -> bool:
     return isinstance(err, (OSError, EOFError, zlib.error)) or type(err).__name__ == "ZstdError"
 
 
+FORMAT_ERRORS = (
+    OSError,
+    ValueError,  # UnicodeDecodeError, json's errors, pyarrow's ArrowInvalid
+    EOFError,
+    TypeError,
+    KeyError,
+    IndexError,
+    NotImplementedError,
+    ArithmeticError,  # an overflowing length
+    SystemError,  # a C extension's error without an exception set
+    MemoryError,  # a corrupt length asking for a huge buffer (pyarrow's ArrowMemoryError)
+    AssertionError,
+    AttributeError,  # datasets reading a field of the wrong JSON type
+)
+
+
 def is_format_error(err: BaseException) -> bool:
     """True for what pyarrow, datasets and numpy raise for a file they cannot read (pyarrow's own classes subclass these)."""
     if isinstance(err, StreamBatchError):
         return False
-    return isinstance(err, (OSError, ValueError, EOFError, TypeError, KeyError, IndexError, NotImplementedError))
+    return isinstance(err, FORMAT_ERRORS) or type(err).__module__.split(".")[0] in ("pyarrow", "datasets")
 
 
 def iter_bytes(path: str | os.PathLike[str], size: int = READ_SIZE) -> Iterator[bytes]:
@@ -70,7 +91,7 @@ def iter_bytes(path: str | os.PathLike[str], size: int = READ_SIZE) -> Iterator[
     codec = codec_of(os.fspath(path))
     zstandard = _zstandard() if codec == "zstd" else None
     try:
-        with open(path, "rb") as raw:
+        with open_regular(path) as raw:  # a FIFO or device (/dev/zero) is refused, never waited on or read forever
             if codec == "gzip":
                 with gzip.GzipFile(fileobj=raw) as handle:
                     while piece := handle.read(size):
@@ -90,26 +111,42 @@ def _zstandard() -> Any:
     return require("zstandard", "zstd", "reading .zst files")
 
 
+ZSTD_FEED = 1 << 10  # compressed bytes per decompress call: at most ~32 MiB out (a 128 KiB block per 4 bytes)
+
+
 def _zstd_pieces(zstandard: Any, raw: Any, size: int) -> Iterator[bytes]:
-    # frame by frame, so that a truncated last frame is an error (stream_reader would stop silently)
+    # frame by frame, so that a truncated last frame is an error (stream_reader would stop silently); fed
+    # ZSTD_FEED bytes at a time, since one call returns all it can: a small bomb would be gigabytes at once
     context = zstandard.ZstdDecompressor()
     frame, fed = context.decompressobj(), False
-    while data := raw.read(size):
-        while data:
-            fed = True
-            if out := frame.decompress(data):
-                yield out
-            if not frame.eof:
-                break
-            data = frame.unused_data
-            frame, fed = context.decompressobj(), False
+    while read := raw.read(size):
+        view = memoryview(read)
+        for lo in range(0, len(view), ZSTD_FEED):
+            data = view[lo : lo + ZSTD_FEED]
+            while data:
+                fed = True
+                if out := frame.decompress(data):
+                    yield out
+                if not frame.eof:
+                    break
+                data = memoryview(frame.unused_data)
+                frame, fed = context.decompressobj(), False
     if fed and not frame.eof:
         raise EOFError("compressed file ended before the end of its last zstd frame")
 
 
-def read_bytes(path: str | os.PathLike[str]) -> bytes:
-    """All decompressed bytes of a file."""
-    return b"".join(iter_bytes(path))
+def read_bytes(path: str | os.PathLike[str], limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """All decompressed bytes of a file (one document); more than *limit* is a `DataError`, raised before they are held."""
+    parts, held = [], 0
+    for piece in iter_bytes(path):
+        held += len(piece)
+        if held > limit:
+            raise DataError(
+                f"{os.fspath(path)}: a document of more than {limit:,} bytes (the limit for one document); "
+                "raise it with --max-document-bytes (max_document_bytes=), or split the file"
+            )
+        parts.append(piece)
+    return b"".join(parts)
 
 
 def decode(data: bytes, path: str | os.PathLike[str], offset: int = 0, what: str = "text") -> str:
@@ -131,23 +168,57 @@ class LineChunk:
     first_line: int
 
 
-def line_chunks(path: str | os.PathLike[str], size: int) -> Iterator[LineChunk]:
-    """Cut a (decompressed) file into chunks of about *size* bytes that end at a ``\\n`` (the last may not)."""
+def line_chunks(path: str | os.PathLike[str], size: int, max_line: int = MAX_LINE_BYTES) -> Iterator[LineChunk]:
+    """Cut a (decompressed) file into chunks of about *size* bytes that end at a ``\\n`` (the last may not).
+
+    A line of more than *max_line* bytes (without its ``\\n``) is a `DataError` naming
+    the file and line, raised as soon as it is seen: at most about ``max(size,
+    max_line)`` + `READ_SIZE` bytes are held, whatever the file holds.
+    """
     parts: list[bytes] = []
-    held, offset, line = 0, 0, 1
+    held, offset, line, tail = 0, 0, 1, 0  # tail: bytes held after the last \n (the line being read)
     for piece in iter_bytes(path, min(size, READ_SIZE)):
         parts.append(piece)
         held += len(piece)
-        if held < size or b"\n" not in piece:
+        newline = piece.rfind(b"\n")
+        tail = tail + len(piece) if newline < 0 else len(piece) - newline - 1
+        if tail > max_line:  # the line being read is too long; an earlier one in hand may be too
+            pending = b"".join(parts)
+            cut = pending.rfind(b"\n") + 1
+            _check_lines(pending, cut, path, line, max_line)
+            raise _long_line(path, line + pending.count(b"\n", 0, cut), max_line)
+        if held < size or newline < 0:
             continue
         pending = b"".join(parts)
         cut = pending.rfind(b"\n") + 1
+        _check_lines(pending, cut, path, line, max_line)
         yield LineChunk(pending[:cut], offset, line)
         line += pending.count(b"\n", 0, cut)
         offset += cut
         parts, held = [pending[cut:]], len(pending) - cut
     if held:
-        yield LineChunk(b"".join(parts), offset, line)
+        pending = b"".join(parts)
+        _check_lines(pending, len(pending), path, line, max_line)
+        yield LineChunk(pending, offset, line)
+
+
+def _check_lines(data: bytes, end: int, path: str | os.PathLike[str], first_line: int, max_line: int) -> None:
+    """Refuse a line of *data[:end]* longer than *max_line* bytes (vectorized; skipped when none can be)."""
+    if end <= max_line:
+        return
+    ends = np.flatnonzero(np.frombuffer(data, np.uint8, count=end) == 10)
+    last = [end] if not ends.size or ends[-1] != end - 1 else []  # an unterminated last line
+    bounds = np.concatenate((np.array([-1], np.int64), ends, np.array(last, np.int64)))
+    long = np.flatnonzero(np.diff(bounds) - 1 > max_line)
+    if long.size:
+        raise _long_line(path, first_line + int(long[0]), max_line)
+
+
+def _long_line(path: str | os.PathLike[str], number: int, max_line: int) -> DataError:
+    return DataError(
+        f"{os.fspath(path)}:{number}: a line of more than {max_line:,} bytes (the limit for one line); "
+        "raise it with --max-line-bytes (max_line_bytes=), or leave the file out"
+    )
 
 
 def split_lines(text: str, first_line: int) -> Iterator[tuple[int, str]]:

@@ -94,6 +94,8 @@ def select_inputs(
             files.extend(sorted(_walk(path, prefix, os.fspath(raw)), key=lambda f: f.relative))
         elif path.is_file():
             files.append(InputFile(path, os.fspath(raw), path.name, format_of(path.name)))
+        elif path.exists():  # a FIFO, device or socket: never read (it could block or never end)
+            raise DataError(f"input {os.fspath(raw)!r} is not a regular file or a folder; pass files or folders")
         else:
             raise DataError(f"input {os.fspath(raw)!r} does not exist; pass files or folders")
     kept = [

@@ -14,6 +14,7 @@ from ...errors import DataError
 from ...model.documents import Partition
 from ...model.validate import check_id
 from .blocks import Block, ReadOptions, flat_block, partition_codes, text_block
+from .inputs import is_format_error
 from .jsonl import TEXT_COLUMNS, TOKEN_KEYS
 from .tokenizers import require
 
@@ -75,6 +76,21 @@ def _tablepartition_codes(table: Any, names: list[str], wheres: list[str], parti
     return np.fromiter(
         (Partition.parse(v, w).code for v, w in zip(values, wheres, strict=True)), dtype=np.uint8, count=len(values)
     )
+
+
+def validated(table: Any, path: str, what: str) -> Any:
+    """*table* (a pyarrow Table or RecordBatch) once fully validated (offsets, lengths, UTF-8), before anything reads it.
+
+    A damaged file can hold offsets that point outside its buffers: reading them
+    without this check crashes the process.  Failures are `DataError`s naming *path*.
+    """
+    try:
+        table.validate(full=True)
+    except Exception as err:
+        if is_format_error(err):
+            raise table_error(path, what, err) from err
+        raise
+    return table
 
 
 def table_error(path: str, what: str, err: BaseException) -> DataError:
