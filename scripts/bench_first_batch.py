@@ -93,7 +93,7 @@ def stand_in_plan(store: Path, plans: Path, batch_size: int) -> dict[str, Any]:
     planning.permute = affine  # type: ignore[assignment]
     try:
         started = time.perf_counter()
-        order = planning._plan_file(windows, SEED, plans, run={"seed": SEED, "epoch": 0, "stand_in": 1})
+        order = planning.build_plan(windows, SEED, plans, run={"seed": SEED, "epoch": 0, "stand_in": 1})[0]
         seconds = time.perf_counter() - started
     finally:
         planning.permute = real
@@ -137,6 +137,15 @@ def first_batch(store_path: str, plans: str, context_length: int, stride: int, b
         "plan_holds_positions": order.space.plan_holds_positions,
         "shape": list(batch.shape),
     }
+
+
+def verify_once(store_path: str, plans: str) -> dict[str, Any]:
+    """One fresh process: open the plan with verify=True (one read: digest, every entry, no window twice)."""
+    store = sb.open_source(store_path, verify=False).store
+    windows = sb.windows(store, context_length=1)
+    started = time.perf_counter()
+    planning.plan_file(windows, SEED, plans, verify=True)
+    return {"verify_s": time.perf_counter() - started, "windows": len(windows)}
 
 
 def timed_runs(source: Path, plans: Path, T: int, stride: int, B: int, repeats: int) -> list[dict[str, Any]]:
@@ -258,6 +267,21 @@ def main() -> None:
         report(
             "10^9-window epoch" if int(args.windows) == 10**9 else "epoch", timed_runs(store, plans, 1, 1, args.B, args.repeats)
         )
+        code = (
+            "import json, sys; sys.path.insert(0, sys.argv[1]); import bench_first_batch as b; "
+            "print(json.dumps(b.verify_once(sys.argv[2], sys.argv[3])))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(Path(__file__).parent), str(store), str(plans)], capture_output=True, text=True
+        )
+        if done.returncode == 0:
+            verified = json.loads(done.stdout)
+            print(
+                f"verify=True (digest, entries, no window twice; one read): {verified['verify_s']:.1f} s for "
+                f"{verified['windows']:,} windows ({verified['windows'] / verified['verify_s'] / 1e6:.0f} M windows/s)"
+            )
+        else:
+            print(f"verify=True refused the plan: {done.stderr.strip().splitlines()[-1]}")
         copies = (1 << 32) // (int(args.windows) + DOCUMENTS) + 1
         if not args.no_corpus and copies > 16:
             print(f"skipping the 2**32+ token corpus: it would need {copies} shards of this store (use --windows 1e9)")

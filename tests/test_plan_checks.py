@@ -118,13 +118,13 @@ def test_verify_refuses_every_tampered_plan(tmp_path: Path, how: str, redigest: 
     store, plans, plan = _planned(tmp_path)
     _tamper(plan, store, how, redigest)
     expected = {
-        "duplicate": r"entry 1 repeats window \d+ \(another window never comes\)",
+        "duplicate": r"1 entries repeat other windows \(window \d+ never comes\)",
         "crossing": r"entry 0 \(\d+\) is not a window of this source and partition",
         "partition": r"entry 0 \(\d+\) is not a window of this source and partition",
         "beyond": r"entry 0 \(1000000000\) is not a window of this source and partition",
     }[how]
     if not redigest and how == "duplicate":
-        expected = "repeats window|do not match the digest"
+        expected = "repeat other windows|do not match the digest"
     with pytest.raises(StoreError, match=re.escape(str(plan)) + ": .*(" + expected + ")"):
         sb.plan_file(_windows(store), SEED, plans, verify=True)
     with pytest.raises(StoreError, match=expected):
@@ -216,7 +216,7 @@ def test_cli_refuses_a_tampered_plan(tmp_path: Path, how: str, capsys: pytest.Ca
         status, text, err = _cli(argv, capsys)
         assert (2, "") == (status, text), (argv, err, text)
         assert 1 == len(err.splitlines()), err
-        assert "not a window of this source" in err or "repeats window" in err
+        assert "not a window of this source" in err or "repeat other windows" in err
     assert not out.exists()
     if how != "duplicate":  # without --verify the entry is refused when its batch is written
         status, text, err = _cli(["epoch", *common, "--plan-dir", str(plans), "-o", str(out)], capsys)

@@ -66,8 +66,16 @@ class RowGather:
         return self._shifted
 
     def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """``(inputs, targets)`` for rows starting at *positions* (an intp array)."""
-        records, width = self._records, positions.size
+        """``(inputs, targets)`` for rows starting at *positions* (an intp array): ``take(rows(positions))``."""
+        return self.take(positions)
+
+    def rows(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+        """Where `take` reads the rows starting at *positions*: in one store, the positions themselves."""
+        return positions
+
+    def take(self, rows: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)`` for *rows* (a slice of what `rows` returned), one gather per buffer."""
+        records, width, positions = self._records, rows.size, rows
         if records is None or self._shifted is None or width == 0:  # a rank's empty share, or no windows
             return self._empty.copy(), self._empty.copy()
         shape, dtype = (width, self._length), self._dtype
@@ -83,7 +91,8 @@ class RowGather:
 class ShardedGather:
     """Gathers rows of a `Corpus` (global positions) straight into final ``(w, T)`` arrays.
 
-    Each row's shard comes from one ``searchsorted`` on the shards' bases.  When
+    Each row's shard comes from one ``searchsorted`` on the shards' bases, done
+    by `rows` once for a whole block of batches (`take` then only copies).  When
     the shards' token arrays share one dtype (the usual case), one read-only
     record view spans the address range holding all of them, and a row is read
     at ``position + shift[shard]``: the batch is then one gather per buffer, as
@@ -114,11 +123,16 @@ class ShardedGather:
         self._span = _spanning_records(self._tokens, corpus.bases, context_length)
 
     def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """``(inputs, targets)`` for rows starting at global *positions* (an intp array)."""
-        width = positions.size
-        if width == 0:
-            empty = np.zeros((0, self._length), dtype=self._dtype)
-            return empty, empty.copy()
+        """``(inputs, targets)`` for rows starting at global *positions* (an intp array): ``take(rows(positions))``."""
+        return self.take(self.rows(positions))
+
+    def rows(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
+        """Where `take` reads the rows starting at global *positions*; checks each lies inside a shard.
+
+        With the spanning view: each row's record number in it (intp).  Otherwise:
+        each row's shard and position within it (a structured array).  Slices of
+        the result are what `take` accepts.
+        """
         shards = np.searchsorted(self._ends, positions, side="right")
         outside = (positions < self._bases[shards]) | (positions > self._last[shards])
         if outside.any():  # e.g. a tampered plan file: never read the span between shards
@@ -127,27 +141,42 @@ class ShardedGather:
                 f"row {row}: position {int(positions[row])} is not a window start inside a shard of this corpus; "
                 "the plan does not belong to it (remove the plan file and plan again)"
             )
+        if self._span is not None:
+            at: npt.NDArray[np.intp] = positions + self._span[2][shards]
+            return at
+        where = np.empty(positions.size, dtype=_SHARD_ROWS)
+        where["shard"], where["local"] = shards, positions - self._bases[shards]
+        return where
+
+    def take(self, rows: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)`` for *rows* (a slice of what `rows` returned)."""
+        width = rows.size
         shape, dtype = (width, self._length), self._dtype
+        if width == 0:
+            return np.zeros(shape, dtype), np.zeros(shape, dtype)
         if self._span is not None:  # one gather per buffer, like RowGather
-            records, shifted, shift = self._span
-            at = positions + shift[shards]
-            return np.ndarray(shape, dtype, records[at]), np.ndarray(shape, dtype, shifted[at])
+            records, shifted, _ = self._span
+            return np.ndarray(shape, dtype, records[rows]), np.ndarray(shape, dtype, shifted[rows])
         inputs, targets = np.empty(shape, dtype), np.empty(shape, dtype)
         rows_in, rows_out = inputs.view(self._record).reshape(width), targets.view(self._record).reshape(width)
+        shards = rows["shard"]
         counts = np.bincount(shards, minlength=len(self._gathers)).tolist()
         order = np.argsort(shards, kind="stable")  # rows grouped by shard, in row order within each
-        local = (positions - self._bases[shards])[order]
+        local = rows["local"][order]
         hi = 0
         for shard, count in enumerate(counts):
             if not count:
                 continue
             lo, hi = hi, hi + count
-            rows, gather = order[lo:hi], self._gathers[shard]
+            picked, gather = order[lo:hi], self._gathers[shard]
             if self._tokens[shard].dtype == dtype:  # whole records straight into this shard's rows
-                rows_in[rows], rows_out[rows] = gather.records[local[lo:hi]], gather.shifted[local[lo:hi]]
+                rows_in[picked], rows_out[picked] = gather.records[local[lo:hi]], gather.shifted[local[lo:hi]]
             else:  # a uint16 shard of a uint32 corpus: widened on the way
-                inputs[rows], targets[rows] = gather(local[lo:hi])
+                inputs[picked], targets[picked] = gather(local[lo:hi])
         return inputs, targets
+
+
+_SHARD_ROWS = np.dtype([("shard", np.intp), ("local", np.intp)])  # rows of the per-shard path
 
 
 def _spanning_records(
@@ -261,8 +290,9 @@ def _iter_blocks(chunks: Chunks[Any]) -> Iterator[MiniBatch]:
     """Iterate whole batches with the per-batch work cut to the gather itself.
 
     Positions of a block of consecutive batches come from one call (one cast to
-    intp, one searchsorted in sequential order); a strided share (``step > 1``)
-    takes one batch per block so the batches in between are never touched.
+    intp, one searchsorted in sequential order) and are mapped to the gather's
+    rows once (a corpus's shard lookup); a strided share (``step > 1``) takes one
+    batch per block so the batches in between are never touched.
     """
     windows, size, batches = chunks.items, chunks.batch_size, chunks.batches
     space, total = windows.space, len(windows)
@@ -272,10 +302,11 @@ def _iter_blocks(chunks: Chunks[Any]) -> Iterator[MiniBatch]:
         group = batches[head : head + per]
         base = group[0] * size
         positions = windows[base : min((group[-1] + 1) * size, total)].positions()
+        rows = gather.rows(positions)
         for batch in group:
-            rows = positions[(batch - group[0]) * size :][:size]
-            inputs, targets = gather(rows)
-            yield MiniBatch(batch, inputs, targets, rows, space)
+            lo = (batch - group[0]) * size
+            inputs, targets = gather.take(rows[lo : lo + size])
+            yield MiniBatch(batch, inputs, targets, positions[lo : lo + size], space)
 
 
 @overload

@@ -7,10 +7,9 @@ once, in blocks of `BLOCK` entries, and for each block
 - feeds the bytes to the BLAKE2b-256 digest the header recorded;
 - checks every entry is a window of the source and partition (the check every
   batch makes where the entry is used, `WindowIndex.first_invalid`);
-- marks each entry's window number in a bitmap of one bit per window (a block
-  is sorted first, so repeats inside it are adjacent): a window marked twice is
-  a duplicate, and with ``N`` valid entries for ``N`` windows no repeat means
-  every window appears exactly once.
+- marks each entry's window number in a bitmap of one bit per window; with
+  ``N`` valid entries for ``N`` windows, ``N`` bits set at the end means every
+  window appears exactly once (fewer: some entries repeat others).
 
 Memory: the bitmap (``N / 8`` bytes: 125 MB at 10^9 windows) plus a block's
 temporaries.  Any failure raises `StoreError` naming the file and the entry.
@@ -51,32 +50,29 @@ def verify_plan(ordered: Windows, path: str | Path, digest: str) -> None:
     for lo in range(0, count, BLOCK):
         block = np.ascontiguousarray(plan[lo : lo + BLOCK])
         hasher.update(block.view(np.uint8).data)
-        bad = index.first_invalid(block, space.plan_holds_positions)
-        if bad >= 0:
+        numbers = index.entry_windows(block, space.plan_holds_positions)
+        bad = np.flatnonzero(numbers < 0)
+        if bad.size:
             raise StoreError(
-                f"{path}: entry {lo + bad} ({int(block[bad])}) is not a window of this source and partition; "
+                f"{path}: entry {lo + int(bad[0])} ({int(block[bad[0]])}) is not a window of this source and partition; "
                 f"the plan is damaged: {fix}"
             )
-        numbers = index.windows_at(block) if space.plan_holds_positions else block.astype(np.int64)
-        repeat = _mark(seen, numbers)
-        if repeat is not None:
-            at = lo + int(np.flatnonzero(numbers == repeat)[-1])
-            raise StoreError(f"{path}: entry {at} repeats window {repeat} (another window never comes); {fix}")
+        _mark(seen, numbers)
+    marked = int(np.bitwise_count(seen).sum())
+    if marked != index.window_count:  # N valid entries for N windows: a window missing means another repeats
+        missing = int(np.flatnonzero(np.unpackbits(seen, bitorder="little")[: index.window_count] == 0)[0])
+        raise StoreError(
+            f"{path}: {index.window_count - marked} entries repeat other windows (window {missing} never comes); {fix}"
+        )
     if hasher.hexdigest() != digest:
         raise StoreError(f"{path}: the plan's bytes do not match the digest in its header; it was changed: {fix}")
 
 
-def _mark(seen: npt.NDArray[np.uint8], numbers: npt.NDArray[Any]) -> int | None:
-    """Set the bits of *numbers* in *seen*; return a window number already set (or repeated in *numbers*), else None."""
-    ordered = np.sort(numbers)
-    same = np.flatnonzero(ordered[1:] == ordered[:-1])
-    if same.size:
-        return int(ordered[same[0]])
-    byte = ordered >> 3
-    bit = np.left_shift(1, ordered & 7).astype(np.uint8)
-    taken = np.flatnonzero(seen[byte] & bit)
-    if taken.size:
-        return int(ordered[taken[0]])
-    heads = np.flatnonzero(np.r_[True, byte[1:] != byte[:-1]])
-    seen[byte[heads]] |= np.bitwise_or.reduceat(bit, heads)
-    return None
+def _mark(seen: npt.NDArray[np.uint8], numbers: npt.NDArray[np.int64]) -> None:
+    """Set the bit of every window of *numbers* in *seen* (a repeat sets a bit already set: counted at the end)."""
+    byte = numbers >> 3
+    bit = np.left_shift(1, numbers & 7).astype(np.uint8)
+    seen[byte] |= bit  # buffered: two entries of one byte keep only one bit ...
+    lost = np.flatnonzero((seen[byte] & bit) == 0)
+    if lost.size:  # ... so the few lost ones are set unbuffered
+        np.bitwise_or.at(seen, byte[lost], bit[lost])

@@ -17,6 +17,7 @@ import numpy.typing as npt
 from .._checks import check_positive
 
 IntArray = npt.NDArray[np.int64]
+BLOCK = 1 << 20  # windows per block of position arithmetic: bounded temporaries (16 bytes per window of a block)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ class WindowIndex:
     """
 
     __slots__ = (
+        "_doc_base",
+        "_doc_ends",
         "_doc_last",
         "_doc_starts",
         "_window_docs",
@@ -130,6 +133,9 @@ class WindowIndex:
             self.starts = np.asarray(starts, dtype=np.int64)
         self._window_docs: IntArray = np.flatnonzero(self.counts)
         self._doc_starts: IntArray = self.starts[self._window_docs]  # increasing: documents never overlap
+        self._doc_ends: IntArray = self.cumulative[self._window_docs]  # window numbers below each one's end
+        # window n of document d (counted globally) starts at position _doc_base[d] + n * stride
+        self._doc_base: IntArray = self._doc_starts - (self._doc_ends - self.counts[self._window_docs]) * config.stride
         self._doc_last: IntArray = (self.counts[self._window_docs] - 1) * config.stride  # offset of the last window start
 
     def locate(self, windows: npt.ArrayLike) -> tuple[IntArray, IntArray]:
@@ -150,29 +156,41 @@ class WindowIndex:
         documents = self._window_docs[np.searchsorted(self._doc_starts, where, side="right") - 1]
         return documents, where - self.starts[documents]
 
-    def first_invalid(self, entries: npt.NDArray[Any], holds_positions: bool = True) -> int:
-        """Index of the first of *entries* that is no window here (-1 when all are): the check of plan entries.
+    def entry_windows(self, entries: npt.NDArray[Any], holds_positions: bool = True) -> IntArray:
+        """The window number of each plan entry, -1 where it is no window here: the check of plan entries.
 
         Positions must be window starts (of a document with windows: the partition's),
         window numbers in ``[0, window_count)``; one ``searchsorted``, as `locate_positions`.
+
+        >>> WindowIndex([5, 4], WindowConfig(2)).entry_windows(np.array([0, 6, 3, 7, -1])).tolist()
+        [0, 4, -1, -1, -1]
+        """
+        where = np.asarray(entries).astype(np.int64, copy=False)
+        if not holds_positions:
+            return np.where((where >= 0) & (where < self.window_count), where, -1)
+        if not self._doc_starts.size:
+            return np.full(where.size, -1, dtype=np.int64)
+        slot = np.searchsorted(self._doc_starts, where, side="right") - 1
+        np.maximum(slot, 0, out=slot)
+        offset = where - self._doc_starts[slot]
+        bad = (offset < 0) | (offset > self._doc_last[slot])
+        stride = self.config.stride
+        if stride > 1:
+            bad |= offset % stride != 0
+        docs = self._window_docs[slot]
+        numbers = self.cumulative[docs] - self.counts[docs] + offset // stride
+        numbers[bad] = -1
+        return numbers
+
+    def first_invalid(self, entries: npt.NDArray[Any], holds_positions: bool = True) -> int:
+        """Index of the first of *entries* that is no window here (-1 when all are); in bounded blocks.
 
         >>> index = WindowIndex([5, 4], WindowConfig(2))
         >>> index.first_invalid(np.array([0, 6])), index.first_invalid(np.array([6, 3])), index.first_invalid(np.array([7]))
         (-1, 1, 0)
         """
         for lo in range(0, len(entries), 1 << 20):  # bounded temporaries, whatever the view's length
-            where = np.asarray(entries[lo : lo + (1 << 20)]).astype(np.int64, copy=False)
-            if not holds_positions:
-                bad = (where < 0) | (where >= self.window_count)
-            elif not self._doc_starts.size:
-                bad = np.ones(where.size, dtype=bool)
-            else:
-                slot = np.searchsorted(self._doc_starts, where, side="right") - 1
-                np.maximum(slot, 0, out=slot)
-                offset = where - self._doc_starts[slot]
-                bad = (offset < 0) | (offset > self._doc_last[slot])
-                if self.config.stride > 1:
-                    bad |= offset % self.config.stride != 0
+            bad = self.entry_windows(entries[lo : lo + (1 << 20)], holds_positions) < 0
             if bad.any():
                 return lo + int(np.argmax(bad))
         return -1
@@ -183,26 +201,48 @@ class WindowIndex:
         return self.cumulative[documents] - self.counts[documents] + starts // self.config.stride
 
     def all_positions(
-        self, dtype: npt.DTypeLike = np.int64, block: int = 1 << 22, out: npt.NDArray[Any] | None = None
+        self, dtype: npt.DTypeLike = np.int64, block: int | None = None, out: npt.NDArray[Any] | None = None
     ) -> npt.NDArray[np.integer]:
         """Token position of every window, in window order, built in bounded blocks (into *out* if given).
 
         >>> WindowIndex([5, 4], WindowConfig(2)).all_positions().tolist()
         [0, 1, 2, 5, 6]
         """
-        out = np.empty(self.window_count, dtype=dtype) if out is None else out
-        docs = self._window_docs
-        counts = self.counts[docs]
-        ends = self.cumulative[docs]
-        base = self.starts[docs] - (ends - counts) * self.config.stride
-        cuts = np.searchsorted(ends, np.arange(block, self.window_count, block), side="left")
-        lo = 0
-        for d0, d1 in zip(np.r_[0, cuts + 1], np.r_[cuts + 1, docs.size], strict=True):
-            if d1 <= d0:
+        return self.range_positions(0, self.window_count, dtype, block=block, out=out)
+
+    def range_positions(
+        self,
+        lo: int,
+        hi: int,
+        dtype: npt.DTypeLike = np.int64,
+        *,
+        block: int | None = None,
+        out: npt.NDArray[Any] | None = None,
+    ) -> npt.NDArray[Any]:
+        """Token positions of windows ``lo .. hi - 1`` (``0 <= lo <= hi <= window_count``), into *out* if given.
+
+        Built in blocks of at most *block* windows (default `BLOCK`), inside a
+        document too: the temporaries are 16 bytes per window of one block, never
+        per window of the range, so one document of 10**9 windows costs only the output.
+
+        >>> WindowIndex([5, 4], WindowConfig(2)).range_positions(1, 4).tolist()
+        [1, 2, 5]
+        """
+        out = np.empty(hi - lo, dtype=dtype) if out is None else out
+        stride, base, ends = self.config.stride, self._doc_base, self._doc_ends
+        block = BLOCK if block is None else block
+        ramp: IntArray | None = None
+        for first in range(lo, hi, block):
+            last = min(first + block, hi)
+            d0 = int(np.searchsorted(ends, first, side="right"))
+            d1 = int(np.searchsorted(ends, last - 1, side="right")) + 1
+            if d1 - d0 == 1:  # inside one document: an arithmetic ramp, no per-window index array
+                if ramp is None:
+                    ramp = np.arange(min(block, hi - lo), dtype=np.int64) * stride
+                np.add(ramp[: last - first], int(base[d0]) + first * stride, out=out[first - lo : last - lo], casting="unsafe")
                 continue
-            hi = int(ends[d1 - 1])
-            chunk = np.repeat(base[d0:d1], counts[d0:d1])
-            chunk += np.arange(lo, hi, dtype=np.int64) * self.config.stride
-            out[lo:hi] = chunk
-            lo = hi
+            taken = np.minimum(ends[d0:d1], last) - np.maximum(ends[d0:d1] - self.counts[self._window_docs[d0:d1]], first)
+            chunk = np.repeat(base[d0:d1], taken)
+            chunk += np.arange(first, last, dtype=np.int64) * stride
+            out[first - lo : last - lo] = chunk
         return out

@@ -33,6 +33,7 @@ class ShuffleOrder(NamedTuple):
     state_after: int
 
 
+_ITER_BLOCK = 1 << 16  # window numbers made at once when iterating a view
 POSITION_LIMIT = 1 << 32  # plans hold uint32 first-token positions while every position fits
 
 
@@ -210,10 +211,8 @@ class Windows(Sequence[int]):
         if self._plan is not None:
             return self._plan[self._lo : self._hi]
         dtype = space.plan_dtype(len(self))
-        if space.plan_holds_positions:
-            if self._lo == 0 and self._hi == space.index.window_count:
-                return space.index.all_positions(dtype)
-            return space.index.positions(np.arange(self._lo, self._hi, dtype=np.int64)).astype(dtype)
+        if space.plan_holds_positions:  # built in bounded blocks: no per-window temporary beyond the result
+            return space.index.range_positions(self._lo, self._hi, dtype)
         return np.arange(self._lo, self._hi, dtype=dtype)
 
     def with_plan(self, plan: npt.NDArray[Any], order: ShuffleOrder | None) -> Windows:
@@ -225,10 +224,14 @@ class Windows(Sequence[int]):
         return Windows(self._space, plan, 0, plan.size, order=order)
 
     def _entries(self) -> npt.NDArray[Any]:
-        """This view's plan entries, each checked where it is used: a window of this space, else `DataError`."""
+        """This view's plan entries; read from a file, each is checked where it is used (a window here, else `DataError`).
+
+        Plans computed in this process (`shuffle`) are not checked: they cannot be damaged, and the check costs
+        about as much as gathering a short row.
+        """
         assert self._plan is not None
         values = self._plan[self._lo : self._hi]
-        bad = self._space.index.first_invalid(values, self._space.plan_holds_positions)
+        bad = self._space.index.first_invalid(values, self._space.plan_holds_positions) if _from_file(self._plan) else -1
         if bad >= 0:
             where = self.plan_path or "the plan"
             raise DataError(
@@ -242,7 +245,7 @@ class Windows(Sequence[int]):
         """First-token position of each window in the store's flat tokens (intp: numpy's fast index)."""
         space = self._space
         if self._plan is None:
-            return space.index.positions(np.arange(self._lo, self._hi, dtype=np.int64)).astype(np.intp, copy=False)
+            return space.index.range_positions(self._lo, self._hi, np.intp)
         values = self._entries()
         if space.plan_holds_positions:
             return values.astype(np.intp)
@@ -295,7 +298,8 @@ class Windows(Sequence[int]):
         return int(self[at : at + 1].numbers()[0])
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.numbers().tolist())
+        for lo in range(0, len(self), _ITER_BLOCK):  # bounded: one block of numbers at a time
+            yield from self.view(lo, min(lo + _ITER_BLOCK, len(self))).numbers().tolist()
 
     def __repr__(self) -> str:
         order = "sequential" if self._plan is None else f"seed={self.seed}"
@@ -312,6 +316,16 @@ class _MappedFile(NamedTuple):
     dtype: str
     offset: int
     size: int
+
+
+def _from_file(plan: npt.NDArray[Any]) -> bool:
+    """Whether *plan* views a memory-mapped file (a plan file: its entries are checked where used)."""
+    base: Any = plan
+    while isinstance(base, np.ndarray):
+        if isinstance(base, np.memmap):
+            return True
+        base = base.base
+    return isinstance(base, mmap.mmap)
 
 
 def _mapped_file(plan: npt.NDArray[Any] | None) -> _MappedFile | None:
