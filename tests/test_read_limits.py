@@ -76,21 +76,27 @@ def test_the_limits_are_options(tmp_path: Path) -> None:
 def test_cli_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--max-line-bytes on prepare and on every SOURCE command; --max-document-bytes on prepare; exit 2, one line."""
     data = tmp_path / "d.jsonl.gz"
-    data.write_bytes(gzip.compress(b'{"id": "a", "tokens": [0, 5, 6, 7, 8, 1]}\n' + b'{"id": "b", "tokens": [' + b"3, " * 400 + b"1]}\n"))
+    data.write_bytes(
+        gzip.compress(b'{"id": "a", "tokens": [0, 5, 6, 7, 8, 1]}\n' + b'{"id": "b", "tokens": [' + b"3, " * 400 + b"1]}\n")
+    )
     code, _ = cli("prepare", str(data), "-o", str(tmp_path / "s"), "--max-line-bytes", "1K")
     err = capsys.readouterr().err.strip().splitlines()
-    assert 2 == code and 1 == len(err) and "d.jsonl.gz:2: a line of more than 1,024 bytes" in err[0]
+    assert 2 == code
+    assert 1 == len(err)
+    assert "d.jsonl.gz:2: a line of more than 1,024 bytes" in err[0]
     assert (0, "") == cli("prepare", str(data), "-o", str(tmp_path / "s"), "--max-line-bytes", "2KiB", "-q")
     code, _ = cli("inspect", str(data), "--max-line-bytes", "1024")
-    assert 2 == code and "d.jsonl.gz:2: a line of more than 1,024 bytes" in capsys.readouterr().err
+    assert 2 == code
+    assert "d.jsonl.gz:2: a line of more than 1,024 bytes" in capsys.readouterr().err
     assert 0 == cli("inspect", str(data), "--max-line-bytes", "2k")[0]
     text = tmp_path / "t.txt"
     text.write_text("x" * 2000)
     code, _ = cli("prepare", str(text), "-o", str(tmp_path / "t"), "--max-document-bytes", "1K")
-    assert 2 == code and "t.txt: a document of more than 1,024 bytes" in capsys.readouterr().err
+    assert 2 == code
+    assert "t.txt: a document of more than 1,024 bytes" in capsys.readouterr().err
     assert (1024, 64 << 20, 3 << 30, 12) == (byte_size("1K"), byte_size("64MiB"), byte_size("3G"), byte_size("12"))
     for bad in ("0", "x", "1.5M", "-3"):
-        with pytest.raises(Exception, match="size in bytes|at least 1 byte"):
+        with pytest.raises(Exception, match=r"size in bytes|at least 1 byte"):
             byte_size(bad)
 
 
@@ -124,8 +130,10 @@ def test_zst_bomb_under_an_address_space_limit(tmp_path: Path, name: str, argv: 
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, *args[:1], str(bomb), *args[1:]], capture_output=True, text=True, timeout=60
     )
-    assert "Traceback" not in done.stderr and "MemoryError" not in done.stderr
-    assert 1 == len(done.stderr.strip().splitlines()) and f"{name}{message}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "MemoryError" not in done.stderr
+    assert 1 == len(done.stderr.strip().splitlines())
+    assert f"{name}{message}" in done.stderr
     words = done.stdout.split()
     assert ["exit", "2"] == words[:2]
     assert int(words[3]) < peak, f"peak RSS {int(words[3]) >> 20} MiB"

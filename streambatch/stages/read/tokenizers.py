@@ -31,9 +31,11 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._checks import is_integer
-from ...errors import ConfigError, DataError, MissingDependencyError
+from ...errors import ConfigError, DataError, missing_dependency
+from ...io.files import open_regular
 from ...model.validate import TOKEN_LIMIT, Labels, check_tokens, check_vocabulary, label_of, short
 from .byte_tokens import BYTE_VOCAB_SIZE
+from .split_text import encode_pieces, splittable
 
 AUTO: Literal["auto"] = "auto"
 SpecialId = int | None | Literal["auto"]
@@ -73,15 +75,13 @@ def require(module: str, extra: str, what: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as err:
-        raise MissingDependencyError(
-            f"{what} needs the {module.split('.')[0]} package; install it with: pip install 'streambatch[{extra}]'"
-        ) from err
+        raise missing_dependency(what, module.split(".")[0], extra) from err
 
 
 def file_hash(path: str | os.PathLike[str]) -> str:
     """``blake2b-256:`` + the hex BLAKE2b-256 of a file's bytes (as store fingerprints are written)."""
     digest = hashlib.blake2b(digest_size=32)
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         while chunk := handle.read(_HASH_BLOCK):
             digest.update(chunk)
     return "blake2b-256:" + digest.hexdigest()
@@ -149,7 +149,9 @@ class HFTokenizer:
     Text is encoded without the tokenizer's own post-processing
     (``add_special_tokens=False``): documents get exactly ``bos_id`` and ``eos_id``.
     ``eos_id``/``bos_id`` default to ``"auto"``: the first of `EOS_NAMES` / `BOS_NAMES`
-    in the vocabulary, else none.  Pickles as its JSON (worker processes).
+    in the vocabulary, else none.  Pickles as its JSON (worker processes).  Long texts are
+    encoded in pieces where that gives the same ids (`streambatch.stages.read.split_text`),
+    and at most about 1 Mi characters at a time, so memory stays bounded.
     """
 
     tokenizer: Any = field(repr=False)
@@ -158,8 +160,10 @@ class HFTokenizer:
     eos_id: int | None = AUTO  # type: ignore[assignment]
     bos_id: int | None = AUTO  # type: ignore[assignment]
     vocab_size: int = field(init=False)
+    split: bool = field(init=False, repr=False)  # long texts may be cut into pieces (split_text.splittable)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "split", splittable(self.tokenizer))
         vocab = self.tokenizer.get_vocab(with_added_tokens=True)
         object.__setattr__(self, "vocab_size", max(vocab.values(), default=-1) + 1)
         for special, names in (("eos_id", EOS_NAMES), ("bos_id", BOS_NAMES)):
@@ -177,7 +181,8 @@ class HFTokenizer:
         tokenizers = require("tokenizers", "tokenizers", "--tokenizer (a Hugging Face tokenizer.json)")
         name = os.fspath(path)
         try:
-            text = Path(name).read_bytes()
+            with open_regular(name) as handle:  # a FIFO or device is refused, never waited on
+                text = handle.read()
             loaded = tokenizers.Tokenizer.from_str(text.decode("utf-8"))
         except OSError as err:
             raise ConfigError(f"tokenizer={name!r}: cannot read ({err.strerror}); pass a tokenizer.json file") from err
@@ -189,11 +194,10 @@ class HFTokenizer:
         return cls(loaded, Path(name).name, digest, eos_id, bos_id)  # type: ignore[arg-type]
 
     def encode(self, text: str) -> npt.NDArray[np.uint32]:
-        return np.array(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.uint32)
+        return encode_pieces(self.tokenizer, [text], self.split)[0]
 
     def encode_batch(self, texts: Sequence[str]) -> list[npt.NDArray[np.uint32]]:
-        batch = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)  # fast: no offsets
-        return [np.array(e.ids, dtype=np.uint32) for e in batch(list(texts), add_special_tokens=False)]
+        return encode_pieces(self.tokenizer, texts, self.split)
 
     def describe(self) -> dict[str, Any]:
         tokens = {
