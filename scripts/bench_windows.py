@@ -67,7 +67,8 @@ def worker(kind: str, store: str, windows: int, context_length: int, stride: int
     start = time.perf_counter()
     if kind == "stages":
         order = sb.shuffle(sb.windows(source, context_length=context_length, stride=stride), SEED)
-        assert len(order) == windows and order.plan is not None, (len(order), windows)
+        if len(order) != windows or order.plan is None:
+            raise SystemExit(f"expected a shuffled plan of {windows} windows, got {order!r}")
         nbytes, head = order.plan_nbytes, order.plan[:3].tolist()
     else:
         plan = np.random.default_rng(0).permutation(windows)
