@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
 
 import streambatch as sb
 import streambatch.stages.plan as planning
@@ -35,6 +36,7 @@ from streambatch.stages.plan import HEADER_BYTES, build_plan, plan_path
 from streambatch.stages.splitmix import derive_seed
 
 from .hostile import ENV
+from .strategies import configs, documents
 
 T, B, SEED = 2, 4, 7
 
@@ -90,6 +92,22 @@ def _planned(tmp_path: Path) -> tuple[Path, Path, Path]:
     plans = tmp_path / "plans"
     plan = Path(str(sb.plan_file(_windows(store), SEED, plans).plan_path))
     return store, plans, plan
+
+
+@given(documents(), documents("test"), configs)
+def test_entry_windows_accepts_exactly_the_window_starts(train: list[sb.Document], test: list[sb.Document], config: Any) -> None:
+    """Every position of the store: the window number where a train window starts there, -1 everywhere else."""
+    docs = [d for pair in zip(train, test, strict=False) for d in pair] + train[len(test) :] + test[len(train) :]
+    docs = [sb.Document(f"x{i}", d.partition, d.tokens) for i, d in enumerate(docs)]
+    windows = sb.windows(docs, context_length=config["context_length"], stride=config["stride"], keep_partition=True)
+    index = windows.window_index
+    starts = index.all_positions()
+    every = np.arange(-2, windows.store.flat_size + 3)
+    expected = np.full(every.size, -1)
+    expected[starts + 2] = np.arange(starts.size)
+    assert expected.tolist() == index.entry_windows(every).tolist()
+    numbers = np.arange(-2, index.window_count + 2)
+    assert np.where(numbers < index.window_count, numbers, -1).clip(-1).tolist() == index.entry_windows(numbers, False).tolist()
 
 
 ATTACKS = ["duplicate", "crossing", "partition", "beyond"]
