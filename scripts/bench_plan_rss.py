@@ -87,7 +87,7 @@ def reader(store_path: Path, plans: Path, batch_size: int) -> dict[str, Any]:
         "rss_file_after_iterating_mb": memory()["RssFile"],
     }
     del epoch
-    sequential = sb.Epoch(store, context_length=1, batch_size=batch_size)
+    sequential = sb.Epoch(store, context_length=1, batch_size=batch_size, seed=None)
     result["rss_anon_before_sequential_mb"] = memory()["RssAnon"]
     result["sequential"] = iterate(sequential)
     return result

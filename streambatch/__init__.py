@@ -15,7 +15,7 @@ The stages, each a plain function, chained lazily::
 position the checkpoint (``state_dict`` / ``load_state_dict``).
 
 >>> import streambatch as sb
->>> epoch = sb.Epoch([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2, batch_size=2)
+>>> epoch = sb.Epoch([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2, batch_size=2, seed=7)
 >>> [b.shape for b in epoch]
 [(2, 2), (1, 2)]
 """

@@ -8,6 +8,7 @@ use.
 
 from __future__ import annotations
 
+import enum
 import os
 import warnings
 from collections.abc import Iterator
@@ -65,6 +66,17 @@ def epoch_windows(
     )
 
 
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+
+UNSET = _Unset.UNSET  # seed= not passed: document order with a DeprecationWarning (0.3); seed will be required
+NO_SEED = (
+    "Epoch(...) without seed= reads the windows in document order, unshuffled: pass seed=N for a shuffled epoch "
+    "(the CLI's --seed N) or seed=None for document order (--sequential); a later release will require seed="
+)
+
+
 class Epoch:
     """Every window of one partition exactly once, batched; the final batch is smaller.
 
@@ -76,6 +88,10 @@ class Epoch:
     shuffle is ``plan_file(windows, k, DIR)``: the same order, computed once into
     a file that every rank and worker memory-maps (``verify_plan=True`` reads it
     once when opened, checking its digest and that no window repeats).
+
+    *seed* is required, as the CLI's ``--seed N | --sequential`` is: ``seed=None``
+    means document order (windows passed already shuffled keep their order).
+    Leaving it out still gives document order, with a `DeprecationWarning`.
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),
@@ -94,7 +110,7 @@ class Epoch:
         context_length: int | None = None,
         batch_size: int,
         stride: int | None = None,
-        seed: int | None = None,
+        seed: int | _Unset | None = UNSET,
         partition: Partition | str | None = None,
         keep_partition: bool = False,
         plan_dir: str | os.PathLike[str] | None = None,
@@ -108,6 +124,10 @@ class Epoch:
             source = documents
         self.batch_size = check_positive(batch_size, "batch_size", "the number of windows per batch")
         given = epoch_windows(source, context_length, stride, partition, keep_partition)
+        if isinstance(seed, _Unset):
+            if given.order is None:
+                warnings.warn(NO_SEED, DeprecationWarning, stacklevel=2)
+            seed = None
         if given.seed is not None and seed is not None and seed != given.seed:
             raise ConfigError(f"seed={seed!r} but the windows passed are already shuffled with seed {given.seed}")
         self.seed = given.seed if seed is None else check_seed(seed)
@@ -121,12 +141,12 @@ class Epoch:
     @classmethod
     def from_windows(cls, ordered: Windows, *, batch_size: int) -> Epoch:
         """The epoch of windows already in their order (e.g. ``sb.shuffle(sb.windows(...), seed)``): ``Epoch(ordered, ...)``."""
-        return cls(ordered, batch_size=batch_size)
+        return cls(ordered, batch_size=batch_size, seed=None)
 
     def reseeded(self, seed: int | None) -> Epoch:
         """The same windows and batching over the same source, in the order of *seed*."""
         if seed is None:
-            return Epoch(self.windows, batch_size=self.batch_size)
+            return Epoch(self.windows, batch_size=self.batch_size, seed=None)
         return Epoch(self.windows, batch_size=self.batch_size, seed=seed, plan_dir=self.plan_dir, verify_plan=self.verify_plan)
 
     @property
@@ -225,7 +245,7 @@ class Epoch:
         batch index.
 
         >>> import streambatch as sb
-        >>> epoch = sb.Epoch([sb.Document("a", "train", range(8))], context_length=2, batch_size=4)
+        >>> epoch = sb.Epoch([sb.Document("a", "train", range(8))], context_length=2, batch_size=4, seed=7)
         >>> [[b.width for b in epoch.iter_batches(rank=r, world_size=3)] for r in range(3)]
         [[2, 1], [1, 1], [1, 0]]
         """

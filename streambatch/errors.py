@@ -6,6 +6,8 @@ line, coordinate, file) and what to do about it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class StreamBatchError(ValueError):
     """Base of every error streambatch raises on purpose."""
@@ -49,3 +51,37 @@ class RowIndexError(OutOfRangeError):
 
 class StateError(StreamBatchError):
     """A saved run position is malformed or belongs to another run (corpus, configuration, seed, version)."""
+
+
+EXTRAS = {  # the optional extras of pyproject.toml and the packages each installs (tests/test_newcomer.py keeps them equal)
+    "progress": ("tqdm>=4.60",),
+    "torch": ("torch>=2.1", "torchdata>=0.8"),
+    "tokenizers": ("tokenizers>=0.19",),
+    "hf": ("datasets>=2.14",),
+    "arrow": ("pyarrow>=12",),
+    "zstd": ("zstandard>=0.21",),
+}
+
+
+def install_hint(extra: str) -> str:
+    """The one command that installs an extra: its packages by name, and this project's own checkout when there is one.
+
+    Never ``pip install streambatch[...]``: an unrelated package of that name is
+    on the public index.
+
+    >>> install_hint("zstd").startswith("pip install 'zstandard>=0.21' (the zstd extra")
+    True
+    """
+    packages = " ".join(f"'{p}'" for p in EXTRAS[extra])
+    root = Path(__file__).resolve().parent.parent
+    checkout = f"; or, from this checkout, pip install -e '{root}[{extra}]'" if (root / "pyproject.toml").is_file() else ""
+    return f"pip install {packages} (the {extra} extra of streambatch{checkout})"
+
+
+def missing_dependency(what: str, module: str, extra: str) -> MissingDependencyError:
+    """The `MissingDependencyError` for *what*, which needs *module* from the optional *extra*.
+
+    >>> print(str(missing_dependency("reading .zst files", "zstandard", "zstd")).split(": ")[1])
+    pip install 'zstandard>=0.21' (the zstd extra of streambatch...
+    """
+    return MissingDependencyError(f"{what} needs the {module} package, which is not installed: {install_hint(extra)}")

@@ -228,7 +228,7 @@ def test_shares_of_workers_and_ranks_are_audited_as_one_epoch() -> None:
 
 def test_sequential_epoch_is_compared_with_a_shuffle() -> None:
     """A sequential epoch replays and differs from the seed-0 shuffle."""
-    epoch = sb.Epoch([sb.Document("a", "train", range(12))], context_length=2, batch_size=4)
+    epoch = sb.Epoch([sb.Document("a", "train", range(12))], context_length=2, batch_size=4, seed=None)
     result = audit_epoch(epoch)
     assert (True, "same", "changed") == (result.ok, result.replay, result.different_seed)
 
@@ -248,7 +248,7 @@ def test_tiny_and_empty_epochs() -> None:
 def test_duplicates_in_batches_wider_than_a_stamp_block() -> None:
     """Rows beyond 65,535 in one batch are stamped in blocks; a duplicate across blocks is found."""
     store = sb.DocumentStore.from_arrays(np.zeros(70_002, dtype=np.uint16), [0, 70_002])
-    epoch = sb.Epoch(store, context_length=1, batch_size=70_001)
+    epoch = sb.Epoch(store, context_length=1, batch_size=70_001, seed=None)
     batch = fake(epoch[0])
     tampered = with_row(batch, store, 0, 3, at=69_000)  # window 3 again, 69,000 rows later
     result = audit_batches([tampered], epoch)

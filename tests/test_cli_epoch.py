@@ -200,7 +200,7 @@ def test_an_empty_epoch_says_so_on_stderr(tmp_path: Path, capsys: pytest.Capture
     assert captured.out == ""
     assert "the epoch is empty" in captured.err
     assert "T + 1 = 6 tokens" in captured.err
-    assert sb.Epoch(read_jsonl(path), context_length=5, batch_size=2).window_count == 0
+    assert sb.Epoch(read_jsonl(path), context_length=5, batch_size=2, seed=None).window_count == 0
 
 
 def test_a_hostile_state_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -176,7 +176,7 @@ def test_select_keeps_the_virtual_token_space() -> None:
     b = sb.DocumentStore.from_arrays(np.arange(8), [0, 4, 8], ids=["b0", "b1"], partition=["test", "train"])
     corpus = sb.Corpus([a, b]).select("train")
     assert (("a0", "b1"), [0, 14], 18) == (corpus.ids, corpus.starts.tolist(), corpus.flat_size)
-    batch = next(iter(sb.Epoch(corpus, context_length=2, batch_size=8)))
+    batch = next(iter(sb.Epoch(corpus, context_length=2, batch_size=8, seed=None)))
     assert [[0, 1], [1, 2], [2, 3], [4, 5], [5, 6]] == batch.inputs.tolist()
     assert [0, 0, 0, 1, 1] == batch.shards.tolist()
 

@@ -88,7 +88,7 @@ def test_final_batch_token_mean_uses_width_times_t(docs: list[sb.Document], conf
 def test_sequential_order_is_document_then_start() -> None:
     """seed=None keeps document order, then increasing start, and builds no order array."""
     docs = [sb.Document("a", "train", range(6)), sb.Document("b", "train", range(4))]
-    epoch = sb.Epoch(docs, context_length=2, batch_size=4, stride=2)
+    epoch = sb.Epoch(docs, context_length=2, batch_size=4, stride=2, seed=None)
     assert _origins(epoch) == [(0, 0), (0, 2), (1, 0)]
     assert epoch.shuffle_state_after is None
     assert epoch.order.is_sequential
@@ -97,7 +97,7 @@ def test_sequential_order_is_document_then_start() -> None:
 
 def test_stride_two_starts() -> None:
     """The course's stride-2 case: starts 0, 2, 4."""
-    epoch = sb.Epoch([sb.Document("a", "train", range(7))], context_length=2, batch_size=8, stride=2)
+    epoch = sb.Epoch([sb.Document("a", "train", range(7))], context_length=2, batch_size=8, stride=2, seed=None)
     assert next(iter(epoch)).starts.tolist() == [0, 2, 4]
 
 
@@ -117,16 +117,16 @@ def test_validation_happens_before_any_window_work(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(windowing, "WindowIndex", no_window_work)
     mixed = [sb.Document("a", "train", [1, 2, 3]), sb.Document("v", "validation", [1, 2, 3])]
     with pytest.raises(PartitionError, match="'v'"):
-        sb.Epoch(mixed, context_length=2, batch_size=3)
+        sb.Epoch(mixed, context_length=2, batch_size=3, seed=None)
     twice = [sb.Document("a", "train", [1, 2, 3]), sb.Document("a", "train", [4, 5, 6])]
     with pytest.raises(DuplicateIdError, match="'a'"):
-        sb.Epoch(twice, context_length=2, batch_size=3)
+        sb.Epoch(twice, context_length=2, batch_size=3, seed=None)
 
 
 def test_epoch_for_another_partition() -> None:
     """partition='validation' admits only validation documents."""
     docs = [sb.Document("v", "validation", [1, 2, 3, 4])]
-    epoch = sb.Epoch(docs, context_length=2, batch_size=3, partition="validation")
+    epoch = sb.Epoch(docs, context_length=2, batch_size=3, partition="validation", seed=None)
     assert {sb.Partition.VALIDATION} == {p.partition for b in epoch for p in b.provenance}
 
 

@@ -77,7 +77,7 @@ def test_chapter_figure_final_batch_against_capacity() -> None:
 def test_notes_and_escaping() -> None:
     """Document ids are XML-escaped (control characters shown as \\xNN); notes print under the figure."""
     docs = [sb.Document('a<&>"\x01', "train", [1, 2, 3])]
-    svg = epoch_svg(sb.Epoch(docs, context_length=1, batch_size=4), notes=["PROOF|x=1"])
+    svg = epoch_svg(sb.Epoch(docs, context_length=1, batch_size=4, seed=None), notes=["PROOF|x=1"])
     root = parse(svg)
     assert ['a<&>"\\x01@0', 'a<&>"\\x01@1'] == [s.get("data-origin") for s in groups(root, "slot")]
     assert ["PROOF|x=1"] == [n.text for n in root.findall(".//svg:text[@class='note']", NS)]

@@ -221,13 +221,13 @@ API_CASES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
     ("stride-2**62", lambda t: window_counts([5], 2, stride=2**62), sb.ConfigError, r"stride=4611686018427387904 must be"),
     (
         "epoch-T-2**62",
-        lambda t: sb.Epoch([sb.Document("a", "train", [1, 2])], context_length=2**62, batch_size=1),
+        lambda t: sb.Epoch([sb.Document("a", "train", [1, 2])], context_length=2**62, batch_size=1, seed=None),
         sb.ConfigError,
         r"context_length=4611686018427387904 must be a positive int below 2\*\*48 \(larger sizes overflow int64 arithmetic\)",
     ),
     (
         "epoch-B-2**63",
-        lambda t: sb.Epoch([sb.Document("a", "train", [1, 2])], context_length=1, batch_size=2**63),
+        lambda t: sb.Epoch([sb.Document("a", "train", [1, 2])], context_length=1, batch_size=2**63, seed=None),
         sb.ConfigError,
         r"batch_size=9223372036854775808 must be a positive int below 2\*\*48",
     ),

@@ -250,7 +250,7 @@ def test_sequential_epoch_allocates_no_per_window_array() -> None:
     store = sb.DocumentStore.from_arrays(tokens, [0, tokens.size])
     tracemalloc.start()
     try:
-        epoch = sb.Epoch(store, context_length=1, batch_size=64)
+        epoch = sb.Epoch(store, context_length=1, batch_size=64, seed=None)
         batches = iter(epoch)
         for _ in range(100):
             next(batches)

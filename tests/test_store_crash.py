@@ -190,7 +190,7 @@ def test_readers_see_old_or_new_while_a_writer_replaces(tmp_path: Path) -> None:
     expected = {}
     for name, docs in contents.items():
         fingerprint = write_store(tmp_path / name, docs).fingerprint
-        expected[fingerprint] = list(sb.Epoch(docs, context_length=2, batch_size=3))
+        expected[fingerprint] = list(sb.Epoch(docs, context_length=2, batch_size=3, seed=None))
     write_store(target, contents["a"])
     writer = subprocess.Popen(
         [sys.executable, "-c", _LOOP_WRITER, str(target), "2.5", "both"], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -200,7 +200,7 @@ def test_readers_see_old_or_new_while_a_writer_replaces(tmp_path: Path) -> None:
         while writer.poll() is None:
             store = open_store(target)
             assert store.fingerprint in expected
-            assert expected[store.fingerprint] == list(sb.Epoch(store, context_length=2, batch_size=3))
+            assert expected[store.fingerprint] == list(sb.Epoch(store, context_length=2, batch_size=3, seed=None))
             opened[store.fingerprint] = opened.get(store.fingerprint, 0) + 1
     finally:
         out, err = writer.communicate(timeout=60)

@@ -1,6 +1,6 @@
 """PyTorch integration: zero-copy tensors, DataLoader datasets, and exact token means.
 
-The only package that imports torch (``pip install "streambatch[torch]"``).
+The only package that imports torch (the ``torch`` extra: ``pip install -e '.[torch]'`` from a checkout).
 
 The rule everywhere: sum the loss over target tokens (``reduction="sum"``), let
 autograd sum the gradients, add raw sums across micro-batches and (with
@@ -8,23 +8,20 @@ torch.distributed) across ranks, then divide once by the global target-token
 count.  Never average per-piece means.
 
     >>> import streambatch as sb, streambatch.torch as sbt
-    >>> epoch = sb.Epoch([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2, batch_size=2)
+    >>> epoch = sb.Epoch([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2, batch_size=2, seed=7)
     >>> inputs, targets = sbt.as_tensors(next(iter(epoch)))
     >>> inputs.tolist(), targets.dtype
-    ([[0, 10], [10, 11]], torch.int64)
+    ([[10, 11], [11, 12]], torch.int64)
 """
 
 from __future__ import annotations
 
 try:
     import torch  # noqa: F401
-except ModuleNotFoundError as err:  # pragma: no cover - exercised in a subprocess without torch
-    from ..errors import MissingDependencyError
+except ImportError as err:  # pragma: no cover - exercised in a subprocess without torch (tests/test_newcomer.py)
+    from ..errors import missing_dependency
 
-    raise MissingDependencyError(
-        f'streambatch.torch needs PyTorch ({err}); install it with: pip install "streambatch[torch]" '
-        "(or pip install torch torchdata)"
-    ) from err
+    raise missing_dependency("streambatch.torch", "torch", "torch") from err
 
 from .backward import StepResult, cross_entropy_sum, micro_batches, token_mean_backward
 from .datasets import BatchesDataset, EpochDataset, RunDataset

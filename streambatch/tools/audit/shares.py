@@ -20,7 +20,7 @@ def epoch_shares(epoch: Epoch, *, workers: int = 1, world_size: int = 1, gather:
     ``k, k + workers, ...`` of it.  Their union is the epoch.
 
     >>> import streambatch as sb
-    >>> epoch = sb.Epoch([sb.Document("a", "train", range(8))], context_length=2, batch_size=4)
+    >>> epoch = sb.Epoch([sb.Document("a", "train", range(8))], context_length=2, batch_size=4, seed=7)
     >>> [(c.batch_index, len(c)) for c in epoch_shares(epoch, workers=2, world_size=2, gather=False)]
     [(0, 2), (1, 1), (0, 2), (1, 1)]
     """

@@ -68,7 +68,7 @@ def epoch_html(epoch: Epoch, *, title: str | None = None, notes: Sequence[str] =
     """An HTML page: *title* (default: the figure's), a legend, and `epoch_svg` inline.
 
     >>> import streambatch as sb
-    >>> page = epoch_html(sb.Epoch([sb.Document("a&b", "train", [1, 2, 3])], context_length=1, batch_size=2))
+    >>> page = epoch_html(sb.Epoch([sb.Document("a&b", "train", [1, 2, 3])], context_length=1, batch_size=2, seed=7))
     >>> page.startswith("<!DOCTYPE html>"), "a&amp;b@0" in page
     (True, True)
     """
