@@ -13,6 +13,7 @@ from typing import IO, NoReturn
 from .. import __version__
 from ..errors import StreamBatchError
 from ..tools import chapter
+from ._common import check_dashes
 from .audit import register as register_audit
 from .epoch import batch_record
 from .epoch import register as register_epoch_command
@@ -33,12 +34,14 @@ class _Parser(argparse.ArgumentParser):
 
 def _demo(args: argparse.Namespace, out: IO[str]) -> None:
     evidence = chapter.learner_evidence()
-    out.write(chapter.diagram_trace(evidence) if args.trace else chapter.learner_report(evidence))
+    if "-" not in (args.svg, args.html):  # else the figure alone goes to standard output
+        out.write(chapter.diagram_trace(evidence) if args.trace else chapter.learner_report(evidence))
     if args.svg or args.html:  # the chapter's figure, its PROOF line underneath
         from ..tools.figure import figure_title, write_figure
 
         title = f"Chapter 21's epoch: {figure_title(evidence.epoch)}"
-        write_figure(evidence.epoch, svg=args.svg, html_path=args.html, notes=[chapter.proof_line(evidence)], title=title)
+        notes = [chapter.proof_line(evidence)]
+        write_figure(evidence.epoch, svg=args.svg, html_path=args.html, notes=notes, title=title, stdout=out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="print the chapter's worked epoch (report, or --trace)")
     demo.add_argument("--trace", action="store_true", help="print the diagram trace instead of the report")
-    demo.add_argument("--svg", help="also draw the chapter's epoch to this SVG file")
-    demo.add_argument("--html", help="also write an HTML page with the figure, a title and a legend")
+    demo.add_argument("--svg", help="also draw the chapter's epoch to this SVG file (-: standard output, instead of the report)")
+    demo.add_argument("--html", help="also write an HTML page with the figure, a title and a legend (-: standard output)")
     demo.set_defaults(run=_demo)
 
     register_epoch_command(commands)
@@ -67,6 +70,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     stream = out or sys.stdout
     try:
         args = build_parser().parse_args(argv)
+        check_dashes(args)
         status = args.run(args, stream)  # None, or a status of its own (audit: 1 when a proof fails)
         stream.flush()
     except StreamBatchError as err:

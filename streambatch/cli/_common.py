@@ -12,7 +12,29 @@ from ..model.source import Source
 from ..stages.read.inputs import MAX_LINE_BYTES
 from ..stages.read.open import open_source
 
+STDIO = "-"
+STREAMS = {("epoch", "output"), ("trace", "svg"), ("trace", "html"), ("demo", "svg"), ("demo", "html")}
+"""The options where ``-`` means standard output: a stream written front to back. Everywhere else it is refused."""
+
 SOURCE_HELP = "a store directory (streambatch prepare), a corpus manifest (.json) or a JSONL file of token documents"
+
+
+def check_dashes(args: argparse.Namespace) -> None:
+    """``-`` has one meaning, standard output, and only for a stream (`STREAMS`); anywhere else it is refused.
+
+    A store, a plan folder, a state file or a source is reopened, mapped or
+    replaced by name, so ``-`` there would only create a file or folder named ``-``.
+    """
+    for dest, value in vars(args).items():
+        if value == STDIO or (isinstance(value, list) and STDIO in value):
+            if (args.command, dest) in STREAMS:
+                continue
+            option = dest.upper() if dest in ("source", "inputs") else "--" + dest.replace("_", "-")
+            streams = ", ".join(f"{c} --{d}" for c, d in sorted(STREAMS))
+            raise ConfigError(
+                f"{args.command} {option} -: '-' (standard input or output) is accepted only where a stream is written "
+                f"({streams}); name a file or folder"
+            )
 
 
 def seed_type(text: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import IO, Any
 
 from ..errors import ConfigError
@@ -17,9 +18,11 @@ def _trace(args: argparse.Namespace, out: IO[str]) -> None:
     epoch = args_epoch(args, open_args_source(args))
     small = epoch.window_count <= MAX_WINDOWS
     notes = [audit_epoch(epoch).proof_line()] if small else []  # a small epoch is audited in milliseconds
-    for path in write_figure(epoch, svg=args.svg, html_path=args.html, notes=notes):
+    report = sys.stderr if "-" in (args.svg, args.html) else out  # the figure itself goes to stdout
+    for path in write_figure(epoch, svg=args.svg, html_path=args.html, notes=notes, stdout=out):
         what = "every row" if small else f"a summary (more than {MAX_WINDOWS} windows)"
-        out.write(f"wrote {path}: {epoch.window_count} windows, {epoch.batch_count} batches, {what}\n")
+        where = "standard output" if path == "-" else path
+        report.write(f"wrote {where}: {epoch.window_count} windows, {epoch.batch_count} batches, {what}\n")
 
 
 def register(commands: Any) -> None:
@@ -27,6 +30,6 @@ def register(commands: Any) -> None:
     trace = commands.add_parser("trace", help="draw an epoch's windows, batches and denominators as SVG or HTML")
     add_source(trace, required_window=True)
     add_order(trace)
-    trace.add_argument("--svg", help="write the figure here (SVG, atomically)")
-    trace.add_argument("--html", help="write an HTML page with the figure, a title and a legend")
+    trace.add_argument("--svg", help="write the figure here (SVG, atomically); - for standard output")
+    trace.add_argument("--html", help="write an HTML page with the figure, a title and a legend; - for standard output")
     trace.set_defaults(run=_trace)

@@ -150,12 +150,22 @@ def read_bytes(path: str | os.PathLike[str], limit: int = MAX_DOCUMENT_BYTES) ->
 
 
 def decode(data: bytes, path: str | os.PathLike[str], offset: int = 0, what: str = "text") -> str:
-    """UTF-8 text of *data* (bytes from *offset* in *path*); errors give the file's byte position."""
+    """UTF-8 text of *data* (bytes from *offset* in *path*); errors give the file's byte position.
+
+    Text holding a NUL byte is binary (an archive such as ``.tar.gz``, an image,
+    a compiled file): refused, as invalid UTF-8 is, never read as text.
+    """
+    if what == "text" and (nul := data.find(b"\0")) >= 0:
+        raise DataError(
+            f"{os.fspath(path)}: binary data, not text (a NUL byte at byte {offset + nul}); "
+            "extract an archive first, or leave the file out (--exclude, --skip-bad)"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise DataError(
-            f"{os.fspath(path)}: not UTF-8 {what} ({err.reason} at byte {offset + err.start}); convert it or leave it out"
+            f"{os.fspath(path)}: not UTF-8 {what} ({err.reason} at byte {offset + err.start}): a binary file? "
+            "Convert it, or leave it out (--exclude, --skip-bad)"
         ) from err
 
 

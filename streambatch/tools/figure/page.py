@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import IO
 
 from ...epoch import Epoch
+from ...errors import ConfigError
 from ...io.atomic import atomic_text
 from ..inspect import format_count
 from .rows import draw_rows
@@ -103,15 +105,26 @@ def write_figure(
     html_path: str | None = None,
     notes: Sequence[str] = (),
     title: str | None = None,
+    stdout: IO[str] | None = None,
 ) -> list[str]:
-    """Write the SVG and/or the HTML page atomically; returns the paths written."""
+    """Write the SVG and/or the HTML page atomically; returns the paths written.
+
+    A path ``-`` is *stdout* (one of the two at most).
+    """
+    if svg == "-" and html_path == "-":
+        raise ConfigError("--svg - and --html - both name standard output; send one of them to a file")
+    if stdout is None and "-" in (svg, html_path):
+        raise ConfigError("'-' (standard output) needs a stream here (stdout=); name a file")
     written = []
-    if svg is not None:
-        with atomic_text(svg) as handle:
-            handle.write(epoch_svg(epoch, notes=notes))
-        written.append(svg)
-    if html_path is not None:
-        with atomic_text(html_path) as handle:
-            handle.write(epoch_html(epoch, title=title, notes=notes))
-        written.append(html_path)
+    for path, kind in ((svg, "svg"), (html_path, "html")):
+        if path is None:
+            continue
+        text = epoch_svg(epoch, notes=notes) if kind == "svg" else epoch_html(epoch, title=title, notes=notes)
+        if path == "-":
+            assert stdout is not None
+            stdout.write(text)
+        else:
+            with atomic_text(path) as handle:
+                handle.write(text)
+        written.append(path)
     return written
