@@ -153,12 +153,20 @@ def format_tokenizer(value: Any) -> str:
     return str(value)
 
 
+def _kind_words(summary: dict[str, Any]) -> str:
+    """What kind of source a summary describes, as `Source.kind` says (never a manifest called a JSONL file)."""
+    kind = summary["kind"]
+    if kind == "corpus":
+        shards = len(summary.get("shards", ()))
+        return f"corpus manifest of {shards} store{'s' if shards != 1 else ''}, memory-mapped"
+    return {"store": "store directory, memory-mapped", "jsonl": "JSONL file, read into memory"}.get(kind, str(kind))
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """`inspect_source`'s result as aligned text: the corpus, then one column per partition."""
     lines: list[tuple[str, str]] = []
     if "path" in summary:
-        how = "store directory, memory-mapped" if summary["kind"] == "store" else "JSONL file, read into memory"
-        lines.append(("source", f"{summary['path']} ({how})"))
+        lines.append(("source", f"{summary['path']} ({_kind_words(summary)})"))
     lines.append(("documents", format_count(summary["documents"])))
     lines.append(("tokens", f"{format_count(summary['tokens'])} ({summary['dtype']})"))
     if summary["fingerprint"]:

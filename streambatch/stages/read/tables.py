@@ -37,7 +37,7 @@ def table_block(table: Any, path: str, name: str | None, first_row: int, opts: R
     wheres = [f"{path} row {r}" if path else f"row {r}" for r in rows]
     ids = _table_ids(table, names, name, rows, wheres)
     codes = _tablepartition_codes(table, names, wheres, opts.partition)
-    values = table.column(column).combine_chunks()
+    values = plain_values(table.column(column), pa).combine_chunks()
     kind = values.type
     if values.null_count:
         at = int(np.argmax(values.is_null().to_numpy(zero_copy_only=False)))
@@ -56,6 +56,19 @@ def table_block(table: Any, path: str, name: str | None, first_row: int, opts: R
         lengths = values.value_lengths().to_numpy(zero_copy_only=False)
         return flat_block(flat.to_numpy(zero_copy_only=False), lengths, ids, codes, wheres, opts)
     raise DataError(f"{path}: column {column!r} has type {kind}; it must hold token ids (a list of integers) or text (string)")
+
+
+def plain_values(values: Any, pa: Any) -> Any:
+    """A column's values in their plain type: dictionary-encoded text (Parquet's default for repeated values) decoded.
+
+    Also string views (pyarrow 16+), read as large strings.
+    """
+    kind = values.type
+    if pa.types.is_dictionary(kind):
+        values, kind = values.cast(kind.value_type), kind.value_type
+    if getattr(pa.types, "is_string_view", lambda _: False)(kind):
+        values = values.cast(pa.large_string())
+    return values
 
 
 def _table_ids(table: Any, names: list[str], name: str | None, rows: range, wheres: list[str]) -> list[str]:
