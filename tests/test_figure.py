@@ -154,3 +154,44 @@ def test_cli_demo_draws_the_chapter(tmp_path: Path, golden: Path) -> None:
     (note,) = root.findall(".//svg:text[@class='note']", NS)
     assert chapter.proof_line(chapter.learner_evidence()) == note.text
     assert "Chapter 21" in page.read_text()
+
+
+def _text_boxes(root: ET.Element) -> list[tuple[str, float, float, float, float]]:
+    """(text, left, top, right, bottom) of every text element, with the width estimate the canvas uses."""
+    from streambatch.tools.figure.svg import text_width
+
+    boxes = []
+    for t in root.iter("{http://www.w3.org/2000/svg}text"):
+        value, size = "".join(t.itertext()), float(t.get("font-size", "13"))
+        x, y, width = float(t.get("x", "0")), float(t.get("y", "0")), text_width(value, size)
+        left = x - {"middle": width / 2, "end": width}.get(t.get("text-anchor", ""), 0.0)
+        boxes.append((value, left, y - 0.8 * size, left + width, y + 0.2 * size))
+    return boxes
+
+
+@pytest.mark.parametrize(
+    ("lengths", "T", "B"),
+    [
+        ([130] * 300 + [5000] * 3, 128, 32),  # the tallest bar right of the T + 1 mark (its count label at the top)
+        ([129, 130, 200] * 100, 128, 7),  # final batch almost full: the unused-capacity note has no room in its slot
+        ([2, 3, 9, 40, 300, 2000] * 30, 8, 1000),  # one batch, the final one, nearly empty
+        ([17] * 2000 + [1, 1, 1], 16, 3),  # short documents, windows in one bin, final width 2 of 3
+        ([70000, 3, 4], 2, 4096),  # empty bins between the used ones
+    ],
+)
+def test_summary_labels_never_overlap(lengths: list[int], T: int, B: int) -> None:
+    """No two labels of a large epoch's summary are drawn over each other (text boxes as the canvas sizes them)."""
+    docs = [sb.Document(f"d{i}", "train", [1] * n) for i, n in enumerate(lengths)]
+    epoch = sb.Epoch(docs, context_length=T, batch_size=B, seed=7)
+    assert epoch.window_count > 64
+    root = parse(epoch_svg(epoch))
+    boxes = _text_boxes(root)
+    clashes = [
+        (a[0], b[0])
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+        if a[1] < b[3] and b[1] < a[3] and a[2] < b[4] and b[2] < a[4]
+    ]
+    assert [] == clashes
+    assert f"T + 1 = {T + 1}" in texts(root) or len({min(n.bit_length(), 99) for n in lengths}) == 1
+    assert "not created: contributes nothing" in texts(root)

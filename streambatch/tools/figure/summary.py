@@ -9,7 +9,9 @@ import numpy as np
 from ...epoch import Epoch
 from ...stages.window_index import window_tails
 from ..inspect import format_bytes, format_count, plan_bytes
-from .svg import INK, MARGIN, MUTED, PALETTE, TAIL_FILL, Canvas
+from .svg import INK, MARGIN, MUTED, PALETTE, TAIL_FILL, Canvas, text_width
+
+UNUSED_NOTE = "not created: contributes nothing"
 
 
 def draw_summary(canvas: Canvas, epoch: Epoch, y: float) -> float:
@@ -54,9 +56,10 @@ def draw_summary(canvas: Canvas, epoch: Epoch, y: float) -> float:
         canvas.close()
     if first <= math.log2(T + 1) + 1 <= last + 1:  # where documents become long enough for one window
         mark = MARGIN + (math.log2(T + 1) + 1 - first) * pitch
-        canvas.line(mark, base - chart_h - 6, mark, base + 4, stroke=PALETTE[3], stroke_width=1.5, stroke_dasharray="4 3")
-        canvas.text(mark + 4, base - chart_h + 4, f"T + 1 = {T + 1}", size=11, fill=PALETTE[3])
-    y = base + 34
+        # the label goes under the axis labels, where no bar's count label can be (those sit on the bars)
+        canvas.line(mark, base - chart_h - 6, mark, base + 20, stroke=PALETTE[3], stroke_width=1.5, stroke_dasharray="4 3")
+        canvas.text(mark + 4, base + 29, f"T + 1 = {T + 1}", size=11, fill=PALETTE[3], class_="threshold")
+    y = base + 50
     canvas.text(
         MARGIN,
         y,
@@ -95,7 +98,9 @@ def _draw_batch_widths(canvas: Canvas, epoch: Epoch, y: float) -> float:
         canvas.rect(
             MARGIN + actual, y, unit - actual, 26, rx=4, fill="none", stroke=MUTED, stroke_width=1.5, stroke_dasharray="6 4"
         )
-        canvas.text(MARGIN + actual + 6, y + 18, "not created: contributes nothing", size=11, fill=MUTED, font_style="italic")
+        inside = unit - actual - 12 >= text_width(UNUSED_NOTE, 11)  # else under the final batch's words
+        at = (MARGIN + actual + 6, y + 18) if inside else (MARGIN + unit + 16, y + 36)
+        canvas.text(*at, UNUSED_NOTE, size=11, fill=MUTED, font_style="italic")
         canvas.close()
         canvas.text(
             MARGIN + unit + 16,
@@ -105,7 +110,7 @@ def _draw_batch_widths(canvas: Canvas, epoch: Epoch, y: float) -> float:
             font_weight="bold",
         )
         canvas.close()
-        y += 36
+        y += 36 if inside else 52
     else:
         canvas.text(
             MARGIN, y + 14, f"{format_count(epoch.window_count)} windows fill every batch: no smaller final batch", size=13

@@ -25,6 +25,11 @@ def xml_text(value: object) -> str:
     return html.escape(text, quote=True)
 
 
+def text_width(value: object, size: float) -> float:
+    """About how wide *value* is drawn at font *size* (0.62 em a character: wide enough for digits in DejaVu Sans)."""
+    return 0.62 * size * len(str(value))
+
+
 class Canvas:
     """SVG elements appended in drawing order; the size grows to fit them."""
 
@@ -40,7 +45,7 @@ class Canvas:
         attrs.setdefault("font-size", size)
         self.parts.append(f"<text x={_n(x)} y={_n(y)}{_attrs(attrs)}>{xml_text(value)}</text>")
         right = {"middle": 0.5, "end": 0.0}.get(str(attrs.get("text_anchor")), 1.0)  # share of the text right of x
-        self.grow(x + 0.62 * size * len(str(value)) * right, y + 4)
+        self.grow(x + text_width(value, size) * right, y + 4)
 
     def rect(self, x: float, y: float, w: float, h: float, **attrs: Any) -> None:
         self.parts.append(f"<rect x={_n(x)} y={_n(y)} width={_n(w)} height={_n(h)}{_attrs(attrs)}/>")
