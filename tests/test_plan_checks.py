@@ -390,3 +390,24 @@ def test_only_the_planner_that_built_the_plan_says_created(tmp_path: Path) -> No
     summaries = [json.loads(out) for out, _ in results]
     assert 1 == sum(s["created"] for s in summaries)
     assert 1 == len({s["plan"] for s in summaries})
+
+
+_FIFO_PLAN = """
+import os, sys
+import streambatch as sb
+from streambatch.errors import StoreError
+from streambatch.stages.plan import plan_path
+windows = sb.windows([sb.Document("a", "train", list(range(10)))], context_length=2)
+os.mkfifo(plan_path(windows, 7, sys.argv[1]))
+try:
+    sb.plan_file(windows, 7, sys.argv[1])
+except StoreError as err:
+    print(err)
+"""
+
+
+def test_a_fifo_where_the_plan_file_belongs_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A named pipe at the plan's path: StoreError ("not a regular file") at once, under a timeout in a subprocess."""
+    done = subprocess.run([sys.executable, "-c", _FIFO_PLAN, str(tmp_path)], env=ENV, capture_output=True, text=True, timeout=60)
+    assert 0 == done.returncode, done.stderr
+    assert re.search(r"\.plan: not a regular file; remove .*\.plan and plan again", done.stdout), done.stdout
