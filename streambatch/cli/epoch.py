@@ -8,9 +8,14 @@ against a second writer for the whole run, and after each batch STATE (a
 run's position plus what the output holds: its length, its batch count and a
 BLAKE2b digest of its bytes.  ``--resume STATE`` checks all of that against the
 output (a file overwritten or edited since is refused, so is a state whose
-fields disagree), cuts the output back to that length (dropping a batch written
-after the last saved state) and continues, so the file holds every batch of
-the epoch exactly once, however often the command was interrupted.
+fields disagree; the kept prefix must end in a newline and its first and last
+records must be the batches the state names), cuts the output back to that
+length (dropping a batch written after the last saved state) and continues, so
+the file holds every batch of the epoch exactly once, however often the
+command was interrupted.  A plain ``-o FILE`` (replaced atomically) takes the
+same lock while it replaces an existing file, so it never cuts a running
+writer off.  ``-o`` naming the input or a file of a store (by device and
+inode), and a state file that is not a regular file of its own, are refused.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import IO, Any
 
 from .._checks import check_non_negative
 from ..errors import ConfigError, OutOfRangeError, StateError
-from ..io.atomic import atomic_text
+from ..io.atomic import atomic_text, writing
 from ..io.bounded_json import read_json_header
 from ..model.corpus import Corpus
 from ..model.source import Source
@@ -106,7 +111,8 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
             state_path,
         )
         run = _run(args, source, state["epoch"])
-        _write_saving_state(run, state["epoch"], args.output, state_path, state)
+        with writing(args.output):  # a failed write names the output
+            _write_saving_state(run, state["epoch"], args.output, state_path, state)
         return
     epoch = check_non_negative(0 if args.epoch is None else args.epoch, "epoch", "the epoch to write (0 for the first)")
     run = _run(args, source, epoch)
@@ -118,7 +124,8 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
         )
     run.set_position(epoch, start)
     if state_path is not None:
-        _write_saving_state(run, epoch, args.output, state_path, None)
+        with writing(args.output):
+            _write_saving_state(run, epoch, args.output, state_path, None)
     elif args.output in (None, "-"):
         out.writelines(line.decode() for line in map(_line, run))
     else:
