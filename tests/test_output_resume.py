@@ -311,3 +311,26 @@ def test_resume_and_save_state_must_name_one_file(source: Path, tmp_path: Path, 
     assert 0 == _run(["epoch", str(source), *ARGS, "-o", str(out), "--save-state", str(state)])[0]
     argv = ["epoch", str(source), *ARGS, "-o", str(out), "--resume", str(state), "--save-state", str(tmp_path / "b.json")]
     _refused(argv, capsys, r"--resume STATE saves to STATE again; drop --save-state", out, state)
+
+
+def test_an_output_replaced_during_the_run_is_an_error_not_a_success(
+    source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program renames a file over -o while the run writes: exit 2 naming it, never exit 0 with the batches lost."""
+    out, state = tmp_path / "out.jsonl", tmp_path / "state.json"
+    real, calls = cli_epoch.atomic_text, []
+
+    def replaced(target: Any) -> Any:
+        calls.append(target)
+        if len(calls) == 3:  # after batch 1: a writer that ignores the lock replaces the output
+            (tmp_path / "other").write_text("another program's file\n")
+            os.replace(tmp_path / "other", out)
+        return real(target)
+
+    monkeypatch.setattr(cli_epoch, "atomic_text", replaced)
+    capsys.readouterr()
+    assert (2, "") == _run(["epoch", str(source), *ARGS, "-o", str(out), "--save-state", str(state)])
+    err = capsys.readouterr().err
+    assert 1 == len(err.splitlines())
+    assert re.search(r"--output .*out\.jsonl: replaced by another process during the run", err), err
+    assert "another program's file\n" == out.read_text()

@@ -329,6 +329,11 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
             digest.update(line)
             written += 1
             save(handle.tell(), written)
+            if _identity(output) != (held.st_dev, held.st_ino):  # renamed over by a writer that ignores the lock
+                raise ConfigError(
+                    f"--output {output}: replaced by another process during the run; what this run wrote is no "
+                    "longer there: write again (--save-state) and let no other program replace the file meanwhile"
+                )
 
 
 def register(commands: Any) -> None:
