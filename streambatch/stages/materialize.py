@@ -108,7 +108,20 @@ class ShardedGather:
     ([[20, 21], [10, 11], [0, 20]], [[21, 1], [11, 12], [20, 21]])
     """
 
-    __slots__ = ("_bases", "_dtype", "_ends", "_gathers", "_last", "_length", "_record", "_span", "_tokens")
+    __slots__ = (
+        "_bases",
+        "_dtype",
+        "_ends",
+        "_gathers",
+        "_last",
+        "_length",
+        "_record",
+        "_records",
+        "_shifted",
+        "_span",
+        "_table",
+        "_tokens",
+    )
 
     def __init__(self, corpus: Corpus, context_length: int) -> None:
         self._length = context_length
@@ -121,6 +134,9 @@ class ShardedGather:
         self._ends = corpus.bases[1:-1]  # shard k holds the positions below ends[k] (and at or above ends[k - 1])
         self._record = np.dtype((np.void, context_length * corpus.dtype.itemsize))
         self._span = _spanning_records(self._tokens, corpus.bases, context_length)
+        self._table = None if self._span is None else _ShiftTable(corpus.bases, self._last, self._span[2])
+        self._records: npt.NDArray[Any] | None = None if self._span is None else self._span[0]
+        self._shifted: Any = None if self._span is None else self._span[1]
 
     def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for rows starting at global *positions* (an intp array): ``take(rows(positions))``."""
@@ -133,12 +149,22 @@ class ShardedGather:
         each row's shard and position within it (a structured array).  Slices of
         the result are what `take` accepts.
         """
+        if self._table is not None:  # a table lookup per row; the exact check only near shard ends
+            at, odd = self._table.records(positions)
+            if odd is not None:
+                at[odd] = self._checked(positions[odd], odd)
+            return at
+        return self._checked(positions)
+
+    def _checked(self, positions: npt.NDArray[np.intp], rows: npt.NDArray[np.intp] | None = None) -> npt.NDArray[Any]:
+        """`rows` by one ``searchsorted``, each position checked (*rows*: their row numbers, for the message)."""
         shards = np.searchsorted(self._ends, positions, side="right")
         outside = (positions < self._bases[shards]) | (positions > self._last[shards])
         if outside.any():  # e.g. a tampered plan file: never read the span between shards
-            row = int(np.argmax(outside))
+            bad = int(np.argmax(outside))
+            row = bad if rows is None else int(rows[bad])
             raise DataError(
-                f"row {row}: position {int(positions[row])} is not a window start inside a shard of this corpus; "
+                f"row {row}: position {int(positions[bad])} is not a window start inside a shard of this corpus; "
                 "the plan does not belong to it (remove the plan file and plan again)"
             )
         if self._span is not None:
@@ -150,13 +176,13 @@ class ShardedGather:
 
     def take(self, rows: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for *rows* (a slice of what `rows` returned)."""
-        width = rows.size
+        records, width = self._records, rows.size
+        if records is not None and width:  # one gather per buffer, as in RowGather
+            shape = (width, self._length)
+            return np.ndarray(shape, self._dtype, records[rows]), np.ndarray(shape, self._dtype, self._shifted[rows])
         shape, dtype = (width, self._length), self._dtype
         if width == 0:
             return np.zeros(shape, dtype), np.zeros(shape, dtype)
-        if self._span is not None:  # one gather per buffer, like RowGather
-            records, shifted, _ = self._span
-            return np.ndarray(shape, dtype, records[rows]), np.ndarray(shape, dtype, shifted[rows])
         inputs, targets = np.empty(shape, dtype), np.empty(shape, dtype)
         rows_in, rows_out = inputs.view(self._record).reshape(width), targets.view(self._record).reshape(width)
         shards = rows["shard"]
@@ -177,6 +203,41 @@ class ShardedGather:
 
 
 _SHARD_ROWS = np.dtype([("shard", np.intp), ("local", np.intp)])  # rows of the per-shard path
+_NOT_INSIDE = np.iinfo(np.intp).min  # no shift: a bucket not wholly inside one shard's window starts
+
+
+class _ShiftTable:
+    """The spanning view's shift by buckets of ``2**bits`` global positions: one lookup per row, no binary search.
+
+    A bucket wholly inside one shard's window-start range holds that shard's shift;
+    every other bucket (a shard's last T tokens, a boundary) holds ``_NOT_INSIDE``,
+    and its rows (and any row outside the table) take the exact ``searchsorted`` path.
+    """
+
+    __slots__ = ("_bits", "_shift")
+
+    def __init__(self, bases: npt.NDArray[np.int64], last: npt.NDArray[np.int64], shift: npt.NDArray[np.int64]) -> None:
+        flat = int(bases[-1])
+        wanted = min(1 << 20, max(1 << 12, 64 * shift.size))  # buckets: L2-sized for a few shards
+        self._bits = max(1, flat.bit_length() - wanted.bit_length() + 1)  # >= 1: a negative position is past the end
+        self._shift = np.full((flat >> self._bits) + 1, _NOT_INSIDE, dtype=np.intp)
+        for first, final, by in zip(bases[:-1].tolist(), last.tolist(), shift.tolist(), strict=True):
+            lo, hi = -(-first >> self._bits), (final + 1) >> self._bits  # the buckets wholly inside [first, final]
+            if lo < hi:  # a shard without windows has none (and final + 1 may be negative)
+                self._shift[lo:hi] = by
+
+    def records(self, positions: npt.NDArray[Any]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp] | None]:
+        """Each row's record number in the spanning view, and the rows (if any) left to the exact path."""
+        where = np.ascontiguousarray(positions, dtype=np.intp)
+        buckets = (where.view(np.uint64) >> np.uint64(self._bits)).view(np.intp)  # negative: huge, past the table
+        try:
+            shift = self._shift[buckets]
+        except IndexError:  # a row past the table: every row takes the exact path
+            return np.empty(where.size, dtype=np.intp), np.arange(where.size, dtype=np.intp)
+        at: npt.NDArray[np.intp] = where + shift
+        if where.size and shift.min() == _NOT_INSIDE:
+            return at, np.flatnonzero(shift == _NOT_INSIDE)
+        return at, None
 
 
 def _spanning_records(
@@ -297,6 +358,7 @@ def _iter_blocks(chunks: Chunks[Any]) -> Iterator[MiniBatch]:
     windows, size, batches = chunks.items, chunks.batch_size, chunks.batches
     space, total = windows.space, len(windows)
     gather = row_gather(space)
+    take = gather.take
     per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
@@ -305,7 +367,7 @@ def _iter_blocks(chunks: Chunks[Any]) -> Iterator[MiniBatch]:
         rows = gather.rows(positions)
         for batch in group:
             lo = (batch - group[0]) * size
-            inputs, targets = gather.take(rows[lo : lo + size])
+            inputs, targets = take(rows[lo : lo + size])
             yield MiniBatch(batch, inputs, targets, positions[lo : lo + size], space)
 
 
