@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,8 +17,13 @@ from streambatch.cli import main
 from streambatch.stages.read.parquet import iter_parquet
 from streambatch.tools.inspect import format_summary, inspect_source
 
-pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed (the arrow extra)")
-pq = pytest.importorskip("pyarrow.parquet")
+try:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+except ImportError:  # the arrow extra: only the Parquet tests need it
+    pa = pq = None
+
+needs_arrow = pytest.mark.skipif(pa is None, reason="pyarrow is not installed (the arrow extra)")
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -58,7 +64,7 @@ def test_inspect_names_stores_and_jsonl(tmp_path: Path, capsys: pytest.CaptureFi
     assert run(["inspect", str(tmp_path / "store")], capsys)[1].splitlines()[0].endswith("(store directory, memory-mapped)")
 
 
-def _dictionary_table() -> object:
+def _dictionary_table() -> Any:
     texts = pa.chunked_array(
         [pa.array(["hello", "world", "hello"]).dictionary_encode(), pa.array(["world", "again"]).dictionary_encode()]
     )
@@ -67,6 +73,7 @@ def _dictionary_table() -> object:
     return pa.table({"id": ids, "text": texts, "partition": parts})
 
 
+@needs_arrow
 def test_dictionary_encoded_parquet_text_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Dictionary-encoded text, id and partition columns (what Parquet writes for repeated values) read as their values."""
     path = tmp_path / "dict.parquet"
@@ -92,6 +99,7 @@ def test_dictionary_encoded_parquet_text_is_read(tmp_path: Path, capsys: pytest.
     assert [written.document(i) for i in range(len(written))] == docs
 
 
+@needs_arrow
 def test_a_null_in_a_dictionary_column_is_still_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Decoding keeps nulls: a null text row is refused, naming the file and row (API and CLI, exit 2)."""
     nulls = tmp_path / "nulls.parquet"
@@ -102,3 +110,19 @@ def test_a_null_in_a_dictionary_column_is_still_refused(tmp_path: Path, capsys: 
     assert (status, out) == (2, "")
     assert "nulls.parquet row 1: text is null" in err
     assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("tokens", ["{}", '{"1": 2}', '"abc"'])
+def test_a_mapping_is_no_token_list_on_the_command_line(tokens: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """JSONL `tokens` holding an object (or a string) is refused by `prepare` and `epoch`, naming file:line; no store."""
+    path = tmp_path / "docs.jsonl"
+    path.write_text(f'{{"id": "a", "tokens": [1, 2, 3]}}\n{{"id": "b", "tokens": {tokens}}}\n')
+    with pytest.raises(sb.DataError, match=r"docs\.jsonl:2"):
+        list(sb.iter_jsonl(path))
+    status, out, err = run(["prepare", str(path), "-o", str(tmp_path / "store")], capsys)
+    assert (status, out) == (2, "")
+    assert f"{path}:2" in err
+    assert not (tmp_path / "store").exists()
+    status, out, err = run(["epoch", str(path), "-T", "1", "-B", "1", "--seed", "7"], capsys)
+    assert (status, out) == (2, "")
+    assert f"{path}:2" in err
