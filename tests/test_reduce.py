@@ -228,9 +228,7 @@ def test_add_sums_old_order_still_works_with_a_warning() -> None:
 
 def test_token_sums_in_the_wrong_order_is_refused() -> None:
     """TokenSums(loss, gradient, count) is refused, naming the one order, instead of adding a gradient as a count."""
-    with pytest.raises(
-        sb.AccumulationError, match=r"gradient_sum, token_count\?.*takes \(loss_sum, token_count"
-    ):
+    with pytest.raises(sb.AccumulationError, match=r"gradient_sum, token_count\?.*takes \(loss_sum, token_count"):
         sb.TokenSums(1.5, np.array([2.0]), 3)
     with pytest.raises(sb.AccumulationError, match="token_count=-1 must be a non-negative int"):
         sb.TokenSums(0.0, -1, np.zeros(1))

@@ -2,4 +2,6 @@
 
 import pytest
 
-pytest.importorskip("torch", reason="PyTorch is not installed; pip install -e '.[torch]' from the checkout (CI installs torch==2.13.0)")
+pytest.importorskip(
+    "torch", reason="PyTorch is not installed; pip install -e '.[torch]' from the checkout (CI installs torch==2.13.0)"
+)
