@@ -74,7 +74,7 @@ def register(commands: Any) -> None:
     audit.add_argument(
         "--other-seed", type=seed_type, help="the seed whose order must differ (default seed + 1; 0 if sequential)"
     )
-    audit.add_argument("--workers", type=int, default=1, help="audit the union of N DataLoader workers' shares (sb.shard)")
+    audit.add_argument("--workers", type=int, default=1, help="audit the union of N DataLoader workers' shares (sb.share)")
     audit.add_argument("--world-size", type=int, default=1, help="audit the union of N ranks' shares (sb.split_rows)")
     audit.add_argument("--json", action="store_true", help="print the result as JSON")
     audit.add_argument("--plan-dir", help="audit the epoch mapped from this plan folder, verifying the plan file first")
