@@ -247,3 +247,18 @@ def test_write_figure_dash_needs_a_stream() -> None:
     stream = io.StringIO()
     assert write_figure(epoch, svg="-", stdout=stream) == ["-"]
     assert stream.getvalue().startswith("<svg ")
+
+
+def test_a_missing_extra_on_the_command_line_names_the_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`prepare x.txt.zst` without zstandard: exit 2, one line with the extra's command, no store."""
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # makes `import zstandard` fail
+    path = tmp_path / "notes.txt.zst"
+    path.write_bytes(b"not read")
+    status, out, err = run(["prepare", str(path), "-o", str(tmp_path / "store")], capsys)
+    assert (status, out) == (2, "")
+    assert "needs the zstandard package, which is not installed: pip install 'zstandard>=0.21' (the zstd extra" in err
+    assert f"pip install -e '{ROOT}[zstd]'" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "store").exists()
