@@ -33,15 +33,17 @@ over it; store directories use the same names (`streambatch.io.replace`).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
 from ..errors import ConfigError
+from .files import short_path
 
 _PREFIX, _SUFFIX = ".streambatch-", ".tmp"
 _OPEN_DESCRIPTORS = ("/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/")
@@ -74,15 +76,13 @@ def atomic_text(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
             "pass a path in an existing, writable folder"
         ) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with _NamedText(shown, io.BufferedWriter(io.FileIO(fd, "w")), encoding="utf-8") as handle:
             yield handle
             try:
                 handle.flush()
                 os.fsync(handle.fileno())
             except OSError as err:
-                raise ConfigError(
-                    f"output {shown!r}: cannot write ({err.strerror or err}); free space or pass another path"
-                ) from None
+                raise _cannot_write(shown, err) from None
         try:
             os.replace(temporary, target)
         except OSError as err:
@@ -93,10 +93,67 @@ def atomic_text(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
         raise
 
 
+def _cannot_write(shown: str, err: OSError) -> ConfigError:
+    return ConfigError(f"output {short_path(shown)!r}: cannot write ({err.strerror or err}); free space or pass another path")
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn an `OSError` of the block (writing *path* through a handle of its own) into a `ConfigError` naming *path*.
+
+    A failed write says only "File too large" or "No space left on device"; this
+    says which output.  A broken pipe passes through (the reader went away).
+    """
+    try:
+        yield
+    except OSError as err:
+        if isinstance(err, BrokenPipeError):
+            raise
+        raise _cannot_write(os.fspath(path), err) from None
+
+
+class _NamedText(io.TextIOWrapper):
+    """A text file whose write failures ("File too large", "No space left on device") name the user's path."""
+
+    def __init__(self, shown: str, raw: io.BufferedWriter, encoding: str) -> None:
+        super().__init__(raw, encoding=encoding)
+        self.shown = shown
+
+    def write(self, text: str, /) -> int:
+        try:
+            return super().write(text)
+        except OSError as err:
+            if isinstance(err, BrokenPipeError):  # the reader went away: not a failure (the CLI exits 0)
+                raise
+            raise _cannot_write(self.shown, err) from None
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as err:
+            if isinstance(err, BrokenPipeError):
+                raise
+            raise _cannot_write(self.shown, err) from None
+
+    def close(self) -> None:
+        try:
+            super().close()  # flushes what is buffered: the write failure may come only now
+        except OSError as err:
+            if isinstance(err, BrokenPipeError):
+                raise
+            raise _cannot_write(self.shown, err) from None
+
+    def writelines(self, lines: Iterable[str], /) -> None:  # type: ignore[override]
+        for line in lines:
+            self.write(line)
+
+
 def _target(shown: str) -> str | None:
     """The regular file to replace for the user's path *shown*, or None to write through."""
     if shown in _OPEN_DESCRIPTORS or shown.startswith(_OPEN_DESCRIPTORS[2:]):
         return None
+    if "\0" in shown:
+        raise ConfigError(f"output {short_path(shown)!r}: the path holds a NUL byte; pass a file path")
     try:
         mode = os.stat(shown).st_mode  # follows a symlink to what it points at
     except FileNotFoundError:  # nothing there yet, or a dangling link
@@ -127,10 +184,9 @@ def _descriptor(shown: str) -> int | None:
 def _write_through(shown: str) -> Iterator[IO[str]]:
     descriptor = _descriptor(shown)
     try:
-        if descriptor is not None:  # reuse the open descriptor: reopening would truncate a `>>` log
-            handle = os.fdopen(os.dup(descriptor), "w", encoding="utf-8")
-        else:
-            handle = open(shown, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+        # reuse an open descriptor (reopening would truncate a `>>` log)
+        raw = io.FileIO(os.dup(descriptor), "w") if descriptor is not None else io.FileIO(shown, "w")
+        handle = _NamedText(shown, io.BufferedWriter(raw), encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"output {shown!r}: cannot open ({err.strerror or err}); pass a writable path") from None
     with handle:
@@ -140,7 +196,7 @@ def _write_through(shown: str) -> Iterator[IO[str]]:
         except OSError as err:
             if isinstance(err, BrokenPipeError):
                 raise
-            raise ConfigError(f"output {shown!r}: cannot write ({err.strerror or err})") from None
+            raise _cannot_write(shown, err) from None
 
 
 def partial_prefix(target: str | os.PathLike[str], kind: str = "partial") -> str:

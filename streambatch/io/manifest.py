@@ -17,11 +17,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._checks import short_repr
 from ..errors import ConfigError, StoreError
 from ..model.corpus import FORMAT, VERSION, Corpus
 from ..model.store import DocumentStore
 from .atomic import atomic_text
 from .bounded_json import read_json_header
+from .files import short_path
 from .store import open_store
 
 PathLike = str | os.PathLike[str]
@@ -73,7 +75,7 @@ def _open_manifest(path: Path, verify: bool) -> Corpus:
     )
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise StoreError(f"{path}: format is not {FORMAT!r}; this is not a streambatch corpus manifest")
-    if manifest.get("version") != VERSION:
+    if type(manifest.get("version")) is not int or manifest.get("version") != VERSION:  # not true, not 1.0
         raise StoreError(f"{path}: version={manifest.get('version')!r} is not supported (this streambatch reads {VERSION})")
     entries = manifest.get("shards")
     if not isinstance(entries, list) or not entries:
@@ -82,8 +84,11 @@ def _open_manifest(path: Path, verify: bool) -> Corpus:
     names: list[str | None] = []
     for k, entry in enumerate(entries):
         relative = entry.get("path") if isinstance(entry, dict) else entry
-        if not isinstance(relative, str) or not relative:
-            raise StoreError(f"{path}: shard {k}={entry!r} is not a store path; list paths relative to the manifest")
+        if not isinstance(relative, str) or not relative or "\0" in relative or os.path.isabs(relative):
+            raise StoreError(
+                f"{short_path(path)}: shard {k}={short_repr(entry)} is not a store path relative to the manifest; "
+                "list relative paths (write it again with sb.write_corpus)"
+            )
         shard = open_store(path.parent / relative, verify=verify)
         recorded = entry.get("fingerprint") if isinstance(entry, dict) else None
         if recorded is not None and recorded != shard.fingerprint:

@@ -70,6 +70,9 @@ def check_main_guard(workers: int) -> None:
     fix = f"spawned worker processes import the script and would run it again: put the call under `{GUARD}`, or pass workers=1"
     if getattr(multiprocessing.current_process(), "_inheriting", False):  # a spawned child running the script again
         raise ConfigError(f"workers={workers} asked for in a worker process, while it imported the main script; {fix}")
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name.split(".")[-1] == "__main__":
+        return  # `python -m package`: spawn never runs a package's __main__ again
     frame = _main_frame(sys._getframe(1))
     if frame is not None and not _guarded(frame):
         raise ConfigError(f"workers={workers} asked for at the top level of {frame.f_code.co_filename}; {fix}")
@@ -99,15 +102,26 @@ def _guarded(frame: FrameType) -> bool:
 
 
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
+def _sigint_deferred() -> Iterator[None]:
+    """A Ctrl-C during the block takes effect at its end (not lost, not halfway through starting a worker).
+
+    SIGINT is also blocked in this thread meanwhile, so a process spawned in the
+    block starts with it blocked: a Ctrl-C never interrupts a worker while it
+    imports (its initializer then ignores SIGINT for good).
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    caught: list[int] = []
+    handler = signal.signal(signal.SIGINT, lambda number, frame: caught.append(number))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
+    if caught:
+        signal.raise_signal(signal.SIGINT)
 
 
 # --- in a worker ---------------------------------------------------------------------------------
@@ -188,8 +202,13 @@ def _ordered(
             if not pools:
                 context = multiprocessing.get_context("spawn")
                 pools.append(ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(opts,)))
-            with _sigint_ignored():  # a worker is spawned at a submit: it starts with SIGINT ignored
-                pending.append((list(group), pools[0].submit(_work, list(group))))
+            try:
+                with _sigint_deferred():  # a worker is spawned at a submit
+                    pending.append((list(group), pools[0].submit(_work, list(group))))
+            except (BrokenProcessPool, OSError) as err:  # a worker died already (its pipes may be closed too)
+                if isinstance(err, BrokenProcessPool) or getattr(pools[0], "_broken", False):
+                    raise _lost([b for b, _ in pending] + [group]) from None
+                raise
             group.clear()
 
     def settle(limit: int) -> Iterator[tuple[Task, Outcome]]:
@@ -198,7 +217,7 @@ def _ordered(
             if result is None:
                 yield batch[0], run_task(batch[0], opts)
             else:
-                yield from zip(batch, _result(batch, result), strict=True)
+                yield from zip(batch, _result(result, [batch, *(b for b, _ in pending)]), strict=True)
 
     for task in tasks:
         if task.inline(opts):
@@ -213,13 +232,17 @@ def _ordered(
     yield from settle(0)
 
 
-def _result(batch: list[Task], result: Done) -> list[list[Block] | str]:
+def _result(result: Done, unread: list[list[Task]]) -> list[list[Block] | str]:
     try:
         return result.result()
     except BrokenProcessPool:
-        paths = list(dict.fromkeys(task.path for task in batch))
-        shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
-        raise WorkerLostError(
-            f"a worker process died (killed, e.g. by the out-of-memory killer, or crashed); not read: {shown}; "
-            "the store was not written: run again, with fewer --workers if memory is short"
-        ) from None
+        raise _lost(unread) from None
+
+
+def _lost(unread: list[list[Task]]) -> WorkerLostError:
+    paths = list(dict.fromkeys(task.path for batch in unread for task in batch))
+    shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    return WorkerLostError(
+        f"a worker process died (killed, e.g. by the out-of-memory killer, or crashed) while reading {shown}; "
+        "the store was not written: run again, with fewer --workers if memory is short"
+    )
