@@ -64,22 +64,24 @@ def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify
 
 def _open_manifest(path: Path, verify: bool) -> Corpus:
     if path.is_dir():
-        raise StoreError(f"{path}: is a directory (a store?), not a corpus manifest; pass the corpus.json file")
+        raise StoreError(f"{short_path(path)}: is a directory (a store?), not a corpus manifest; pass the corpus.json file")
     manifest = read_json_header(
         path,
-        str(path),
+        short_path(path),
         "corpus manifest",
         "write it again with sb.write_corpus",
         error=StoreError,
         missing="no such corpus manifest; write one with sb.write_corpus",
     )
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise StoreError(f"{path}: format is not {FORMAT!r}; this is not a streambatch corpus manifest")
+        raise StoreError(f"{short_path(path)}: format is not {FORMAT!r}; this is not a streambatch corpus manifest")
     if type(manifest.get("version")) is not int or manifest.get("version") != VERSION:  # not true, not 1.0
-        raise StoreError(f"{path}: version={manifest.get('version')!r} is not supported (this streambatch reads {VERSION})")
+        raise StoreError(
+            f"{short_path(path)}: version={manifest.get('version')!r} is not supported (this streambatch reads {VERSION})"
+        )
     entries = manifest.get("shards")
     if not isinstance(entries, list) or not entries:
-        raise StoreError(f"{path}: shards must be a non-empty list of store paths (relative to the manifest)")
+        raise StoreError(f"{short_path(path)}: shards must be a non-empty list of store paths (relative to the manifest)")
     shards: list[DocumentStore] = []
     names: list[str | None] = []
     for k, entry in enumerate(entries):
@@ -93,7 +95,7 @@ def _open_manifest(path: Path, verify: bool) -> Corpus:
         recorded = entry.get("fingerprint") if isinstance(entry, dict) else None
         if recorded is not None and recorded != shard.fingerprint:
             raise StoreError(
-                f"{path}: shard {k} ({relative}) has fingerprint {shard.fingerprint!r} but the manifest records "
+                f"{short_path(path)}: shard {k} ({relative}) has fingerprint {shard.fingerprint!r} but the manifest records "
                 f"{recorded!r}; the shard changed since the manifest was written: write the manifest again"
             )
         shards.append(shard)
@@ -101,7 +103,7 @@ def _open_manifest(path: Path, verify: bool) -> Corpus:
     corpus = Corpus(shards, paths=names)
     recorded = manifest.get("fingerprint")
     if recorded is not None and recorded != corpus.fingerprint:
-        raise StoreError(f"{path}: fingerprint {recorded!r} does not match its shards ({corpus.fingerprint!r})")
+        raise StoreError(f"{short_path(path)}: fingerprint {recorded!r} does not match its shards ({corpus.fingerprint!r})")
     return corpus
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError, DataError, StreamBatchError
-from ...io.files import check_regular
+from ...io.files import check_regular, short_path
 from ...model.documents import Document, Partition
 from ...model.validate import short
 from .blocks import Block, ReadOptions, read_options
@@ -42,7 +42,7 @@ def load_dataset_folder(path: str) -> Any:
             raise table_error(path, _WHAT, err) from err
         if not hasattr(_DATASETS[path], "num_rows") or isinstance(_DATASETS[path].num_rows, dict):
             del _DATASETS[path]
-            raise DataError(f"{path}: a DatasetDict; pass one split's folder (e.g. {path}/train)")
+            raise DataError(f"{short_path(path)}: a DatasetDict; pass one split's folder (e.g. {short_path(path)}/train)")
     return _DATASETS[path]
 
 

@@ -142,7 +142,7 @@ def read_bytes(path: str | os.PathLike[str], limit: int = MAX_DOCUMENT_BYTES) ->
         held += len(piece)
         if held > limit:
             raise DataError(
-                f"{os.fspath(path)}: a document of more than {limit:,} bytes (the limit for one document); "
+                f"{short_path(path)}: a document of more than {limit:,} bytes (the limit for one document); "
                 "raise it with --max-document-bytes (max_document_bytes=), or split the file"
             )
         parts.append(piece)
@@ -157,14 +157,14 @@ def decode(data: bytes, path: str | os.PathLike[str], offset: int = 0, what: str
     """
     if what == "text" and (nul := data.find(b"\0")) >= 0:
         raise DataError(
-            f"{os.fspath(path)}: binary data, not text (a NUL byte at byte {offset + nul}); "
+            f"{short_path(path)}: binary data, not text (a NUL byte at byte {offset + nul}); "
             "extract an archive first, or leave the file out (--exclude, --skip-bad)"
         )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise DataError(
-            f"{os.fspath(path)}: not UTF-8 {what} ({err.reason} at byte {offset + err.start}): a binary file? "
+            f"{short_path(path)}: not UTF-8 {what} ({err.reason} at byte {offset + err.start}): a binary file? "
             "Convert it, or leave it out (--exclude, --skip-bad)"
         ) from err
 
@@ -226,7 +226,7 @@ def _check_lines(data: bytes, end: int, path: str | os.PathLike[str], first_line
 
 def _long_line(path: str | os.PathLike[str], number: int, max_line: int) -> DataError:
     return DataError(
-        f"{os.fspath(path)}:{number}: a line of more than {max_line:,} bytes (the limit for one line); "
+        f"{short_path(path)}:{number}: a line of more than {max_line:,} bytes (the limit for one line); "
         "raise it with --max-line-bytes (max_line_bytes=), or leave the file out"
     )
 

@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import DataError
+from ...io.files import short_path
 from ...model.documents import Partition
 from ...model.validate import check_id
 from .blocks import Block, ReadOptions, flat_block, partition_codes, text_block
@@ -32,9 +33,10 @@ def table_block(table: Any, path: str, name: str | None, first_row: int, opts: R
     column = opts.column or next((c for c in TABLE_COLUMNS if c in names), None)
     if column is None or column not in names:
         wanted = repr(column) if column else " or ".join(TABLE_COLUMNS)
-        raise DataError(f"{path}: no column {wanted} (columns: {', '.join(names)}); pass --column NAME (column=)")
+        raise DataError(f"{short_path(path)}: no column {wanted} (columns: {', '.join(names)}); pass --column NAME (column=)")
     rows = range(first_row, first_row + table.num_rows)
-    wheres = [f"{path} row {r}" if path else f"row {r}" for r in rows]
+    shown = short_path(path) if path else ""
+    wheres = [f"{shown} row {r}" if shown else f"row {r}" for r in rows]
     ids = _table_ids(table, names, name, rows, wheres)
     codes = _tablepartition_codes(table, names, wheres, opts.partition)
     values = plain_values(table.column(column), pa).combine_chunks()
@@ -55,7 +57,9 @@ def table_block(table: Any, path: str, name: str | None, first_row: int, opts: R
             raise DataError(f"{wheres[doc]}: {column} holds a null token id; token ids must be integers")
         lengths = values.value_lengths().to_numpy(zero_copy_only=False)
         return flat_block(flat.to_numpy(zero_copy_only=False), lengths, ids, codes, wheres, opts)
-    raise DataError(f"{path}: column {column!r} has type {kind}; it must hold token ids (a list of integers) or text (string)")
+    raise DataError(
+        f"{short_path(path)}: column {column!r} has type {kind}; it must hold token ids (a list of integers) or text (string)"
+    )
 
 
 def plain_values(values: Any, pa: Any) -> Any:
@@ -108,4 +112,6 @@ def validated(table: Any, path: str, what: str) -> Any:
 
 def table_error(path: str, what: str, err: BaseException) -> DataError:
     """A failure of pyarrow/datasets to read *path* as a `DataError` (so --skip-bad can leave it out)."""
-    return DataError(f"{path}: cannot read as {what} ({type(err).__name__}: {err}); check the file, or leave it out (--skip-bad)")
+    return DataError(
+        f"{short_path(path)}: cannot read as {what} ({type(err).__name__}: {err}); check the file, or leave it out (--skip-bad)"
+    )
