@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,13 +34,16 @@ _READ = 1 << 24
 def new_header(
     dtype: np.dtype[Any],
     token_count: int,
-    ids: list[str],
+    ids: Sequence[str],
     codes: npt.NDArray[np.uint8],
     fingerprint: str,
     tokenizer: dict[str, Any] | None,
     extra: dict[str, Any],
 ) -> dict[str, Any]:
-    """The header of a new store; ids and partitions inline when few and short (else see `ids_inline`)."""
+    """The header of a new store; ids and partitions inline when few and short (else see `ids_inline`).
+
+    *ids* may be any sequence: only its length is read unless it is short enough to be inline.
+    """
     header: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -53,7 +56,7 @@ def new_header(
         header["tokenizer"] = tokenizer
     header.update({k: v for k, v in extra.items() if k not in header})
     if ids_inline(ids):
-        header["ids"] = ids
+        header["ids"] = list(ids)
         header["partitions"] = [PARTITIONS[c].value for c in codes.tolist()]
     else:
         header["ids_file"] = IDS
@@ -61,7 +64,7 @@ def new_header(
     return header
 
 
-def ids_inline(ids: list[str]) -> bool:
+def ids_inline(ids: Sequence[str]) -> bool:
     """Whether a store's ids and partitions go in its header (few, short ids) rather than files of their own."""
     return len(ids) <= INLINE_DOCUMENTS and sum(map(len, ids)) <= INLINE_ID_CHARS
 
@@ -112,9 +115,16 @@ def _count(header: dict[str, Any], name: str, header_path: Path) -> int:
     return value
 
 
-def fingerprint_files(tokens_fd: int, offsets_fd: int, ids: list[str], codes: npt.NDArray[np.uint8]) -> str:
-    """The content fingerprint of a store's open tokens.bin and offsets.bin, ids and partition codes."""
-    return content_fingerprint(_fd_blocks(tokens_fd), _fd_blocks(offsets_fd), ids, codes)
+def fingerprint_files(
+    tokens_fd: int,
+    offsets_fd: int,
+    ids: Sequence[str],
+    codes: npt.NDArray[np.uint8],
+    *,
+    id_lines: Iterable[bytes] | None = None,
+) -> str:
+    """The content fingerprint of a store's open tokens.bin and offsets.bin, ids (or their JSON lines) and partition codes."""
+    return content_fingerprint(_fd_blocks(tokens_fd), _fd_blocks(offsets_fd), ids, codes, id_lines=id_lines)
 
 
 def _fd_blocks(fd: int) -> Iterator[bytes]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -18,8 +19,9 @@ import numpy.typing as npt
 from .._checks import short_repr
 from ..errors import DataError, StoreError
 from ..model.documents import PARTITIONS, Partition
+from ..model.ids import IdLines, first_repeat
 from ..model.store import DocumentStore
-from ..model.validate import check_id, check_offsets, check_unique
+from ..model.validate import check_id, check_offsets, duplicate_id
 from .bounded_json import decode_string
 from .files import NotRegularFileError, open_regular, short_path
 from .mapped import map_readonly
@@ -61,13 +63,15 @@ def open_store(path: str | os.PathLike[str], *, verify: bool = True) -> Document
     for _ in range(OPEN_ATTEMPTS):
         try:
             dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        except ValueError:  # "embedded null byte"
+            raise StoreError(f"{short_path(os.fspath(root))!r}: the path holds a NUL byte; pass a store directory") from None
         except (FileNotFoundError, NotADirectoryError):
             raise StoreError(
-                f"{root}: not a streambatch store ({HEADER} is missing); run `streambatch prepare` to build one"
+                f"{short_path(root)}: not a streambatch store ({HEADER} is missing); run `streambatch prepare` to build one"
             ) from None
         except OSError as err:
             raise StoreError(
-                f"{root}: cannot open the store ({err.strerror or err}); check the path and its permissions"
+                f"{short_path(root)}: cannot open the store ({err.strerror or err}); check the path and its permissions"
             ) from err
         try:
             return open_store_at(dfd, root, verify)
@@ -75,14 +79,16 @@ def open_store(path: str | os.PathLike[str], *, verify: bool = True) -> Document
             if _still_at(dfd, root):  # really missing, not removed by a concurrent replace
                 if missing.name == HEADER:
                     raise StoreError(
-                        f"{root}: not a streambatch store ({HEADER} is missing); run `streambatch prepare` to build one"
+                        f"{short_path(root)}: not a streambatch store ({HEADER} is missing); "
+                        "run `streambatch prepare` to build one"
                     ) from None
                 raise StoreError(
-                    f"{root / missing.name}: missing ({missing.err.strerror}); the store is incomplete; prepare it again"
+                    f"{short_path(root / missing.name)}: missing ({missing.err.strerror}); "
+                    "the store is incomplete; prepare it again"
                 ) from None
         finally:
             os.close(dfd)
-    raise StoreError(f"{root}: the store was replaced {OPEN_ATTEMPTS} times while it was being opened; open it again")
+    raise StoreError(f"{short_path(root)}: the store was replaced {OPEN_ATTEMPTS} times while it was being opened; open it again")
 
 
 def _still_at(dfd: int, root: Path) -> bool:
@@ -123,13 +129,13 @@ def open_store_at(dfd: int, root: Path, verify: bool) -> DocumentStore:
         try:
             offsets = check_offsets(offsets, tokens_count, "offsets")
         except DataError as err:
-            raise StoreError(f"{root / OFFSETS}: {err}") from err
+            raise StoreError(f"{short_path(root / OFFSETS)}: {err}") from err
         ids, codes = _read_documents(root, header, header_path, docs_count, extra)
         if verify:
             actual = fingerprint_files(tokens_file.fileno(), offsets_file.fileno(), ids, codes)
             if actual != fingerprint:
                 raise StoreError(
-                    f"{root}: fingerprint mismatch (header {short_repr(fingerprint)}, content {actual!r}); "
+                    f"{short_path(root)}: fingerprint mismatch (header {short_repr(fingerprint)}, content {actual!r}); "
                     "the store's files were changed or corrupted; prepare it again"
                 )
         tokens: Any = np.zeros(0, dtype=dtype)
@@ -139,7 +145,7 @@ def open_store_at(dfd: int, root: Path, verify: bool) -> DocumentStore:
             status = os.fstat(tokens_file.fileno())
             tokens.identity = (status.st_dev, status.st_ino)  # reopened only if unchanged
     tokenizer = header_tokenizer(header, header_path)
-    return DocumentStore.from_checked(tokens, offsets[:-1].copy(), np.diff(offsets), tuple(ids), codes, fingerprint, tokenizer)
+    return DocumentStore.from_checked(tokens, offsets[:-1].copy(), np.diff(offsets), ids, codes, fingerprint, tokenizer)
 
 
 def _check_size(handle: IO[bytes], path: Path, expected: int, what: str) -> None:
@@ -147,51 +153,65 @@ def _check_size(handle: IO[bytes], path: Path, expected: int, what: str) -> None
     if actual != expected:
         state = "truncated" if actual < expected else "longer than the header says"
         raise StoreError(
-            f"{path}: size {actual} bytes but the header describes {what} ({expected} bytes): {state}; prepare the store again"
+            f"{short_path(path)}: size {actual} bytes but the header describes {what} ({expected} bytes): {state}; "
+            "prepare the store again"
         )
 
 
 def _read_documents(
     root: Path, header: dict[str, Any], header_path: Path, count: int, files: list[IO[bytes]]
-) -> tuple[list[str], npt.NDArray[np.uint8]]:
+) -> tuple[Sequence[str], npt.NDArray[np.uint8]]:
+    ids: Sequence[str]
     if files:
-        ids_file, parts_file = files
-        ids_path = root / IDS
-        try:
-            data = ids_file.read()
-        except OSError as err:
-            raise StoreError(f"{ids_path}: unreadable ids ({err.strerror or err}); prepare the store again") from err
-        lines = data.split(b"\n")
-        if lines and not lines[-1]:
-            lines.pop()
-        if len(lines) != count:
-            raise StoreError(f"{ids_path}: {len(lines)} ids but document_count={count}; prepare the store again")
-        ids = [
-            decode_string(line, f"{ids_path}:{number}", "a document id", error=StoreError)
-            for number, line in enumerate(lines, start=1)
-        ]
-        _check_size(parts_file, root / PARTITIONS_FILE, count, f"{count} partition codes")
-        codes = np.fromfile(parts_file, dtype=np.uint8)
-        where = ids_path
+        ids, codes, hashes = _read_id_files(root, count, *files)
+        where = root / PARTITIONS_FILE
     else:
         inline_ids = header.get("ids")
         parts = header.get("partitions")
         if not isinstance(inline_ids, list) or not isinstance(parts, list) or len(parts) != len(inline_ids):
             raise StoreError(f"{header_path}: ids and partitions must be lists of equal length")
-        ids = inline_ids
+        ids = tuple(inline_ids)
+        hashes = None
         if len(ids) != count:
             raise StoreError(f"{header_path}: {len(ids)} ids but document_count={count}; prepare the store again")
         try:
             codes = np.array([Partition.parse(p, f"document index {i}").code for i, p in enumerate(parts)], dtype=np.uint8)
+            for index, value in enumerate(ids):
+                check_id(value, f"document index {index}")
         except DataError as err:
             raise StoreError(f"{header_path}: {err}") from err
         where = header_path
     if codes.size and int(codes.max()) >= len(PARTITIONS):
         raise StoreError(f"{where}: partition code {int(codes.max())} is not 0, 1 or 2")
-    try:
-        for index, value in enumerate(ids):
-            check_id(value, f"document index {index}")
-        check_unique(ids, [f"document index {i}" for i in range(count)])
-    except DataError as err:
-        raise StoreError(f"{where}: {err}") from err
+    repeat = first_repeat(ids, hashes)  # 8 bytes per id, not a dict of them
+    del hashes
+    if repeat is not None:
+        try:
+            duplicate_id(ids[repeat[0]], f"document index {repeat[0]}", f"document index {repeat[1]}")
+        except DataError as err:
+            raise StoreError(f"{root / IDS if files else header_path}: {err}") from err
     return ids, codes
+
+
+def _read_id_files(
+    root: Path, count: int, ids_file: IO[bytes], parts_file: IO[bytes]
+) -> tuple[IdLines, npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """ids.jsonl kept as one buffer (`IdLines`: no str per id), each line checked once; partitions.bin; the ids' hashes."""
+    ids_path = root / IDS
+    try:
+        data = ids_file.read()
+    except OSError as err:
+        raise StoreError(f"{ids_path}: unreadable ids ({err.strerror or err}); prepare the store again") from err
+    ids = IdLines.of(data if not data or data.endswith(b"\n") else data + b"\n")
+    if len(ids) != count:
+        raise StoreError(f"{ids_path}: {len(ids)} ids but document_count={count}; prepare the store again")
+    hashes = np.empty(count, dtype=np.int64)
+    try:
+        for index, line in enumerate(ids.lines()):
+            value = decode_string(line, f"{ids_path}:{index + 1}", "a document id", error=StoreError)
+            check_id(value, f"document index {index}")
+            hashes[index] = hash(value)
+    except DataError as err:
+        raise StoreError(f"{ids_path}: {err}") from err
+    _check_size(parts_file, root / PARTITIONS_FILE, count, f"{count} partition codes")
+    return ids, np.fromfile(parts_file, dtype=np.uint8), hashes

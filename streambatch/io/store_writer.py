@@ -26,8 +26,10 @@ from .._checks import short_repr
 from ..errors import ConfigError, DataError, StoreError
 from ..model.documents import PARTITIONS, Document, Partition
 from ..model.store import DocumentStore
-from ..model.validate import check_id, check_tokens, check_vocabulary, duplicate_id
+from ..model.validate import check_id, check_tokens, check_vocabulary
 from .atomic import create_temporary_directory, fsync_path, partial_prefix, remove_stale_temporaries
+from .document_log import DocumentLog, Mark
+from .files import short_path
 from .replace import replace_directory
 from .store_header import (
     DTYPES,
@@ -110,16 +112,13 @@ class StoreWriter:
                 remove_stale_temporaries(parent, partial_prefix(self.path, kind))
             self._tmp = create_temporary_directory(parent, partial_prefix(self.path))
             self._tokens: IO[bytes] = open(self._tmp / TOKENS, "wb")  # noqa: SIM115 - closed in commit/abort
+            self._log = DocumentLog(self._tmp)  # ids, codes, offsets: on disk as they come, not in memory
         except OSError as err:
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)
             raise StoreError(
                 f"{self.path}: cannot create the store ({err.strerror or err}); choose a writable output path"
             ) from err
-        self._offsets: list[int] = [0]
-        self._ids: list[str] = []
-        self._where: dict[str, str] = {}
-        self._codes = bytearray()
         self._max = -1
         self._done = False
 
@@ -134,17 +133,13 @@ class StoreWriter:
         """Append one document (validated like `Document`)."""
         label = where or f"document id={doc_id!r}"
         _check_storable_id(doc_id, label)
-        first = self._where.get(doc_id)
-        if first is not None:
-            duplicate_id(doc_id, first, label)
+        hashes = self._log.check([doc_id], [label])
         code = Partition.parse(partition, label).code
         array = _valid_tokens(tokens, label)
         self._check_vocabulary(array, np.array([array.size]), [label])
         self._write(array, label)
-        self._where[doc_id] = label
-        self._ids.append(doc_id)
-        self._codes.append(code)
-        self._offsets.append(self._offsets[-1] + int(array.size))
+        with self._writing():
+            self._log.append([doc_id], [label], bytes([code]), np.array([array.size], np.int64), hashes)
 
     def add_block(
         self,
@@ -179,20 +174,13 @@ class StoreWriter:
             codes = partition.astype(np.uint8).tobytes()
         else:
             codes = bytes([Partition.parse(partition).code]) * len(names)
-        fresh: dict[str, str] = {}
         for name, label in zip(names, labels, strict=True):
             _check_storable_id(name, label)
-            first = self._where.get(name) or fresh.get(name)
-            if first is not None:
-                duplicate_id(name, first, label)
-            fresh[name] = label
+        hashes = self._log.check(names, labels)
         self._check_vocabulary(array, sizes, labels)
         self._write(array, "add_block")
-        self._where.update(fresh)
-        self._ids.extend(names)
-        self._codes.extend(codes)
-        ends = self._offsets[-1] + np.cumsum(sizes)
-        self._offsets.extend(ends.tolist())
+        with self._writing():
+            self._log.append(names, labels, codes, sizes, hashes)
 
     def set_tokenizer(self, tokenizer: Described | Mapping[str, Any] | None) -> None:
         """Record *tokenizer* (its ``describe()`` dict, or a `Tokenizer`) in the header; documents added next must fit it."""
@@ -205,24 +193,20 @@ class StoreWriter:
         if self.tokenizer is not None and isinstance(self.tokenizer.get("vocab_size"), int):
             check_vocabulary(array, lengths, labels, self.tokenizer["vocab_size"], str(self.tokenizer.get("name")))
 
-    def mark(self) -> tuple[int, int, str]:
+    def mark(self) -> tuple[Mark, int, str]:
         """A point to `rollback` to (e.g. the start of an input file)."""
-        return len(self._ids), self._max, self._stage.name
+        return self._log.mark(), self._max, self._stage.name
 
-    def rollback(self, mark: tuple[int, int, str]) -> None:
+    def rollback(self, mark: tuple[Mark, int, str]) -> None:
         """Discard every document added after *mark* (and a widening they caused)."""
-        count, top, stage = mark
-        for name in self._ids[count:]:
-            del self._where[name]
-        del self._ids[count:]
-        del self._codes[count:]
-        del self._offsets[count + 1 :]
+        log, top, stage = mark
         self._max = top
         with self._writing():
+            self._log.rollback(log)
             self._tokens.flush()
             if self._stage.name != stage:  # every id kept fits the narrower staging dtype again
                 self._restage(np.dtype(stage).newbyteorder("<"))
-            self._tokens.truncate(self._offsets[-1] * self._stage.itemsize)
+            self._tokens.truncate(self._log.tokens * self._stage.itemsize)
             self._tokens.seek(0, os.SEEK_END)
 
     def _write(self, array: npt.NDArray[Any], label: str) -> None:
@@ -236,7 +220,7 @@ class StoreWriter:
             if top > np.iinfo(self._stage).max:
                 self._widen()
             self._max = max(self._max, top)
-            np.ascontiguousarray(array, dtype=self._stage).tofile(self._tokens)
+            _write_array(self._tokens, np.ascontiguousarray(array, dtype=self._stage))
 
     def _widen(self) -> None:
         """Rewrite the uint16 tokens staged so far as uint32, once, when the first id >= 2**16 arrives."""
@@ -251,7 +235,7 @@ class StoreWriter:
         source: Any = np.memmap(staged, dtype=self._stage, mode="r", shape=(count,)) if count else np.zeros(0, self._stage)
         with open(self._tmp / _WIDENING, "wb") as out:
             for lo in range(0, count, _READ):
-                source[lo : lo + _READ].astype(dtype).tofile(out)
+                _write_array(out, source[lo : lo + _READ].astype(dtype))
         del source
         os.replace(self._tmp / _WIDENING, staged)
         self._tokens = open(staged, "r+b")  # noqa: SIM115 - closed in commit/abort
@@ -264,7 +248,7 @@ class StoreWriter:
             yield
         except OSError as err:  # name the user's store, not the temporary directory
             raise StoreError(
-                f"{self.path}: cannot write the store ({err.strerror or err}); free space or choose another path"
+                f"{short_path(self.path)}: cannot write the store ({err.strerror or err}); free space or choose another path"
             ) from err
 
     def commit(self) -> DocumentStore:
@@ -274,23 +258,22 @@ class StoreWriter:
         _step("finish")
         with self._writing():
             self._tokens.close()
-            count = self._offsets[-1]
-            np.asarray(self._offsets, dtype="<i8").tofile(tmp / OFFSETS)
-            codes = np.frombuffer(bytes(self._codes), dtype=np.uint8)
+            count = self._log.tokens
+            codes, few = self._log.finish()  # ids.jsonl, partitions.bin and offsets.bin are written
+            ids: Sequence[str] = few if few is not None else _Count(self._log.count)
             with _directory_fd(tmp) as dfd:
                 tokens_fd = os.open(TOKENS, os.O_RDONLY, dir_fd=dfd)
                 offsets_fd = os.open(OFFSETS, os.O_RDONLY, dir_fd=dfd)
                 try:
-                    fingerprint = fingerprint_files(tokens_fd, offsets_fd, self._ids, codes)
+                    fingerprint = fingerprint_files(tokens_fd, offsets_fd, ids, codes, id_lines=self._log.id_lines())
                 finally:
                     os.close(tokens_fd)
                     os.close(offsets_fd)
-            header = new_header(self._stage, count, self._ids, codes, fingerprint, self.tokenizer, self.header)
-            if not ids_inline(self._ids):
-                _step("ids")
-                with open(tmp / IDS, "w", encoding="utf-8") as handle:
-                    handle.writelines(json.dumps(i) + "\n" for i in self._ids)
-                codes.tofile(tmp / PARTITIONS_FILE)
+            header = new_header(self._stage, count, ids, codes, fingerprint, self.tokenizer, self.header)
+            _step("ids")
+            if ids_inline(ids):  # in the header instead
+                (tmp / IDS).unlink()
+                (tmp / PARTITIONS_FILE).unlink()
             _step("fsync")
             for name in os.listdir(tmp):
                 fsync_path(tmp / name)
@@ -312,8 +295,28 @@ class StoreWriter:
         self._done = True
         with contextlib.suppress(OSError):
             self._tokens.close()
+        if hasattr(self, "_log"):
+            self._log.close()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _write_array(handle: IO[bytes], array: npt.NDArray[Any]) -> None:
+    """Write *array*'s bytes (a failed write is an `OSError` with its errno: numpy's ``tofile`` loses it)."""
+    handle.write(np.ascontiguousarray(array).data.cast("B"))
+
+
+class _Count(Sequence[str]):
+    """A sequence of *count* ids that are not read (what `new_header` needs of many ids: their number)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: Any) -> Any:
+        raise IndexError("the ids are in ids.jsonl")
 
 
 def _valid_tokens(tokens: Any, label: str) -> npt.NDArray[Any]:

@@ -7,7 +7,7 @@ stores, what `streambatch.open_source` returns (a `Source`), or any iterable of
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,7 +33,7 @@ class TokenSource(Protocol):
     @property
     def lengths(self) -> npt.NDArray[np.int64]: ...
     @property
-    def ids(self) -> tuple[str, ...]: ...
+    def ids(self) -> Sequence[str]: ...
     @property
     def partition_codes(self) -> npt.NDArray[np.uint8]: ...
     @property

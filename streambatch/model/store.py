@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import numpy.typing as npt
 
 from ..errors import DataError, StoreError
 from .documents import PARTITIONS, Document, Partition
+from .ids import IdLines, json_line
 from .validate import check_id, check_offsets, check_tokens, check_unique
 
 TokenArray = npt.NDArray[np.uint32] | npt.NDArray[np.uint16]
@@ -52,7 +52,7 @@ class DocumentStore:
     tokens: TokenArray
     starts: npt.NDArray[np.int64]
     lengths: npt.NDArray[np.int64]
-    ids: tuple[str, ...]
+    ids: Sequence[str]  # a tuple, or a store file's `IdLines` (decoded on access)
     partition_codes: npt.NDArray[np.uint8]
     fingerprint: str | None = None
     tokenizer: dict[str, Any] | None = None
@@ -144,7 +144,7 @@ class DocumentStore:
         tokens: Any,
         starts: Any,
         lengths: Any,
-        ids: tuple[str, ...],
+        ids: Sequence[str],
         codes: Any,
         fingerprint: str | None = None,
         tokenizer: dict[str, Any] | None = None,
@@ -288,18 +288,36 @@ class DocumentStore:
 
 
 def content_fingerprint(
-    token_blocks: Iterable[Any], offset_blocks: Iterable[Any], ids: Sequence[str], codes: npt.NDArray[np.uint8]
+    token_blocks: Iterable[Any],
+    offset_blocks: Iterable[Any],
+    ids: Sequence[str],
+    codes: npt.NDArray[np.uint8],
+    *,
+    id_lines: Iterable[bytes] | None = None,
 ) -> str:
     """``blake2b-256:`` + BLAKE2b-256 of the token bytes, the offset bytes, then ids and partition codes as JSON.
 
     The one definition of a store's fingerprint: `open_store` and `write_store`
     feed it the files' bytes, `DocumentStore.content_fingerprint` an in-memory
-    store's arrays (little-endian, the dtype `write_store` would choose).
+    store's arrays (little-endian, the dtype `write_store` would choose).  The JSON
+    is ``json.dumps([ids, codes], separators=(",", ":"))``, hashed as it is made
+    (from *id_lines*, each id's ``json.dumps``, when given instead of *ids*).
     """
     digest = hashlib.blake2b(digest_size=32)
     for block in itertools.chain(token_blocks, offset_blocks):
         digest.update(np.ascontiguousarray(block).view(np.uint8).data if isinstance(block, np.ndarray) else block)
-    digest.update(json.dumps([list(ids), np.asarray(codes).tolist()], separators=(",", ":")).encode())
+    lines = id_lines if id_lines is not None else ids.lines() if isinstance(ids, IdLines) else map(json_line, ids)
+    digest.update(b"[[")
+    for index, line in enumerate(lines):
+        digest.update(b"," + line if index else line)
+    digest.update(b"],[")
+    flat = np.asarray(codes, dtype=np.uint8).ravel()
+    for lo in range(0, flat.size, _BLOCK):
+        part = flat[lo : lo + _BLOCK]
+        text = np.full(2 * part.size, ord(","), dtype=np.uint8)
+        text[0::2] = part + ord("0")  # codes are 0, 1, 2: one digit each
+        digest.update(text[: -1 if lo + part.size == flat.size else None].data)
+    digest.update(b"]]")
     return "blake2b-256:" + digest.hexdigest()
 
 

@@ -8,10 +8,11 @@ into a `ReadOptions`, which every reader takes.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +27,21 @@ from .tokenizers import AUTO, ByteTokenizer, SpecialId, Tokenizer, TokenizerSpec
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+T = TypeVar("T")
+
 BLOCK_TOKENS = 1 << 22  # .npy/.bin documents are packed about 4 Mi tokens at a time
+BLOCK_DOCUMENTS = 1 << 16  # lines become blocks of at most this many documents: bounded per-document temporaries
+
+
+def batches(items: Iterable[T], size: int = BLOCK_DOCUMENTS) -> Iterator[list[T]]:
+    """*items* in lists of at most *size* (``itertools.batched``, Python 3.12).
+
+    >>> list(batches(range(5), 2))
+    [[0, 1], [2, 3], [4]]
+    """
+    iterator = iter(items)
+    while group := list(itertools.islice(iterator, size)):
+        yield group
 
 
 @dataclass(frozen=True, eq=False)

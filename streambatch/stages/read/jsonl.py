@@ -29,7 +29,7 @@ from ...model.documents import Document, Partition
 from ...model.store import DocumentStore
 from ...model.validate import check_id, short
 from . import inputs as _inputs
-from .blocks import Block, ReadOptions, byte_limit, flat_block, partition_codes, text_block
+from .blocks import Block, ReadOptions, batches, byte_limit, flat_block, partition_codes, text_block
 
 TOKEN_KEYS = ("tokens", "input_ids")  # streambatch's own key, then Hugging Face's
 TEXT_COLUMNS = ("text",)  # a row without tokens holds text to tokenize here (or in the column named)
@@ -151,9 +151,10 @@ def read_records(records: Iterable[Mapping[str, Any]], **options: Any) -> Docume
     return DocumentStore.from_documents(iter_records(records, **options))
 
 
-def jsonl_block(chunk: _inputs.LineChunk, path: str, name: str, opts: ReadOptions) -> Block:
-    """Each non-blank line of a JSONL chunk as a document (default id ``name:line``)."""
-    return rows_block([(w, f"{name}:{n}", row) for w, n, row in jsonl_rows(chunk, path)], opts)
+def jsonl_blocks(chunk: _inputs.LineChunk, path: str, name: str, opts: ReadOptions) -> Iterator[Block]:
+    """Each non-blank line of a JSONL chunk as a document (default id ``name:line``), in blocks of at most `BLOCK_DOCUMENTS`."""
+    for group in batches(jsonl_rows(chunk, path)):
+        yield rows_block([(w, f"{name}:{n}", row) for w, n, row in group], opts)
 
 
 def rows_block(rows: Sequence[tuple[str, str, Any]], opts: ReadOptions) -> Block:

@@ -21,11 +21,11 @@ from .arrow import arrow_blocks
 from .bin import bin_blocks
 from .blocks import Block, ReadOptions
 from .hf import dataset_rows_blocks, load_dataset_folder
-from .jsonl import jsonl_block
+from .jsonl import jsonl_blocks
 from .npy import npy_blocks
 from .parquet import parquet_blocks, parquet_row_groups
 from .select import InputFile
-from .text import text_file_block, text_lines_block
+from .text import text_file_block, text_lines_blocks
 from .tokenizers import ByteTokenizer
 
 DATASET_TASK_ROWS = 8192  # rows of a saved dataset per task
@@ -104,9 +104,9 @@ def run_task(task: Task, opts: ReadOptions) -> Iterator[Block]:
     if task.kind == "text":
         yield text_file_block(task.path, task.name, opts)
     elif task.kind == "lines" and task.chunk is not None:
-        yield text_lines_block(task.chunk, task.path, task.name, opts)
+        yield from text_lines_blocks(task.chunk, task.path, task.name, opts)
     elif task.kind == "jsonl" and task.chunk is not None:
-        yield jsonl_block(task.chunk, task.path, task.name, opts)
+        yield from jsonl_blocks(task.chunk, task.path, task.name, opts)
     elif task.kind == "parquet":
         yield from parquet_blocks(task.path, task.name, task.part[0], task.part[1], opts)
     elif task.kind == "arrow":

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from ...model.documents import Document, Partition
 from . import inputs as _inputs
-from .blocks import Block, ReadOptions, partition_codes, read_options, text_block
+from .blocks import Block, ReadOptions, batches, partition_codes, read_options, text_block
 from .select import InputFile, select_inputs
 from .tokenizers import TokenizerSpec
 
@@ -18,13 +18,14 @@ def text_file_block(path: str, name: str, opts: ReadOptions) -> Block:
     return text_block([text], [name], [path], partition_codes(1, opts.partition), opts)
 
 
-def text_lines_block(chunk: _inputs.LineChunk, path: str, name: str, opts: ReadOptions) -> Block:
-    """Each non-blank line of a chunk as a document (id ``name:line``)."""
+def text_lines_blocks(chunk: _inputs.LineChunk, path: str, name: str, opts: ReadOptions) -> Iterator[Block]:
+    """Each non-blank line of a chunk as a document (id ``name:line``), in blocks of at most `BLOCK_DOCUMENTS`."""
     text = _inputs.decode(chunk.data, path, chunk.offset)
-    units = [(n, line) for n, line in _inputs.split_lines(text, chunk.first_line) if line.strip()]
-    ids = [f"{name}:{n}" for n, _ in units]
-    wheres = [f"{path}:{n}" for n, _ in units]
-    return text_block([line for _, line in units], ids, wheres, partition_codes(len(units), opts.partition), opts)
+    units = ((n, line) for n, line in _inputs.split_lines(text, chunk.first_line) if line.strip())
+    for group in batches(units):
+        ids = [f"{name}:{n}" for n, _ in group]
+        wheres = [f"{path}:{n}" for n, _ in group]
+        yield text_block([line for _, line in group], ids, wheres, partition_codes(len(group), opts.partition), opts)
 
 
 def iter_text(
@@ -53,4 +54,5 @@ def _iter_text(files: list[InputFile], opts: ReadOptions) -> Iterator[Document]:
             yield from text_file_block(str(file.path), file.name, opts).documents()
             continue
         for chunk in _inputs.line_chunks(file.path, _inputs.LINE_CHUNK_BYTES, opts.max_line_bytes):
-            yield from text_lines_block(chunk, str(file.path), file.name, opts).documents()
+            for block in text_lines_blocks(chunk, str(file.path), file.name, opts):
+                yield from block.documents()
