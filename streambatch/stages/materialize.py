@@ -91,12 +91,13 @@ class RowGather:
 class ShardedGather:
     """Gathers rows of a `Corpus` (global positions) straight into final ``(w, T)`` arrays.
 
-    Each row's shard comes from one ``searchsorted`` on the shards' bases, done
-    by `rows` once for a whole block of batches (`take` then only copies).  When
-    the shards' token arrays share one dtype (the usual case), one read-only
-    record view spans the address range holding all of them, and a row is read
-    at ``position + shift[shard]``: the batch is then one gather per buffer, as
-    for a single store.  That view is only ever read at rows inside a shard (window
+    `rows` maps a whole block of batches to where they are read, once (`take`
+    then only copies).  When the shards' token arrays share one dtype (the usual
+    case), one read-only record view spans the address range holding all of them,
+    and a row is read at ``position + shift[shard]``, the shift found by one
+    lookup in a table of position buckets (an exact ``searchsorted`` on the
+    shards' bases only for rows near a shard's end): the batch is then one
+    gather per buffer, as for a single store.  That view is only ever read at rows inside a shard (window
     positions never point elsewhere); it is private to the gather and never
     exposed.  Otherwise (mixed dtypes) each shard's rows are copied from that
     shard's record view straight into their rows of the final arrays.
