@@ -34,6 +34,11 @@ def add_source(parser: Any, *, required_window: bool, stride_default: int | None
         "--keep-partition", action="store_true", help="skip documents of other partitions instead of refusing the source"
     )
     parser.add_argument("--no-verify", action="store_true", help="skip a store's fingerprint check (reads every byte)")
+    parser.add_argument(
+        "--pack",
+        action="store_true",
+        help="packed rows: every target of every document, pieces at stride T packed best-fit into rows of T positions",
+    )
 
 
 def add_order(parser: Any, *, sequential: bool = True) -> None:
@@ -66,6 +71,20 @@ def args_epoch(args: argparse.Namespace, source: Any, **more: Any) -> Epoch:
 
 
 def check_stride(args: argparse.Namespace) -> None:
-    """--stride means nothing without --context-length."""
+    """--stride means nothing without --context-length, nor with --pack (pieces are cut at stride T); --pack needs -T."""
     if args.stride is not None and args.context_length is None:
         raise ConfigError(f"--stride {args.stride} needs --context-length; pass -T to count windows")
+    check_pack(args)
+
+
+def check_pack(args: argparse.Namespace) -> None:
+    """--pack refuses --stride (packing cuts every document into pieces at stride T) and needs --context-length."""
+    if not getattr(args, "pack", False):
+        return
+    if args.stride is not None:
+        raise ConfigError(
+            f"--pack with --stride {args.stride}: packing cuts every document into pieces at stride T, "
+            "each target once; drop --stride"
+        )
+    if args.context_length is None:
+        raise ConfigError("--pack needs --context-length; pass -T, the positions of one packed row")
