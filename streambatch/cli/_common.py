@@ -57,12 +57,19 @@ def open_args_source(args: argparse.Namespace) -> Source:
 
 
 def args_epoch(args: argparse.Namespace, source: Any, **more: Any) -> Epoch:
-    """The epoch the arguments describe over *source*: `streambatch.Epoch`, whose partition rule every command shares."""
+    """The epoch the arguments describe over *source*: `streambatch.Epoch`, whose partition rule every command shares.
+
+    With ``--pack`` it is ``Epoch(..., pack=True)``: packed rows, no stride (refused).
+    """
+    packed = bool(getattr(args, "pack", False))
+    if packed:
+        check_pack(args)
+        more["pack"] = True
     return Epoch(
         source,
         context_length=args.context_length,
         batch_size=args.batch_size,
-        stride=1 if args.stride is None else args.stride,
+        stride=None if packed else 1 if args.stride is None else args.stride,
         seed=None if getattr(args, "sequential", False) else args.seed,
         partition=args.partition or Partition.TRAIN,
         keep_partition=args.keep_partition,

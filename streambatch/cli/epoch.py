@@ -1,5 +1,8 @@
 """The ``epoch`` command: one JSON object per batch of one epoch of a run, resumable.
 
+``--pack`` writes packed batches (see `batch_record` for their record); the
+saved state then records the packed mode, and a window-mode state is refused.
+
 ``--epoch E`` picks epoch E of the run seeded with ``--seed`` (order of
 ``derive_seed(seed, E)``), ``--start-batch K`` starts at its batch K.  With
 ``--save-state STATE`` the output file is written batch by batch, locked
@@ -33,6 +36,7 @@ from ..model.corpus import Corpus
 from ..model.source import Source
 from ..run import Run
 from ..stages.batch import MiniBatch
+from ..stages.packed_batch import PackedBatch
 from ..state import decode, encode
 from ._common import add_order, add_source, args_epoch, open_args_source
 
@@ -40,7 +44,20 @@ _BLOCK = 1 << 20
 
 
 def batch_record(batch: MiniBatch) -> dict[str, Any]:
-    """One batch as the JSON object ``streambatch epoch`` writes (rows of a corpus also name their shard)."""
+    """One batch as the JSON object ``streambatch epoch`` writes (rows of a corpus also name their shard).
+
+    A packed batch (``--pack``) has the same ``epoch``, ``index``, ``shape``,
+    ``token_count`` (its real targets: the denominator, padding never counted),
+    ``rows``, ``inputs`` and ``targets``, plus ``pack: true`` and
+    ``pad_positions``; each entry of ``rows`` is ``{"row": its number in the
+    packing, "segments": [...]}``, a segment naming what a window row names
+    (document, document_index, start, partition, shard) and its ``length`` in
+    targets; ``segment_ids`` (-1 at padding), ``position_ids`` and
+    ``loss_mask`` follow the targets.  Padding positions hold the pad id in
+    inputs and targets, with ``loss_mask`` false.
+    """
+    if isinstance(batch, PackedBatch):
+        return _packed_record(batch)
     sharded = isinstance(batch.space.store, Corpus)
     return {
         "epoch": batch.epoch,
@@ -62,6 +79,36 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
     }
 
 
+def _packed_record(batch: PackedBatch) -> dict[str, Any]:
+    sharded = isinstance(batch.row_space.store, Corpus)
+    rows: list[dict[str, Any]] = [{"row": number, "segments": []} for number in batch.rows.tolist()]
+    for p in batch.provenance:
+        rows[p.row]["segments"].append(
+            {
+                "document": p.document_id,
+                "document_index": p.document_index,
+                "start": p.start,
+                "length": p.length,
+                "partition": p.partition.value,
+                **({"shard": p.shard} if sharded else {}),
+            }
+        )
+    return {
+        "epoch": batch.epoch,
+        "index": batch.index,
+        "shape": list(batch.shape),
+        "token_count": batch.target_count,
+        "pack": True,
+        "pad_positions": batch.pad_count,
+        "rows": rows,
+        "inputs": batch.inputs.tolist(),
+        "targets": batch.targets.tolist(),
+        "segment_ids": batch.segment_ids.tolist(),
+        "position_ids": batch.position_ids.tolist(),
+        "loss_mask": batch.loss_mask.tolist(),
+    }
+
+
 def _line(batch: MiniBatch) -> bytes:
     return (json.dumps(batch_record(batch), separators=(",", ":")) + "\n").encode()
 
@@ -69,7 +116,13 @@ def _line(batch: MiniBatch) -> bytes:
 def _run(args: argparse.Namespace, source: Source, epoch: int) -> Run:
     """The run of the command line, stopping after *epoch* (only that epoch's plan is ever computed)."""
     first = args_epoch(args, source, plan_dir=args.plan_dir)
-    if first.window_count == 0:  # not an error, but never silent
+    if first.window_count == 0 and first.pack:  # not an error, but never silent
+        print(
+            f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} in {args.source} "
+            "has the 2 tokens one target needs",
+            file=sys.stderr,
+        )
+    elif first.window_count == 0:
         print(
             f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} in {args.source} "
             f"has the T + 1 = {first.context_length + 1} tokens one window needs",
