@@ -141,3 +141,51 @@ def test_epoch_pack_note_on_an_empty_epoch(tmp_path: Path, capsys: pytest.Captur
     path.write_text('{"id": "a", "partition": "train", "tokens": [5]}\n')
     assert run(["epoch", str(path), *ARGS]) == (0, "")
     assert "has the 2 tokens one target needs" in capsys.readouterr().err
+
+
+def test_trace_svg_pack_draws_rows_segments_and_dashed_padding(corpus: tuple[Path, list[sb.Document]], tmp_path: Path) -> None:
+    from xml.etree import ElementTree
+
+    path, docs = corpus
+    svg, html = tmp_path / "f.svg", tmp_path / "f.html"
+    status, text = run(["trace", str(path), *ARGS, "--svg", str(svg), "--html", str(html)])
+    epoch = sb.Epoch(read_jsonl(path), context_length=4, batch_size=3, seed=9, pack=True)
+    assert status == 0
+    assert text.startswith(f"wrote {svg}: {len(epoch.windows)} packed rows, {epoch.batch_count} batches, every row")
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    root = ElementTree.parse(svg).getroot()
+    rows = root.findall(".//s:g[@class='row']", ns)
+    assert [int(r.get("data-number", -1)) for r in rows] == epoch.order.numbers().tolist()
+    fills: dict[str, set[str]] = {}
+    drawn: list[tuple[str, int]] = []
+    for row in rows:
+        segments = row.findall("s:g[@class='segment']", ns)
+        pads = row.findall("s:g[@class='pad']", ns)
+        used = sum(int(s.get("data-length", 0)) for s in segments)
+        assert used + sum(int(p.get("data-positions", 0)) for p in pads) == 4  # T positions, segments then padding
+        assert len(pads) == (used < 4)
+        for pad in pads:
+            box = pad.find("s:rect", ns)
+            assert box is not None
+            assert (box.get("fill"), box.get("stroke-dasharray")) == ("none", "5 3")
+        for s in segments:
+            box = s.find("s:rect", ns)
+            assert box is not None
+            fills.setdefault(s.get("data-document", ""), set()).add(box.get("fill", ""))
+            drawn += [(s.get("data-document", ""), int(s.get("data-start", 0)) + j) for j in range(int(s.get("data-length", 0)))]
+    assert all(len(f) == 1 for f in fills.values())  # one colour per document
+    assert sorted(drawn) == sorted((d.id, t) for d in docs for t in range(len(d.tokens) - 1))
+    note = root.find(".//s:text[@class='note']", ns)
+    assert note is not None
+    assert (note.text or "").startswith("PROOF|mode=pack|targets=")
+    assert "stroke-dasharray" in html.read_text()
+
+
+def test_trace_pack_large_epoch_draws_the_first_rows(tmp_path: Path) -> None:
+    from streambatch.tools.figure.packed import MAX_ROWS, packed_svg
+
+    docs = [sb.Document(f"d{i}", "train", range(3 + i % 7)) for i in range(200)]
+    epoch = sb.Epoch(docs, context_length=2, batch_size=16, seed=1, pack=True)
+    svg = packed_svg(epoch)
+    assert svg.count('class="row"') == MAX_ROWS
+    assert f"{len(epoch.windows) - MAX_ROWS} more rows not drawn" in svg
