@@ -20,6 +20,7 @@ from ..model.store import DocumentStore
 from .batch import MiniBatch
 from .chunk import Chunks
 from .items import Items
+from .rows import Rows, iter_batches
 from .windows import Windows, WindowSpace
 
 
@@ -246,9 +247,12 @@ class Batches(Sequence[MiniBatch]):
         return materialize_one(self.chunks[item])
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        if self.chunks.world_size > 1 or not isinstance(self.chunks.items, Windows):
-            return map(materialize_one, self.chunks)
-        return _iter_blocks(self.chunks)
+        chunks = self.chunks
+        if chunks.world_size == 1 and isinstance(chunks.items, Rows):
+            return iter_batches(chunks.items, chunks.batch_size, chunks.batches)
+        if chunks.world_size > 1 or not isinstance(chunks.items, Windows):
+            return map(materialize_one, chunks)
+        return _iter_blocks(chunks)
 
     def __repr__(self) -> str:
         return f"Batches({self.chunks!r})"

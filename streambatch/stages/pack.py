@@ -157,6 +157,10 @@ class PieceIndex:
         docs = np.asarray(documents, dtype=np.int64)
         return self.cumulative[docs] + np.asarray(starts, dtype=np.int64) // self.context_length
 
+    def full_pieces(self) -> tuple[IntArray, IntArray]:
+        """``(documents, ends)``: the documents that have full pieces, and the running count of full pieces up to each."""
+        return self._full_docs, self._full_ends
+
     def locate_full(self, full: npt.ArrayLike) -> tuple[IntArray, IntArray]:
         """Map full-piece numbers (``0 .. full_count - 1``, document order) to ``(document index, start)``."""
         numbers = np.asarray(full, dtype=np.int64)

@@ -49,24 +49,96 @@ class SegmentProvenance(WindowProvenance):
 
 
 class PackedBatch(MiniBatch):
-    """One ``[width, T]`` stack of packed rows (see the module docstring); made by `sb.materialize` of `Rows`."""
+    """One ``[width, T]`` stack of packed rows (see the module docstring); made by `sb.materialize` of `Rows`.
 
-    __slots__ = ("arrays", "row_space")
+    The arrays are filled in one pass when the batch is made; per-segment
+    provenance (and ``sequence_is_pad``) is resolved from the row numbers on first use.
+    """
 
-    def __init__(self, index: int, arrays: PackedArrays, rows: npt.NDArray[Any], space: Any, epoch: int = 0) -> None:
+    __slots__ = (
+        "_segments",
+        "cu_seqlens",
+        "loss_mask",
+        "max_seqlen",
+        "position_ids",
+        "row_space",
+        "segment_ids",
+        "target_count",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        arrays: PackedArrays,
+        rows: npt.NDArray[Any],
+        space: Any,
+        epoch: int = 0,
+        *,
+        segments: tuple[IntArray, IntArray, IntArray, IntArray] | None = None,
+    ) -> None:
         self.epoch = epoch
         self.index = index
         self.inputs = arrays.inputs
         self.targets = arrays.targets
+        self.segment_ids = arrays.segment_ids  # (w, T) int32: 0, 1, ... by segment within each row; -1 at padding
+        self.position_ids = arrays.position_ids  # (w, T) int32: 0 at each segment's first position, +1 along it
+        self.loss_mask = arrays.loss_mask  # (w, T) bool: True at real targets, False at padding
+        self.target_count = arrays.target_count  # real targets: loss_mask.sum()
+        self.cu_seqlens = arrays.cu_seqlens  # int32 varlen boundaries over the flattened w * T positions
+        self.max_seqlen = arrays.max_seqlen  # the longest sequence of cu_seqlens
         self.positions = rows
-        self.arrays = arrays
         self.space = space  # a RowSpace: .store and .partition as a WindowSpace has them
         self.row_space = space  # a streambatch.stages.rows.RowSpace: the source, the packing, the partition
-        self._located = (arrays.segment_documents, arrays.segment_starts)
+        self._located = None
+        found = segments if segments is not None or arrays.segment_documents is None else _segments_of(arrays)
+        self._segments: tuple[IntArray, IntArray, IntArray, IntArray] | None = found
+
+    @classmethod
+    def from_kernel(
+        cls,
+        index: int,
+        outputs: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.bool_]],
+        varlen: tuple[int, npt.NDArray[np.int32], int],
+        rows: npt.NDArray[Any],
+        space: Any,
+    ) -> PackedBatch:
+        """A batch from the C gather's outputs (inputs, targets, segment and position ids, loss mask); provenance later."""
+        self = object.__new__(cls)
+        self.inputs, self.targets, self.segment_ids, self.position_ids, self.loss_mask = outputs
+        self.target_count, self.cu_seqlens, self.max_seqlen = varlen
+        self.epoch, self.index, self.positions = 0, index, rows
+        self.space = self.row_space = space
+        self._located = self._segments = None
+        return self
+
+    def _provenance(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+        """``(segment_rows, documents, starts, lengths)``: from the gather, or resolved once from the row numbers."""
+        if self._segments is None:
+            seg = self.row_space.rows.segments(self.positions)
+            rows = np.repeat(np.arange(self.positions.size, dtype=np.int64), np.diff(seg.offsets))
+            self._segments = (rows, seg.documents, seg.starts, seg.lengths)
+        return self._segments
+
+    def _locate(self) -> tuple[IntArray, IntArray]:
+        found = self._provenance()
+        return found[1], found[2]
+
+    @property
+    def arrays(self) -> PackedArrays:
+        """Every array of the batch as one `PackedArrays` (provenance resolved)."""
+        rows, documents, starts, lengths = self._provenance()
+        return PackedArrays(
+            self.inputs, self.targets, self.segment_ids, self.position_ids, self.loss_mask, self.target_count,
+            self.cu_seqlens, self.max_seqlen, self.sequence_is_pad, rows, documents, starts, lengths,
+        )  # fmt: skip
 
     def in_epoch(self, epoch: int) -> PackedBatch:
         """This batch placed in epoch *epoch* of a run: a new `PackedBatch` sharing the same arrays."""
-        return PackedBatch(self.index, self.arrays, self.positions, self.row_space, epoch)
+        twin = object.__new__(PackedBatch)
+        for name in _SLOTS:
+            setattr(twin, name, getattr(self, name))
+        twin.epoch = epoch
+        return twin
 
     @property
     def rows(self) -> IntArray:
@@ -79,59 +151,29 @@ class PackedBatch(MiniBatch):
         return self.rows
 
     @property
-    def segment_ids(self) -> npt.NDArray[np.int32]:
-        """``(w, T)``: 0, 1, ... by segment within each row; -1 at padding."""
-        return self.arrays.segment_ids
-
-    @property
-    def position_ids(self) -> npt.NDArray[np.int32]:
-        """``(w, T)``: 0 at each segment's first position, +1 along it (padding counts on from 0 too)."""
-        return self.arrays.position_ids
-
-    @property
-    def loss_mask(self) -> npt.NDArray[np.bool_]:
-        """``(w, T)``: True at real targets, False at padding."""
-        return self.arrays.loss_mask
-
-    @property
-    def target_count(self) -> int:
-        """Real targets: ``loss_mask.sum()``."""
-        return self.arrays.target_count
-
-    @property
     def token_count(self) -> int:
         """The token mean's denominator: the real targets (`target_count`), never padding."""
-        return self.arrays.target_count
+        return self.target_count
 
     @property
     def pad_count(self) -> int:
         """Padding positions: ``width * T - target_count``."""
-        return int(self.targets.size) - self.arrays.target_count
-
-    @property
-    def cu_seqlens(self) -> npt.NDArray[np.int32]:
-        """Varlen boundaries over the flattened ``w * T`` positions (segments, then each row's padding as one)."""
-        return self.arrays.cu_seqlens
-
-    @property
-    def max_seqlen(self) -> int:
-        """The longest sequence of `cu_seqlens`."""
-        return self.arrays.max_seqlen
+        return int(self.targets.size) - self.target_count
 
     @property
     def sequence_is_pad(self) -> npt.NDArray[np.bool_]:
         """Per sequence of `cu_seqlens`: True for a row's padding."""
-        return self.arrays.sequence_is_pad
+        return ~self.loss_mask.reshape(-1)[self.cu_seqlens[:-1]]
 
     @property
     def segment_rows(self) -> IntArray:
         """Per segment: its row in this batch."""
-        return self.arrays.segment_rows
+        return self._provenance()[0]
 
     @property
     def segment_lengths(self) -> IntArray:
         """Per segment: its targets (positions occupied)."""
-        return self.arrays.segment_lengths
+        return self._provenance()[3]
 
     @property
     def shards(self) -> IntArray:
@@ -194,3 +236,10 @@ class PackedBatch(MiniBatch):
     def __repr__(self) -> str:
         epoch = f"epoch={self.epoch}, " if self.epoch else ""
         return f"PackedBatch({epoch}index={self.index}, shape={self.shape}, target_count={self.target_count})"
+
+
+def _segments_of(arrays: PackedArrays) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+    return arrays.segment_rows, arrays.segment_documents, arrays.segment_starts, arrays.segment_lengths
+
+
+_SLOTS = tuple(MiniBatch.__slots__) + tuple(PackedBatch.__slots__)

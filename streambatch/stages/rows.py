@@ -14,13 +14,13 @@ a chunk of rows materializes into a `streambatch.stages.packed_batch.PackedBatch
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from .._checks import is_integer
-from ..errors import ConfigError, OutOfRangeError
+from ..errors import ConfigError, DataError, OutOfRangeError
 from ..model.documents import Partition
 from ..model.source import TokenSource, as_source, partition_documents
 from ..model.store import DocumentStore
@@ -29,6 +29,15 @@ from .pack import PackedRows, PackReport, pack_lengths
 from .packed_batch import PackedBatch
 from .window_index import IntArray, WindowConfig
 from .windows import ShuffleOrder, _mapped_file, _MappedFile
+
+_CGatherer: Any
+try:
+    from .._row_gather import Gatherer as _CGatherer
+except ImportError:  # built without a C compiler: the numpy gather
+    _CGatherer = None
+
+GATHER_BACKEND: Literal["c", "numpy"] = "c" if _CGatherer is not None else "numpy"
+"""How packed batches are gathered: the C extension ``streambatch._row_gather`` (one pass), else numpy (same arrays)."""
 
 ALGORITHM = "best-fit-decreasing/1"
 """The packing rule's name and version: part of every packed plan file's key."""
@@ -194,8 +203,7 @@ class Rows(Sequence[int]):
 
     def materialize_view(self, index: int) -> PackedBatch:
         """Gather this view into a `PackedBatch` numbered *index* (what `sb.materialize` calls)."""
-        numbers = self.numbers()
-        return PackedBatch(index, gather_rows(self._space, numbers), numbers, self._space)
+        return emit(self._space, self.numbers(), index)
 
     def __len__(self) -> int:
         return self._hi - self._lo
@@ -231,6 +239,55 @@ class Rows(Sequence[int]):
             f"Rows({len(self)} rows, context_length={self.context_length}, pad_share={self.report.pad_share:.4%}, "
             f"{order}, partition={self.partition.value!r})"
         )
+
+
+def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
+    """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy."""
+    gatherer = space.cache.get("gather")
+    if gatherer is None:
+        gatherer = space.cache["gather"] = _gatherer(space)
+    if gatherer is False:
+        return PackedBatch(index, gather_rows(space, numbers), numbers, space)
+    shape, dtype = (numbers.size, space.rows.context_length), space.store.dtype
+    outputs = (
+        np.empty(shape, dtype),
+        np.empty(shape, dtype),
+        np.empty(shape, np.int32),
+        np.empty(shape, np.int32),
+        np.empty(shape, np.bool_),
+    )
+    try:
+        cu, count, longest = gatherer.gather(numbers, *outputs)
+    except ValueError as err:
+        raise DataError(f"{err}; the rows do not belong to this packing (remove the plan file and plan again)") from None
+    return PackedBatch.from_kernel(index, outputs, (count, np.frombuffer(cu, np.int32), longest), numbers, space)
+
+
+_BLOCK_ROWS = 2048  # consecutive batches whose row numbers are read (and cast to int64) at once
+
+
+def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[PackedBatch]:
+    """Emit batches *batches* of *rows* chunked by *batch_size*: row numbers read a block of batches at a time."""
+    space, total = rows.space, len(rows)
+    per = max(1, _BLOCK_ROWS // batch_size) if batches.step == 1 else 1
+    for head in range(0, len(batches), per):
+        group = batches[head : head + per]
+        base = group[0] * batch_size
+        numbers = rows[base : min((group[-1] + 1) * batch_size, total)].numbers()
+        for batch in group:
+            at = (batch - group[0]) * batch_size
+            yield emit(space, numbers[at : at + batch_size], batch)
+
+
+def _gatherer(space: RowSpace) -> Any:
+    """The C gatherer of *space* (views of its tokens and packing), or False where numpy gathers."""
+    store, rows = space.store, space.rows
+    if _CGatherer is None or not isinstance(store, DocumentStore) or rows.context_length >= 1 << 31:
+        return False
+    index = rows.index
+    full_docs, full_ends = index.full_pieces()
+    args = (store.tokens, store.starts, store.lengths, full_docs, full_ends, rows.offsets, rows.tails)
+    return _CGatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id)
 
 
 def gather_rows(space: RowSpace, numbers: IntArray) -> PackedArrays:
