@@ -209,3 +209,18 @@ def test_cu_seqlens_and_masks_agree_with_the_gathered_batch() -> None:
 def test_bad_segment_ids_are_refused(bad: np.ndarray) -> None:
     with pytest.raises(ConfigError, match="segment ids"):
         sbt.document_mask(bad)
+
+
+def test_masks_take_the_library_batches() -> None:
+    """A `PackedBatch` from a packed epoch and its `TensorBatch` give the same masks and its own cu_seqlens."""
+    import streambatch as sb
+
+    docs = [sb.Document(f"d{i}", "train", list(range(1 + 3 * i))) for i in range(7)]
+    epoch = sb.Epoch(docs, context_length=5, batch_size=2, seed=4, pack=True)
+    for batch in epoch:
+        tensors = sbt.tensor_batch(batch)
+        assert sbt.cu_seqlens(batch).tolist() == batch.cu_seqlens.tolist() == sbt.cu_seqlens(tensors).tolist()
+        assert torch.equal(sbt.document_mask(batch), sbt.document_mask(tensors))
+        ids = torch.from_numpy(batch.segment_ids.astype(np.int64))
+        expected = (ids[:, :, None] == ids[:, None, :]) & torch.ones(5, 5, dtype=torch.bool).tril()
+        assert torch.equal(sbt.document_mask(batch)[:, 0], expected)
