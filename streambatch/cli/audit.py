@@ -40,7 +40,13 @@ def _audit(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _audit_packed(args: argparse.Namespace, epoch: Epoch, out: IO[str]) -> int:
-    packed = audit_packed_epoch(epoch, other_seed=args.other_seed, workers=args.workers, world_size=args.world_size)
+    packed = audit_packed_epoch(
+        epoch,
+        other_seed=args.other_seed,
+        workers=args.workers,
+        world_size=args.world_size,
+        progress=False if args.quiet else None,
+    )
     if args.json:
         out.write(json.dumps(packed.to_dict(), indent=1) + "\n")
     else:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..._checks import check_seed
+from ..._progress import bar as progress_bar
 from ...epoch import Epoch
 from ...errors import AccumulationError, ConfigError
 from ...stages.reduce import TokenMean, TokenSums, token_mean
@@ -159,12 +160,19 @@ def _order(chunks: Iterator[Any], rows: int) -> tuple[bytes, Any]:
 
 
 def audit_packed_epoch(
-    epoch: Epoch, *, other_seed: int | None = None, workers: int = 1, world_size: int = 1, batches: Any = None
+    epoch: Epoch,
+    *,
+    other_seed: int | None = None,
+    workers: int = 1,
+    world_size: int = 1,
+    batches: Any = None,
+    progress: bool | None = False,
 ) -> PackAuditResult:
     """Audit a packed epoch: every (rank, worker) share, a fresh replay, and the epoch under *other_seed*.
 
     *batches* replaces the epoch's own shares (a test hands tampered batches);
-    *other_seed* defaults to ``seed + 1`` (0 for a sequential epoch).
+    *other_seed* defaults to ``seed + 1`` (0 for a sequential epoch); *progress*:
+    a tqdm bar over the primary pass's rows on stderr (None: when it is a terminal).
 
     >>> import streambatch as sb
     >>> docs = [sb.Document(f"d{i}", "train", range(3 * i + 1)) for i in range(6)]
@@ -183,11 +191,20 @@ def audit_packed_epoch(
     started = time.perf_counter()
     tally = PackTally(epoch)
     pieces = epoch_shares(epoch, workers=workers, world_size=world_size) if batches is None else batches
-    sums: Iterator[TokenSums] = (tally.piece(batch) for batch in pieces)
+    bar = progress_bar(tally.row_count, desc="audit --pack", unit=" rows", unit_scale=True, progress=progress)
+
+    def checked() -> Iterator[TokenSums]:
+        for batch in pieces:
+            before = tally.rows
+            yield tally.piece(batch)
+            bar.update(tally.rows - before)
+
+    sums = checked()
     try:
         folded: TokenMean | None = token_mean(sums)  # raw sums folded, divided once
     except AccumulationError:  # no batch, or no target in any
         folded = None
+    bar.close()
     covered, repeated = tally.finish()
     direct = _direct_mean(tally)
     if not _means_equal(folded, direct):
