@@ -224,3 +224,19 @@ def test_masks_take_the_library_batches() -> None:
         ids = torch.from_numpy(batch.segment_ids.astype(np.int64))
         expected = (ids[:, :, None] == ids[:, None, :]) & torch.ones(5, 5, dtype=torch.bool).tril()
         assert torch.equal(sbt.document_mask(batch)[:, 0], expected)
+
+
+def test_block_mask_across_several_blocks_equals_the_dense_mask() -> None:
+    """T = 300 spans three 128-blocks (the last partial): flex_attention with block_mask equals SDPA with document_mask."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 700, size=12)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    tokens = rng.integers(1, VOCAB, size=int(starts[-1]) + 1).astype(np.uint16)
+    batch = pack_lengths(lengths, 300).gather(tokens, starts[:-1], np.arange(len(pack_lengths(lengths, 300))))
+    assert (batch.segment_ids == -1).any()  # padding present
+    assert (batch.segment_ids.max(axis=1) > 0).any()  # several segments in a row
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(batch.inputs.shape[0], 2, 300, 8, generator=generator) for _ in range(3))
+    dense = sdpa(sbt.document_mask(batch))(q, k, v)
+    sparse = flex(sbt.block_mask(batch))(q, k, v)
+    assert float((dense - sparse).abs().max()) <= 1e-5
