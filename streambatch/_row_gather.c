@@ -12,8 +12,13 @@
  * at padding), segment_ids (0, 1, ... per row; -1 at padding), position_ids (0
  * at a segment's or the padding's first position, +1 along), loss_mask (0 at
  * padding), and per sequence (every segment, then each padded row's padding)
- * cu_seqlens over the flattened w * T positions.  Nothing per row or segment is
- * allocated; the GIL is released while copying.
+ * cu_seqlens over the flattened w * T positions.  A first pass checks every row
+ * and finds each full row's source (a branchless binary search: mispredicted
+ * jumps cost more than the copy); then every row's tokens are copied back to
+ * back (source reads stream, as in numpy's window gather), then the ids, mask
+ * and cu_seqlens are written.  Scratch: one int64 per row; the GIL is released
+ * while copying.  A packed batch writes 13 bytes per position with uint16
+ * tokens (4 for the tokens, 9 for ids and mask) where a window batch writes 4.
  *
  * Gatherer(tokens, starts, lengths, full_docs, full_ends, offsets, tails, T, full_rows, pad_id)
  *     holds read-only buffers of the source and the packing (made once per packing);
@@ -145,8 +150,21 @@ static int64_t tail_of(const Gatherer *g, uint32_t d, int64_t *src) {
     return n;
 }
 
-/* Pass 1: check every row and count the sequences (segments, and each padded row's padding). */
-static int64_t count_sequences(const Gatherer *g, const int64_t *rows, int64_t width, failure *fail) {
+/* The first running count of full pieces above r: a branchless binary search (no mispredicted jumps). */
+static int64_t full_index(const int64_t *ends, int64_t count, int64_t r) {
+    const int64_t *base = ends;
+    int64_t n = count;
+    while (n > 1) {
+        int64_t half = n / 2;
+        base = base[half - 1] <= r ? base + half : base;
+        n -= half;
+    }
+    return (base - ends) + (*base <= r);
+}
+
+/* Pass 1: check every row, count the sequences (segments, and each padded row's padding), and put the
+ * source of each full row in sources[i]. */
+static int64_t count_sequences(const Gatherer *g, const int64_t *rows, int64_t width, failure *fail, int64_t *sources) {
     const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
     const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
     int64_t total = g->full_rows + g->counts[OFFSETS] - 1, sequences = 0, i, j, src = 0;
@@ -158,6 +176,22 @@ static int64_t count_sequences(const Gatherer *g, const int64_t *rows, int64_t w
             return -1;
         }
         if (r < g->full_rows) {
+            const int64_t *lengths = (const int64_t *)g->views[LENGTHS].buf;
+            const int64_t *ends = (const int64_t *)g->views[FULL_ENDS].buf;
+            int64_t at = full_index(ends, g->counts[FULL_ENDS], r), d, first;
+            if (at >= g->counts[FULL_ENDS]) {
+                fail->message = "a full row beyond the full pieces: the packing does not belong to this source";
+                fail->row = i;
+                return -1;
+            }
+            d = ((const int64_t *)g->views[FULL_DOCS].buf)[at];
+            first = ends[at] - (lengths[d] - 1) / g->T;
+            sources[i] = ((const int64_t *)g->views[STARTS].buf)[d] + (r - first) * g->T;
+            if (sources[i] < 0 || sources[i] + g->T >= g->counts[TOKENS]) {
+                fail->message = "a segment outside the source's tokens: the packing does not belong to it";
+                fail->row = i;
+                return -1;
+            }
             sequences += 1;
             continue;
         }
@@ -194,44 +228,52 @@ typedef struct {
     int64_t sequence, target_count, max_seqlen;
 } outputs;
 
-static void put_block(const Gatherer *g, outputs *o, int64_t at, int64_t n, int64_t src, int32_t id) {
+/* Pass TOKENS_PASS copies (or pads) the tokens of one block; IDS_PASS writes its ids, mask and cu_seqlens.
+ * Copying every row's tokens first, back to back, keeps the source reads streaming (as numpy's gather does). */
+enum { TOKENS_PASS, IDS_PASS };
+
+static void put_block(const Gatherer *g, outputs *o, int64_t at, int64_t n, int64_t src, int32_t id, int pass) {
     Py_ssize_t size = g->itemsize;
     const char *tokens = (const char *)g->views[TOKENS].buf;
     int64_t k;
-    int32_t *seg = o->segment_ids + at, *pos = o->position_ids + at;
     if (n <= 0) {
         return;
     }
+    if (pass == TOKENS_PASS) {
+        if (src >= 0) {
+            memcpy(o->inputs + at * size, tokens + src * size, (size_t)(n * size));
+            memcpy(o->targets + at * size, tokens + (src + 1) * size, (size_t)(n * size));
+        } else if (size == 2) {
+            uint16_t *a = (uint16_t *)o->inputs + at, *b = (uint16_t *)o->targets + at, v = (uint16_t)g->pad;
+            for (k = 0; k < n; k++) {
+                a[k] = v;
+                b[k] = v;
+            }
+        } else {
+            uint32_t *a = (uint32_t *)o->inputs + at, *b = (uint32_t *)o->targets + at, v = (uint32_t)g->pad;
+            for (k = 0; k < n; k++) {
+                a[k] = v;
+                b[k] = v;
+            }
+        }
+        return;
+    }
+    memset(o->mask + at, src >= 0, (size_t)n);
     if (src >= 0) {
-        memcpy(o->inputs + at * size, tokens + src * size, (size_t)(n * size));
-        memcpy(o->targets + at * size, tokens + (src + 1) * size, (size_t)(n * size));
-        memset(o->mask + at, 1, (size_t)n);
         o->target_count += n;
-    } else if (size == 2) {
-        uint16_t *a = (uint16_t *)o->inputs + at, *b = (uint16_t *)o->targets + at, v = (uint16_t)g->pad;
-        for (k = 0; k < n; k++) {
-            a[k] = v;
-            b[k] = v;
-        }
-        memset(o->mask + at, 0, (size_t)n);
-    } else {
-        uint32_t *a = (uint32_t *)o->inputs + at, *b = (uint32_t *)o->targets + at, v = (uint32_t)g->pad;
-        for (k = 0; k < n; k++) {
-            a[k] = v;
-            b[k] = v;
-        }
-        memset(o->mask + at, 0, (size_t)n);
     }
     if (id == 0 || id == -1) { /* every byte 0x00 or 0xFF */
-        memset(seg, id == 0 ? 0 : 0xFF, (size_t)n * sizeof(int32_t));
+        memset(o->segment_ids + at, id == 0 ? 0 : 0xFF, (size_t)n * sizeof(int32_t));
     } else {
+        int32_t *seg = o->segment_ids + at;
         for (k = 0; k < n; k++) {
             seg[k] = id;
         }
     }
     if (n <= g->iota_size) {
-        memcpy(pos, g->iota, (size_t)n * sizeof(int32_t));
+        memcpy(o->position_ids + at, g->iota, (size_t)n * sizeof(int32_t));
     } else {
+        int32_t *pos = o->position_ids + at;
         for (k = 0; k < n; k++) {
             pos[k] = (int32_t)k;
         }
@@ -243,40 +285,24 @@ static void put_block(const Gatherer *g, outputs *o, int64_t at, int64_t n, int6
     }
 }
 
-/* Pass 2: fill every output (rows already checked by count_sequences). */
-static void fill(const Gatherer *g, const int64_t *rows, int64_t width, outputs *o) {
-    const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
-    const int64_t *lengths = (const int64_t *)g->views[LENGTHS].buf;
-    const int64_t *full_docs = (const int64_t *)g->views[FULL_DOCS].buf;
-    const int64_t *full_ends = (const int64_t *)g->views[FULL_ENDS].buf;
+/* One pass over the rows (already checked by count_sequences, which found the full rows' sources). */
+static void fill(const Gatherer *g, const int64_t *rows, int64_t width, outputs *o, int pass, const int64_t *sources) {
     const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
     const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
     int64_t T = g->T, i, j, src = 0;
-    o->cu[0] = 0;
     for (i = 0; i < width; i++) {
         int64_t r = rows[i], at = i * T, column = 0;
         if (r < g->full_rows) {
-            int64_t lo = 0, hi = g->counts[FULL_ENDS], d, first;
-            while (lo < hi) { /* the first running count above r */
-                int64_t mid = lo + (hi - lo) / 2;
-                if (full_ends[mid] > r) {
-                    hi = mid;
-                } else {
-                    lo = mid + 1;
-                }
-            }
-            d = full_docs[lo];
-            first = full_ends[lo] - (lengths[d] - 1) / T;
-            put_block(g, o, at, T, starts[d] + (r - first) * T, 0);
+            put_block(g, o, at, T, sources[i], 0, pass);
             continue;
         }
         for (j = offsets[r - g->full_rows]; j < offsets[r - g->full_rows + 1]; j++) {
             int64_t n = tail_of(g, tails[j], &src);
-            put_block(g, o, at + column, n, src, (int32_t)(j - offsets[r - g->full_rows]));
+            put_block(g, o, at + column, n, src, (int32_t)(j - offsets[r - g->full_rows]), pass);
             column += n;
         }
         if (column < T) {
-            put_block(g, o, at + column, T - column, -1, -1);
+            put_block(g, o, at + column, T - column, -1, -1, pass);
         }
     }
 }
@@ -301,6 +327,7 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize
     failure fail = {NULL, 0};
     outputs o;
     PyObject *cu = NULL, *result = NULL;
+    int64_t *sources = NULL;
     if (self->held != HELD) {
         PyErr_SetString(PyExc_ValueError, "Gatherer.gather(): not initialised");
         return NULL;
@@ -327,7 +354,12 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize
             taken = k + 1;
         }
     }
-    sequences = count_sequences(self, (const int64_t *)rows_view.buf, width, &fail);
+    sources = (int64_t *)PyMem_Malloc((size_t)(width > 0 ? width : 1) * sizeof(int64_t));
+    if (sources == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    sequences = count_sequences(self, (const int64_t *)rows_view.buf, width, &fail, sources);
     if (sequences < 0) {
         PyErr_Format(PyExc_ValueError, "row %lld of the batch: %s", (long long)fail.row, fail.message);
         goto done;
@@ -343,11 +375,14 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize
     o.mask = (uint8_t *)out[4].buf;
     o.cu = (int32_t *)PyByteArray_AS_STRING(cu);
     o.sequence = o.target_count = o.max_seqlen = 0;
+    o.cu[0] = 0;
     Py_BEGIN_ALLOW_THREADS
-    fill(self, (const int64_t *)rows_view.buf, width, &o);
+    fill(self, (const int64_t *)rows_view.buf, width, &o, TOKENS_PASS, sources);
+    fill(self, (const int64_t *)rows_view.buf, width, &o, IDS_PASS, sources);
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("(OLL)", cu, (long long)o.target_count, (long long)o.max_seqlen);
 done:
+    PyMem_Free(sources);
     Py_XDECREF(cu);
     for (k = 0; k < taken; k++) {
         PyBuffer_Release(&out[k]);
