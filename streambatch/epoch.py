@@ -42,6 +42,7 @@ def epoch_windows(
     partition: Partition | str | None,
     keep_partition: bool,
     packed: bool = False,
+    plan_dir: str | os.PathLike[str] | None = None,
 ) -> Windows | Rows:
     """The items a façade reads: ``sb.windows(source, ...)`` (``sb.pack`` when *packed*), or *source* itself.
 
@@ -64,7 +65,7 @@ def epoch_windows(
         if stride is not None:
             raise ConfigError(f"stride={stride!r} with pack=True; packing cuts pieces at stride T: leave stride out")
         chosen = Partition.TRAIN if partition is None else partition
-        return pack(source, context_length=context_length, partition=chosen, keep_partition=keep_partition)
+        return pack(source, context_length=context_length, partition=chosen, keep_partition=keep_partition, plan_dir=plan_dir)
     return windows(
         source,
         context_length=context_length,
@@ -125,7 +126,7 @@ class Epoch:
             warnings.warn("Epoch(documents=...) is deprecated; pass the source first, or source=", DeprecationWarning, 2)
             source = documents
         self.batch_size = check_positive(batch_size, "batch_size", "the number of windows per batch")
-        given = epoch_windows(source, context_length, stride, partition, keep_partition, pack)
+        given = epoch_windows(source, context_length, stride, partition, keep_partition, pack, plan_dir)
         if given.seed is not None and seed is not None and seed != given.seed:
             raise ConfigError(f"seed={seed!r} but the windows passed are already shuffled with seed {given.seed}")
         self.seed = given.seed if seed is None else check_seed(seed)

@@ -85,7 +85,7 @@ class Run:
         self._epochs = (
             None if epochs is None else check_non_negative(epochs, "epochs", "the number of epochs, or None for an endless run")
         )
-        whole = epoch_windows(source, context_length, stride, partition, keep_partition, pack)
+        whole = epoch_windows(source, context_length, stride, partition, keep_partition, pack, plan_dir)
         first = Epoch(whole, batch_size=batch_size, seed=seed, plan_dir=plan_dir)
         self._seed = first.seed
         self._current: tuple[int, Epoch] = (0, first)

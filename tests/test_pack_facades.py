@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -85,3 +86,33 @@ def test_packed_plan_file_is_shared(tmp_path: Path) -> None:
     Path(first.order.plan_path).write_bytes(Path(first.order.plan_path).read_bytes()[:-4])  # truncated
     with pytest.raises(StoreError, match="truncated"):
         list(sb.Epoch(docs, context_length=6, batch_size=4, seed=3, pack=True, plan_dir=tmp_path))
+
+
+def test_packing_file_is_computed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan_dir keeps the packing too: computed by the first caller, then mapped; damaged files are refused."""
+    from streambatch.stages import pack_file
+
+    docs = _docs()
+    calls: list[int] = []
+    real = pack_file.pack_lengths
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pack_file, "pack_lengths", counting)
+    first = sb.pack(docs, context_length=6, plan_dir=tmp_path)
+    second = sb.Epoch(docs, context_length=6, batch_size=4, seed=3, pack=True, plan_dir=tmp_path)
+    assert len(calls) == 1
+    fresh = sb.pack(docs, context_length=6)
+    assert first.report == second.windows.report == fresh.report
+    assert first.packed.offsets.tolist() == fresh.packed.offsets.tolist()
+    assert first.packed.tails.tolist() == fresh.packed.tails.tolist()
+    assert list(second) == list(sb.Epoch(docs, context_length=6, batch_size=4, seed=3, pack=True))
+    sb.pack(docs, context_length=5, plan_dir=tmp_path)  # another T: another file
+    assert len(calls) == 2
+    assert len(list(tmp_path.glob("*.packing"))) == 2
+    path = pack_file.packing_path(pack_file.packing_key(first.store, 6, "train"), tmp_path)
+    path.write_bytes(path.read_bytes()[:-4])
+    with pytest.raises(StoreError, match="truncated"):
+        sb.pack(docs, context_length=6, plan_dir=tmp_path)

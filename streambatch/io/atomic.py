@@ -247,3 +247,19 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
         raise
     with contextlib.suppress(OSError):
         fsync_path(directory)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on *path* (created if missing) for the block; released on close, also by a crash.
+
+    What concurrent writers of one file computed once (plan files, packings) serialize on.
+    """
+    import fcntl  # POSIX
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

@@ -59,6 +59,7 @@ __all__ = [
     "best_fit_decreasing",
     "gather_segments",
     "pack_lengths",
+    "packed_rows",
 ]
 
 
@@ -331,6 +332,12 @@ def pack_lengths(
     tails = index.tail_sizes(np.uint32)
     offsets, packed = best_fit_decreasing(tails, T, backend=backend)
     del tails
+    return packed_rows(index, offsets, packed)
+
+
+def packed_rows(index: PieceIndex, offsets: IntArray, tails: npt.NDArray[Any]) -> PackedRows:
+    """The `PackedRows` of *index* whose packed rows are *offsets* into *tails* (best-fit's output, or a packing file)."""
+    T = index.context_length
     report = PackReport(
         context_length=T,
         documents=int(np.count_nonzero(index.lengths)),
@@ -341,4 +348,4 @@ def pack_lengths(
         packed_rows=int(offsets.size - 1),
         window_targets=index.full_count * T,
     )
-    return PackedRows(index, offsets, packed, report)
+    return PackedRows(index, offsets, tails, report)

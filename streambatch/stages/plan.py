@@ -40,11 +40,9 @@ plan raises `StoreError` and is never used.  Opening reads the header only.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,9 +51,10 @@ import numpy.typing as npt
 
 from .._checks import check_seed
 from ..errors import ConfigError, StoreError
-from ..io.atomic import atomic_file
+from ..io.atomic import atomic_file, exclusive_lock
 from ..io.bounded_json import read_json_header
-from .rows import ALGORITHM, Rows
+from .pack_file import ALGORITHM
+from .rows import Rows
 from .shuffle import permute
 from .windows import ShuffleOrder, Windows
 
@@ -166,25 +165,12 @@ def build_plan(windows: OrderedT, seed: int, plan_dir: PathLike, *, run: dict[st
     path = directory / name
     created = False
     if not path.exists():
-        with _locked(directory / (name[: -len(SUFFIX)] + ".lock")):
+        with exclusive_lock(directory / (name[: -len(SUFFIX)] + ".lock")):
             if not path.exists():  # another process may have written it while this one waited
                 _write_plan(path, windows, key, run)
                 created = True
     plan, header = open_plan(path, key)
     return windows.with_plan(plan, ShuffleOrder(key["seed"], header["state_after"])), created  # type: ignore[return-value]
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on *path* (created if missing) for the block; released on close, also by a crash."""
-    import fcntl  # POSIX
-
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _write_plan(path: Path, windows: Windows | Rows, key: dict[str, Any], run: dict[str, int] | None) -> None:

@@ -13,6 +13,7 @@ a chunk of rows materializes into a `streambatch.stages.packed_batch.PackedBatch
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal, overload
 
@@ -26,6 +27,7 @@ from ..model.source import TokenSource, as_source, partition_documents
 from ..model.store import DocumentStore
 from ._pack_gather import PackedArrays, gather_segments
 from .pack import PackedRows, PackReport, pack_lengths
+from .pack_file import packing_file
 from .packed_batch import PackedBatch
 from .window_index import IntArray, WindowConfig
 from .windows import ShuffleOrder, _mapped_file, _MappedFile
@@ -38,9 +40,6 @@ except ImportError:  # built without a C compiler: the numpy gather
 
 GATHER_BACKEND: Literal["c", "numpy"] = "c" if _CGatherer is not None else "numpy"
 """How packed batches are gathered: the C extension ``streambatch._row_gather`` (one pass), else numpy (same arrays)."""
-
-ALGORITHM = "best-fit-decreasing/1"
-"""The packing rule's name and version: part of every packed plan file's key."""
 
 
 class RowSpace:
@@ -315,6 +314,7 @@ def pack(
     partition: Partition | str = Partition.TRAIN,
     keep_partition: bool = False,
     pad_id: int = 0,
+    plan_dir: str | os.PathLike[str] | None = None,
 ) -> Rows:
     """Every target of *partition* in *source*, in pieces packed into rows of ``T`` positions, in row order.
 
@@ -325,7 +325,9 @@ def pack(
     in ``rows.report.skipped_pieces`` and skipped.  Padding positions of a
     materialized batch hold *pad_id* (inputs and targets) with ``loss_mask``
     False.  Holds a few integers per document and per packed row, nothing per
-    token; deterministic for a given corpus and ``T``.
+    token; deterministic for a given corpus and ``T``.  With *plan_dir* the
+    packing is computed once into a packing file there and memory-mapped by
+    every later call, in any process (`streambatch.stages.pack_file`).
 
     >>> import streambatch as sb
     >>> rows = sb.pack([sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 1])],
@@ -340,4 +342,8 @@ def pack(
     top = int(np.iinfo(store.dtype).max)
     if not is_integer(pad_id) or not 0 <= int(pad_id) <= top:
         raise ConfigError(f"pad_id={pad_id!r} does not fit the source's {store.dtype}; pass a token id in [0, {top}]")
-    return Rows(RowSpace(store, pack_lengths(store.lengths, context_length, include=include), chosen, int(pad_id)))
+    if plan_dir is None:
+        packed = pack_lengths(store.lengths, context_length, include=include)
+    else:
+        packed = packing_file(store, context_length, chosen.value, include, plan_dir)
+    return Rows(RowSpace(store, packed, chosen, int(pad_id)))
