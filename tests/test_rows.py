@@ -156,3 +156,22 @@ def test_average_token_contributions_counts_real_targets_only() -> None:
     assert mean.mean_loss == pytest.approx(float(batch.targets[batch.loss_mask].mean()))
     with pytest.raises(sb.AccumulationError, match="real targets"):
         batch.average_token_contributions([*contributions, contributions[0]])
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_corpus_gather_equals_numpy(mixed: bool) -> None:
+    """A corpus of shards: the C gather reads one span over them (mixed dtypes: numpy); the same batches."""
+    stores = [_random_store(count=15, T=4, seed=s, dtype=np.uint32 if mixed and s == 1 else np.uint16) for s in range(3)]
+    shards = [
+        sb.DocumentStore.from_arrays(
+            s.tokens, np.concatenate([[0], np.cumsum(s.lengths)]), ids=[f"{k}-{i}" for i in range(len(s))]
+        )
+        for k, s in enumerate(stores)
+    ]
+    corpus = sb.Corpus(shards)
+    fast = sb.shuffle(sb.pack(corpus, context_length=4), seed=6)
+    slow = sb.shuffle(sb.pack(corpus, context_length=4), seed=6)
+    slow.space.cache["gather"] = False
+    assert list(sb.materialize(sb.chunk(fast, 3))) == list(sb.materialize(sb.chunk(slow, 3)))
+    uses_c = fast.space.cache["gather"] is not False
+    assert uses_c == (rows_module.GATHER_BACKEND == "c" and not mixed)

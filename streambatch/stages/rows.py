@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from .._checks import is_integer
 from ..errors import ConfigError, DataError, OutOfRangeError
+from ..model.corpus import Corpus
 from ..model.documents import Partition
 from ..model.source import TokenSource, as_source, partition_documents
 from ..model.store import DocumentStore
@@ -29,6 +30,7 @@ from ._pack_gather import PackedArrays, gather_segments
 from .pack import PackedRows, PackReport, pack_lengths
 from .pack_file import packing_file
 from .packed_batch import PackedBatch
+from .span import spanning_tokens
 from .window_index import IntArray, WindowConfig
 from .windows import ShuffleOrder, _mapped_file, _MappedFile
 
@@ -279,13 +281,26 @@ def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[Packed
 
 
 def _gatherer(space: RowSpace) -> Any:
-    """The C gatherer of *space* (views of its tokens and packing), or False where numpy gathers."""
+    """The C gatherer of *space* (views of its tokens and packing), or False where numpy gathers.
+
+    A `Corpus` is read through one view spanning its shards (`streambatch.stages.span`), with each
+    document's start moved into it; shards of mixed dtypes are gathered by numpy.
+    """
     store, rows = space.store, space.rows
-    if _CGatherer is None or not isinstance(store, DocumentStore) or rows.context_length >= 1 << 31:
+    if _CGatherer is None or rows.context_length >= 1 << 31:
         return False
-    index = rows.index
-    full_docs, full_ends = index.full_pieces()
-    args = (store.tokens, store.starts, store.lengths, full_docs, full_ends, rows.offsets, rows.tails)
+    if isinstance(store, DocumentStore):
+        tokens, starts = store.tokens, store.starts
+    elif isinstance(store, Corpus):
+        found = spanning_tokens(tuple(shard.tokens for shard in store.shards), store.bases)
+        if found is None:
+            return False
+        tokens, shift = found
+        starts = store.starts + shift[store.shard_of(np.arange(len(store)))]
+    else:
+        return False
+    full_docs, full_ends = rows.index.full_pieces()
+    args = (tokens, starts, store.lengths, full_docs, full_ends, rows.offsets, rows.tails)
     return _CGatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id)
 
 
