@@ -332,7 +332,8 @@ class Run:
         order = "sequential" if self._seed is None else f"seed={self._seed}"
         epoch, batch = self._position
         return (
-            f"Run(position=(epoch {epoch}, batch {batch}), {epochs}, windows={self.window_count}, "
+            f"Run(position=(epoch {epoch}, batch {batch}), {epochs}, "
+            f"{'pack=True, rows' if self.pack else 'windows'}={self.window_count}, "
             f"batches_per_epoch={self._batches}, context_length={self.config.context_length}, stride={self.config.stride}, "
             f"batch_size={self.batch_size}, {order}, partition={self.partition.value!r})"
         )
