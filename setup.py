@@ -1,8 +1,8 @@
-"""Build configuration beyond pyproject.toml: the optional C extensions (shuffle, best-fit packing, mixture order).
+"""Build configuration beyond pyproject.toml: the optional C extensions (shuffle, best-fit packing, packed gather, mixture order).
 
 Optional: where they cannot be compiled, the install still succeeds and each
 stage falls back to numpy or exact Python: see ``streambatch.stages.shuffle.BACKEND``,
-``streambatch.stages.pack.BACKEND`` and ``streambatch.stages._mix_order.BACKEND``.
+``streambatch.stages.pack.BACKEND``, ``streambatch.stages.rows.GATHER_BACKEND`` and ``streambatch.stages._mix_order.BACKEND``.
 """
 
 from setuptools import Extension, setup
@@ -12,5 +12,6 @@ setup(
         Extension("streambatch._fisher_yates", sources=["streambatch/_fisher_yates.c"], optional=True),
         Extension("streambatch._best_fit", sources=["streambatch/_best_fit.c"], optional=True),
         Extension("streambatch._mix_order", sources=["streambatch/_mix_order.c"], optional=True),
+        Extension("streambatch._row_gather", sources=["streambatch/_row_gather.c"], optional=True),
     ]
 )

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Packing on the web-like corpus of scripts/bench.py: coverage, padding, rows, and the cost of packing.
 
-    python scripts/bench_pack.py                  # T = 1024, 2048, 8192; 10**7 pieces, 3 runs
-    python scripts/bench_pack.py --pieces 1e6 --runs 1
+    python scripts/bench_pack.py                  # T = 1024, 2048, 8192; 10**7 pieces, 3 runs; emission
+    python scripts/bench_pack.py --pieces 1e6 --runs 1 --emit-tokens 5e6 --emit-reps 3
 
 Only document lengths are needed: ``bench.synthetic_lengths`` (lognormal, median
 ~1,500 tokens, clipped to [1, 50,000], ~20,000 documents for 5e7 tokens).
@@ -16,6 +16,16 @@ distribution, and a worst case where every piece is a tail) and reports the
 median time and the peak memory growth per piece: tracemalloc's peak (numpy and
 the C kernel's scratch both report to it) and the process's peak RSS growth
 (``VmHWM`` after a reset through ``/proc/self/clear_refs``).
+
+Emission: on the same corpus with token ids (uniform below 50,257, uint16, in
+memory), a whole seeded epoch of each mode, in the same process, repeats
+interleaved: the window mode (``sb.Epoch(store, T, stride=T, seed=7)``, the
+configurations of bench.py) against the packed mode
+(``sb.Epoch(store, T, pack=True, seed=7)``, whose batches carry inputs, targets, segment ids,
+position ids, loss mask and cu_seqlens); positions per second, median of the
+repeats, and their ratio.  A window batch writes 4 bytes per position (uint16
+inputs and targets), a packed one 13 (plus int32 segment and position ids and a
+bool mask).
 """
 
 from __future__ import annotations
@@ -34,7 +44,9 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's streambatch, and bench.py beside this file
 from bench import synthetic_lengths  # noqa: E402 - the corpus of scripts/bench.py
 
+import streambatch as sb  # noqa: E402
 from streambatch.stages import pack  # noqa: E402
+from streambatch.stages.rows import GATHER_BACKEND  # noqa: E402
 
 
 def next_fit_rows(lengths: np.ndarray, T: int) -> int:
@@ -105,6 +117,45 @@ def measure(lengths: np.ndarray, T: int, runs: int) -> dict[str, float]:
     }
 
 
+def emission_store(total_tokens: int) -> sb.DocumentStore:
+    """The bench.py corpus with token ids, in memory (uint16, deterministic)."""
+    lengths = synthetic_lengths(total_tokens)
+    tokens = np.random.default_rng(1).integers(0, 50_257, int(lengths.sum()), dtype=np.uint16)
+    return sb.DocumentStore.from_arrays(tokens, np.concatenate([[0], np.cumsum(lengths)]))
+
+
+def emit_epoch(epoch: sb.Epoch) -> tuple[float, float, int]:
+    """Wall and CPU seconds to emit every batch of *epoch* (its plan made beforehand), and the positions emitted."""
+    epoch.order  # noqa: B018 - the plan is not emission
+    positions = 0
+    start, cpu = time.perf_counter(), time.process_time()
+    for batch in epoch:
+        positions += batch.inputs.size
+    return time.perf_counter() - start, time.process_time() - cpu, positions
+
+
+def emission(store: sb.DocumentStore, configs: list[tuple[int, int]], reps: int) -> None:
+    """Window vs packed emission per position, same run, repeats interleaved; medians and their ratio."""
+    print(f"emission, same process, median of {reps} interleaved repeats (packed gather: {GATHER_BACKEND})")
+    print("(Mpos/s by the wall clock; the ratio also by this process's CPU time, which other load does not inflate)")
+    header = f"{'T':>5} | {'B':>3} | {'window Mpos/s':>13} | {'packed Mpos/s':>13} | {'packed / window':>15} | {'(CPU time)':>10}"
+    print(header)
+    print("-" * len(header))
+    for T, B in configs:
+        window = sb.Epoch(store, context_length=T, stride=T, batch_size=B, seed=7)
+        packed = sb.Epoch(store, context_length=T, batch_size=B, seed=7, pack=True)
+        wall: dict[str, list[float]] = {"window": [], "packed": []}
+        cpu: dict[str, list[float]] = {"window": [], "packed": []}
+        for _ in range(reps):
+            for name, epoch in (("window", window), ("packed", packed)):
+                seconds, cpu_seconds, positions = emit_epoch(epoch)
+                wall[name].append(positions / seconds / 1e6)
+                cpu[name].append(positions / cpu_seconds / 1e6)
+        w, p = statistics.median(wall["window"]), statistics.median(wall["packed"])
+        ratio = statistics.median(cpu["packed"]) / statistics.median(cpu["window"])
+        print(f"{T:>5} | {B:>3} | {w:>13.1f} | {p:>13.1f} | {p / w:>15.2f} | {ratio:>10.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=float, default=50e6, help="corpus size in tokens (default 5e7, as bench.py)")
@@ -112,6 +163,9 @@ def main() -> None:
     parser.add_argument("--pieces", type=float, default=1e7, help="pieces for the packing cost (default 1e7)")
     parser.add_argument("--cost-T", type=int, default=2048, help="T for the packing cost")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per cost measurement (median)")
+    parser.add_argument("--emit-tokens", type=float, default=50e6, help="corpus tokens for the emission comparison")
+    parser.add_argument("--emit", default="1024:32,2048:8", help="T:B configurations for emission (bench.py's)")
+    parser.add_argument("--emit-reps", type=int, default=5, help="interleaved repeats per emission measurement")
     args = parser.parse_args()
     print(f"backend: {pack.BACKEND}")
 
@@ -155,6 +209,9 @@ def main() -> None:
             f"{m['peak_bytes'] / n:>16.1f} | {m['rss_bytes'] / n:>8.1f} | {m['kept_bytes'] / n:>5.1f}"
         )
         del sizes
+    print()
+    configs = [(int(t), int(b)) for t, b in (c.split(":") for c in args.emit.split(","))]
+    emission(emission_store(int(args.emit_tokens)), configs, args.emit_reps)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 """Train a tiny causal byte-level LM on the Python standard library's own source files.
 
     python scripts/train_tiny_lm.py                  # one process, ~1 minute on 2 CPU cores
+    python scripts/train_tiny_lm.py --pack           # packed rows, document-masked attention
     python scripts/train_tiny_lm.py --world-size 2   # data-parallel on gloo, same token means
     torchrun --nproc-per-node 2 scripts/train_tiny_lm.py --torchrun
 
@@ -9,6 +10,13 @@ The corpus goes through the byte-level tokenizer into a streambatch store; each
 epoch is a seeded streambatch order; every batch is split into micro-batches whose
 summed losses and gradients are merged (and all-reduced across ranks) before one
 division by the batch's real target-token count.
+
+``--pack`` trains on packed rows (`sb.Epoch(..., pack=True)`): every target of
+every file, pieces packed best-fit into rows, attention kept inside each
+segment by `streambatch.torch.document_mask`, positions read at the batch's
+``position_ids``, padding outside every loss and denominator.  Both modes
+report target tokens per step (the real denominator of each step) and the
+share of the corpus's targets an epoch trains on.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ class TinyTransformer(nn.Module):
 
     def __init__(self, context_length: int, width: int = 96, layers: int = 2, heads: int = 4) -> None:
         super().__init__()
+        self.heads = heads
         self.embed = nn.Embedding(BYTE_VOCAB_SIZE, width)
         self.position = nn.Parameter(torch.zeros(context_length, width))
         layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
@@ -47,10 +56,20 @@ class TinyTransformer(nn.Module):
         self.head = nn.Linear(width, BYTE_VOCAB_SIZE)
         self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(context_length), persistent=False)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, segment_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         length = tokens.shape[1]
-        h = self.embed(tokens) + self.position[:length]
-        h = self.blocks(h, mask=self.mask[:length, :length], is_causal=True)
+        if segment_ids is None or position_ids is None:  # window mode: one document per row, causal
+            h = self.embed(tokens) + self.position[:length]
+            h = self.blocks(h, mask=self.mask[:length, :length], is_causal=True)
+            return self.head(self.norm(h))
+        # packed: learned positions at each segment's own positions; attention inside each segment only.
+        # document_mask is True where a query may attend; the encoder wants True where it may not, one per head.
+        h = self.embed(tokens) + self.position[position_ids.long()]
+        allowed = sbt.document_mask(segment_ids)
+        blocked = ~allowed.expand(-1, self.heads, -1, -1).reshape(-1, length, length)
+        h = self.blocks(h, mask=blocked)
         return self.head(self.norm(h))
 
 
@@ -71,30 +90,46 @@ def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str)
     torch.manual_seed(0)  # the same initial weights on every rank
     torch.set_num_threads(max(1, args.threads // world_size))
     store = open_store(store_path)
-    epoch = sb.Epoch(
-        store, context_length=args.context_length, stride=args.context_length, batch_size=args.batch_size, seed=args.seed
-    )
+    if args.pack:
+        epoch = sb.Epoch(store, context_length=args.context_length, batch_size=args.batch_size, seed=args.seed, pack=True)
+        covered, targets = epoch.windows.report.targets, epoch.windows.report.targets
+    else:
+        epoch = sb.Epoch(
+            store, context_length=args.context_length, stride=args.context_length, batch_size=args.batch_size, seed=args.seed
+        )
+        covered = epoch.window_count * args.context_length
+        targets = int((store.lengths - 1).clip(min=0).sum())
     dataset = sbt.EpochDataset(epoch, rank=rank, world_size=world_size)
     loader = DataLoader(dataset, batch_size=None, num_workers=0)
     model = TinyTransformer(args.context_length)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     if rank == 0:
+        items = "packed rows" if args.pack else "windows"
         print(
-            f"corpus: {len(store)} files, {store.tokens.size:,} byte tokens; {dataset.epoch.window_count:,} windows of "
+            f"corpus: {len(store)} files, {store.tokens.size:,} byte tokens; {dataset.epoch.window_count:,} {items} of "
             f"T={args.context_length}, {len(dataset)} batches of <= {args.batch_size} per epoch; world size {world_size}"
         )
+        mode = "pack" if args.pack else "windows"
+        print(f"mode: {mode}: an epoch trains on {covered:,} of {targets:,} targets ({covered / targets:.1%})")
     for number in range(args.epochs):
         dataset.set_epoch(number)
-        loss_sum, tokens, started = 0.0, 0, time.perf_counter()
+        loss_sum, tokens, steps, started = 0.0, 0, 0, time.perf_counter()
         for batch in loader:
             optimizer.zero_grad(set_to_none=True)
-            step = sbt.token_mean_backward(model, batch.inputs, batch.targets, micro_batch_rows=args.micro_batch_rows)
+            extra = (batch.segment_ids, batch.position_ids) if args.pack else ()
+            step = sbt.token_mean_backward(
+                model, batch.inputs, batch.targets, micro_batch_rows=args.micro_batch_rows, row_inputs=extra
+            )
             optimizer.step()
             loss_sum += step.loss_sum  # raw sums over the epoch; divided once below
-            tokens += step.token_count
+            tokens += step.token_count  # this step's real targets (all ranks): padding never counts
+            steps += 1
         if rank == 0:
             seconds = time.perf_counter() - started
-            print(f"epoch {number + 1}: token-mean loss {loss_sum / tokens:.4f} over {tokens:,} target tokens ({seconds:.1f} s)")
+            print(
+                f"epoch {number + 1}: token-mean loss {loss_sum / tokens:.4f} over {tokens:,} target tokens, "
+                f"{tokens / max(steps, 1):,.1f} target tokens per step ({seconds:.1f} s)"
+            )
 
 
 def _rank_main(rank: int, world_size: int, port: int, args: argparse.Namespace, store_path: str) -> None:
@@ -119,6 +154,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--world-size", type=int, default=1, help="data-parallel ranks on gloo (spawned here)")
     parser.add_argument("--torchrun", action="store_true", help="ranks come from torchrun's environment")
+    parser.add_argument("--pack", action="store_true", help="packed rows with document-masked attention (every target)")
     args = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

@@ -38,6 +38,7 @@ from .stages.read.formats import iter_text
 from .stages.read.jsonl import iter_jsonl
 from .stages.read.open import open_source
 from .stages.reduce import TokenContribution, TokenMean, TokenMeanAccumulator, TokenSums, token_mean
+from .stages.rows import pack
 from .stages.share import share, split_rows
 from .stages.shuffle import shuffle
 from .stages.windows import Windows, windows
@@ -71,6 +72,7 @@ __all__ = [
     "open_corpus",
     "open_source",
     "open_store",
+    "pack",
     "plan_file",
     "prepare_store",
     "share",

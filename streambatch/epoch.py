@@ -25,6 +25,7 @@ from .stages.batch import MiniBatch
 from .stages.chunk import Chunks, batch_count, batch_widths, chunk
 from .stages.materialize import Batches, materialize
 from .stages.plan import check_plan_dir, plan_file
+from .stages.rows import Rows, pack
 from .stages.share import share
 from .stages.shuffle import shuffle
 from .stages.splitmix import derive_seed
@@ -41,12 +42,16 @@ def epoch_windows(
     stride: int | None,
     partition: Partition | str | None,
     keep_partition: bool,
-) -> Windows:
-    """The windows a façade reads: ``sb.windows(source, ...)``, or *source* itself when it already is `Windows`.
+    packed: bool = False,
+    plan_dir: str | os.PathLike[str] | None = None,
+) -> Windows | Rows:
+    """The items a façade reads: ``sb.windows(source, ...)`` (``sb.pack`` when *packed*), or *source* itself.
 
-    Given `Windows`, the window arguments may be left out; given, they must agree.
+    Given `Windows` (or `Rows`), the window arguments may be left out; given, they must agree.
     """
-    if isinstance(source, Windows):
+    if isinstance(source, Windows | Rows):
+        if packed and isinstance(source, Windows):
+            raise ConfigError("pack=True but the source passed is windows; pass the source itself, or sb.pack(source, ...)")
         given = {"context_length": context_length, "stride": stride}
         have = {"context_length": source.context_length, "stride": source.config.stride}
         for key, value in given.items():
@@ -57,6 +62,11 @@ def epoch_windows(
         return source
     if context_length is None:
         raise ConfigError("context_length is required; pass the number of input tokens per window (T)")
+    if packed:
+        if stride is not None:
+            raise ConfigError(f"stride={stride!r} with pack=True; packing cuts pieces at stride T: leave stride out")
+        chosen = Partition.TRAIN if partition is None else partition
+        return pack(source, context_length=context_length, partition=chosen, keep_partition=keep_partition, plan_dir=plan_dir)
     return windows(
         source,
         context_length=context_length,
@@ -77,6 +87,11 @@ NO_SEED = (
 )
 
 
+def _unordered(given: Windows | Rows) -> Windows | Rows:
+    """The same items in document (row) order."""
+    return Rows(given.space) if isinstance(given, Rows) else Windows(given.space)
+
+
 class Epoch:
     """Every window of one partition exactly once, batched; the final batch is smaller.
 
@@ -92,6 +107,11 @@ class Epoch:
     *seed* is required, as the CLI's ``--seed N | --sequential`` is: ``seed=None``
     means document order (windows passed already shuffled keep their order).
     Leaving it out still gives document order, with a `DeprecationWarning`.
+
+    ``pack=True`` (or `Rows` from `sb.pack` as *source*) is the packed mode: the
+    same pipe over ``sb.pack(source, context_length=T)`` (no stride), whose items
+    are rows and whose batches are `streambatch.stages.packed_batch.PackedBatch`;
+    ``window_count`` then counts rows.
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),
@@ -116,6 +136,7 @@ class Epoch:
         plan_dir: str | os.PathLike[str] | None = None,
         verify_plan: bool = False,
         documents: Any = None,
+        pack: bool = False,
     ) -> None:
         if documents is not None:
             if source is not None:
@@ -123,7 +144,7 @@ class Epoch:
             warnings.warn("Epoch(documents=...) is deprecated; pass the source first, or source=", DeprecationWarning, 2)
             source = documents
         self.batch_size = check_positive(batch_size, "batch_size", "the number of windows per batch")
-        given = epoch_windows(source, context_length, stride, partition, keep_partition)
+        given = epoch_windows(source, context_length, stride, partition, keep_partition, pack, plan_dir)
         if isinstance(seed, _Unset):
             if given.order is None:
                 warnings.warn(NO_SEED, DeprecationWarning, stacklevel=2)
@@ -133,8 +154,9 @@ class Epoch:
         self.seed = given.seed if seed is None else check_seed(seed)
         self.plan_dir = None if plan_dir is None else check_plan_dir(plan_dir)
         self.verify_plan = bool(verify_plan)  # read the plan file once to check it (digest, entries, repeats)
-        self._order: Windows | None = given if given.order is not None or self.seed is None else None
-        self.windows: Windows = given if given.order is None else Windows(given.space)
+        self._order: Windows | Rows | None = given if given.order is not None or self.seed is None else None
+        self.windows: Windows | Rows = given if given.order is None else _unordered(given)
+        self.pack = isinstance(given, Rows)  # packed rows (sb.pack), not the chapter's windows
         self.partition: Partition = self.windows.partition
         self.store: TokenSource = self.windows.store
 
@@ -156,7 +178,9 @@ class Epoch:
 
     @property
     def index(self) -> WindowIndex:
-        """The source's window numbering."""
+        """The source's window numbering (window mode only; packed epochs have ``windows.packed``)."""
+        if isinstance(self.windows, Rows):
+            raise ConfigError("a packed epoch has no window index; use epoch.windows.packed (the packing) instead")
         return self.windows.window_index
 
     @property
@@ -188,7 +212,7 @@ class Epoch:
         return self.batch_count
 
     @property
-    def order(self) -> Windows:
+    def order(self) -> Windows | Rows:
         """The epoch's windows in order: ``shuffle(windows, seed)`` (computed once), or document order.
 
         With *plan_dir* the order is ``plan_file(windows, seed, plan_dir)``: the same
@@ -212,8 +236,8 @@ class Epoch:
         """Bytes held for the epoch's order (0 for sequential order)."""
         return self.order.plan_nbytes
 
-    def chunks(self) -> Chunks[Windows]:
-        """``chunk(order, batch_size)``: the epoch's batches as lazy window views."""
+    def chunks(self) -> Chunks[Windows | Rows]:
+        """``chunk(order, batch_size)``: the epoch's batches as lazy window (or row) views."""
         return chunk(self.order, self.batch_size)
 
     def batches(self, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Batches:
@@ -273,6 +297,11 @@ class Epoch:
 
     def __repr__(self) -> str:
         order = "sequential" if self.seed is None else f"seed={self.seed}"
+        if self.pack:
+            return (
+                f"Epoch(pack=True, rows={self.window_count}, batches={self.batch_count}, context_length={self.context_length}, "
+                f"batch_size={self.batch_size}, {order}, partition={self.partition.value!r})"
+            )
         return (
             f"Epoch(windows={self.window_count}, batches={self.batch_count}, context_length={self.context_length}, "
             f"stride={self.stride}, batch_size={self.batch_size}, {order}, partition={self.partition.value!r})"

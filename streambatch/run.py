@@ -35,6 +35,7 @@ from .model.documents import Partition
 from .model.source import TokenSource
 from .stages.batch import MiniBatch
 from .stages.materialize import Batches
+from .stages.rows import Rows
 from .stages.splitmix import derive_seed
 from .stages.window_index import WindowConfig
 from .stages.windows import Windows
@@ -80,11 +81,12 @@ class Run:
         epochs: int | None = None,
         plan_dir: str | os.PathLike[str] | None = None,
         verify_plan: bool = False,
+        pack: bool = False,
     ) -> None:
         self._epochs = (
             None if epochs is None else check_non_negative(epochs, "epochs", "the number of epochs, or None for an endless run")
         )
-        whole = epoch_windows(source, context_length, stride, partition, keep_partition)
+        whole = epoch_windows(source, context_length, stride, partition, keep_partition, pack, plan_dir)
         first = Epoch(whole, batch_size=batch_size, seed=seed, plan_dir=plan_dir, verify_plan=verify_plan)
         self._seed = first.seed
         self._current: tuple[int, Epoch] = (0, first)
@@ -140,8 +142,13 @@ class Run:
         return self._current[1].store
 
     @property
-    def windows(self) -> Windows:
-        """Every window of the run, in document order (each epoch shuffles these)."""
+    def pack(self) -> bool:
+        """True in the packed mode (``pack=True``, or `Rows` as the source): the items are packed rows."""
+        return self._current[1].pack
+
+    @property
+    def windows(self) -> Windows | Rows:
+        """Every window (packed: every row) of the run, in document order (each epoch shuffles these)."""
         return self._current[1].windows
 
     @property
@@ -303,7 +310,7 @@ class Run:
         return self.state_dict_after(batch)
 
     def _key(self) -> dict[str, Any]:
-        return {
+        key = {
             "seed": self._seed,
             "context_length": self.config.context_length,
             "stride": self.config.stride,
@@ -311,6 +318,7 @@ class Run:
             "partition": self.partition.value,
             "fingerprint": self.fingerprint,
         }
+        return {**key, "mode": "pack"} if self.pack else key  # window states stay as they were
 
     def check_state(self, state: Any, where: str = "state") -> tuple[int, int]:
         """The position ``(epoch, batch)`` *state* records, after checking that it belongs to this run.
@@ -320,7 +328,7 @@ class Run:
         corpus (fingerprint), partition, context length, stride, batch size or seed.
         """
         found = decode(state, "run", where)
-        check_same(found, self._key(), where)
+        check_same(found, {"mode": "pack" if self.pack else "window", **self._key()}, where)
         return check_position(found["epoch"], found["batch"], self._batches, where=f"{where} ", error=StateError)
 
     def load_state_dict(self, state: Any) -> None:
@@ -332,7 +340,8 @@ class Run:
         order = "sequential" if self._seed is None else f"seed={self._seed}"
         epoch, batch = self._position
         return (
-            f"Run(position=(epoch {epoch}, batch {batch}), {epochs}, windows={self.window_count}, "
+            f"Run(position=(epoch {epoch}, batch {batch}), {epochs}, "
+            f"{'pack=True, rows' if self.pack else 'windows'}={self.window_count}, "
             f"batches_per_epoch={self._batches}, context_length={self.config.context_length}, stride={self.config.stride}, "
             f"batch_size={self.batch_size}, {order}, partition={self.partition.value!r})"
         )

@@ -6,7 +6,9 @@ the refusals:
 
 - ``run``: a run's position (``epoch``, ``batch`` consumed in it) plus what the
   order depends on (``seed``, ``context_length``, ``stride``, ``batch_size``,
-  ``partition``, corpus ``fingerprint``): `streambatch.Run.state_dict`;
+  ``partition``, corpus ``fingerprint``, and ``mode``: ``"pack"`` for packed
+  rows, absent (``"window"``) for the chapter's windows):
+  `streambatch.Run.state_dict`;
 - ``worker``: a DataLoader worker's place in a run (``run``, ``stop``,
   ``worker``, ``last``): `streambatch.torch.RunDataset` / ``EpochDataset``;
 - ``batches``: a worker's place in any sized source of batches:
@@ -54,6 +56,7 @@ class _Run(_State):
     batch_size: Size
     partition: str
     fingerprint: str
+    mode: Literal["window", "pack"] = "window"  # written only by packed runs: window states are unchanged
 
 
 class _Worker(_State):
@@ -88,8 +91,8 @@ class _Command(_State):
 
 
 _KINDS: dict[str, type[_State]] = {"run": _Run, "worker": _Worker, "batches": _Batches, "epoch-command": _Command}
-RUN_KEYS = tuple(_Run.__struct_fields__)
-"""The keys of a run state, in order."""
+RUN_KEYS = tuple(k for k in _Run.__struct_fields__ if k != "mode")
+"""The keys of a window run's state, in order (a packed run's adds ``mode``)."""
 
 
 def encode(kind: str, **fields: Any) -> dict[str, Any]:
@@ -133,6 +136,8 @@ def decode(state: Any, kind: str, where: str = "state") -> dict[str, Any]:
     seed = state.get("seed")
     if kind == "run" and seed is not None and not 0 <= seed < 1 << 64:
         raise StateError(f"{where} seed={short_repr(seed)} must be an int in [0, 2**64) or None; pass a state_dict() unchanged")
+    if kind == "run":
+        return {"mode": "window", **state}
     return dict(state)
 
 

@@ -27,10 +27,12 @@ import pytest
 from hypothesis import given
 
 import streambatch as sb
+import streambatch.io.atomic as atomic
 import streambatch.stages.plan as planning
 import streambatch.stages.windows as windowing
 from streambatch.cli import main
 from streambatch.errors import DataError, StoreError
+from streambatch.io.files import short_path
 from streambatch.io.store import write_store
 from streambatch.stages.plan import HEADER_BYTES, build_plan, plan_path
 from streambatch.stages.splitmix import derive_seed
@@ -348,7 +350,7 @@ def test_a_waiting_planner_says_so_and_names_the_holder(
     fd = os.open(lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     os.write(fd, b"424242\n")
-    monkeypatch.setattr(planning, "WAIT_NOTE_SECONDS", 0.1)
+    monkeypatch.setattr(atomic, "WAIT_NOTE_SECONDS", 0.1)
     threading.Timer(0.6, os.close, (fd,)).start()
     started = time.monotonic()
     order, created = build_plan(_windows(store), SEED, plans)
@@ -356,7 +358,7 @@ def test_a_waiting_planner_says_so_and_names_the_holder(
     assert created
     err = capsys.readouterr().err
     assert 1 == len(err.splitlines())
-    assert f"waiting for the plan lock {lock}: pid 424242 is computing this plan" in err
+    assert f"waiting for the plan lock {short_path(lock)}: pid 424242 is computing this plan" in err
     assert f"{os.getpid()}\n" == lock.read_text()  # the lock now names its last holder
     assert list(sb.shuffle(_windows(store), SEED)) == list(order)
     capsys.readouterr()

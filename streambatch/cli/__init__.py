@@ -15,11 +15,11 @@ from ..errors import StreamBatchError
 from ..tools import chapter
 from ._common import check_dashes
 from .audit import register as register_audit
-from .epoch import batch_record
 from .epoch import register as register_epoch_command
 from .inspect import register as register_inspect
 from .plan import register as register_plan_command
 from .prepare import register as register_prepare
+from .records import batch_record
 from .trace import register as register_trace
 
 EXIT_USAGE = 2

@@ -82,6 +82,11 @@ def add_source(parser: Any, *, required_window: bool, stride_default: int | None
     )
     parser.add_argument("--no-verify", action="store_true", help="skip a store's fingerprint check (reads every byte)")
     add_max_line(parser)
+    parser.add_argument(
+        "--pack",
+        action="store_true",
+        help="packed rows: every target of every document, pieces at stride T packed best-fit into rows of T positions",
+    )
 
 
 def add_order(parser: Any, *, sequential: bool = True) -> None:
@@ -100,12 +105,19 @@ def open_args_source(args: argparse.Namespace) -> Source:
 
 
 def args_epoch(args: argparse.Namespace, source: Any, **more: Any) -> Epoch:
-    """The epoch the arguments describe over *source*: `streambatch.Epoch`, whose partition rule every command shares."""
+    """The epoch the arguments describe over *source*: `streambatch.Epoch`, whose partition rule every command shares.
+
+    With ``--pack`` it is ``Epoch(..., pack=True)``: packed rows, no stride (refused).
+    """
+    packed = bool(getattr(args, "pack", False))
+    if packed:
+        check_pack(args)
+        more["pack"] = True
     return Epoch(
         source,
         context_length=args.context_length,
         batch_size=args.batch_size,
-        stride=1 if args.stride is None else args.stride,
+        stride=None if packed else 1 if args.stride is None else args.stride,
         seed=None if getattr(args, "sequential", False) else args.seed,
         partition=args.partition or Partition.TRAIN,
         keep_partition=args.keep_partition,
@@ -114,6 +126,20 @@ def args_epoch(args: argparse.Namespace, source: Any, **more: Any) -> Epoch:
 
 
 def check_stride(args: argparse.Namespace) -> None:
-    """--stride means nothing without --context-length."""
+    """--stride means nothing without --context-length, nor with --pack (pieces are cut at stride T); --pack needs -T."""
     if args.stride is not None and args.context_length is None:
         raise ConfigError(f"--stride {args.stride} needs --context-length; pass -T to count windows")
+    check_pack(args)
+
+
+def check_pack(args: argparse.Namespace) -> None:
+    """--pack refuses --stride (packing cuts every document into pieces at stride T) and needs --context-length."""
+    if not getattr(args, "pack", False):
+        return
+    if args.stride is not None:
+        raise ConfigError(
+            f"--pack with --stride {args.stride}: packing cuts every document into pieces at stride T, "
+            "each target once; drop --stride"
+        )
+    if args.context_length is None:
+        raise ConfigError("--pack needs --context-length; pass -T, the positions of one packed row")

@@ -9,6 +9,7 @@ from typing import IO, Any
 
 from ..epoch import Epoch
 from ..tools.audit import AuditResult, audit_epoch
+from ..tools.audit.packed import PackAuditResult, audit_packed_epoch
 from ..tools.inspect import format_count
 from ._common import add_order, add_source, args_epoch, open_args_source, seed_type
 
@@ -18,6 +19,8 @@ EXIT_FAILED = 1
 def _audit(args: argparse.Namespace, out: IO[str]) -> int:
     source = open_args_source(args)
     epoch = args_epoch(args, source, plan_dir=args.plan_dir, verify_plan=args.plan_dir is not None)
+    if epoch.pack:
+        return _audit_packed(args, epoch, out)
     result = audit_epoch(
         epoch,
         other_seed=args.other_seed,
@@ -34,6 +37,55 @@ def _audit(args: argparse.Namespace, out: IO[str]) -> int:
         return 0
     print(f"streambatch: audit failed: {failed[0]}: {failed[1]}", file=sys.stderr)
     return EXIT_FAILED
+
+
+def _audit_packed(args: argparse.Namespace, epoch: Epoch, out: IO[str]) -> int:
+    packed = audit_packed_epoch(
+        epoch,
+        other_seed=args.other_seed,
+        workers=args.workers,
+        world_size=args.world_size,
+        progress=False if args.quiet else None,
+    )
+    if args.json:
+        out.write(json.dumps(packed.to_dict(), indent=1) + "\n")
+    else:
+        out.write(format_packed_audit(packed, epoch, args.workers, args.world_size))
+    failed = packed.first_failure
+    if failed is None:
+        return 0
+    print(f"streambatch: audit failed: {failed[0]}: {failed[1]}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def format_packed_audit(result: PackAuditResult, epoch: Epoch, workers: int = 1, world_size: int = 1) -> str:
+    """The packed PROOF line, one ``FAIL|check=...`` line per failed check, then the summary."""
+    lines = [result.proof_line()]
+    lines += [f"FAIL|check={check}|{message}" for check, message in result.failures.items()]
+    order = "sequential" if epoch.seed is None else f"seed {epoch.seed}"
+    T = epoch.context_length
+    positions = result.rows * T
+    pad = positions - result.real_positions
+    share = 100 * pad / positions if positions else 0.0
+    lines.append(
+        f"epoch: {format_count(result.expected_rows)} packed rows of T={T} (partition {epoch.partition.value}) "
+        f"in {format_count(epoch.batch_count)} batches of <= {epoch.batch_size}, {order}"
+    )
+    lines.append(
+        f"targets: {format_count(result.covered_targets)} of {format_count(result.targets)} covered once; "
+        f"padding {format_count(pad)} of {format_count(positions)} positions ({share:.3f} %), "
+        f"denominators sum to {format_count(result.denominator)} real targets"
+    )
+    if workers > 1 or world_size > 1:
+        lines.append(f"shares: {world_size} ranks x {workers} workers, {format_count(result.batches)} pieces, union checked")
+    if result.folded_mean is not None and result.direct_mean is not None:
+        lines.append(
+            f"token mean: {result.folded_mean.mean_loss:.6f} folded from batch raw sums, "
+            f"{result.direct_mean.mean_loss:.6f} direct over {format_count(result.direct_mean.token_count)} targets"
+        )
+    rate = result.targets / result.seconds if result.seconds > 0 else 0.0
+    lines.append(f"time: {result.seconds:.2f} s, {format_count(int(rate))} targets/s")
+    return "\n".join(lines) + "\n"
 
 
 def format_audit(result: AuditResult, epoch: Epoch, workers: int = 1, world_size: int = 1) -> str:
@@ -67,7 +119,9 @@ def format_audit(result: AuditResult, epoch: Epoch, workers: int = 1, world_size
 def register(commands: Any) -> None:
     """Add ``audit`` to *commands* (an argparse subparsers object)."""
     audit = commands.add_parser(
-        "audit", help="iterate a whole epoch and prove coverage, no duplicates/padding/crossing, replay and token means"
+        "audit",
+        help="iterate a whole epoch and prove coverage, no duplicates/padding/crossing, replay and token means "
+        "(--pack: every target once, segments, positions, padding masked)",
     )
     add_source(audit, required_window=True)
     add_order(audit)

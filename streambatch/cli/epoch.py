@@ -1,5 +1,8 @@
 """The ``epoch`` command: one JSON object per batch of one epoch of a run, resumable.
 
+``--pack`` writes packed batches (see `batch_record` for their record); the
+saved state then records the packed mode, and a window-mode state is refused.
+
 ``--epoch E`` picks epoch E of the run seeded with ``--seed`` (order of
 ``derive_seed(seed, E)``), ``--start-batch K`` starts at its batch K.  With
 ``--save-state STATE`` the output file is written batch by batch, locked
@@ -40,38 +43,11 @@ from ..io.bounded_json import read_json_header
 from ..model.corpus import Corpus
 from ..model.source import Source
 from ..run import Run
-from ..stages.batch import MiniBatch
 from ..state import decode, encode
 from ._common import add_order, add_source, args_epoch, open_args_source
+from .records import batch_line
 
 _BLOCK = 1 << 20
-
-
-def batch_record(batch: MiniBatch) -> dict[str, Any]:
-    """One batch as the JSON object ``streambatch epoch`` writes (rows of a corpus also name their shard)."""
-    sharded = isinstance(batch.space.store, Corpus)
-    return {
-        "epoch": batch.epoch,
-        "index": batch.index,
-        "shape": list(batch.shape),
-        "token_count": batch.token_count,
-        "rows": [
-            {
-                "document": p.document_id,
-                "document_index": p.document_index,
-                "start": p.start,
-                "partition": p.partition.value,
-                **({"shard": p.shard} if sharded else {}),
-            }
-            for p in batch.provenance
-        ],
-        "inputs": batch.inputs.tolist(),
-        "targets": batch.targets.tolist(),
-    }
-
-
-def _line(batch: MiniBatch) -> bytes:
-    return (json.dumps(batch_record(batch), separators=(",", ":")) + "\n").encode()
 
 
 def _run(args: argparse.Namespace, source: Source, epoch: int) -> Run:
@@ -79,7 +55,13 @@ def _run(args: argparse.Namespace, source: Source, epoch: int) -> Run:
     if args.verify and args.plan_dir is None:
         raise ConfigError("--verify checks a plan file: pass --plan-dir DIR too")
     first = args_epoch(args, source, plan_dir=args.plan_dir, verify_plan=args.verify)
-    if first.window_count == 0:  # not an error, but never silent
+    if first.window_count == 0 and first.pack:  # not an error, but never silent
+        print(
+            f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} in {args.source} "
+            "has the 2 tokens one target needs",
+            file=sys.stderr,
+        )
+    elif first.window_count == 0:
         print(
             f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} in {args.source} "
             f"has the T + 1 = {first.context_length + 1} tokens one window needs",
@@ -127,10 +109,10 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
         with writing(args.output):
             _write_saving_state(run, epoch, args.output, state_path, None)
     elif args.output in (None, "-"):
-        out.writelines(line.decode() for line in map(_line, run))
+        out.writelines(line.decode() for line in map(batch_line, run))
     else:
         with _locked_for_replacing(args.output), atomic_text(args.output) as handle:
-            handle.writelines(line.decode() for line in map(_line, run))
+            handle.writelines(line.decode() for line in map(batch_line, run))
 
 
 def _source_files(source: Source) -> set[tuple[int, int]]:
@@ -322,7 +304,7 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
         save(length, written)  # the state file first: an unwritable one fails before the output is touched
         handle.truncate(length)  # drop whatever was written after the last saved state
         handle.seek(length)
-        for line in map(_line, run):
+        for line in map(batch_line, run):
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())

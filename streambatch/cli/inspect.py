@@ -19,6 +19,7 @@ def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
         batch_size=args.batch_size,
         stride=1 if args.stride is None else args.stride,
         partition=args.partition,
+        pack=args.pack,
     )
     out.write(json.dumps(summary, indent=1) + "\n" if args.json else format_summary(summary))
 
@@ -26,7 +27,9 @@ def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
 def register(commands: Any) -> None:
     """Add ``inspect`` to *commands* (an argparse subparsers object)."""
     inspect = commands.add_parser(
-        "inspect", help="documents, tokens and (with -T, -B) windows, tails, batches and plan bytes of a source"
+        "inspect",
+        help="documents, tokens and (with -T, -B) windows, tails, batches and plan bytes of a source; "
+        "--pack: windows and packed rows side by side",
     )
     add_source(inspect, required_window=False)
     inspect.add_argument("--json", action="store_true", help="print JSON for scripts instead of aligned text")

@@ -1,4 +1,11 @@
-"""``streambatch plan``: compute an epoch's shuffle plan once, into a plan file every process maps."""
+"""``streambatch plan``: compute an epoch's shuffle plan once, into a plan file every process maps.
+
+With ``--pack`` the plan holds the packed rows' numbers in the epoch's order,
+keyed by the corpus fingerprint, ``T``, the partition and the packing algorithm
+(`streambatch.stages.plan.plan_key`); ``epoch --pack --plan-dir`` and
+``Epoch(..., pack=True, plan_dir=)`` map the same file.  The summary names
+``"mode": "pack"`` and ``rows`` where a window plan has ``windows``.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +23,7 @@ from ._common import add_order, add_source, args_epoch, open_args_source
 def _plan(args: argparse.Namespace, out: IO[str]) -> None:
     number = check_non_negative(args.epoch, "epoch", "the epoch number (0 for the first)")
     source = open_args_source(args)
-    epoch = args_epoch(args, source)  # checks -T, -B, --stride and the partition rule, plans nothing
+    epoch = args_epoch(args, source)  # checks -T, -B, --stride, --pack and the partition rule, plans nothing
     whole = epoch.windows
     seed = derive_seed(args.seed, number)
     path = plan_path(whole, seed, args.output)
@@ -27,7 +34,7 @@ def _plan(args: argparse.Namespace, out: IO[str]) -> None:
         "created": created,
         "verified": args.verify,
         "seconds": round(time.perf_counter() - started, 3),
-        "windows": len(plan),
+        **({"mode": "pack", "rows": len(plan)} if epoch.pack else {"windows": len(plan)}),
         "batches": epoch.batch_count,
         "bytes": plan.plan_nbytes,
         "seed": args.seed,

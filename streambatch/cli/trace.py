@@ -1,4 +1,8 @@
-"""``streambatch trace``: draw an epoch (every row when small, a summary when large) as SVG and/or HTML."""
+"""``streambatch trace``: draw an epoch (every row when small, a summary when large) as SVG and/or HTML.
+
+``--pack`` draws packed rows: segments coloured by document, padding dashed
+(`streambatch.tools.figure.packed`), with the packed PROOF line when every row is drawn.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ from typing import IO, Any
 
 from ..errors import ConfigError
 from ..tools.audit import audit_epoch
+from ..tools.audit.packed import audit_packed_epoch
 from ..tools.figure import MAX_WINDOWS, write_figure
+from ..tools.figure.packed import MAX_ROWS, write_packed_figure
 from ._common import add_order, add_source, args_epoch, open_args_source
 
 
@@ -16,6 +22,13 @@ def _trace(args: argparse.Namespace, out: IO[str]) -> None:
     if args.svg is None and args.html is None:
         raise ConfigError("trace needs --svg FILE and/or --html FILE; say where to draw the epoch")
     epoch = args_epoch(args, open_args_source(args))
+    if epoch.pack:
+        whole = epoch.window_count <= MAX_ROWS
+        proof = [audit_packed_epoch(epoch).proof_line()] if whole else []  # a small epoch is audited in milliseconds
+        for path in write_packed_figure(epoch, svg=args.svg, html_path=args.html, notes=proof):
+            drawn = "every row" if whole else f"the first {MAX_ROWS} rows"
+            out.write(f"wrote {path}: {epoch.window_count} packed rows, {epoch.batch_count} batches, {drawn}\n")
+        return
     small = epoch.window_count <= MAX_WINDOWS
     notes = [audit_epoch(epoch).proof_line()] if small else []  # a small epoch is audited in milliseconds
     report = sys.stderr if "-" in (args.svg, args.html) else out  # the figure itself goes to stdout
@@ -27,7 +40,9 @@ def _trace(args: argparse.Namespace, out: IO[str]) -> None:
 
 def register(commands: Any) -> None:
     """Add ``trace`` to *commands* (an argparse subparsers object)."""
-    trace = commands.add_parser("trace", help="draw an epoch's windows, batches and denominators as SVG or HTML")
+    trace = commands.add_parser(
+        "trace", help="draw an epoch's windows (--pack: packed rows), batches and denominators as SVG or HTML"
+    )
     add_source(trace, required_window=True)
     add_order(trace)
     trace.add_argument("--svg", help="write the figure here (SVG, atomically); - for standard output")

@@ -38,6 +38,8 @@ import os
 import secrets
 import shutil
 import stat
+import sys
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -303,3 +305,50 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
         raise
     with contextlib.suppress(OSError):
         fsync_path(directory)
+
+
+WAIT_NOTE_SECONDS = 1.0  # a process waiting on another's lock says so after this long
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike[str], *, what: str = "file") -> Iterator[None]:
+    """Hold an exclusive ``flock`` on *path* (created if missing) for the block; released on close, also by a crash.
+
+    What concurrent writers of one file computed once (plan files, packings)
+    serialize on.  The holder writes its pid into the lock; a process that
+    waits longer than `WAIT_NOTE_SECONDS` says so on stderr, naming the holder,
+    then waits on.
+    """
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        _acquire(fd, path, what)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # who holds it, for the processes that wait
+        yield
+    finally:
+        os.close(fd)
+
+
+def _acquire(fd: int, path: str | os.PathLike[str], what: str) -> None:
+    """Lock *fd*; after `WAIT_NOTE_SECONDS` of waiting say so on stderr, naming the holder's pid, then wait on."""
+    import fcntl  # POSIX
+
+    deadline = time.monotonic() + WAIT_NOTE_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    who = f"pid {holder}" if holder.isdigit() else "another process"
+    print(
+        f"streambatch: waiting for the {what} lock {short_path(path)}: {who} is computing this {what}; "
+        "it is mapped here once written",
+        file=sys.stderr,
+        flush=True,
+    )
+    fcntl.flock(fd, fcntl.LOCK_EX)

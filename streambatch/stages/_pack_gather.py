@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ConfigError, DataError
+from ..model.corpus import Corpus
 
 IntArray = npt.NDArray[np.int64]
 _INT32_LIMIT = 1 << 31
@@ -51,8 +52,21 @@ class PackedArrays(NamedTuple):
     segment_lengths: IntArray  # per segment: targets (positions occupied)
 
 
+def _take_corpus(corpus: Corpus, index: npt.NDArray[Any], width: int, T: int) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """Inputs and targets at global *index* positions of a `Corpus`, read from each position's shard."""
+    inputs = np.empty(index.size, dtype=corpus.dtype)
+    targets = np.empty(index.size, dtype=corpus.dtype)
+    shards = np.searchsorted(corpus.bases, index, side="right") - 1
+    for k in np.unique(shards).tolist():
+        where = np.flatnonzero(shards == k)
+        local = index[where] - corpus.bases[k]
+        tokens = corpus.shards[k].tokens
+        inputs[where], targets[where] = tokens[local], tokens[local + 1]
+    return inputs.reshape(width, T), targets.reshape(width, T)
+
+
 def gather_segments(
-    tokens: npt.NDArray[Any],
+    tokens: npt.NDArray[Any] | Corpus,
     document_starts: npt.ArrayLike,
     segment_offsets: npt.ArrayLike,
     documents: npt.ArrayLike,
@@ -80,7 +94,9 @@ def gather_segments(
     ([0, 2, 4, 6, 8], 2, [False, False, False, True])
     """
     T = int(context_length)
-    flat_tokens = np.asarray(tokens).reshape(-1)
+    corpus = tokens if isinstance(tokens, Corpus) else None
+    flat_tokens = np.zeros(0, dtype=tokens.dtype) if corpus is not None else np.asarray(tokens).reshape(-1)
+    token_total = corpus.flat_size if corpus is not None else flat_tokens.size
     if flat_tokens.dtype.kind != "u" or flat_tokens.dtype.itemsize not in (2, 4):
         raise ConfigError(f"tokens have dtype {flat_tokens.dtype}; pass the flat uint16 or uint32 token array")
     if not 0 <= int(pad_id) <= int(np.iinfo(flat_tokens.dtype).max):
@@ -115,8 +131,8 @@ def gather_segments(
     column = before - before[seg_offsets[:-1]][rows]
     out = rows * T + column  # flat position of each segment's first target
     source = np.asarray(document_starts, dtype=np.int64)[docs] + begins
-    if int(source.min()) < 0 or int((source + sizes).max()) >= flat_tokens.size:
-        raise DataError(f"a segment reads outside the {flat_tokens.size} tokens; the rows do not belong to these tokens")
+    if int(source.min()) < 0 or int((source + sizes).max()) >= token_total:
+        raise DataError(f"a segment reads outside the {token_total} tokens; the rows do not belong to these tokens")
 
     loss_mask = np.arange(T) < occupied[:, None]
     # index[p]: the flat token under input position p, built by a running sum of steps:
@@ -128,8 +144,11 @@ def gather_segments(
     jumps[1:] = source[1:] - (source[:-1] + sizes[:-1] - 1)
     index[out] = jumps
     np.cumsum(index, out=index)
-    inputs = flat_tokens.take(index).reshape(width, T)
-    targets = flat_tokens[1:].take(index).reshape(width, T)
+    if corpus is not None:
+        inputs, targets = _take_corpus(corpus, index, width, T)
+    else:
+        inputs = flat_tokens.take(index).reshape(width, T)
+        targets = flat_tokens[1:].take(index).reshape(width, T)
     padded = occupied < T
     if padded.any():
         pad = ~loss_mask

@@ -20,6 +20,8 @@ from ..model.store import DocumentStore
 from .batch import MiniBatch
 from .chunk import Chunks
 from .items import Items
+from .rows import Rows, iter_batches
+from .span import spanning_tokens
 from .windows import Windows, WindowSpace
 
 
@@ -244,34 +246,18 @@ class _ShiftTable:
 def _spanning_records(
     tokens: tuple[npt.NDArray[Any], ...], bases: npt.NDArray[np.int64], length: int
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.int64]] | None:
-    """Record views (inputs, targets) over the address range of every shard's tokens, and each shard's shift.
+    """Record views (inputs, targets) over `spanning_tokens` of the shards, and each shard's shift.
 
-    Global position ``p`` of shard ``k`` is record ``p + shift[k]``.  None when the
-    shards differ in dtype, are not contiguous, or lie at addresses that are not
-    a whole number of tokens apart.
+    Global position ``p`` of shard ``k`` is record ``p + shift[k]``; None where no span exists.
     """
-    dtype = tokens[0].dtype
-    if any(t.dtype != dtype or not t.flags.c_contiguous for t in tokens):
+    found = spanning_tokens(tokens, bases)
+    if found is None or found[0].size < length + 1:
         return None
-    size = dtype.itemsize
-    address = [int(t.__array_interface__["data"][0]) for t in tokens]
-    live = [k for k, t in enumerate(tokens) if t.size]
-    if not live:
-        return None
-    low = min(address[k] for k in live)
-    high = max(address[k] + tokens[k].nbytes for k in live)
-    count = (high - low) // size
-    if count < length + 1 or any((address[k] - low) % size for k in live):
-        return None
-    anchor = next(tokens[k] for k in live if address[k] == low)
-    # a read-only view from the lowest shard to the end of the highest: read only inside shards
-    span = np.lib.stride_tricks.as_strided(anchor, shape=(count,), strides=(size,), writeable=False)
+    span, shift = found
+    size = span.dtype.itemsize
     record = np.dtype((np.void, length * size))
-    records = np.ndarray(shape=(count - length,), dtype=record, buffer=span, strides=(size,))
-    shifted = np.ndarray(shape=(count - length,), dtype=record, buffer=span, offset=size, strides=(size,))
-    shift = np.array(
-        [(address[k] - low) // size - int(bases[k]) if tokens[k].size else 0 for k in range(len(tokens))], dtype=np.int64
-    )
+    records = np.ndarray(shape=(span.size - length,), dtype=record, buffer=span, strides=(size,))
+    shifted = np.ndarray(shape=(span.size - length,), dtype=record, buffer=span, offset=size, strides=(size,))
     return records, shifted, shift
 
 
@@ -337,9 +323,12 @@ class Batches(Sequence[MiniBatch]):
         return materialize_one(self.chunks[item])
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        if self.chunks.world_size > 1 or not isinstance(self.chunks.items, Windows):
-            return map(materialize_one, self.chunks)
-        return _iter_blocks(self.chunks)
+        chunks = self.chunks
+        if chunks.world_size == 1 and isinstance(chunks.items, Rows):
+            return iter_batches(chunks.items, chunks.batch_size, chunks.batches)
+        if chunks.world_size > 1 or not isinstance(chunks.items, Windows):
+            return map(materialize_one, chunks)
+        return _iter_blocks(chunks)
 
     def __repr__(self) -> str:
         return f"Batches({self.chunks!r})"

@@ -59,6 +59,7 @@ __all__ = [
     "best_fit_decreasing",
     "gather_segments",
     "pack_lengths",
+    "packed_rows",
 ]
 
 
@@ -156,6 +157,10 @@ class PieceIndex:
         """Global piece number of the piece of *documents* at *starts* (multiples of ``T``): `locate`'s inverse."""
         docs = np.asarray(documents, dtype=np.int64)
         return self.cumulative[docs] + np.asarray(starts, dtype=np.int64) // self.context_length
+
+    def full_pieces(self) -> tuple[IntArray, IntArray]:
+        """``(documents, ends)``: the documents that have full pieces, and the running count of full pieces up to each."""
+        return self._full_docs, self._full_ends
 
     def locate_full(self, full: npt.ArrayLike) -> tuple[IntArray, IntArray]:
         """Map full-piece numbers (``0 .. full_count - 1``, document order) to ``(document index, start)``."""
@@ -327,6 +332,12 @@ def pack_lengths(
     tails = index.tail_sizes(np.uint32)
     offsets, packed = best_fit_decreasing(tails, T, backend=backend)
     del tails
+    return packed_rows(index, offsets, packed)
+
+
+def packed_rows(index: PieceIndex, offsets: IntArray, tails: npt.NDArray[Any]) -> PackedRows:
+    """The `PackedRows` of *index* whose packed rows are *offsets* into *tails* (best-fit's output, or a packing file)."""
+    T = index.context_length
     report = PackReport(
         context_length=T,
         documents=int(np.count_nonzero(index.lengths)),
@@ -337,4 +348,4 @@ def pack_lengths(
         packed_rows=int(offsets.size - 1),
         window_targets=index.full_count * T,
     )
-    return PackedRows(index, offsets, packed, report)
+    return PackedRows(index, offsets, tails, report)

@@ -23,6 +23,11 @@ records how it was asked for.  In-memory stores are keyed by their content
 fingerprint (`DocumentStore.content_fingerprint`, the one `write_store` would
 record).
 
+A plan of packed rows (`sb.pack`) is the same file holding one uint32 row
+number per row; its key has ``"mode": "pack"``, the packing ``algorithm``,
+``T``, the partition, the seed and ``"rows": N`` (no stride): it is shared by
+processes exactly as a window plan is.
+
 Writing: a temporary file beside the target, filled through a writable memmap
 and permuted in place (`streambatch.stages.shuffle.permute`), header last, fsync,
 then renamed into place: a crash leaves no plan (and its temporary file is
@@ -49,23 +54,21 @@ Checks, from cheap to thorough:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from .._checks import check_seed
 from ..errors import ConfigError, StoreError
-from ..io.atomic import atomic_file
+from ..io.atomic import atomic_file, exclusive_lock
 from ..io.bounded_json import read_json_header
+from .pack_file import ALGORITHM
+from .rows import Rows
 from .shuffle import permute
 from .windows import ShuffleOrder, Windows
 
@@ -74,12 +77,15 @@ VERSION = 2
 HEADER_BYTES = 4096  # one page: the plan itself starts page-aligned
 SUFFIX = ".plan"
 _BLOCK = 1 << 22
-WAIT_NOTE_SECONDS = 1.0  # a planner waiting on another's lock says so after this long
 PathLike = str | os.PathLike[str]
+OrderedT = TypeVar("OrderedT", bound=Windows | Rows)
 
 
-def plan_key(windows: Windows, seed: int) -> dict[str, Any]:
-    """What a plan of *windows* in the order of *seed* depends on; the plan file's name hashes it.
+def plan_key(windows: Windows | Rows, seed: int) -> dict[str, Any]:
+    """What a plan of *windows* (or packed rows) in the order of *seed* depends on; the plan file's name hashes it.
+
+    A plan of packed `Rows` holds row numbers; its key names the mode, ``T`` and
+    the packing algorithm instead of the stride.
 
     >>> import streambatch as sb
     >>> key = plan_key(sb.windows([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2), 7)
@@ -87,8 +93,20 @@ def plan_key(windows: Windows, seed: int) -> dict[str, Any]:
     (7, 3, 'positions', '<u4')
     """
     _check_whole(windows)
-    space = windows.space
     count = len(windows)
+    if isinstance(windows, Rows):
+        return {
+            "corpus": windows.store.content_fingerprint(),
+            "mode": "pack",
+            "algorithm": ALGORITHM,
+            "context_length": windows.context_length,
+            "partition": windows.partition.value,
+            "seed": check_seed(seed),
+            "rows": count,
+            "holds": "rows",
+            "dtype": np.dtype(windows.space.plan_dtype(count)).newbyteorder("<").str,
+        }
+    space = windows.space
     return {
         "corpus": space.store.content_fingerprint(),
         "context_length": space.config.context_length,
@@ -101,7 +119,7 @@ def plan_key(windows: Windows, seed: int) -> dict[str, Any]:
     }
 
 
-def plan_path(windows: Windows, seed: int, plan_dir: PathLike) -> Path:
+def plan_path(windows: Windows | Rows, seed: int, plan_dir: PathLike) -> Path:
     """Where the plan of *windows* in the order of *seed* lives in *plan_dir* (it may not exist yet)."""
     return Path(plan_dir) / _file_name(plan_key(windows, seed))
 
@@ -111,17 +129,18 @@ def _file_name(key: dict[str, Any]) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest() + SUFFIX
 
 
-def _check_whole(windows: Windows) -> None:
-    if not isinstance(windows, Windows):
+def _check_whole(windows: Windows | Rows) -> None:
+    if not isinstance(windows, Windows | Rows):
         raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
-    if not windows.is_sequential or len(windows) != windows.window_index.window_count:
+    total = len(windows.packed) if isinstance(windows, Rows) else windows.window_index.window_count
+    if not windows.is_sequential or len(windows) != total:
         raise ConfigError(
             f"windows={windows!r} is a view or already ordered; a plan file orders every window of a source: "
             "pass sb.windows(source, ...) itself"
         )
 
 
-def plan_file(windows: Windows, seed: int, plan_dir: PathLike, *, verify: bool = False) -> Windows:
+def plan_file(windows: OrderedT, seed: int, plan_dir: PathLike, *, verify: bool = False) -> OrderedT:
     """``shuffle(windows, seed)`` backed by a plan file in *plan_dir*: computed once, then memory-mapped.
 
     The first caller computes and writes the plan (atomically; concurrent callers
@@ -147,8 +166,8 @@ def check_plan_dir(plan_dir: Any) -> PathLike:
 
 
 def build_plan(
-    windows: Windows, seed: int, plan_dir: PathLike, *, run: dict[str, int] | None = None, verify: bool = False
-) -> tuple[Windows, bool]:
+    windows: OrderedT, seed: int, plan_dir: PathLike, *, run: dict[str, int] | None = None, verify: bool = False
+) -> tuple[OrderedT, bool]:
     """`plan_file`, and whether this call wrote the plan (False: it existed, or another process wrote it).
 
     *run* (``{"seed": R, "epoch": E}``) is recorded in the header of a new plan.
@@ -161,7 +180,7 @@ def build_plan(
     if not path.exists():
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            with _locked(directory / (name[: -len(SUFFIX)] + ".lock")):
+            with exclusive_lock(directory / (name[: -len(SUFFIX)] + ".lock"), what="plan"):
                 if not path.exists():  # another process may have written it while this one waited
                     _write_plan(path, windows, key, run)
                     created = True
@@ -171,7 +190,7 @@ def build_plan(
                 "pass a writable folder, or plan it once with `streambatch plan -o` where it can be written"
             ) from None
     plan, header = open_plan(path, key)
-    ordered = windows.with_plan(plan, ShuffleOrder(key["seed"], header["state_after"]))
+    ordered: OrderedT = windows.with_plan(plan, ShuffleOrder(key["seed"], header["state_after"]))  # type: ignore[assignment]
     if verify:
         from .plan_check import verify_plan  # the full read: only when asked for
 
@@ -179,45 +198,9 @@ def build_plan(
     return ordered, created
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on *path* (created if missing) for the block; released on close, also by a crash."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        _acquire(fd, path)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # who holds it, for the planners that wait
-        yield
-    finally:
-        os.close(fd)
-
-
-def _acquire(fd: int, path: Path) -> None:
-    """Lock *fd*; after `WAIT_NOTE_SECONDS` of waiting say so on stderr, naming the holder's pid, then wait on."""
-    import fcntl  # POSIX
-
-    deadline = time.monotonic() + WAIT_NOTE_SECONDS
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.02)
-    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-    who = f"pid {holder}" if holder.isdigit() else "another process"
-    print(
-        f"streambatch: waiting for the plan lock {path}: {who} is computing this plan; it is mapped here once written",
-        file=sys.stderr,
-        flush=True,
-    )
-    fcntl.flock(fd, fcntl.LOCK_EX)
-
-
-def _write_plan(path: Path, windows: Windows, key: dict[str, Any], run: dict[str, int] | None) -> None:
+def _write_plan(path: Path, windows: Windows | Rows, key: dict[str, Any], run: dict[str, int] | None) -> None:
     """Compute the plan into a temporary file beside *path*, then rename it into place (`atomic_file`)."""
-    count, dtype = int(key["windows"]), np.dtype(key["dtype"])
+    count, dtype = _count(key), np.dtype(key["dtype"])
     need = count * dtype.itemsize
     with atomic_file(path) as handle:
         os.fchmod(handle.fileno(), 0o644)  # readable by every rank (temporaries are private)
@@ -272,11 +255,15 @@ def _scratch(count: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
     return np.empty(count, dtype=dtype)
 
 
-def _fill(values: npt.NDArray[Any], windows: Windows) -> None:
-    """Write every window's plan entry (document order) into *values*, in bounded blocks."""
-    space = windows.space
-    if space.plan_holds_positions:
-        space.index.all_positions(values.dtype, out=values)
+def _count(key: dict[str, Any]) -> int:
+    """Items a plan of *key* holds: windows, or packed rows."""
+    return int(key["rows"] if key.get("mode") == "pack" else key["windows"])
+
+
+def _fill(values: npt.NDArray[Any], windows: Windows | Rows) -> None:
+    """Write every item's plan entry (document order) into *values*, in bounded blocks."""
+    if isinstance(windows, Windows) and windows.space.plan_holds_positions:
+        windows.space.index.all_positions(values.dtype, out=values)
     else:
         for lo in range(0, values.size, _BLOCK):
             hi = min(lo + _BLOCK, values.size)
@@ -312,7 +299,7 @@ def open_plan(path: PathLike, key: dict[str, Any]) -> tuple[npt.NDArray[Any], di
             raise StoreError(f"{where}: the header has no key; {fix}")
         differ = ", ".join(f"{k}={found.get(k)!r} (expected {v!r})" for k, v in key.items() if found.get(k) != v)
         raise StoreError(f"{where}: a plan for another key: {differ or 'extra fields'}; it is stale or foreign; {fix}")
-    count, dtype = int(key["windows"]), np.dtype(key["dtype"])
+    count, dtype = _count(key), np.dtype(key["dtype"])
     expected = HEADER_BYTES + count * dtype.itemsize
     if size != expected:
         state = "truncated" if size < expected else "longer than its header says"

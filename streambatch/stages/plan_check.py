@@ -24,12 +24,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import StoreError
+from .rows import Rows
 from .windows import Windows
 
 BLOCK = 1 << 20
 
 
-def verify_plan(ordered: Windows, path: str | Path, digest: str) -> None:
+def verify_plan(ordered: Windows | Rows, path: str | Path, digest: str) -> None:
     """Read the plan behind *ordered* (mapped from *path*) once; refuse a digest, entry or duplicate that is wrong.
 
     >>> import tempfile, streambatch as sb
@@ -41,30 +42,46 @@ def verify_plan(ordered: Windows, path: str | Path, digest: str) -> None:
     """
     plan = ordered.plan
     assert plan is not None, "a plan-backed Windows"
-    space = ordered.space
-    index, count = space.index, int(plan.size)
+    count, total = int(plan.size), _total(ordered)
     fix = f"remove {path} and plan again (streambatch plan, or Epoch(..., plan_dir=...))"
     hasher = hashlib.blake2b(digest_size=32)
-    seen = np.zeros((index.window_count + 7) // 8, dtype=np.uint8)
+    seen = np.zeros((total + 7) // 8, dtype=np.uint8)
     for lo in range(0, count, BLOCK):
         block = np.ascontiguousarray(plan[lo : lo + BLOCK])
         hasher.update(block.view(np.uint8).data)
-        numbers = index.entry_windows(block, space.plan_holds_positions)
+        numbers = _entries(ordered, block, total)
         bad = np.flatnonzero(numbers < 0)
         if bad.size:
             raise StoreError(
-                f"{path}: entry {lo + int(bad[0])} ({int(block[bad[0]])}) is not a window of this source and partition; "
-                f"the plan is damaged: {fix}"
+                f"{path}: entry {lo + int(bad[0])} ({int(block[bad[0]])}) is not a {_noun(ordered)} of this source "
+                f"and partition; the plan is damaged: {fix}"
             )
         _mark(seen, numbers)
     marked = int(np.bitwise_count(seen).sum())
-    if marked != index.window_count:  # N valid entries for N windows: a window missing means another repeats
-        missing = int(np.flatnonzero(np.unpackbits(seen, bitorder="little")[: index.window_count] == 0)[0])
-        raise StoreError(
-            f"{path}: {index.window_count - marked} entries repeat other windows (window {missing} never comes); {fix}"
-        )
+    if marked != total:  # N valid entries for N items: an item missing means another repeats
+        missing = int(np.flatnonzero(np.unpackbits(seen, bitorder="little")[:total] == 0)[0])
+        noun = _noun(ordered)
+        raise StoreError(f"{path}: {total - marked} entries repeat other {noun}s ({noun} {missing} never comes); {fix}")
     if hasher.hexdigest() != digest:
         raise StoreError(f"{path}: the plan's bytes do not match the digest in its header; it was changed: {fix}")
+
+
+def _total(ordered: Windows | Rows) -> int:
+    """Items a whole plan of *ordered* holds: every window, or every packed row."""
+    return ordered.space.index.window_count if isinstance(ordered, Windows) else len(Rows(ordered.space))
+
+
+def _noun(ordered: Windows | Rows) -> str:
+    return "window" if isinstance(ordered, Windows) else "packed row"
+
+
+def _entries(ordered: Windows | Rows, block: npt.NDArray[np.integer], total: int) -> npt.NDArray[np.int64]:
+    """Each entry's item number, -1 where the entry names no item (not a window start; a row past the last)."""
+    if isinstance(ordered, Windows):
+        return ordered.space.index.entry_windows(block, ordered.space.plan_holds_positions)
+    numbers = block.astype(np.int64)
+    numbers[(numbers < 0) | (numbers >= total)] = -1
+    return numbers
 
 
 def _mark(seen: npt.NDArray[np.uint8], numbers: npt.NDArray[np.int64]) -> None:

@@ -36,15 +36,18 @@ The vectorized pieces are public:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from .._checks import check_non_negative, check_seed
 from ..errors import ConfigError
+from .rows import Rows
 from .splitmix import splitmix64_draws, state_after
 from .windows import ShuffleOrder, Windows
+
+OrderedT = TypeVar("OrderedT", bound=Windows | Rows)
 
 _c_shuffle: Callable[..., int] | None
 try:
@@ -333,11 +336,12 @@ def permute(values: npt.NDArray[Any], seed: int) -> int:
     return state_after(seed, draws)
 
 
-def shuffle(windows: Windows, seed: int) -> Windows:
-    """The same windows in the chapter's exact SplitMix64 Fisher–Yates order.
+def shuffle(windows: OrderedT, seed: int) -> OrderedT:
+    """The same windows (or packed `Rows`) in the chapter's exact SplitMix64 Fisher–Yates order.
 
     The result is backed by a plan of one uint32 per window (first-token
-    positions); ``state_after`` holds the SplitMix64 state after the shuffle.
+    positions; for rows, row numbers); ``state_after`` holds the SplitMix64
+    state after the shuffle.
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]), sb.Document("train-b", "train", [0, 20, 21, 1])]
@@ -349,4 +353,4 @@ def shuffle(windows: Windows, seed: int) -> Windows:
     values = windows.plan_values()  # fresh in document order; a view of the plan otherwise
     plan = values if windows.is_sequential else values.copy()
     state = permute(plan, seed)
-    return windows.with_plan(plan, ShuffleOrder(seed, state))
+    return windows.with_plan(plan, ShuffleOrder(seed, state))  # type: ignore[return-value]

@@ -18,6 +18,7 @@ from ..model.source import Source, as_source
 from ..stages.chunk import batch_count
 from ..stages.window_index import window_counts, window_tails
 from ..stages.windows import POSITION_LIMIT
+from .inspect_pack import MODES, mode_summaries
 
 
 def plan_bytes(window_count: int, token_count: int) -> int:
@@ -36,6 +37,7 @@ def inspect_source(
     batch_size: int | None = None,
     stride: int = 1,
     partition: Partition | str | None = None,
+    pack: bool = False,
 ) -> dict[str, Any]:
     """Summarize *source* (a `Source`, a store or documents) and, given ``T`` (and ``B``), its epochs.
 
@@ -43,7 +45,10 @@ def inspect_source(
     documents): documents and tokens; with *context_length*: windows, documents
     too short for one window, tokens in incomplete tails and their share, and the
     bytes of a shuffled plan; with *batch_size*: batches and the final batch's
-    width, actual denominator (``width * T``) and capacity (``B * T``).
+    width, actual denominator (``width * T``) and capacity (``B * T``).  With
+    *pack* (needs *context_length*, and stride ``T`` or none): per partition,
+    ``modes`` holds the window mode at stride ``T`` and packing side by side
+    (`streambatch.tools.inspect_pack`).
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]), sb.Document("train-b", "train", [0, 20, 21, 1])]
@@ -56,6 +61,12 @@ def inspect_source(
     T = None if context_length is None else check_positive(context_length, "context_length", "the input tokens per window")
     B = None if batch_size is None else check_positive(batch_size, "batch_size", "the number of windows per batch")
     s = check_positive(stride, "stride", "the distance between window starts")
+    if pack and T is None:
+        raise ConfigError("pack=True needs a context_length; pass context_length=T to pack rows of T positions")
+    if pack and s not in (1, T):
+        raise ConfigError(f"stride={s} with pack=True: packing cuts pieces at stride T; drop the stride")
+    if pack and T is not None:
+        s = T  # the window mode beside packing: windows at the stride packing cuts its pieces at
     store = as_source(source)
     lengths = store.lengths
     summary: dict[str, Any] = {
@@ -74,6 +85,8 @@ def inspect_source(
         ]
     if T is not None:
         summary.update(context_length=T, stride=s)
+        if pack:
+            summary["pack"] = True
         if B is not None:
             summary["batch_size"] = B
     wanted = [Partition.parse(partition)] if partition is not None else list(Partition)
@@ -83,6 +96,8 @@ def inspect_source(
         if partition is None and not mask.any():
             continue
         parts[part.value] = _partition_summary(lengths[mask], T, B, s, store.flat_size)
+        if pack and T is not None:
+            parts[part.value]["modes"] = mode_summaries(lengths[mask], T, B)
     summary["partitions"] = parts
     return summary
 
@@ -200,7 +215,26 @@ def format_summary(summary: dict[str, Any]) -> str:
         ]
     if T is not None:
         rows.append(("plan (shuffled)", [format_bytes(p["plan_bytes"]) for p in parts.values()]))
-    return text + "\n" + _table(corner, list(parts), rows)
+    text += "\n" + _table(corner, list(parts), rows)
+    if T is not None and summary.get("pack"):
+        names, pack_rows = _pack_rows(parts, T)
+        text += "\n" + _table(f"T={T}: windows at stride {T} vs packed", names, pack_rows)
+    return text
+
+
+def _pack_rows(parts: dict[str, Any], T: int) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """Column names (``train: windows``, ``train: packed``, ...) and labelled rows for the side-by-side table."""
+    names = [f"{part}: {mode}" for part in parts for mode in MODES]
+    cells = [parts[part]["modes"][mode] for part in parts for mode in MODES]
+    rows = [
+        ("target tokens covered", [f"{format_count(c['covered_targets'])} ({100 * c['coverage']:.1f} %)" for c in cells]),
+        ("documents seen", [format_count(c["documents_seen"]) for c in cells]),
+        (f"rows of {T} positions", [format_count(c["rows"]) for c in cells]),
+        ("pad share of positions", [f"{100 * c['pad_share']:.3f} %" for c in cells]),
+    ]
+    if cells and "batches" in cells[0]:
+        rows.append(("batches", [format_count(c["batches"]) for c in cells]))
+    return names, rows
 
 
 def _widths(part: dict[str, Any], batch_size: int) -> str:

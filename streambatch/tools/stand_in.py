@@ -38,10 +38,33 @@ def window_loss_units(documents: npt.NDArray[np.int64], starts: npt.NDArray[np.i
     >>> window_loss_units(d, s, 100) == int(loss_units(d, s, 100).sum())
     True
     """
-    base = _base(documents, starts) % CYCLE
-    cycles, rest = divmod(context_length, CYCLE)
-    per_window = cycles * int(_CYCLE_PREFIX[CYCLE]) + _CYCLE_PREFIX[base + rest] - _CYCLE_PREFIX[base]
-    return int(per_window.sum())
+    return int(span_units(_base(documents, starts), context_length).sum())
+
+
+def span_units(base: npt.ArrayLike, count: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """``sum((base + t) % 64 for t in range(count))`` per element, in closed form: full cycles plus a prefix difference.
+
+    >>> span_units(np.array([5, 63]), np.array([3, 130])).tolist() == [5 + 6 + 7, sum((63 + t) % 64 for t in range(130))]
+    True
+    """
+    first = np.asarray(base, dtype=np.int64) % CYCLE
+    cycles, rest = np.divmod(np.asarray(count, dtype=np.int64), CYCLE)
+    units: npt.NDArray[np.int64] = cycles * int(_CYCLE_PREFIX[CYCLE]) + _CYCLE_PREFIX[first + rest] - _CYCLE_PREFIX[first]
+    return units
+
+
+def target_units(documents: npt.ArrayLike, targets: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """The packed audit's stand-in loss, in units of 1/8, of target *targets* (0-based, in its document) of *documents*.
+
+    ``(8 (d mod 8) + t + 1) mod 64``: a document's targets in order run through
+    the units from ``8 (d mod 8) + 1``, so a document's sum is `span_units` of it.
+
+    >>> target_units([1, 1, 2], [0, 1, 100]).tolist()
+    [9, 10, 53]
+    """
+    docs, spots = np.asarray(documents, dtype=np.int64), np.asarray(targets, dtype=np.int64)
+    units: npt.NDArray[np.int64] = (8 * (docs % 8) + spots % CYCLE + 1) % CYCLE
+    return units
 
 
 def stand_in_losses(document_indices: npt.ArrayLike, starts: npt.ArrayLike, context_length: int) -> npt.NDArray[np.float64]:

@@ -23,6 +23,7 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess witho
 
     raise missing_dependency("streambatch.torch", "torch", "torch") from err
 
+from .attention import block_mask, cu_seqlens, document_mask
 from .backward import StepResult, cross_entropy_sum, micro_batches, token_mean_backward
 from .datasets import BatchesDataset, EpochDataset, RunDataset
 from .tensors import TensorBatch, as_tensors, mark_batch_dynamic, tensor_batch
@@ -34,7 +35,10 @@ __all__ = [
     "StepResult",
     "TensorBatch",
     "as_tensors",
+    "block_mask",
     "cross_entropy_sum",
+    "cu_seqlens",
+    "document_mask",
     "mark_batch_dynamic",
     "micro_batches",
     "tensor_batch",

@@ -4,6 +4,12 @@ The rule: sum the loss over target tokens (``reduction="sum"``), let autograd
 sum the gradients, add raw sums (`streambatch.TokenSums`) across micro-batches
 and, with torch.distributed, across ranks, then divide once by the global
 target-token count.  Never average per-piece means.
+
+Packed batches: targets at padding hold ``IGNORE_INDEX`` (-100, what
+`streambatch.torch.tensor_batch` writes); ``cross_entropy``'s default
+``ignore_index`` leaves them out of the summed loss, and every count here is
+of real targets only (``targets != -100``), so micro-batches and ranks holding
+different numbers of real targets still give the exact token mean.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from torch import nn
 from .._checks import check_positive
 from ..errors import ConfigError
 from ..stages.reduce import TokenSums
+from .tensors import IGNORE_INDEX
 
-LossSum = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+LossSum = Callable[..., torch.Tensor]  # (model, inputs, targets, *row_inputs) -> summed loss over real targets
 
 
 def micro_batches(inputs: torch.Tensor, targets: torch.Tensor, max_rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -34,10 +41,21 @@ def micro_batches(inputs: torch.Tensor, targets: torch.Tensor, max_rows: int) ->
     return list(zip(inputs.split(rows), targets.split(rows), strict=True))  # type: ignore[no-untyped-call]
 
 
-def cross_entropy_sum(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Summed (not averaged) next-token cross-entropy of ``model(inputs)`` logits ``[w, T, V]``."""
-    logits = model(inputs)
-    return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
+def cross_entropy_sum(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, *row_inputs: torch.Tensor) -> torch.Tensor:
+    """Summed (not averaged) next-token cross-entropy of ``model(inputs, *row_inputs)`` logits ``[w, T, V]``.
+
+    Targets equal to ``IGNORE_INDEX`` (a packed batch's padding) are left out.
+    """
+    logits = model(inputs, *row_inputs)
+    flat = logits.reshape(-1, logits.shape[-1])
+    return nn.functional.cross_entropy(flat, targets.reshape(-1), reduction="sum", ignore_index=IGNORE_INDEX)
+
+
+def target_count(targets: torch.Tensor) -> int:
+    """Real targets in *targets*: every entry, except ``IGNORE_INDEX`` ones (a packed batch's padding)."""
+    if targets.dtype.is_signed:
+        return int((targets != IGNORE_INDEX).sum())
+    return int(targets.numel())
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,7 @@ def token_mean_backward(
     micro_batch_rows: int | None = None,
     group: Any = None,
     distributed: bool | None = None,
+    row_inputs: tuple[torch.Tensor, ...] = (),
 ) -> StepResult:
     """Leave the exact token-mean gradient in ``param.grad``; return the token-mean loss.
 
@@ -66,7 +85,10 @@ def token_mean_backward(
     initialised (or ``distributed=True``), loss sums, token counts and every
     gradient are all-reduced as sums over *group* — a rank with zero rows still
     joins every collective — and everything is divided once by the global number
-    of target tokens.  Gradients must be zero (or None) on entry: call
+    of real target tokens (targets other than ``IGNORE_INDEX``).  *row_inputs*
+    (e.g. a packed batch's ``segment_ids`` and ``position_ids``, or a document
+    mask) are split into the same micro-batches along dimension 0 and passed to
+    ``loss_sum(model, inputs, targets, *row_inputs)``.  Gradients must be zero (or None) on entry: call
     ``optimizer.zero_grad()`` first.  Do not wrap the model in
     DistributedDataParallel: it would average per-rank means.
     """
@@ -74,10 +96,12 @@ def token_mean_backward(
     rows = int(inputs.shape[0])
     step = rows if micro_batch_rows is None else check_positive(micro_batch_rows, "micro_batch_rows", "rows per micro-batch")
     pieces: list[TokenSums] = []  # loss sum and token count per micro-batch; autograd sums their gradients
-    for micro_inputs, micro_targets in micro_batches(inputs, targets, max(step, 1)) if rows else []:
-        loss = loss_sum(model, micro_inputs, micro_targets)
+    size = max(step, 1)
+    extras = list(zip(*(t.split(size) for t in row_inputs), strict=True)) if row_inputs else None  # type: ignore[no-untyped-call]
+    for k, (micro_inputs, micro_targets) in enumerate(micro_batches(inputs, targets, size) if rows else []):
+        loss = loss_sum(model, micro_inputs, micro_targets, *(extras[k] if extras is not None else ()))
         loss.backward()  # type: ignore[no-untyped-call]
-        pieces.append(TokenSums(float(loss.detach()), int(micro_targets.numel()), 0.0))
+        pieces.append(TokenSums(float(loss.detach()), target_count(micro_targets), 0.0))
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
     flat = torch.cat([g.reshape(-1).to(torch.float64) for g in grads]) if grads else torch.zeros(0, dtype=torch.float64)
     local = sum(pieces, TokenSums(0.0, 0, 0.0))

@@ -1,18 +1,31 @@
-"""Batches as tensors: zero-copy views of a batch's numpy buffers, or one explicit conversion."""
+"""Batches as tensors: zero-copy views of a batch's numpy buffers, or one explicit conversion.
+
+A packed batch (`streambatch.stages.packed_batch.PackedBatch`) becomes a
+`TensorBatch` that also carries ``loss_mask``, ``segment_ids``,
+``position_ids``, ``cu_seqlens`` and ``max_seqlen``; converted to a signed
+dtype (the default ``torch.long``) its targets hold `IGNORE_INDEX` (-100,
+``cross_entropy``'s default ``ignore_index``) at padding, so a summed loss and
+the token count (``token_count``: real targets) never include padding.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from ..stages.batch import MiniBatch
+from ..stages.packed_batch import PackedBatch
+
+IGNORE_INDEX = -100
+"""The target written at padding in signed (``long``) packed targets: ``cross_entropy``'s default ``ignore_index``."""
 
 
 def as_tensors(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) -> tuple[torch.Tensor, torch.Tensor]:
     """``(inputs, targets)`` as tensors.
 
-    With ``dtype=None`` the tensors share memory with the batch's numpy buffers
+    Packed batches: with a signed *dtype* the targets hold `IGNORE_INDEX` at
+    padding.  With ``dtype=None`` the tensors share memory with the batch's numpy buffers
     (zero-copy, in the store's dtype: torch.uint16 or torch.uint32).  The default
     ``dtype=torch.long`` is the one explicit conversion embedding layers and
     ``cross_entropy`` need; it copies once.
@@ -20,7 +33,10 @@ def as_tensors(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) -> t
     inputs, targets = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
     if dtype is None:
         return inputs, targets
-    return inputs.to(dtype), targets.to(dtype)
+    inputs, targets = inputs.to(dtype), targets.to(dtype)
+    if isinstance(batch, PackedBatch) and dtype.is_signed and batch.pad_count:
+        targets.masked_fill_(~torch.from_numpy(batch.loss_mask), IGNORE_INDEX)
+    return inputs, targets
 
 
 @dataclass
@@ -32,6 +48,19 @@ class TensorBatch:
     targets: torch.Tensor
     positions: torch.Tensor
     epoch: int = 0
+    # packed batches only (None in window mode): see streambatch.stages.packed_batch
+    loss_mask: torch.Tensor | None = None
+    segment_ids: torch.Tensor | None = None
+    position_ids: torch.Tensor | None = None
+    cu_seqlens: torch.Tensor | None = None
+    max_seqlen: int | None = None
+
+    _ROW_FIELDS = ("inputs", "targets", "loss_mask", "segment_ids", "position_ids", "cu_seqlens")
+
+    @property
+    def packed(self) -> bool:
+        """True for a packed batch (it has a loss mask, segment and position ids)."""
+        return self.loss_mask is not None
 
     @property
     def width(self) -> int:
@@ -40,28 +69,39 @@ class TensorBatch:
 
     @property
     def token_count(self) -> int:
-        """Target tokens present: ``width * T``."""
-        return int(self.targets.numel())
+        """Real target tokens present: ``width * T``, or ``loss_mask.sum()`` for a packed batch."""
+        return int(self.targets.numel()) if self.loss_mask is None else int(self.loss_mask.sum())
+
+    def _map(self, move: str, **options: object) -> TensorBatch:
+        moved = {k: getattr(getattr(self, k), move)(**options) for k in self._ROW_FIELDS if getattr(self, k) is not None}
+        return replace(self, **moved)
 
     def pin_memory(self) -> TensorBatch:
         """Page-locked copies, for fast host-to-device transfer (called by DataLoader(pin_memory=True))."""
-        return TensorBatch(self.index, self.inputs.pin_memory(), self.targets.pin_memory(), self.positions, self.epoch)
+        return self._map("pin_memory")
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> TensorBatch:
-        """Move the token tensors to *device*."""
-        return TensorBatch(
-            self.index,
-            self.inputs.to(device, non_blocking=non_blocking),
-            self.targets.to(device, non_blocking=non_blocking),
-            self.positions,
-            self.epoch,
-        )
+        """Move the token tensors (and a packed batch's masks and ids) to *device*."""
+        return self._map("to", device=device, non_blocking=non_blocking)
 
 
 def tensor_batch(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) -> TensorBatch:
-    """Wrap a `MiniBatch` as a `TensorBatch` (see `as_tensors` for *dtype*)."""
+    """Wrap a `MiniBatch` (or a packed one) as a `TensorBatch` (see `as_tensors` for *dtype*).
+
+    A packed batch's masks and ids are zero-copy views of its numpy arrays.
+    """
     inputs, targets = as_tensors(batch, dtype=dtype)
-    return TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch)
+    wrapped = TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch)
+    if not isinstance(batch, PackedBatch):
+        return wrapped
+    return replace(
+        wrapped,
+        loss_mask=torch.from_numpy(batch.loss_mask),
+        segment_ids=torch.from_numpy(batch.segment_ids),
+        position_ids=torch.from_numpy(batch.position_ids),
+        cu_seqlens=torch.from_numpy(batch.cu_seqlens),
+        max_seqlen=batch.max_seqlen,
+    )
 
 
 def mark_batch_dynamic(*tensors: torch.Tensor) -> None:

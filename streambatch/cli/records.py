@@ -1,0 +1,87 @@
+"""The JSON record of one batch, as the ``epoch`` command writes it (one line per batch).
+
+A window batch's record: ``epoch``, ``index``, ``shape``, ``token_count``, each
+row's provenance, and the ``inputs``/``targets`` rows.  A packed batch's record
+(``--pack``) adds ``pack``, ``pad_positions``, ``segment_ids``, ``position_ids``
+and ``loss_mask``, and each of its ``rows`` lists its segments; ``token_count``
+counts real targets only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..model.corpus import Corpus
+from ..stages.batch import MiniBatch
+from ..stages.packed_batch import PackedBatch
+
+
+def batch_record(batch: MiniBatch) -> dict[str, Any]:
+    """One batch as the JSON object ``streambatch epoch`` writes (rows of a corpus also name their shard).
+
+    A packed batch (``--pack``) has the same ``epoch``, ``index``, ``shape``,
+    ``token_count`` (its real targets: the denominator, padding never counted),
+    ``rows``, ``inputs`` and ``targets``, plus ``pack: true`` and
+    ``pad_positions``; each entry of ``rows`` is ``{"row": its number in the
+    packing, "segments": [...]}``, a segment naming what a window row names
+    (document, document_index, start, partition, shard) and its ``length`` in
+    targets; ``segment_ids`` (-1 at padding), ``position_ids`` and
+    ``loss_mask`` follow the targets.  Padding positions hold the pad id in
+    inputs and targets, with ``loss_mask`` false.
+    """
+    if isinstance(batch, PackedBatch):
+        return _packed_record(batch)
+    sharded = isinstance(batch.space.store, Corpus)
+    return {
+        "epoch": batch.epoch,
+        "index": batch.index,
+        "shape": list(batch.shape),
+        "token_count": batch.token_count,
+        "rows": [
+            {
+                "document": p.document_id,
+                "document_index": p.document_index,
+                "start": p.start,
+                "partition": p.partition.value,
+                **({"shard": p.shard} if sharded else {}),
+            }
+            for p in batch.provenance
+        ],
+        "inputs": batch.inputs.tolist(),
+        "targets": batch.targets.tolist(),
+    }
+
+
+def _packed_record(batch: PackedBatch) -> dict[str, Any]:
+    sharded = isinstance(batch.row_space.store, Corpus)
+    rows: list[dict[str, Any]] = [{"row": number, "segments": []} for number in batch.rows.tolist()]
+    for p in batch.provenance:
+        rows[p.row]["segments"].append(
+            {
+                "document": p.document_id,
+                "document_index": p.document_index,
+                "start": p.start,
+                "length": p.length,
+                "partition": p.partition.value,
+                **({"shard": p.shard} if sharded else {}),
+            }
+        )
+    return {
+        "epoch": batch.epoch,
+        "index": batch.index,
+        "shape": list(batch.shape),
+        "token_count": batch.target_count,
+        "pack": True,
+        "pad_positions": batch.pad_count,
+        "rows": rows,
+        "inputs": batch.inputs.tolist(),
+        "targets": batch.targets.tolist(),
+        "segment_ids": batch.segment_ids.tolist(),
+        "position_ids": batch.position_ids.tolist(),
+        "loss_mask": batch.loss_mask.tolist(),
+    }
+
+
+def batch_line(batch: MiniBatch) -> bytes:
+    return (json.dumps(batch_record(batch), separators=(",", ":")) + "\n").encode()

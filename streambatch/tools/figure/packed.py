@@ -1,0 +1,168 @@
+"""A packed epoch drawn: rows of ``T`` positions, segments coloured by document, padding dashed (``trace --pack``).
+
+Every batch of the epoch's order up to `MAX_ROWS` rows is drawn row by row to
+scale: each segment a box as wide as its targets, filled with its document's
+colour and labelled ``id@start+length`` where it fits; each row's padding a
+dashed, unfilled box that counts in no denominator.  Each batch states its
+shape and its denominator (real targets).  A larger epoch draws its first
+`MAX_ROWS` rows and says how many follow.  Elements carry ``class`` and
+``data-*`` attributes so tests can read the figure back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...epoch import Epoch
+from ...errors import ConfigError
+from ...io.atomic import atomic_text
+from ...stages.packed_batch import PackedBatch
+from ..inspect import format_count
+from .svg import FONT, INK, MARGIN, MONO, MUTED, PALETTE, Canvas, xml_text
+
+MAX_ROWS = 64
+ROW_WIDTH = 720.0
+
+
+def packed_title(epoch: Epoch) -> str:
+    """``7 packed rows (shuffled) → 3 batches``."""
+    how = "in row order" if epoch.seed is None else "shuffled"
+    return f"{format_count(epoch.window_count)} packed rows ({how}) → {format_count(epoch.batch_count)} batches"
+
+
+def _subtitle(epoch: Epoch) -> str:
+    report = epoch.windows.report  # type: ignore[union-attr]
+    order = "row order" if epoch.seed is None else f"seed {epoch.seed}"
+    return (
+        f"T = {epoch.context_length} · B = {epoch.batch_size} · {order} · partition {epoch.partition.value} · "
+        f"{format_count(report.targets)} targets, every one once · pad share {100 * report.pad_share:.2f} %"
+    )
+
+
+def _colour(document: int) -> str:
+    return PALETTE[document % len(PALETTE)]
+
+
+def _draw_row(canvas: Canvas, batch: Any, r: int, y: float, scale: float, T: int) -> None:
+    pick = batch.segment_rows == r
+    docs, starts, lengths = batch.document_indices[pick], batch.starts[pick], batch.segment_lengths[pick]
+    ids = batch.document_ids
+    names = [ids[i] for i in pick.nonzero()[0].tolist()]
+    canvas.open(class_="row", data_row=r, data_number=int(batch.rows[r]), data_segments=int(pick.sum()))
+    canvas.text(MARGIN, y + 17, f"row {int(batch.rows[r])}", size=11, fill=MUTED)
+    x0, column = MARGIN + 70, 0
+    for d, s, n, name in zip(docs.tolist(), starts.tolist(), lengths.tolist(), names, strict=True):
+        x, w = x0 + column * scale, n * scale
+        label = f"{name}@{s}+{n}"
+        canvas.open(class_="segment", data_document=name, data_document_index=d, data_start=s, data_length=n, data_column=column)
+        canvas.title(f"{label}: targets {s + 1}..{s + n} of {name}, positions {column}..{column + n - 1}")
+        canvas.rect(x, y, w, 24, rx=3, fill=_colour(d), stroke="#ffffff", stroke_width=1)
+        if 7.2 * len(label) + 8 <= w:
+            canvas.text(x + 4, y + 16, label, size=11, fill="#ffffff", font_family=MONO)
+        canvas.close()
+        column += n
+    if column < T:
+        canvas.open(class_="pad", data_positions=T - column)
+        canvas.title(f"padding: {T - column} positions, masked, in no denominator")
+        canvas.rect(
+            x0 + column * scale,
+            y,
+            (T - column) * scale,
+            24,
+            rx=3,
+            fill="none",
+            stroke=MUTED,
+            stroke_width=1.5,
+            stroke_dasharray="5 3",
+        )
+        canvas.close()
+    canvas.close()
+
+
+def packed_svg(epoch: Epoch, *, notes: Sequence[str] = (), max_rows: int = MAX_ROWS) -> str:
+    """The packed epoch's figure as an SVG document (see the module docstring).
+
+    >>> import streambatch as sb
+    >>> docs = [sb.Document("a", "train", range(7)), sb.Document("b&c", "train", range(2))]
+    >>> svg = packed_svg(sb.Epoch(docs, context_length=4, batch_size=2, seed=1, pack=True))
+    >>> svg.count('class="row"'), svg.count('class="segment"'), svg.count('class="pad"'), 'data-document="b&amp;c"' in svg
+    (2, 3, 1, True)
+    """
+    if not epoch.pack:
+        raise ConfigError("packed_svg draws a packed epoch; pass Epoch(..., pack=True), or draw windows with epoch_svg")
+    T = epoch.context_length
+    canvas = Canvas()
+    canvas.text(MARGIN, 34, packed_title(epoch), size=20, font_weight="bold")
+    canvas.text(MARGIN, 56, _subtitle(epoch), size=13, fill=MUTED)
+    y, drawn, scale = 88.0, 0, ROW_WIDTH / T
+    for b, batch in enumerate(epoch):
+        assert isinstance(batch, PackedBatch)
+        if drawn >= max_rows:
+            break
+        pad = int(batch.pad_count)
+        canvas.open(class_="batch", data_index=b, data_width=batch.width, data_denominator=batch.target_count, data_pad=pad)
+        canvas.text(
+            MARGIN,
+            y + 14,
+            f"B{b}: shape [{batch.width}, {T}] · denominator {batch.target_count} real targets · {pad} padding positions",
+            size=13,
+            font_weight="bold",
+        )
+        y += 24
+        for r in range(batch.width):
+            if drawn >= max_rows:
+                break
+            _draw_row(canvas, batch, r, y, scale, T)
+            y += 30
+            drawn += 1
+        canvas.close()
+        y += 10
+    if epoch.window_count > drawn:
+        canvas.text(MARGIN, y + 10, f"… {format_count(epoch.window_count - drawn)} more rows not drawn", size=13, fill=MUTED)
+        y += 20
+    for note in notes:
+        y += 20
+        canvas.text(MARGIN, y, note, size=12, font_family=MONO, class_="note")
+    return canvas.svg(packed_title(epoch))
+
+
+LEGEND = (
+    (PALETTE[0], "solid", "a segment: one piece of one document (colour by document), its targets only"),
+    ("none", "dashed", "padding: masked, attends to no document, in no sum or denominator"),
+)
+
+
+def packed_html(epoch: Epoch, *, title: str | None = None, notes: Sequence[str] = ()) -> str:
+    """An HTML page: *title*, a legend, and `packed_svg` inline."""
+    heading = title or f"streambatch: {packed_title(epoch)}"
+    dashes = {"dashed": ' stroke-dasharray="5 3"', "solid": ""}
+    legend = "\n".join(
+        f'<li><svg width="26" height="16"><rect x="1" y="1" width="24" height="14" rx="3" fill="{fill}" stroke="#666"'
+        f"{dashes[style]}/></svg> {xml_text(words)}</li>"
+        for fill, style, words in LEGEND
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{xml_text(heading)}</title>\n"
+        f"<style>\nbody {{ font-family: {FONT}; color: {INK}; margin: 24px; }}\n"
+        "ul.legend { list-style: none; padding: 0; display: flex; gap: 6px 22px; font-size: 13px; }\n</style>\n"
+        f"</head>\n<body>\n<h1>{xml_text(heading)}</h1>\n"
+        f'<ul class="legend">\n{legend}\n</ul>\n{packed_svg(epoch, notes=notes)}</body>\n</html>\n'
+    )
+
+
+def write_packed_figure(
+    epoch: Epoch, *, svg: str | None = None, html_path: str | None = None, notes: Sequence[str] = ()
+) -> list[str]:
+    """Write the SVG and/or the HTML page atomically; returns the paths written."""
+    written = []
+    if svg is not None:
+        with atomic_text(svg) as handle:
+            handle.write(packed_svg(epoch, notes=notes))
+        written.append(svg)
+    if html_path is not None:
+        with atomic_text(html_path) as handle:
+            handle.write(packed_html(epoch, notes=notes))
+        written.append(html_path)
+    return written
