@@ -23,6 +23,8 @@ from .model.source import TokenSource
 from .stages.batch import MiniBatch
 from .stages.chunk import Chunks, batch_count, batch_widths, chunk
 from .stages.materialize import Batches, materialize
+from .stages.mix_source import as_mixture
+from .stages.mixture import Mixture
 from .stages.plan import check_plan_dir, plan_file
 from .stages.share import share
 from .stages.shuffle import shuffle
@@ -105,15 +107,25 @@ class Epoch:
             warnings.warn("Epoch(documents=...) is deprecated; pass the source first, or source=", DeprecationWarning, 2)
             source = documents
         self.batch_size = check_positive(batch_size, "batch_size", "the number of windows per batch")
-        given = epoch_windows(source, context_length, stride, partition, keep_partition)
+        mixture = as_mixture(
+            source, context_length=context_length, stride=stride, partition=partition,
+            keep_partition=keep_partition, seed=seed, plan_dir=plan_dir,
+        )  # fmt: skip
+        given = epoch_windows(source, context_length, stride, partition, keep_partition) if mixture is None else mixture
         if given.seed is not None and seed is not None and seed != given.seed:
             raise ConfigError(f"seed={seed!r} but the windows passed are already shuffled with seed {given.seed}")
         self.seed = given.seed if seed is None else check_seed(seed)
         self.plan_dir = None if plan_dir is None else check_plan_dir(plan_dir)
-        self._order: Windows | None = given if given.order is not None or self.seed is None else None
-        self.windows: Windows = given if given.order is None else Windows(given.space)
+        self._order: Windows | Mixture | None = given if given.order is not None or self.seed is None else None
+        self.windows: Windows | Mixture = given if given.order is None or isinstance(given, Mixture) else Windows(given.space)
         self.partition: Partition = self.windows.partition
-        self.store: TokenSource = self.windows.store
+
+    @property
+    def store(self) -> TokenSource:
+        """The store or corpus the windows read (a mixture has one per source: ``windows.parts[s].store``)."""
+        if isinstance(self.windows, Mixture):
+            raise ConfigError("a mixture has one store per source; use epoch.windows.parts[s].store")
+        return self.windows.store
 
     @classmethod
     def from_windows(cls, ordered: Windows, *, batch_size: int) -> Epoch:
@@ -122,6 +134,8 @@ class Epoch:
 
     def reseeded(self, seed: int | None) -> Epoch:
         """The same windows and batching over the same source, in the order of *seed*."""
+        if isinstance(self.windows, Mixture):  # a mixture's epochs: the same plan, source orders of *seed*
+            return Epoch(self.windows.reseeded(self.windows.seed if seed is None else seed), batch_size=self.batch_size)
         if seed is None:
             return Epoch(self.windows, batch_size=self.batch_size)
         return Epoch(self.windows, batch_size=self.batch_size, seed=seed, plan_dir=self.plan_dir)
@@ -133,7 +147,9 @@ class Epoch:
 
     @property
     def index(self) -> WindowIndex:
-        """The source's window numbering."""
+        """The source's window numbering (a mixture's sources each have their own: ``windows.parts[s].window_index``)."""
+        if isinstance(self.windows, Mixture):
+            raise ConfigError("a mixture has one window numbering per source; use epoch.windows.parts[s].window_index")
         return self.windows.window_index
 
     @property
@@ -165,7 +181,7 @@ class Epoch:
         return self.batch_count
 
     @property
-    def order(self) -> Windows:
+    def order(self) -> Windows | Mixture:
         """The epoch's windows in order: ``shuffle(windows, seed)`` (computed once), or document order.
 
         With *plan_dir* the order is ``plan_file(windows, seed, plan_dir)``: the same
@@ -173,6 +189,7 @@ class Epoch:
         """
         if self._order is None:
             assert self.seed is not None  # sequential epochs hold their order from the start
+            assert isinstance(self.windows, Windows)  # so do mixtures
             if self.plan_dir is not None:
                 self._order = plan_file(self.windows, self.seed, self.plan_dir)
             else:
@@ -189,7 +206,7 @@ class Epoch:
         """Bytes held for the epoch's order (0 for sequential order)."""
         return self.order.plan_nbytes
 
-    def chunks(self) -> Chunks[Windows]:
+    def chunks(self) -> Chunks[Windows | Mixture]:
         """``chunk(order, batch_size)``: the epoch's batches as lazy window views."""
         return chunk(self.order, self.batch_size)
 

@@ -7,11 +7,14 @@ from typing import Any
 
 from ..epoch import Epoch
 from ..errors import ConfigError
+from ..io.mixture_file import MixtureSource
 from ..model.documents import Partition
 from ..model.source import Source
 from ..stages.read.open import open_source
 
-SOURCE_HELP = "a store directory (streambatch prepare), a corpus manifest (.json) or a JSONL file of token documents"
+SOURCE_HELP = (
+    "a store directory (streambatch prepare), a corpus manifest or mixture file (.json) or a JSONL file of token documents"
+)
 
 
 def seed_type(text: str) -> int:
@@ -46,7 +49,7 @@ def add_order(parser: Any, *, sequential: bool = True) -> None:
     order.add_argument("--sequential", action="store_true", help="document order, then increasing start")
 
 
-def open_args_source(args: argparse.Namespace) -> Source:
+def open_args_source(args: argparse.Namespace) -> Source | MixtureSource:
     """The source named on the command line."""
     return open_source(args.source, verify=not args.no_verify)
 

@@ -29,10 +29,12 @@ from .._checks import check_non_negative
 from ..errors import ConfigError, OutOfRangeError, StateError
 from ..io.atomic import atomic_text
 from ..io.bounded_json import read_json_header
+from ..io.mixture_file import MixtureSource
 from ..model.corpus import Corpus
 from ..model.source import Source
 from ..run import Run
 from ..stages.batch import MiniBatch
+from ..stages.mix_batch import MixtureBatch
 from ..state import decode, encode
 from ._common import add_order, add_source, args_epoch, open_args_source
 
@@ -40,8 +42,9 @@ _BLOCK = 1 << 20
 
 
 def batch_record(batch: MiniBatch) -> dict[str, Any]:
-    """One batch as the JSON object ``streambatch epoch`` writes (rows of a corpus also name their shard)."""
-    sharded = isinstance(batch.space.store, Corpus)
+    """One batch as the JSON object ``streambatch epoch`` writes (a corpus row names its shard, a mixture row its source)."""
+    mixed = batch.source_names if isinstance(batch, MixtureBatch) else None
+    sharded = mixed is not None or isinstance(batch.space.store, Corpus)
     return {
         "epoch": batch.epoch,
         "index": batch.index,
@@ -54,8 +57,9 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
                 "start": p.start,
                 "partition": p.partition.value,
                 **({"shard": p.shard} if sharded else {}),
+                **({"source": mixed[r]} if mixed is not None else {}),
             }
-            for p in batch.provenance
+            for r, p in enumerate(batch.provenance)
         ],
         "inputs": batch.inputs.tolist(),
         "targets": batch.targets.tolist(),
@@ -66,7 +70,7 @@ def _line(batch: MiniBatch) -> bytes:
     return (json.dumps(batch_record(batch), separators=(",", ":")) + "\n").encode()
 
 
-def _run(args: argparse.Namespace, source: Source, epoch: int) -> Run:
+def _run(args: argparse.Namespace, source: Source | MixtureSource, epoch: int) -> Run:
     """The run of the command line, stopping after *epoch* (only that epoch's plan is ever computed)."""
     first = args_epoch(args, source, plan_dir=args.plan_dir)
     if first.window_count == 0:  # not an error, but never silent
@@ -119,11 +123,12 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
             handle.writelines(line.decode() for line in map(_line, run))
 
 
-def _source_files(source: Source) -> set[tuple[int, int]]:
+def _source_files(source: Source | MixtureSource) -> set[tuple[int, int]]:
     """(device, inode) of every file the source reads: the JSONL file, a store's files, a manifest and its shards'."""
     paths = [source.path]
-    if source.kind == "corpus" and isinstance(source.store, Corpus):
-        paths += [p for p in source.store.paths if p is not None]
+    stores = source.stores if isinstance(source, MixtureSource) else (source.store,)
+    paths += list(source.spec.paths) if isinstance(source, MixtureSource) else []
+    paths += [p for store in stores if isinstance(store, Corpus) for p in store.paths if p is not None]
     found: set[tuple[int, int]] = set()
     for path in paths:
         entries = [os.path.join(path, name) for name in os.listdir(path)] if os.path.isdir(path) else []
@@ -136,7 +141,7 @@ def _source_files(source: Source) -> set[tuple[int, int]]:
     return found
 
 
-def _check_output(output: str, source: Source) -> None:
+def _check_output(output: str, source: Source | MixtureSource) -> None:
     """Refuse an output that is a directory, or (by device and inode) the input or a file of the source."""
     try:
         info = os.stat(output)
@@ -157,7 +162,7 @@ def _check_output(output: str, source: Source) -> None:
         )
 
 
-def _check_state_path(state_path: str, output: str, source: Source) -> None:
+def _check_state_path(state_path: str, output: str, source: Source | MixtureSource) -> None:
     """A state file is a regular file of its own: not the output, not a device or FIFO, not a file of the source."""
     try:
         info = os.stat(state_path)

@@ -178,7 +178,14 @@ class MixtureBatch(MiniBatch):
     @property
     def provenance(self) -> tuple[WindowProvenance, ...]:
         """Per row: document id, document index, start, partition and store, within the row's source."""
-        rows = zip(self.document_ids, self.document_indices.tolist(), self.starts.tolist(), self.partitions, self.shards.tolist())
+        rows = zip(
+            self.document_ids,
+            self.document_indices.tolist(),
+            self.starts.tolist(),
+            self.partitions,
+            self.shards.tolist(),
+            strict=True,
+        )
         return tuple(WindowProvenance(i, d, s, p, k) for i, d, s, p, k in rows)
 
     def __eq__(self, other: object) -> bool:
@@ -186,7 +193,7 @@ class MixtureBatch(MiniBatch):
             return NotImplemented
         return np.array_equal(self.sources, other.sources) and super().__eq__(other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
     def __repr__(self) -> str:
         epoch = f"epoch={self.epoch}, " if self.epoch else ""

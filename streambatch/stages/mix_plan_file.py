@@ -72,7 +72,9 @@ def _layout(items: int, sources: int, block: int) -> tuple[int, int, int]:
     return table, rows, table + rows * sources * 8
 
 
-def mix_plan_file(parts: tuple[Windows, ...], weights: tuple[int, ...], length: int | None, plan_dir: PathLike) -> tuple[MixPlan, Path]:
+def mix_plan_file(
+    parts: tuple[Windows, ...], weights: tuple[int, ...], length: int | None, plan_dir: PathLike
+) -> tuple[MixPlan, Path]:
     """The mixture's `MixPlan` from its plan file in *plan_dir*, computed and written first if missing."""
     key = mix_plan_key(parts, weights, length)
     directory = Path(plan_dir)

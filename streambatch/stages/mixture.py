@@ -280,6 +280,10 @@ class Mixture:
         sources, indices = self.locate()
         return sources, self._space.windows(sources, indices)
 
+    def numbers(self) -> IntArray:
+        """Window number (within its own source) of each item: ``items()[1]``."""
+        return self.items()[1]
+
     def counts(self, n: int | None = None) -> IntArray:
         """Items of each source among the mixture's first *n* (default: all) items."""
         return self._space.plan.counts(n)
@@ -288,6 +292,11 @@ class Mixture:
         """Source epochs each source has passed among the first *n* items (2.5: two whole epochs and half of one)."""
         counts = self.counts(n)
         return [int(c) / int(size) for c, size in zip(counts.tolist(), self._space.sizes.tolist(), strict=True)]
+
+    def source_plans(self) -> list[Windows]:
+        """Every source epoch order this mixture reads, computed now (plan files, with a plan folder)."""
+        counts = self.counts().tolist()
+        return [self._space.order(s, e) for s, n in enumerate(counts) for e in range(-(-n // int(self._space.sizes[s])))]
 
     def materialize_view(self, index: int) -> MixtureBatch:
         """Gather this view's rows into a `MixtureBatch` numbered *index*: one pass over every source's tokens."""
