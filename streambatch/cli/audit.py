@@ -8,8 +8,10 @@ import sys
 from typing import IO, Any
 
 from ..epoch import Epoch
+from ..io.mixture_file import MixtureSource
 from ..tools.audit import AuditResult, audit_epoch
 from ..tools.inspect import format_count
+from ..tools.mix_report import audit_mixture, format_mixture_audit
 from ._common import add_order, add_source, args_epoch, open_args_source, seed_type
 
 EXIT_FAILED = 1
@@ -18,6 +20,12 @@ EXIT_FAILED = 1
 def _audit(args: argparse.Namespace, out: IO[str]) -> int:
     source = open_args_source(args)
     epoch = args_epoch(args, source)
+    if isinstance(source, MixtureSource):  # the prefix bound, each source's exact epochs, no repeat, tokens
+        mixed = audit_mixture(epoch, workers=args.workers, world_size=args.world_size)
+        out.write(json.dumps(mixed, indent=1) + "\n" if args.json else format_mixture_audit(mixed))
+        if mixed["failures"]:
+            print(f"streambatch: audit failed: {next(iter(mixed['failures'].items()))}", file=sys.stderr)
+        return EXIT_FAILED if mixed["failures"] else 0
     result = audit_epoch(
         epoch,
         other_seed=args.other_seed,
