@@ -13,18 +13,21 @@ row); its provenance is resolved per source.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import DataError
+from ..errors import AccumulationError, DataError
 from ..model.corpus import Corpus
 from ..model.documents import PARTITIONS, Partition
 from ..model.store import DocumentStore
 from .batch import MiniBatch, WindowProvenance
 from .materialize import RowGather, _spanning_records
+from .reduce import TokenSums
 from .window_index import IntArray
 from .windows import WindowSpace
 
@@ -199,3 +202,37 @@ class MixtureBatch(MiniBatch):
         epoch = f"epoch={self.epoch}, " if self.epoch else ""
         counts = np.bincount(self.sources, minlength=len(self.names)).tolist()
         return f"MixtureBatch({epoch}index={self.index}, shape={self.shape}, rows per source={counts})"
+
+
+def source_sums(batch: MiniBatch, row_loss_sums: npt.ArrayLike, gradient_sum: Any = None) -> TokenSums:
+    """A batch's raw `TokenSums` with per-source sums: *row_loss_sums* holds each row's summed token loss.
+
+    *gradient_sum* (default: one zero) is the batch's gradient sums; per-source sums carry losses and counts only.
+
+    Every row holds ``T`` target tokens; rows of one source add (``math.fsum``, exact
+    up to one rounding) into that source's `TokenSums`.  A batch without ``sources``
+    (one store) gives sums without ``sources``.  `streambatch.token_mean` adds these
+    per source across micro-batches, workers and ranks, and reports each source's mean.
+
+    >>> import streambatch as sb
+    >>> from streambatch.stages.mixture import mix
+    >>> a = sb.windows([sb.Document("a", "train", range(6))], context_length=2)
+    >>> b = sb.windows([sb.Document("b", "train", range(6))], context_length=2)
+    >>> batch = sb.materialize(sb.chunk(mix([a, b], [1, 1], seed=3), 4))[0]
+    >>> mean = sb.token_mean([source_sums(batch, [1.0, 2.0, 3.0, 4.0])])
+    >>> batch.sources.tolist(), mean.mean_loss, {s: m.mean_loss for s, m in mean.sources.items()}
+    ([0, 1, 0, 1], 1.25, {0: 1.0, 1: 1.5})
+    """
+    losses = np.asarray(row_loss_sums, dtype=np.float64).reshape(-1)
+    if losses.size != batch.width:
+        raise AccumulationError(f"row_loss_sums has {losses.size} values for a batch of {batch.width} rows; pass one per row")
+    T = batch.context_length
+    zero = np.zeros(1)
+    total = TokenSums(math.fsum(losses.tolist()), batch.token_count, zero if gradient_sum is None else gradient_sum)
+    if not isinstance(batch, MixtureBatch):
+        return total
+    per = {
+        s: TokenSums(math.fsum(losses[batch.sources == s].tolist()), int(np.count_nonzero(batch.sources == s)) * T, zero)
+        for s in np.unique(batch.sources).tolist()
+    }
+    return replace(total, sources=per)

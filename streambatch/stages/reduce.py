@@ -10,9 +10,8 @@ leaves the accumulator exactly as it was.
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,50 +20,12 @@ from more_itertools import spy
 
 from .._checks import SIZE_LIMIT, is_integer, short_repr
 from ..errors import AccumulationError
+from .reduce_checks import as_array as _array
+from .reduce_checks import check_finite as _check_finite
+from .reduce_checks import real as _real
+from .reduce_checks import vector as _vector
 
 FloatArray = npt.NDArray[np.float64]
-
-
-def _real(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise AccumulationError(f"{name}={short_repr(value)} is not a real number; pass a finite float")
-    try:
-        result = float(value)
-    except OverflowError:  # e.g. an int of hundreds of digits
-        raise AccumulationError(
-            f"{name}={short_repr(value)} is too large for a float; a token's loss must be a finite float"
-        ) from None
-    if not math.isfinite(result):
-        raise AccumulationError(f"{name}={result!r} is not finite; a token's loss must be a finite float")
-    return result
-
-
-def _array(values: Any, name: str) -> npt.NDArray[Any]:
-    """``np.asarray(values)``; ragged or unconvertible input is an `AccumulationError`, not numpy's ValueError."""
-    try:
-        return np.asarray(values)
-    except (ValueError, TypeError, OverflowError) as err:
-        raise AccumulationError(
-            f"{name} cannot be read as a numeric array ({err}); pass a rectangular array of floats (every row the same width)"
-        ) from None
-
-
-def _vector(values: Any, name: str) -> FloatArray:
-    array = _array(values, name)
-    if array.dtype.kind not in "fiu" or array.ndim != 1:
-        raise AccumulationError(f"{name} has dtype {array.dtype} and shape {array.shape}; pass a 1-D sequence of floats")
-    result = np.array(array, dtype=np.float64)
-    _check_finite(result, name)
-    return result
-
-
-def _check_finite(values: FloatArray, name: str, what: str = "every gradient coordinate") -> None:
-    bad = ~np.isfinite(values)
-    if bad.any():
-        at = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), values.shape))
-        where = at[0] if len(at) == 1 else at
-        value = float(values[at])
-        raise AccumulationError(f"{name}[{where}]={value!r} is not finite; {what} must be finite")
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,6 +67,7 @@ class TokenMean:
     token_count: int
     mean_loss: float
     mean_gradient: FloatArray
+    sources: Mapping[int, TokenMean] | None = None  # each source's mean, when the pieces carried per-source sums
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TokenMean):
@@ -125,6 +87,8 @@ class TokenSums:
 
     ``gradient_sum`` is any array supporting ``+`` and ``/`` (numpy, or a torch
     tensor in `streambatch.torch`).  Pieces add as raw sums; `mean` divides once.
+    ``sources`` (a mixture's batches: `streambatch.stages.mix_batch.source_sums`)
+    holds the same raw sums per source id; they add per source, never as means.
 
     >>> a = TokenSums(1.5, 2, np.array([1.0, 4.0]))
     >>> b = TokenSums(0.25, 1, np.array([0.5, 2.0]))
@@ -135,19 +99,27 @@ class TokenSums:
     loss_sum: float
     token_count: int
     gradient_sum: Any
+    sources: Mapping[int, TokenSums] | None = None
 
     def __add__(self, other: TokenSums) -> TokenSums:
         if not isinstance(other, TokenSums):
             return NotImplemented
-        return TokenSums(
-            self.loss_sum + other.loss_sum, self.token_count + other.token_count, self.gradient_sum + other.gradient_sum
-        )
+        total = (self.loss_sum + other.loss_sum, self.token_count + other.token_count, self.gradient_sum + other.gradient_sum)
+        return TokenSums(*total, merge_sources(self.sources, other.sources))
 
     def mean(self) -> TokenMean:
         """Divide the raw sums once by the token count (an error when there are no tokens)."""
         if self.token_count == 0:
             raise AccumulationError("cannot take the mean of token_count=0; add at least one token first")
-        return TokenMean(self.token_count, self.loss_sum / self.token_count, self.gradient_sum / self.token_count)
+        means = None if self.sources is None else {s: p.mean() for s, p in self.sources.items() if p.token_count}
+        return TokenMean(self.token_count, self.loss_sum / self.token_count, self.gradient_sum / self.token_count, means)
+
+
+def merge_sources(a: Mapping[int, TokenSums] | None, b: Mapping[int, TokenSums] | None) -> dict[int, TokenSums] | None:
+    """Per-source raw sums of two pieces added source by source (None when neither has any)."""
+    if a is None or b is None:
+        return None if a is None and b is None else dict(a or b or {})
+    return {s: a[s] + b[s] if s in a and s in b else a.get(s) or b[s] for s in sorted({*a, *b})}
 
 
 class TokenMeanAccumulator:
@@ -391,6 +363,12 @@ def token_mean(pieces: Iterable[TokenSums | TokenContribution | TokenMeanAccumul
     if not head:
         raise AccumulationError("pieces is empty; there is nothing to average (pass at least one piece with tokens)")
     accumulator = TokenMeanAccumulator(_width(head[0]))
+    per_source: dict[int, TokenSums] | None = None
     for piece in stream:
         accumulator.add(piece)
-    return accumulator.finish()
+        if isinstance(piece, TokenSums) and piece.sources is not None:  # a mixture's: kept per source too
+            per_source = merge_sources(per_source, piece.sources)
+    mean = accumulator.finish()
+    if per_source is None:
+        return mean
+    return replace(mean, sources={s: p.mean() for s, p in per_source.items() if p.token_count})

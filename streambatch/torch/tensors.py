@@ -32,6 +32,7 @@ class TensorBatch:
     targets: torch.Tensor
     positions: torch.Tensor
     epoch: int = 0
+    sources: torch.Tensor | None = None  # a mixture's batches: each row's source id (uint8)
 
     @property
     def width(self) -> int:
@@ -45,7 +46,8 @@ class TensorBatch:
 
     def pin_memory(self) -> TensorBatch:
         """Page-locked copies, for fast host-to-device transfer (called by DataLoader(pin_memory=True))."""
-        return TensorBatch(self.index, self.inputs.pin_memory(), self.targets.pin_memory(), self.positions, self.epoch)
+        pinned = self.inputs.pin_memory(), self.targets.pin_memory()
+        return TensorBatch(self.index, *pinned, self.positions, self.epoch, self.sources)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> TensorBatch:
         """Move the token tensors to *device*."""
@@ -55,13 +57,16 @@ class TensorBatch:
             self.targets.to(device, non_blocking=non_blocking),
             self.positions,
             self.epoch,
+            self.sources,
         )
 
 
 def tensor_batch(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) -> TensorBatch:
     """Wrap a `MiniBatch` as a `TensorBatch` (see `as_tensors` for *dtype*)."""
     inputs, targets = as_tensors(batch, dtype=dtype)
-    return TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch)
+    sources = getattr(batch, "sources", None)  # a mixture's batch (streambatch.stages.mix_batch.MixtureBatch)
+    mixed = None if sources is None else torch.from_numpy(sources)
+    return TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch, mixed)
 
 
 def mark_batch_dynamic(*tensors: torch.Tensor) -> None:
