@@ -40,117 +40,21 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple, overload
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from .._checks import check_seed, is_integer, short_repr
 from ..errors import ConfigError, OutOfRangeError
-from .mix import MAX_SOURCES, MixPlan, integer_weights, plan_mix, source_epoch_seed
-from .mix_batch import MixGather, MixtureBatch, SourceArray
-from .plan import check_plan_dir, plan_file
-from .shuffle import shuffle
-from .windows import Windows, WindowSpace
+from .mix import MAX_SOURCES, MixPlan, integer_weights, plan_mix
+from .mix_batch import MixtureBatch, SourceArray
+from .mix_space import MixItem, MixSpace
+from .plan import check_plan_dir
+from .windows import Windows
 
 IntArray = npt.NDArray[np.int64]
 FORMAT = "streambatch.mixture"
-
-
-class MixItem(NamedTuple):
-    """One item of a mixture: its source and its window number within that source."""
-
-    source: int
-    window: int
-
-
-class MixSpace:
-    """What every view of one mixture shares: the parts, the plan, the seed and the source-epoch orders."""
-
-    __slots__ = ("cache", "names", "parts", "plan", "plan_dir", "plan_path", "seed", "sizes")
-
-    def __init__(
-        self,
-        parts: tuple[Windows, ...],
-        names: tuple[str, ...],
-        plan: MixPlan,
-        seed: int,
-        plan_dir: str | os.PathLike[str] | None,
-        plan_path: str | None = None,
-    ) -> None:
-        self.parts = parts
-        self.names = names
-        self.plan = plan
-        self.seed = seed
-        self.plan_dir = plan_dir
-        self.plan_path = plan_path
-        self.sizes = np.array([len(p) for p in parts], dtype=np.int64)
-        self.cache: dict[Any, Any] = {}
-
-    def __getstate__(self) -> tuple[Any, ...]:
-        plan: Any = self.plan if self.plan_path is None else None  # a plan file is mapped again, never copied
-        return (self.parts, self.names, plan, self.seed, self.plan_dir, self.plan_path)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        parts, names, plan, seed, plan_dir, plan_path = state
-        if plan is None:
-            from .mix_plan_file import reopen_mix_plan
-
-            plan = reopen_mix_plan(plan_path)
-        self.__init__(parts, names, plan, seed, plan_dir, plan_path)  # type: ignore[misc]
-
-    def reseeded(self, seed: int) -> MixSpace:
-        """The same parts and plan (Tijdeman's order does not depend on the seed), source orders of *seed*."""
-        return MixSpace(self.parts, self.names, self.plan, seed, self.plan_dir, self.plan_path)
-
-    def order(self, source: int, epoch: int) -> Windows:
-        """Source epoch *epoch* of *source*: ``shuffle(parts[source], source_epoch_seed(seed, source, epoch))``.
-
-        With a plan folder it is that shuffle's plan file.  The last two epochs of each source are kept.
-        """
-        key = (source, epoch)
-        found: Windows | None = self.cache.get(key)
-        if found is None:
-            seed = source_epoch_seed(self.seed, source, epoch)
-            part = self.parts[source]
-            found = shuffle(part, seed) if self.plan_dir is None else plan_file(part, seed, self.plan_dir)
-            stale = [k for k in self.cache if isinstance(k, tuple) and k[0] == source and k[1] < epoch - 1]
-            for old in stale:
-                del self.cache[old]
-            self.cache[key] = found
-        return found
-
-    def gather(self) -> MixGather:
-        """The row gather over every source's stores (built once)."""
-        gather: MixGather | None = self.cache.get("gather")
-        if gather is None:
-            gather = self.cache["gather"] = MixGather([p.space for p in self.parts])
-        return gather
-
-    def starts(self, sources: SourceArray, indices: IntArray) -> npt.NDArray[np.intp]:
-        """First-token position (in its source) of index *indices* of each row's source."""
-        out = np.empty(indices.size, dtype=np.intp)
-        for s in np.unique(sources).tolist():
-            rows = np.flatnonzero(sources == s)
-            epochs, at = np.divmod(indices[rows], self.sizes[s])
-            for e in np.unique(epochs).tolist():
-                chosen = epochs == e
-                ordered = self.order(s, e)
-                values = ordered.plan_values()[at[chosen]]
-                space: WindowSpace = ordered.space
-                out[rows[chosen]] = values if space.plan_holds_positions else space.index.positions(values)
-        return out
-
-    def windows(self, sources: SourceArray, indices: IntArray) -> IntArray:
-        """Window number (in its source) of index *indices* of each row's source."""
-        out = np.empty(indices.size, dtype=np.int64)
-        for s in np.unique(sources).tolist():
-            rows = np.flatnonzero(sources == s)
-            epochs, at = np.divmod(indices[rows], self.sizes[s])
-            for e in np.unique(epochs).tolist():
-                chosen = epochs == e
-                out[rows[chosen]] = self.order(s, e)[:].numbers()[at[chosen]]
-        return out
 
 
 class Mixture:
