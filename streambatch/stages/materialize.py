@@ -246,6 +246,9 @@ class Batches(Sequence[MiniBatch]):
         return materialize_one(self.chunks[item])
 
     def __iter__(self) -> Iterator[MiniBatch]:
+        many = getattr(self.chunks.items, "materialize_chunks", None)  # an Items' own iteration (a mixture's)
+        if many is not None:
+            return many(self.chunks)  # type: ignore[no-any-return]
         if self.chunks.world_size > 1 or not isinstance(self.chunks.items, Windows):
             return map(materialize_one, self.chunks)
         return _iter_blocks(self.chunks)

@@ -79,10 +79,10 @@ class MixGather:
 
     def __call__(self, sources: SourceArray, positions: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` of rows starting at *positions* of *sources* (one source id per row)."""
-        width = positions.size
-        shape, dtype = (width, self._length), self._dtype
-        if width == 0:
-            return np.zeros(shape, dtype), np.zeros(shape, dtype)
+        return self.take(self.rows(sources, positions))
+
+    def rows(self, sources: SourceArray, positions: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], ...]:
+        """Where the rows are read, checked once (for many batches at a time): give slices of it to `take`."""
         where = positions.astype(np.int64) + self._offsets[sources]
         shards = np.searchsorted(self._ends, where, side="right")
         outside = (where < self._bases[shards]) | (where > self._last[shards])
@@ -92,15 +92,24 @@ class MixGather:
                 f"row {row}: position {int(positions[row])} of source {int(sources[row])} is not a window start of that "
                 "source; the plan does not belong to it (remove the plan files and plan again)"
             )
+        if self._span is not None:  # the span's record numbers
+            return (where + self._span[2][shards],)
+        return shards, where - self._bases[shards]
+
+    def take(self, rows: tuple[npt.NDArray[np.int64], ...]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)`` of rows found by `rows` (or a slice of each of its arrays)."""
+        width = rows[0].size
+        shape, dtype = (width, self._length), self._dtype
+        if width == 0:
+            return np.zeros(shape, dtype), np.zeros(shape, dtype)
         if self._span is not None:  # one gather per buffer
-            records, shifted, shift = self._span
-            at = where + shift[shards]
-            return np.ndarray(shape, dtype, records[at]), np.ndarray(shape, dtype, shifted[at])
+            records, shifted, _ = self._span
+            return np.ndarray(shape, dtype, records[rows[0]]), np.ndarray(shape, dtype, shifted[rows[0]])
+        shards, local = rows
         inputs, targets = np.empty(shape, dtype), np.empty(shape, dtype)
-        local = where - self._bases[shards]
         for shard in np.unique(shards).tolist():
-            rows = np.flatnonzero(shards == shard)
-            inputs[rows], targets[rows] = self._gathers[shard](local[rows].astype(np.intp))
+            picked = np.flatnonzero(shards == shard)
+            inputs[picked], targets[picked] = self._gathers[shard](local[picked].astype(np.intp))
         return inputs, targets
 
 

@@ -47,6 +47,8 @@ import numpy.typing as npt
 
 from .._checks import check_seed, is_integer, short_repr
 from ..errors import ConfigError, OutOfRangeError
+from .chunk import Chunks
+from .materialize import materialize_one
 from .mix import MAX_SOURCES, MixPlan, integer_weights, plan_mix
 from .mix_batch import MixtureBatch, SourceArray
 from .mix_space import MixItem, MixSpace
@@ -55,6 +57,7 @@ from .windows import Windows
 
 IntArray = npt.NDArray[np.int64]
 FORMAT = "streambatch.mixture"
+_BLOCK_ROWS = 4096  # rows of consecutive batches located at once when iterating
 
 
 class Mixture:
@@ -209,6 +212,31 @@ class Mixture:
         inputs, targets = self._space.gather()(sources, positions)
         spaces = tuple(p.space for p in self._space.parts)
         return MixtureBatch(index, inputs, targets, positions, sources, spaces, self._space.names)
+
+    def materialize_chunks(self, chunks: Chunks[Mixture]) -> Iterator[MixtureBatch]:
+        """Every batch of *chunks* (of this mixture), consecutive batches located and checked a block at a time.
+
+        What ``iter(sb.materialize(chunks))`` runs: per batch only the gather remains,
+        as for one source (`streambatch.stages.materialize`).  Shares of workers
+        (strided) and ranks gather batch by batch.
+        """
+        if chunks.world_size > 1 or chunks.batches.step != 1:
+            yield from map(materialize_one, chunks)
+            return
+        size, batches, space = chunks.batch_size, chunks.batches, self._space
+        gather, spaces = space.gather(), tuple(p.space for p in space.parts)
+        per = max(1, _BLOCK_ROWS // size)
+        for head in range(0, len(batches), per):
+            group = batches[head : head + per]
+            lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
+            sources, indices = self.view(lo, hi).locate()
+            positions = space.starts(sources, indices)
+            rows = gather.rows(sources, positions)
+            for batch in group:
+                first = batch * size - lo
+                cut = slice(first, min(first + size, hi - lo))
+                inputs, targets = gather.take(tuple(r[cut] for r in rows))
+                yield MixtureBatch(batch, inputs, targets, positions[cut], sources[cut], spaces, space.names)
 
     # -- the sequence protocol ----------------------------------------------------------
     def __len__(self) -> int:
