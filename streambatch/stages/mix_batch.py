@@ -34,6 +34,15 @@ from .windows import WindowSpace
 SourceArray = npt.NDArray[np.uint8]
 
 
+def present(values: npt.NDArray[Any]) -> list[int]:
+    """The distinct values of small non-negative ints (source ids, epochs, shards), sorted: one bincount, no sort."""
+    if not values.size:
+        return []
+    low = int(values.min())
+    found: list[int] = (np.flatnonzero(np.bincount(values - low if low else values)) + low).tolist()
+    return found
+
+
 def _stores(space: WindowSpace) -> tuple[list[DocumentStore], list[int]]:
     """The stores behind *space* and the first position of each in its flat token space."""
     store = space.store
@@ -52,7 +61,7 @@ class MixGather:
     ``searchsorted``.  A row outside its shard (a damaged plan file) is a `DataError`.
     """
 
-    __slots__ = ("_bases", "_dtype", "_ends", "_gathers", "_last", "_length", "_offsets", "_span", "_tokens")
+    __slots__ = ("_bases", "_direct", "_dtype", "_ends", "_gathers", "_last", "_length", "_limit", "_offsets", "_span", "_tokens")
 
     def __init__(self, spaces: Sequence[WindowSpace]) -> None:
         length = spaces[0].config.context_length
@@ -76,13 +85,29 @@ class MixGather:
         self._tokens = tuple(s.tokens for s in shards)  # kept alive with the views below
         self._gathers = [RowGather(s, length) for s in shards]
         self._span = _spanning_records(self._tokens, self._bases, length)
+        self._limit = [int(space.store.flat_size) - (length + 1) for space in spaces]  # the last start in each source
+        single = all(isinstance(space.store, DocumentStore) for space in spaces)  # one shard per source
+        self._direct = None if self._span is None or not single else self._span[2] + self._offsets  # shard s is source s
+
+    def check_bound(self, source: int, positions: npt.NDArray[Any]) -> None:
+        """Refuse (`DataError`) first-token *positions* of *source* beyond its last window start (a damaged plan)."""
+        if positions.size and int(positions.max()) > self._limit[source]:
+            raise DataError(
+                f"position {int(positions.max())} of source {source} is not a window start of that source; "
+                "the plan does not belong to it (remove the plan files and plan again)"
+            )
 
     def __call__(self, sources: SourceArray, positions: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` of rows starting at *positions* of *sources* (one source id per row)."""
         return self.take(self.rows(sources, positions))
 
     def rows(self, sources: SourceArray, positions: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], ...]:
-        """Where the rows are read, checked once (for many batches at a time): give slices of it to `take`."""
+        """Where the rows are read, checked once (for many batches at a time): give slices of it to `take`.
+
+        Sources of one store each, whose positions `check_bound` passed: one add per row.
+        """
+        if self._direct is not None:
+            return (positions + self._direct[sources],)
         where = positions.astype(np.int64) + self._offsets[sources]
         shards = np.searchsorted(self._ends, where, side="right")
         outside = (where < self._bases[shards]) | (where > self._last[shards])
@@ -107,7 +132,7 @@ class MixGather:
             return np.ndarray(shape, dtype, records[rows[0]]), np.ndarray(shape, dtype, shifted[rows[0]])
         shards, local = rows
         inputs, targets = np.empty(shape, dtype), np.empty(shape, dtype)
-        for shard in np.unique(shards).tolist():
+        for shard in present(shards):
             picked = np.flatnonzero(shards == shard)
             inputs[picked], targets[picked] = self._gathers[shard](local[picked].astype(np.intp))
         return inputs, targets
@@ -145,7 +170,7 @@ class MixtureBatch(MiniBatch):
 
     def _per_source(self, values: Callable[[WindowSpace, npt.NDArray[Any], npt.NDArray[np.bool_]], Any], dtype: Any) -> Any:
         out = np.zeros(self.sources.size, dtype=dtype)
-        for s in np.unique(self.sources).tolist():
+        for s in present(self.sources):
             rows = self.sources == s
             out[rows] = values(self.spaces[s], self.positions[rows], rows)
         return out
@@ -242,6 +267,6 @@ def source_sums(batch: MiniBatch, row_loss_sums: npt.ArrayLike, gradient_sum: An
         return total
     per = {
         s: TokenSums(math.fsum(losses[batch.sources == s].tolist()), int(np.count_nonzero(batch.sources == s)) * T, zero)
-        for s in np.unique(batch.sources).tolist()
+        for s in present(batch.sources)
     }
     return replace(total, sources=per)

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .mix import MixPlan, source_epoch_seed
-from .mix_batch import MixGather, SourceArray
+from .mix_batch import MixGather, SourceArray, present
 from .plan import plan_file
 from .shuffle import shuffle
 from .windows import Windows, WindowSpace
@@ -92,27 +92,41 @@ class MixSpace:
             gather = self.cache["gather"] = MixGather([p.space for p in self.parts])
         return gather
 
-    def starts(self, sources: SourceArray, indices: IntArray) -> npt.NDArray[np.intp]:
-        """First-token position (in its source) of index *indices* of each row's source."""
-        out = np.empty(indices.size, dtype=np.intp)
-        for s in np.unique(sources).tolist():
-            rows = np.flatnonzero(sources == s)
-            epochs, at = np.divmod(indices[rows], self.sizes[s])
-            for e in np.unique(epochs).tolist():
-                chosen = epochs == e
-                ordered = self.order(s, e)
-                values = ordered.plan_values()[at[chosen]]
-                space: WindowSpace = ordered.space
-                out[rows[chosen]] = values if space.plan_holds_positions else space.index.positions(values)
-        return out
+    def stream(self, source: int, first: int, stop: int) -> npt.NDArray[Any]:
+        """First-token positions of indices ``first .. stop - 1`` of *source*'s stream: slices of its epochs' plans."""
+        size = int(self.sizes[source])
+        pieces = []
+        for epoch in range(first // size, (stop - 1) // size + 1):
+            ordered = self.order(source, epoch)
+            values = ordered.plan_values()[max(first - epoch * size, 0) : min(stop - epoch * size, size)]
+            space: WindowSpace = ordered.space
+            pieces.append(values if space.plan_holds_positions else space.index.positions(values))
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+    def rows(self, lo: int, hi: int) -> tuple[SourceArray, npt.NDArray[np.intp], tuple[npt.NDArray[np.int64], ...]]:
+        """Sources, first-token positions and the gather's checked rows of items ``lo .. hi - 1``.
+
+        The items are contiguous, so each source's are a contiguous run of its stream:
+        the counts before *lo*, then one slice of its epoch's plan per source (no search per item).
+        """
+        sources = self.plan.sources[lo:hi]
+        before, after = self.plan.counts(lo).tolist(), self.plan.counts(hi).tolist()  # a checkpoint row and a block each
+        positions = np.empty(hi - lo, dtype=np.intp)
+        gather = self.gather()
+        for s, (first, stop) in enumerate(zip(before, after, strict=True)):
+            if stop > first:
+                values = self.stream(s, first, stop)
+                gather.check_bound(s, values)
+                positions[sources == s] = values
+        return sources, positions, gather.rows(sources, positions)
 
     def windows(self, sources: SourceArray, indices: IntArray) -> IntArray:
         """Window number (in its source) of index *indices* of each row's source."""
         out = np.empty(indices.size, dtype=np.int64)
-        for s in np.unique(sources).tolist():
+        for s in present(sources):
             rows = np.flatnonzero(sources == s)
             epochs, at = np.divmod(indices[rows], self.sizes[s])
-            for e in np.unique(epochs).tolist():
+            for e in present(epochs):
                 chosen = epochs == e
                 out[rows[chosen]] = self.order(s, e)[:].numbers()[at[chosen]]
         return out

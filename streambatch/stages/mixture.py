@@ -50,14 +50,14 @@ from ..errors import ConfigError, OutOfRangeError
 from .chunk import Chunks
 from .materialize import materialize_one
 from .mix import MAX_SOURCES, MixPlan, integer_weights, plan_mix
-from .mix_batch import MixtureBatch, SourceArray
+from .mix_batch import MixtureBatch, SourceArray, present
 from .mix_space import MixItem, MixSpace
 from .plan import check_plan_dir
 from .windows import Windows
 
 IntArray = npt.NDArray[np.int64]
 FORMAT = "streambatch.mixture"
-_BLOCK_ROWS = 4096  # rows of consecutive batches located at once when iterating
+_BLOCK_ROWS = 1 << 16  # rows of consecutive batches located at once when iterating
 
 
 class Mixture:
@@ -177,10 +177,19 @@ class Mixture:
         return self._space.plan.sources[self._lo : self._hi]
 
     def locate(self) -> tuple[SourceArray, IntArray]:
-        """``(source, index within that source's stream)`` of each item, without replaying the order."""
-        if self._hi == self._lo:
-            return np.zeros(0, np.uint8), np.zeros(0, np.int64)
-        return self._space.plan.locate(np.arange(self._lo, self._hi, dtype=np.int64))
+        """``(source, index within that source's stream)`` of each item, without replaying the order.
+
+        A view is contiguous: the counts before it (one checkpoint row and at most one
+        block), then each source's items numbered in order.
+        """
+        plan = self._space.plan
+        sources = plan.sources[self._lo : self._hi]
+        before = plan.counts(self._lo).tolist()
+        indices = np.empty(sources.size, dtype=np.int64)
+        for s in present(sources):
+            rows = sources == s
+            indices[rows] = np.arange(before[s], before[s] + int(np.count_nonzero(rows)), dtype=np.int64)
+        return sources, indices
 
     def items(self) -> tuple[SourceArray, IntArray]:
         """``(source, window number within that source)`` of each item."""
@@ -207,9 +216,8 @@ class Mixture:
 
     def materialize_view(self, index: int) -> MixtureBatch:
         """Gather this view's rows into a `MixtureBatch` numbered *index*: one pass over every source's tokens."""
-        sources, indices = self.locate()
-        positions = self._space.starts(sources, indices)
-        inputs, targets = self._space.gather()(sources, positions)
+        sources, positions, rows = self._space.rows(self._lo, self._hi)
+        inputs, targets = self._space.gather().take(rows)
         spaces = tuple(p.space for p in self._space.parts)
         return MixtureBatch(index, inputs, targets, positions, sources, spaces, self._space.names)
 
@@ -229,9 +237,7 @@ class Mixture:
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
             lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
-            sources, indices = self.view(lo, hi).locate()
-            positions = space.starts(sources, indices)
-            rows = gather.rows(sources, positions)
+            sources, positions, rows = space.rows(self._lo + lo, self._lo + hi)
             for batch in group:
                 first = batch * size - lo
                 cut = slice(first, min(first + size, hi - lo))
