@@ -19,8 +19,8 @@ def _trace(args: argparse.Namespace, out: IO[str]) -> None:
     source = open_args_source(args)
     epoch = args_epoch(args, source)
     if isinstance(source, MixtureSource):  # one strip per batch, each row coloured by its source
-        if args.svg is None:
-            raise ConfigError("trace of a mixture draws SVG only; pass --svg FILE")
+        if args.svg is None or args.html is not None:
+            raise ConfigError("trace of a mixture draws SVG only; pass --svg FILE (and no --html)")
         mixture_svg(epoch, args.svg)
         out.write(f"wrote {args.svg}: {epoch.window_count} items of {source.spec.path}, {epoch.batch_count} batches\n")
         return
