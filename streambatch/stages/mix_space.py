@@ -71,7 +71,7 @@ class MixSpace:
     def order(self, source: int, epoch: int) -> Windows:
         """Source epoch *epoch* of *source*: ``shuffle(parts[source], source_epoch_seed(seed, source, epoch))``.
 
-        With a plan folder it is that shuffle's plan file.  The last two epochs of each source are kept.
+        With a plan folder it is that shuffle's plan file.  The last two epochs asked for of each source are kept.
         """
         key = (source, epoch)
         found: Windows | None = self.cache.get(key)
@@ -79,8 +79,8 @@ class MixSpace:
             seed = source_epoch_seed(self.seed, source, epoch)
             part = self.parts[source]
             found = shuffle(part, seed) if self.plan_dir is None else plan_file(part, seed, self.plan_dir)
-            stale = [k for k in self.cache if isinstance(k, tuple) and k[0] == source and k[1] < epoch - 1]
-            for old in stale:
+            held = [k for k in self.cache if isinstance(k, tuple) and k[0] == source]  # oldest first
+            for old in held[:-1]:  # keep this epoch and the one asked for before it
                 del self.cache[old]
             self.cache[key] = found
         return found

@@ -255,7 +255,10 @@ class Mixture:
     def __getitem__(self, item: int | slice) -> MixItem | Mixture:
         size = len(self)
         if isinstance(item, slice):
-            start, stop, step = item.indices(size)
+            try:
+                start, stop, step = item.indices(size)
+            except (TypeError, ValueError) as err:
+                raise OutOfRangeError(f"slice {item!r} is not a slice of ints with a non-zero step ({err})") from None
             if step != 1:
                 raise OutOfRangeError(f"slice {item!r} has step {step}; a mixture view is contiguous (step 1)")
             return self.view(start, max(start, stop))
