@@ -353,7 +353,13 @@ def mix(
     chosen = check_names(names, len(found))
     sizes = [len(p) for p in found]
     if plan_dir is None:
-        plan = plan_mix(ints, length, sizes=sizes)
+        try:
+            plan = plan_mix(ints, length, sizes=sizes)
+        except MemoryError:  # e.g. the default length of a largest source with a tiny weight
+            raise ConfigError(
+                f"the mixture's plan does not fit in memory (length={length}, sources of {sizes} windows at weights "
+                f"{list(weights)}); pass a smaller length="
+            ) from None
         return Mixture(MixSpace(found, chosen, plan, seed, None))
     from .mix_plan_file import mix_plan_file
 

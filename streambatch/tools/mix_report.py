@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..epoch import Epoch
+from ..errors import ConfigError
 from ..io.atomic import atomic_text
 from ..io.mixture_file import MixtureSource
 from ..stages.mix import source_order
@@ -36,6 +37,8 @@ def inspect_mixture(
     source: MixtureSource, *, context_length: int | None, batch_size: int | None, stride: int = 1, partition: Any = None
 ) -> dict[str, Any]:
     """Per source: path, weight, documents, tokens; with ``T``: windows, items, effective share, source epochs."""
+    if context_length is None and batch_size is not None:
+        raise ConfigError(f"batch_size={batch_size!r} needs a context_length; pass -T to count a mixture's items and batches")
     spec = source.spec
     total = sum(Fraction(w) for w in spec.weights)
     rows: list[dict[str, Any]] = [
