@@ -251,6 +251,8 @@ def part_three(args: argparse.Namespace) -> None:
             f"      peak memory growth {a['peak_growth_B_per_item']:.3f} B per item: mixture plan "
             f"{a['plan_B_per_item']:.3f} B per item; the sources' epoch plans {a['source_plans_B_per_item']:.3f} B per item"
         )
+        beyond = a["peak_growth_B_per_item"] - a["source_plans_B_per_item"]
+        print(f"      beyond the sources' own plans: {beyond:.3f} B per item (budget 2)")
         plans = os.path.join(folder, "plans")
         b = _spawn("first", paths, args, plans)
         times = [_spawn("first", paths, args, plans)["first_batch_s"] * 1e3 for _ in range(args.repeats)]
