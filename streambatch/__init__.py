@@ -6,6 +6,7 @@ The stages, each a plain function, chained lazily::
     store   = sb.DocumentStore.from_documents(docs)              # or sb.open_store(path)
     windows = sb.windows(store, context_length=64, stride=64)    # Windows (integers, no tokens)
     windows = sb.shuffle(windows, seed=7)                        # the chapter's exact order
+    # or: windows = sb.mix([windows_a, windows_b], [0.7, 0.3], seed=7), several sources at exact weights
     chunks  = sb.chunk(windows, batch_size=32)                   # lazy views, the last one short
     chunks  = sb.share(chunks, worker=k, workers=n)              # a DataLoader worker's share
     batches = sb.materialize(chunks)                             # MiniBatch: the only token copy
@@ -33,6 +34,7 @@ from .run import Run
 from .stages.batch import MiniBatch
 from .stages.chunk import Chunks, chunk
 from .stages.materialize import materialize
+from .stages.mixture import mix
 from .stages.plan import plan_file
 from .stages.read.formats import iter_text
 from .stages.read.jsonl import iter_jsonl
@@ -69,6 +71,7 @@ __all__ = [
     "iter_jsonl",
     "iter_text",
     "materialize",
+    "mix",
     "open_corpus",
     "open_source",
     "open_store",

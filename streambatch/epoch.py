@@ -24,6 +24,8 @@ from .model.source import TokenSource
 from .stages.batch import MiniBatch
 from .stages.chunk import Chunks, batch_count, batch_widths, chunk
 from .stages.materialize import Batches, materialize
+from .stages.mix_source import as_mixture
+from .stages.mixture import Mixture
 from .stages.plan import check_plan_dir, plan_file
 from .stages.rows import Rows, pack
 from .stages.share import share
@@ -144,7 +146,18 @@ class Epoch:
             warnings.warn("Epoch(documents=...) is deprecated; pass the source first, or source=", DeprecationWarning, 2)
             source = documents
         self.batch_size = check_positive(batch_size, "batch_size", "the number of windows per batch")
-        given = epoch_windows(source, context_length, stride, partition, keep_partition, pack, plan_dir)
+        given_seed = None if isinstance(seed, _Unset) else seed
+        mixture = as_mixture(
+            source, context_length=context_length, stride=stride, partition=partition,
+            keep_partition=keep_partition, seed=given_seed, plan_dir=plan_dir,
+        )  # fmt: skip
+        if mixture is not None and pack:
+            raise ConfigError("pack=True over a mixture: mixtures blend windows (mixing packed rows is not built yet); drop pack")
+        given = (
+            epoch_windows(source, context_length, stride, partition, keep_partition, pack, plan_dir)
+            if mixture is None
+            else mixture
+        )
         if isinstance(seed, _Unset):
             if given.order is None:
                 warnings.warn(NO_SEED, DeprecationWarning, stacklevel=2)
@@ -154,11 +167,17 @@ class Epoch:
         self.seed = given.seed if seed is None else check_seed(seed)
         self.plan_dir = None if plan_dir is None else check_plan_dir(plan_dir)
         self.verify_plan = bool(verify_plan)  # read the plan file once to check it (digest, entries, repeats)
-        self._order: Windows | Rows | None = given if given.order is not None or self.seed is None else None
-        self.windows: Windows | Rows = given if given.order is None else _unordered(given)
+        self._order: Windows | Rows | Mixture | None = given if given.order is not None or self.seed is None else None
+        self.windows: Windows | Rows | Mixture = given if given.order is None or isinstance(given, Mixture) else _unordered(given)
         self.pack = isinstance(given, Rows)  # packed rows (sb.pack), not the chapter's windows
         self.partition: Partition = self.windows.partition
-        self.store: TokenSource = self.windows.store
+
+    @property
+    def store(self) -> TokenSource:
+        """The store or corpus the windows read (a mixture has one per source: ``windows.parts[s].store``)."""
+        if isinstance(self.windows, Mixture):
+            raise ConfigError("a mixture has one store per source; use epoch.windows.parts[s].store")
+        return self.windows.store
 
     @classmethod
     def from_windows(cls, ordered: Windows, *, batch_size: int) -> Epoch:
@@ -167,6 +186,8 @@ class Epoch:
 
     def reseeded(self, seed: int | None) -> Epoch:
         """The same windows and batching over the same source, in the order of *seed*."""
+        if isinstance(self.windows, Mixture):  # a mixture's epochs: the same plan, source orders of *seed*
+            return Epoch(self.windows.reseeded(self.windows.seed if seed is None else seed), batch_size=self.batch_size)
         if seed is None:
             return Epoch(self.windows, batch_size=self.batch_size, seed=None)
         return Epoch(self.windows, batch_size=self.batch_size, seed=seed, plan_dir=self.plan_dir, verify_plan=self.verify_plan)
@@ -181,6 +202,8 @@ class Epoch:
         """The source's window numbering (window mode only; packed epochs have ``windows.packed``)."""
         if isinstance(self.windows, Rows):
             raise ConfigError("a packed epoch has no window index; use epoch.windows.packed (the packing) instead")
+        if isinstance(self.windows, Mixture):
+            raise ConfigError("a mixture has one window numbering per source; use epoch.windows.parts[s].window_index")
         return self.windows.window_index
 
     @property
@@ -212,7 +235,7 @@ class Epoch:
         return self.batch_count
 
     @property
-    def order(self) -> Windows | Rows:
+    def order(self) -> Windows | Rows | Mixture:
         """The epoch's windows in order: ``shuffle(windows, seed)`` (computed once), or document order.
 
         With *plan_dir* the order is ``plan_file(windows, seed, plan_dir)``: the same
@@ -220,6 +243,7 @@ class Epoch:
         """
         if self._order is None:
             assert self.seed is not None  # sequential epochs hold their order from the start
+            assert not isinstance(self.windows, Mixture)  # so do mixtures
             if self.plan_dir is not None:
                 self._order = plan_file(self.windows, self.seed, self.plan_dir, verify=self.verify_plan)
             else:
@@ -236,7 +260,7 @@ class Epoch:
         """Bytes held for the epoch's order (0 for sequential order)."""
         return self.order.plan_nbytes
 
-    def chunks(self) -> Chunks[Windows | Rows]:
+    def chunks(self) -> Chunks[Windows | Rows | Mixture]:
         """``chunk(order, batch_size)``: the epoch's batches as lazy window (or row) views."""
         return chunk(self.order, self.batch_size)
 

@@ -29,12 +29,13 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ._checks import check_non_negative, check_positive, is_integer, short_repr
-from .epoch import Epoch, epoch_windows
+from .epoch import Epoch
 from .errors import ConfigError, OutOfRangeError, StateError
 from .model.documents import Partition
 from .model.source import TokenSource
 from .stages.batch import MiniBatch
 from .stages.materialize import Batches
+from .stages.mixture import Mixture
 from .stages.rows import Rows
 from .stages.splitmix import derive_seed
 from .stages.window_index import WindowConfig
@@ -86,8 +87,10 @@ class Run:
         self._epochs = (
             None if epochs is None else check_non_negative(epochs, "epochs", "the number of epochs, or None for an endless run")
         )
-        whole = epoch_windows(source, context_length, stride, partition, keep_partition, pack, plan_dir)
-        first = Epoch(whole, batch_size=batch_size, seed=seed, plan_dir=plan_dir, verify_plan=verify_plan)
+        first = Epoch(
+            source, context_length=context_length, batch_size=batch_size, stride=stride, seed=seed,
+            partition=partition, keep_partition=keep_partition, plan_dir=plan_dir, verify_plan=verify_plan, pack=pack,
+        )  # fmt: skip
         self._seed = first.seed
         self._current: tuple[int, Epoch] = (0, first)
         self._batches = first.batch_count
@@ -147,7 +150,7 @@ class Run:
         return self._current[1].pack
 
     @property
-    def windows(self) -> Windows | Rows:
+    def windows(self) -> Windows | Rows | Mixture:
         """Every window (packed: every row) of the run, in document order (each epoch shuffles these)."""
         return self._current[1].windows
 
@@ -164,6 +167,8 @@ class Run:
     @property
     def fingerprint(self) -> str:
         """The corpus fingerprint recorded in every state: a store's own, else its content fingerprint (computed once)."""
+        if self._fingerprint is None and isinstance(self.windows, Mixture):  # every source's, the weights, the length
+            self._fingerprint = self.windows.fingerprint
         if self._fingerprint is None:
             self._fingerprint = self.store.fingerprint or self.store.content_fingerprint()
         return self._fingerprint

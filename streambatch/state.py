@@ -153,8 +153,10 @@ def check_same(state: Mapping[str, Any], ours: Mapping[str, Any], where: str = "
         f"{where} {key}={state[key]!r} but this run has {key}={value!r}" for key, value in ours.items() if state[key] != value
     ]
     if mismatches:
+        mixed = str(state.get("fingerprint", "")).startswith("mixture:") and state.get("fingerprint") != ours.get("fingerprint")
+        why = " (the mixture changed: a weight, a source, a source's content or the length)" if mixed else ""
         raise StateError(
-            "; ".join(mismatches) + "; resume with the corpus, partition, configuration and seed the state was saved with"
+            "; ".join(mismatches) + f"{why}; resume with the corpus, partition, configuration and seed the state was saved with"
         )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..epoch import Epoch
 from ..errors import ConfigError
+from ..io.mixture_file import MixtureSource
 from ..model.documents import Partition
 from ..model.source import Source
 from ..stages.read.inputs import MAX_LINE_BYTES
@@ -16,7 +17,9 @@ STDIO = "-"
 STREAMS = {("epoch", "output"), ("trace", "svg"), ("trace", "html"), ("demo", "svg"), ("demo", "html")}
 """The options where ``-`` means standard output: a stream written front to back. Everywhere else it is refused."""
 
-SOURCE_HELP = "a store directory (streambatch prepare), a corpus manifest (.json) or a JSONL file of token documents"
+SOURCE_HELP = (
+    "a store directory (streambatch prepare), a corpus manifest or mixture file (.json) or a JSONL file of token documents"
+)
 
 
 def check_dashes(args: argparse.Namespace) -> None:
@@ -99,7 +102,7 @@ def add_order(parser: Any, *, sequential: bool = True) -> None:
     order.add_argument("--sequential", action="store_true", help="document order, then increasing start")
 
 
-def open_args_source(args: argparse.Namespace) -> Source:
+def open_args_source(args: argparse.Namespace) -> Source | MixtureSource:
     """The source named on the command line."""
     return open_source(args.source, verify=not args.no_verify, max_line_bytes=args.max_line_bytes)
 

@@ -8,9 +8,11 @@ import sys
 from typing import IO, Any
 
 from ..epoch import Epoch
+from ..io.mixture_file import MixtureSource
 from ..tools.audit import AuditResult, audit_epoch
 from ..tools.audit.packed import PackAuditResult, audit_packed_epoch
 from ..tools.inspect import format_count
+from ..tools.mix_report import audit_mixture, format_mixture_audit
 from ._common import add_order, add_source, args_epoch, open_args_source, seed_type
 
 EXIT_FAILED = 1
@@ -19,6 +21,12 @@ EXIT_FAILED = 1
 def _audit(args: argparse.Namespace, out: IO[str]) -> int:
     source = open_args_source(args)
     epoch = args_epoch(args, source, plan_dir=args.plan_dir, verify_plan=args.plan_dir is not None)
+    if isinstance(source, MixtureSource):  # the prefix bound, each source's exact epochs, no repeat, tokens
+        mixed = audit_mixture(epoch, workers=args.workers, world_size=args.world_size)
+        out.write(json.dumps(mixed, indent=1) + "\n" if args.json else format_mixture_audit(mixed))
+        if mixed["failures"]:
+            print(f"streambatch: audit failed: {next(iter(mixed['failures'].items()))}", file=sys.stderr)
+        return EXIT_FAILED if mixed["failures"] else 0
     if epoch.pack:
         return _audit_packed(args, epoch, out)
     result = audit_epoch(

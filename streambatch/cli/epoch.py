@@ -40,6 +40,7 @@ from .._checks import check_non_negative
 from ..errors import ConfigError, OutOfRangeError, StateError
 from ..io.atomic import atomic_text, writing
 from ..io.bounded_json import read_json_header
+from ..io.mixture_file import MixtureSource
 from ..model.corpus import Corpus
 from ..model.source import Source
 from ..run import Run
@@ -50,7 +51,7 @@ from .records import batch_line
 _BLOCK = 1 << 20
 
 
-def _run(args: argparse.Namespace, source: Source, epoch: int) -> Run:
+def _run(args: argparse.Namespace, source: Source | MixtureSource, epoch: int) -> Run:
     """The run of the command line, stopping after *epoch* (only that epoch's plan is ever computed)."""
     if args.verify and args.plan_dir is None:
         raise ConfigError("--verify checks a plan file: pass --plan-dir DIR too")
@@ -115,11 +116,12 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
             handle.writelines(line.decode() for line in map(batch_line, run))
 
 
-def _source_files(source: Source) -> set[tuple[int, int]]:
+def _source_files(source: Source | MixtureSource) -> set[tuple[int, int]]:
     """(device, inode) of every file the source reads: the JSONL file, a store's files, a manifest and its shards'."""
     paths = [source.path]
-    if source.kind == "corpus" and isinstance(source.store, Corpus):
-        paths += [p for p in source.store.paths if p is not None]
+    stores = source.stores if isinstance(source, MixtureSource) else (source.store,)
+    paths += list(source.spec.paths) if isinstance(source, MixtureSource) else []
+    paths += [p for store in stores if isinstance(store, Corpus) for p in store.paths if p is not None]
     found: set[tuple[int, int]] = set()
     for path in paths:
         entries = [os.path.join(path, name) for name in os.listdir(path)] if os.path.isdir(path) else []
@@ -132,7 +134,7 @@ def _source_files(source: Source) -> set[tuple[int, int]]:
     return found
 
 
-def _check_output(output: str, source: Source) -> None:
+def _check_output(output: str, source: Source | MixtureSource) -> None:
     """Refuse an output that is a directory, or (by device and inode) the input or a file of the source."""
     try:
         info = os.stat(output)
@@ -161,7 +163,7 @@ def _identity(path: str) -> tuple[int, int] | None:
     return info.st_dev, info.st_ino
 
 
-def _check_state_path(state_path: str, output: str, source: Source) -> None:
+def _check_state_path(state_path: str, output: str, source: Source | MixtureSource) -> None:
     """A state file is a regular file of its own: not the output, not a device or FIFO, not a file of the source."""
     try:
         info = os.stat(state_path)

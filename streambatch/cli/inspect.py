@@ -6,13 +6,22 @@ import argparse
 import json
 from typing import IO, Any
 
+from ..io.mixture_file import MixtureSource
 from ..tools.inspect import format_summary, inspect_source
+from ..tools.mix_report import format_mixture, inspect_mixture
 from ._common import add_source, check_stride, open_args_source
 
 
 def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
     check_stride(args)
     source = open_args_source(args)
+    if isinstance(source, MixtureSource):  # per source: items, weight, effective share, source epochs, tokens
+        mixed = inspect_mixture(
+            source, context_length=args.context_length, batch_size=args.batch_size,
+            stride=1 if args.stride is None else args.stride, partition=args.partition,
+        )  # fmt: skip
+        out.write(json.dumps(mixed, indent=1) + "\n" if args.json else format_mixture(mixed))
+        return
     summary = inspect_source(
         source,
         context_length=args.context_length,

@@ -15,17 +15,24 @@ import time
 from typing import IO, Any
 
 from .._checks import check_non_negative
+from ..stages.mixture import Mixture
 from ..stages.plan import build_plan, plan_path
+from ..stages.rows import Rows
 from ..stages.splitmix import derive_seed
+from ..stages.windows import Windows
 from ._common import add_order, add_source, args_epoch, open_args_source
 
 
 def _plan(args: argparse.Namespace, out: IO[str]) -> None:
     number = check_non_negative(args.epoch, "epoch", "the epoch number (0 for the first)")
     source = open_args_source(args)
+    seed = derive_seed(args.seed, number)
+    if source.kind == "mixture":
+        out.write(json.dumps(_plan_mixture(args_epoch(args, source, plan_dir=args.output).windows, seed, args), indent=1) + "\n")
+        return
     epoch = args_epoch(args, source)  # checks -T, -B, --stride, --pack and the partition rule, plans nothing
     whole = epoch.windows
-    seed = derive_seed(args.seed, number)
+    assert isinstance(whole, Windows | Rows)  # a mixture was planned above
     path = plan_path(whole, seed, args.output)
     started = time.perf_counter()
     plan, created = build_plan(whole, seed, args.output, run={"seed": args.seed, "epoch": number}, verify=args.verify)
@@ -44,6 +51,26 @@ def _plan(args: argparse.Namespace, out: IO[str]) -> None:
         "corpus": whole.store.content_fingerprint(),
     }
     out.write(json.dumps(summary, indent=1) + "\n")
+
+
+def _plan_mixture(mixture: Any, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Plan a mixture's epoch: its order file, then every source epoch plan it reads (all in the plan folder)."""
+    assert isinstance(mixture, Mixture)
+    started = time.perf_counter()
+    ordered = mixture.reseeded(seed)
+    plans = ordered.source_plans()
+    return {
+        "plan": mixture.space.plan_path,
+        "source_plans": [p.plan_path for p in plans],
+        "seconds": round(time.perf_counter() - started, 3),
+        "items": len(mixture),
+        "batches": -(-len(mixture) // args.batch_size),
+        "bytes": mixture.plan_nbytes,
+        "seed": args.seed,
+        "epoch": args.epoch,
+        "mixture_seed": seed,
+        "mixture": mixture.fingerprint,
+    }
 
 
 def register(commands: Any) -> None:

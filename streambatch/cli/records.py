@@ -14,11 +14,12 @@ from typing import Any
 
 from ..model.corpus import Corpus
 from ..stages.batch import MiniBatch
+from ..stages.mix_batch import MixtureBatch
 from ..stages.packed_batch import PackedBatch
 
 
 def batch_record(batch: MiniBatch) -> dict[str, Any]:
-    """One batch as the JSON object ``streambatch epoch`` writes (rows of a corpus also name their shard).
+    """One batch as the JSON object ``streambatch epoch`` writes (a corpus row names its shard, a mixture row its source).
 
     A packed batch (``--pack``) has the same ``epoch``, ``index``, ``shape``,
     ``token_count`` (its real targets: the denominator, padding never counted),
@@ -32,7 +33,8 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
     """
     if isinstance(batch, PackedBatch):
         return _packed_record(batch)
-    sharded = isinstance(batch.space.store, Corpus)
+    mixed = batch.source_names if isinstance(batch, MixtureBatch) else None
+    sharded = mixed is not None or isinstance(batch.space.store, Corpus)
     return {
         "epoch": batch.epoch,
         "index": batch.index,
@@ -45,8 +47,9 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
                 "start": p.start,
                 "partition": p.partition.value,
                 **({"shard": p.shard} if sharded else {}),
+                **({"source": mixed[r]} if mixed is not None else {}),
             }
-            for p in batch.provenance
+            for r, p in enumerate(batch.provenance)
         ],
         "inputs": batch.inputs.tolist(),
         "targets": batch.targets.tolist(),

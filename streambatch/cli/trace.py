@@ -11,17 +11,26 @@ import sys
 from typing import IO, Any
 
 from ..errors import ConfigError
+from ..io.mixture_file import MixtureSource
 from ..tools.audit import audit_epoch
 from ..tools.audit.packed import audit_packed_epoch
 from ..tools.figure import MAX_WINDOWS, write_figure
 from ..tools.figure.packed import MAX_ROWS, write_packed_figure
+from ..tools.mix_report import mixture_svg
 from ._common import add_order, add_source, args_epoch, open_args_source
 
 
 def _trace(args: argparse.Namespace, out: IO[str]) -> None:
     if args.svg is None and args.html is None:
         raise ConfigError("trace needs --svg FILE and/or --html FILE; say where to draw the epoch")
-    epoch = args_epoch(args, open_args_source(args))
+    source = open_args_source(args)
+    epoch = args_epoch(args, source)
+    if isinstance(source, MixtureSource):  # one strip per batch, each row coloured by its source
+        if args.svg is None or args.html is not None:
+            raise ConfigError("trace of a mixture draws SVG only; pass --svg FILE (and no --html)")
+        mixture_svg(epoch, args.svg)
+        out.write(f"wrote {args.svg}: {epoch.window_count} items of {source.spec.path}, {epoch.batch_count} batches\n")
+        return
     if epoch.pack:
         whole = epoch.window_count <= MAX_ROWS
         proof = [audit_packed_epoch(epoch).proof_line()] if whole else []  # a small epoch is audited in milliseconds

@@ -324,6 +324,9 @@ class Batches(Sequence[MiniBatch]):
 
     def __iter__(self) -> Iterator[MiniBatch]:
         chunks = self.chunks
+        many = getattr(chunks.items, "materialize_chunks", None)  # an Items' own iteration (a mixture's)
+        if many is not None:
+            return many(chunks)  # type: ignore[no-any-return]
         if chunks.world_size == 1 and isinstance(chunks.items, Rows):
             return iter_batches(chunks.items, chunks.batch_size, chunks.batches)
         if chunks.world_size > 1 or not isinstance(chunks.items, Windows):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,17 @@ from more_itertools import spy
 
 from .._checks import SIZE_LIMIT, is_integer, short_repr
 from ..errors import AccumulationError
-from .token_sums import FloatArray, TokenContribution, TokenMean, TokenSums, check_finite, float_vector, real, to_array
+from .token_sums import (
+    FloatArray,
+    TokenContribution,
+    TokenMean,
+    TokenSums,
+    check_finite,
+    float_vector,
+    merge_sources,
+    real,
+    to_array,
+)
 
 __all__ = ["TokenContribution", "TokenMean", "TokenMeanAccumulator", "TokenSums", "accumulated", "token_mean"]
 
@@ -283,6 +294,12 @@ def token_mean(pieces: Iterable[TokenSums | TokenContribution | TokenMeanAccumul
     if not head:
         raise AccumulationError("pieces is empty; there is nothing to average (pass at least one piece with tokens)")
     accumulator = TokenMeanAccumulator(_width(head[0]))
+    per_source: dict[int, TokenSums] | None = None
     for piece in stream:
         accumulator.add(piece)
-    return accumulator.finish()
+        if isinstance(piece, TokenSums) and piece.sources is not None:  # a mixture's: kept per source too
+            per_source = merge_sources(per_source, piece.sources)
+    mean = accumulator.finish()
+    if per_source is None:
+        return mean
+    return replace(mean, sources={s: p.mean() for s, p in per_source.items() if p.token_count})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,17 @@ import numpy.typing as npt
 from .._checks import is_integer, short_repr
 from ..errors import AccumulationError
 
-__all__ = ["FloatArray", "TokenContribution", "TokenMean", "TokenSums", "check_finite", "float_vector", "real", "to_array"]
+__all__ = [
+    "FloatArray",
+    "TokenContribution",
+    "TokenMean",
+    "TokenSums",
+    "check_finite",
+    "float_vector",
+    "merge_sources",
+    "real",
+    "to_array",
+]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -104,6 +115,7 @@ class TokenMean:
     token_count: int
     mean_loss: float
     mean_gradient: FloatArray
+    sources: Mapping[int, TokenMean] | None = None  # each source's mean, when the pieces carried per-source sums
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TokenMean):
@@ -123,6 +135,8 @@ class TokenSums:
 
     ``gradient_sum`` is any array supporting ``+`` and ``/`` (numpy, or a torch
     tensor in `streambatch.torch`).  Pieces add as raw sums; `mean` divides once.
+    ``sources`` (a mixture's batches: `streambatch.stages.mix_batch.source_sums`)
+    holds the same raw sums per source id; they add per source, never as means.
 
     >>> a = TokenSums(1.5, 2, np.array([1.0, 4.0]))
     >>> b = TokenSums(0.25, 1, np.array([0.5, 2.0]))
@@ -133,6 +147,7 @@ class TokenSums:
     loss_sum: float
     token_count: int
     gradient_sum: Any
+    sources: Mapping[int, TokenSums] | None = None
 
     def __post_init__(self) -> None:
         count = self.token_count
@@ -146,12 +161,19 @@ class TokenSums:
     def __add__(self, other: TokenSums) -> TokenSums:
         if not isinstance(other, TokenSums):
             return NotImplemented
-        return TokenSums(
-            self.loss_sum + other.loss_sum, self.token_count + other.token_count, self.gradient_sum + other.gradient_sum
-        )
+        total = (self.loss_sum + other.loss_sum, self.token_count + other.token_count, self.gradient_sum + other.gradient_sum)
+        return TokenSums(*total, merge_sources(self.sources, other.sources))
 
     def mean(self) -> TokenMean:
         """Divide the raw sums once by the token count (an error when there are no tokens)."""
         if self.token_count == 0:
             raise AccumulationError("cannot take the mean of token_count=0; add at least one token first")
-        return TokenMean(self.token_count, self.loss_sum / self.token_count, self.gradient_sum / self.token_count)
+        means = None if self.sources is None else {s: p.mean() for s, p in self.sources.items() if p.token_count}
+        return TokenMean(self.token_count, self.loss_sum / self.token_count, self.gradient_sum / self.token_count, means)
+
+
+def merge_sources(a: Mapping[int, TokenSums] | None, b: Mapping[int, TokenSums] | None) -> dict[int, TokenSums] | None:
+    """Per-source raw sums of two pieces added source by source (None when neither has any)."""
+    if a is None or b is None:
+        return None if a is None and b is None else dict(a or b or {})
+    return {s: a[s] + b[s] if s in a and s in b else a.get(s) or b[s] for s in sorted({*a, *b})}

@@ -54,8 +54,9 @@ class TensorBatch:
     position_ids: torch.Tensor | None = None
     cu_seqlens: torch.Tensor | None = None
     max_seqlen: int | None = None
+    sources: torch.Tensor | None = None  # a mixture's batches: each row's source id (uint8)
 
-    _ROW_FIELDS = ("inputs", "targets", "loss_mask", "segment_ids", "position_ids", "cu_seqlens")
+    _ROW_FIELDS = ("inputs", "targets", "loss_mask", "segment_ids", "position_ids", "cu_seqlens", "sources")
 
     @property
     def packed(self) -> bool:
@@ -91,7 +92,9 @@ def tensor_batch(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) ->
     A packed batch's masks and ids are zero-copy views of its numpy arrays.
     """
     inputs, targets = as_tensors(batch, dtype=dtype)
-    wrapped = TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch)
+    sources = getattr(batch, "sources", None)  # a mixture's batch (streambatch.stages.mix_batch.MixtureBatch)
+    mixed = None if sources is None else torch.from_numpy(sources)
+    wrapped = TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch, sources=mixed)
     if not isinstance(batch, PackedBatch):
         return wrapped
     return replace(

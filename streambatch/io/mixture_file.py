@@ -1,0 +1,154 @@
+"""Mixture files: ``mixture.json``, the sources of a blend and their weights, read and validated.
+
+::
+
+    {"sources": [{"name": "web", "path": "web", "weight": 0.6},
+                 {"name": "code", "path": "code/corpus.json", "weight": 0.3},
+                 {"name": "books", "path": "books", "weight": 0.1}],
+     "length": 1000000}
+
+``sources`` lists 1 to 255 entries, each with exactly ``name`` (a non-empty
+string, distinct), ``path`` (a store directory or a corpus manifest, relative
+to the file's folder) and ``weight`` (a positive finite number; weights are
+normalised to sum 1).  ``length`` (optional; null or absent: the largest source
+passed once at its weight) is the number of items.  Nothing else is allowed.
+
+Absolute paths are refused: a mixture file names its sources relative to
+itself, so the file and its sources move together (``..`` may climb out of its
+folder).  The file is read with the bounded JSON reader (at most 1 MiB); every
+refusal is a `ConfigError` naming the file, the entry and what to do, and a
+source that cannot be opened is the store's own `StoreError`, prefixed with the
+file and the entry.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any
+
+from ..errors import ConfigError, StreamBatchError
+from ..model.corpus import Corpus
+from ..model.store import DocumentStore
+from .bounded_json import read_json_header
+from .manifest import open_corpus
+from .store import open_store
+
+PathLike = str | os.PathLike[str]
+LIMIT = 1 << 20
+MAX_SOURCES = 255
+_TOP = ("sources", "length")
+_ENTRY = ("name", "path", "weight")
+
+
+@dataclass(frozen=True)
+class MixtureSpec:
+    """What a mixture file says: each source's name, path (resolved against the file) and weight, and the length."""
+
+    path: str
+    names: tuple[str, ...]
+    paths: tuple[str, ...]
+    weights: tuple[int | float, ...]
+    length: int | None
+
+
+@dataclass(frozen=True)
+class MixtureSource:
+    """A mixture file opened: its spec and each source's store or corpus, in file order.
+
+    What `streambatch.open_source` returns for a ``mixture.json``; `streambatch.Epoch`,
+    `streambatch.Run` and every command accept it where a source goes (they need a
+    context length and a seed to make the `streambatch.stages.mixture.Mixture`).
+    """
+
+    spec: MixtureSpec
+    stores: tuple[DocumentStore | Corpus, ...]
+    verified: bool = False
+
+    @property
+    def path(self) -> str:
+        """The mixture file."""
+        return self.spec.path
+
+    @property
+    def kind(self) -> str:
+        """``"mixture"``."""
+        return "mixture"
+
+
+def is_mixture_file(path: PathLike) -> bool:
+    """True when *path* is a JSON file whose top level holds ``sources`` (a corpus manifest holds ``shards``)."""
+    if not os.fspath(path).lower().endswith(".json") or not os.path.isfile(path):
+        return False
+    try:
+        found = read_json_header(path, os.fspath(path), "mixture file", "", error=ConfigError, limit=LIMIT)
+    except StreamBatchError:
+        return False
+    return isinstance(found, dict) and "sources" in found
+
+
+def read_mixture_file(path: PathLike) -> MixtureSpec:
+    """Read and validate *path*; every refusal is a `ConfigError` naming the file and the entry."""
+    where = os.fspath(path)
+    fix = "see the mixture.json schema in the README (Mixtures)"
+    data = read_json_header(path, where, "mixture file", fix, error=ConfigError, limit=LIMIT, missing="no such mixture file")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: the top level must be an object with 'sources' (and optional 'length'); {fix}")
+    _check_keys(data, _TOP, where, fix)
+    entries = data.get("sources")
+    if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_SOURCES:
+        raise ConfigError(f"{where}: 'sources' must be a list of 1 to {MAX_SOURCES} entries; {fix}")
+    names: list[str] = []
+    paths: list[str] = []
+    weights: list[int | float] = []
+    folder = Path(where).parent
+    for k, entry in enumerate(entries):
+        at = f"{where}: sources[{k}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{at} must be an object with 'name', 'path' and 'weight'; {fix}")
+        _check_keys(entry, _ENTRY, at, fix, required=_ENTRY)
+        name, relative, weight = entry["name"], entry["path"], entry["weight"]
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{at}.name={name!r} must be a non-empty string; name each source")
+        if name in names:
+            raise ConfigError(f"{at}.name={name!r} is also sources[{names.index(name)}]'s; give each source its own name")
+        if not isinstance(relative, str) or not relative:
+            raise ConfigError(f"{at}.path={relative!r} must be a non-empty path to a store or a corpus manifest")
+        if PurePosixPath(relative).is_absolute() or PureWindowsPath(relative).is_absolute() or PureWindowsPath(relative).drive:
+            raise ConfigError(f"{at}.path={relative!r} is absolute; write it relative to the mixture file's folder")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
+            raise ConfigError(f"{at}.weight={weight!r} must be a positive finite number; weights are normalised to sum 1")
+        names.append(name)
+        paths.append(os.fspath(folder / relative))
+        weights.append(weight)
+    length = data.get("length")
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or not 0 < length < 1 << 48):
+        raise ConfigError(f"{where}: length={length!r} must be a positive int below 2**48, or null for one pass")
+    return MixtureSpec(where, tuple(names), tuple(paths), tuple(weights), length)
+
+
+def _check_keys(found: dict[str, Any], allowed: tuple[str, ...], at: str, fix: str, required: tuple[str, ...] = ()) -> None:
+    unknown = [key for key in found if key not in allowed]
+    if unknown:
+        raise ConfigError(f"{at}: unknown key {unknown[0]!r} (allowed: {', '.join(allowed)}); {fix}")
+    missing = [key for key in required if key not in found]
+    if missing:
+        raise ConfigError(f"{at}: missing {missing[0]!r} (each source needs {', '.join(required)}); {fix}")
+
+
+def open_mixture(path: PathLike, *, verify: bool = True) -> MixtureSource:
+    """Read *path* (`read_mixture_file`) and open each source: a store directory or a corpus manifest."""
+    spec = read_mixture_file(path)
+    stores: list[DocumentStore | Corpus] = []
+    for name, where in zip(spec.names, spec.paths, strict=True):
+        try:
+            if os.path.isdir(where):
+                stores.append(open_store(where, verify=verify))
+            elif os.path.exists(where):
+                stores.append(open_corpus(where, verify=verify))
+            else:
+                raise ConfigError(f"{where}: no such store or corpus manifest")
+        except StreamBatchError as err:
+            raise type(err)(f"{spec.path}: source {name!r}: {err}") from err
+    return MixtureSource(spec, tuple(stores), verified=verify)

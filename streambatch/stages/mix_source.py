@@ -1,0 +1,63 @@
+"""Where a mixture enters the façades: a `Mixture` itself, or an opened ``mixture.json`` made into one.
+
+`as_mixture` is the one place `streambatch.Epoch` (and through it `Run`, the
+datasets and every command) turns a source into a mixture: a `Mixture` passes
+through (its window arguments, if given, must agree); a `MixtureSource` (what
+`streambatch.open_source` returns for a mixture file) becomes
+``mix([windows(store_s, ...) for each source], weights, seed=seed, length=...)``.
+Anything else is not a mixture (None).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import ConfigError
+from ..io.mixture_file import MixtureSource
+from ..model.documents import Partition
+from .mixture import Mixture, mix
+from .windows import windows
+
+
+def as_mixture(
+    source: Any,
+    *,
+    context_length: int | None,
+    stride: int | None,
+    partition: Partition | str | None,
+    keep_partition: bool,
+    seed: int | None,
+    plan_dir: str | os.PathLike[str] | None,
+) -> Mixture | None:
+    """The `Mixture` *source* is or names, else None."""
+    if isinstance(source, Mixture):
+        have = {"context_length": source.context_length, "stride": source.config.stride}
+        for key, value in {"context_length": context_length, "stride": stride}.items():
+            if value is not None and value != have[key]:
+                raise ConfigError(f"{key}={value!r} but the mixture passed has {key}={have[key]}; leave it out or match it")
+        if partition is not None and Partition.parse(partition, "epoch") != source.partition:
+            raise ConfigError(f"partition={partition!r} but the mixture passed is of {source.partition.value!r}")
+        if seed is not None and seed != source.seed:
+            raise ConfigError(
+                f"seed={seed!r} but the mixture passed has seed {source.seed}; leave it out or use mixture.reseeded"
+            )
+        return source
+    if not isinstance(source, MixtureSource):
+        return None
+    if context_length is None:
+        raise ConfigError(f"{source.path}: a mixture needs context_length (-T); pass the number of input tokens per window")
+    if seed is None:
+        raise ConfigError(f"{source.path}: a mixture needs a seed (--seed): each source's order is its seeded shuffle")
+    parts = [
+        windows(
+            store,
+            context_length=context_length,
+            stride=1 if stride is None else stride,
+            partition=Partition.TRAIN if partition is None else partition,
+            keep_partition=keep_partition,
+        )
+        for store in source.stores
+    ]
+    spec = source.spec
+    return mix(parts, spec.weights, seed=seed, length=spec.length, names=spec.names, plan_dir=plan_dir)

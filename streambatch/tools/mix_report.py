@@ -1,0 +1,203 @@
+"""Mixtures in the commands: what ``inspect`` shows, what ``audit`` proves and what ``trace`` draws for a mixture.
+
+`inspect_mixture`: per source, its items in the mixture, weight, effective
+share, source epochs consumed and tokens (the counts do not depend on the seed:
+Tijdeman's order does not).  `audit_mixture` iterates an epoch of a mixture
+(through the workers' and ranks' shares) and proves: the prefix bound
+``|c_s(n) - w_s n| <= 1 - 1/(2k-2)`` at every batch boundary (in exact
+integers), each source's rows in its exact order (the concatenation of
+``shuffle(part_s, source_epoch_seed(seed, s, e))`` over its epochs ``e``), no
+window twice inside one source epoch, and every row's tokens read from its own
+source.  `mixture_svg` draws one strip per batch, one cell per row coloured by
+source.
+"""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from ..epoch import Epoch
+from ..errors import ConfigError
+from ..io.atomic import atomic_text
+from ..io.mixture_file import MixtureSource
+from ..stages.mix import source_order
+from ..stages.mix_batch import MixtureBatch
+from ..stages.mix_source import as_mixture
+from ..stages.mixture import Mixture
+from .figure import xml_text
+
+COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
+
+
+def inspect_mixture(
+    source: MixtureSource, *, context_length: int | None, batch_size: int | None, stride: int = 1, partition: Any = None
+) -> dict[str, Any]:
+    """Per source: path, weight, documents, tokens; with ``T``: windows, items, effective share, source epochs."""
+    if context_length is None and batch_size is not None:
+        raise ConfigError(f"batch_size={batch_size!r} needs a context_length; pass -T to count a mixture's items and batches")
+    spec = source.spec
+    total = sum(Fraction(w) for w in spec.weights)
+    rows: list[dict[str, Any]] = [
+        {"name": n, "path": p, "weight": w, "share": float(Fraction(w) / total), "documents": len(s), "tokens": s.token_count}
+        for n, p, w, s in zip(spec.names, spec.paths, spec.weights, source.stores, strict=True)
+    ]
+    summary: dict[str, Any] = {"path": spec.path, "kind": "mixture", "length": spec.length, "sources": rows}
+    if context_length is None:
+        return summary
+    mixture = as_mixture(
+        source, context_length=context_length, stride=stride, partition=partition, keep_partition=False, seed=0, plan_dir=None
+    )
+    assert mixture is not None
+    counts = mixture.counts().tolist()
+    for row, count, size, epochs in zip(rows, counts, mixture.sizes, mixture.source_epochs(), strict=True):
+        row.update(windows=size, items=count, effective_share=count / len(mixture), source_epochs=epochs)
+        row["item_tokens"] = count * context_length
+    summary.update(context_length=context_length, stride=stride, items=len(mixture), plan_bytes=mixture.plan_nbytes)
+    if batch_size is not None:
+        summary.update(batch_size=batch_size, batches=-(-len(mixture) // batch_size))
+    return summary
+
+
+def format_mixture(summary: dict[str, Any]) -> str:
+    """`inspect_mixture`'s result as aligned text: one line per source."""
+    lines = [f"mixture   {summary['path']} ({len(summary['sources'])} sources)"]
+    if "items" in summary:
+        batches = f", {summary['batches']} batches of B={summary['batch_size']}" if "batches" in summary else ""
+        lines.append(f"items     {summary['items']} windows of T={summary['context_length']}{batches}")
+        lines.append(f"plan      {summary['plan_bytes']} bytes (Tijdeman's order, one byte per item + checkpoints)")
+    head = ["source", "weight", "share", "documents", "tokens"]
+    if "items" in summary:
+        head += ["windows", "items", "effective", "source epochs", "item tokens"]
+    table = [head]
+    for row in summary["sources"]:
+        cells = [row["name"], f"{row['weight']:g}", f"{row['share']:.4f}", str(row["documents"]), str(row["tokens"])]
+        if "items" in row:
+            cells += [str(row["windows"]), str(row["items"]), f"{row['effective_share']:.4f}", f"{row['source_epochs']:.3f}"]
+            cells.append(str(row["item_tokens"]))
+        table.append(cells)
+    widths = [max(len(r[c]) for r in table) for c in range(len(head))]
+    lines += [
+        "  ".join(cell.rjust(w) if c else cell.ljust(w) for c, (cell, w) in enumerate(zip(r, widths, strict=True))) for r in table
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dict[str, Any]:
+    """Iterate *epoch* (of a mixture) through every share and check the mixture's four claims; failures by name."""
+    mixture = epoch.order
+    assert isinstance(mixture, Mixture)
+    started = time.perf_counter()
+    k, length, B = len(mixture.parts), len(mixture), epoch.batch_size
+    sources = np.empty(length, dtype=np.uint8)
+    windows = np.empty(length, dtype=np.uint32 if max(mixture.sizes) < 1 << 32 else np.int64)
+    seen = np.zeros(length, dtype=np.uint8)  # 1 byte per item: a count of 256 or more shows as "not 1" too
+    failures: dict[str, str] = {}
+    for rank in range(world_size):
+        for worker in range(workers):
+            for batch in epoch.batches(worker=worker, workers=workers, rank=rank, world_size=world_size):
+                assert isinstance(batch, MixtureBatch)
+                lo = batch.index * B + _row_offset(batch.index, B, length, rank, world_size)
+                rows = slice(lo, lo + batch.width)
+                sources[rows], windows[rows] = batch.sources, batch.window_numbers
+                seen[rows] += 1
+                _check_tokens(batch, failures)
+    if (seen != 1).any():
+        failures["coverage"] = f"item {int(np.argmax(seen != 1))} was handed out {int(seen[np.argmax(seen != 1)])} times"
+    if not np.array_equal(sources, mixture.sources()):
+        failures["sources"] = f"row {int(np.argmax(sources != mixture.sources()))} is not of the plan's source"
+    _check_prefix(mixture, B, failures)
+    _check_order(mixture, sources, windows, failures)
+    return {
+        "items": length,
+        "batches": epoch.batch_count,
+        "sources": k,
+        "source_epochs": [round(e, 6) for e in mixture.source_epochs()],
+        "bound": f"1 - 1/{2 * k - 2}" if k > 1 else "0",
+        "failures": failures,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def _row_offset(index: int, batch_size: int, length: int, rank: int, world: int) -> int:
+    from ..stages.chunk import row_share
+
+    return row_share(min(batch_size, length - index * batch_size), rank, world)[0]
+
+
+def _check_tokens(batch: MixtureBatch, failures: dict[str, str]) -> None:
+    """Every row's inputs and targets are its window's tokens, read from its own source with a plain gather."""
+    for s in np.flatnonzero(np.bincount(batch.sources, minlength=len(batch.spaces))).tolist():
+        rows = batch.sources == s
+        tokens = batch.spaces[s].store.window_tokens(batch.positions[rows], batch.context_length + 1)
+        if not (np.array_equal(batch.inputs[rows], tokens[:, :-1]) and np.array_equal(batch.targets[rows], tokens[:, 1:])):
+            failures.setdefault("tokens", f"batch {batch.index}: rows of source {s} are not their windows' tokens")
+
+
+def _check_prefix(mixture: Mixture, batch_size: int, failures: dict[str, str]) -> None:
+    """``|a_s n - A c_s(n)| * (2k - 2) <= A (2k - 3)`` at every batch boundary, in integers."""
+    ints = mixture.plan.integer_weights
+    k, total = len(ints), sum(ints)
+    if k < 2:
+        return
+    for n in [*range(batch_size, len(mixture), batch_size), len(mixture)]:
+        counts = mixture.counts(n).tolist()
+        for s, (a, c) in enumerate(zip(ints, counts, strict=True)):
+            if abs(a * n - total * c) * (2 * k - 2) > total * (2 * k - 3):
+                failures.setdefault("prefix", f"after {n} items source {s} holds {c}, beyond w n +- (1 - 1/(2k-2))")
+
+
+def _check_order(mixture: Mixture, sources: Any, windows: Any, failures: dict[str, str]) -> None:
+    """Each source's rows are its epochs' exact shuffles, concatenated; no window twice inside one source epoch."""
+    for s, part in enumerate(mixture.parts):
+        got = windows[sources == s]
+        size = len(part)
+        for e in range(-(-got.size // size)):
+            piece = got[e * size : (e + 1) * size]
+            if np.unique(piece).size != piece.size:
+                failures.setdefault("repeat", f"source {s} repeats a window inside its source epoch {e}")
+            expected = source_order(size, mixture.seed, s, e)[: piece.size]  # the order, computed apart from the stages
+            if not np.array_equal(piece, expected):
+                failures.setdefault("order", f"source {s} epoch {e} is not shuffle(part, source_epoch_seed(seed, {s}, {e}))")
+
+
+def format_mixture_audit(result: dict[str, Any]) -> str:
+    """One PROOF line, one FAIL line per failed check, then the counts."""
+    ok = not result["failures"]
+    checks = "prefix_bound,source_order,no_repeat_in_source_epoch,coverage,tokens"
+    lines = [f"PROOF|mixture|{'pass' if ok else 'FAIL'}|items={result['items']}|sources={result['sources']}|checks={checks}"]
+    lines += [f"FAIL|check={k}|{v}" for k, v in result["failures"].items()]
+    epochs = ", ".join(f"{e:g}" for e in result["source_epochs"])
+    lines.append(
+        f"mixture: {result['items']} items in {result['batches']} batches; source epochs {epochs}; bound {result['bound']}"
+    )
+    lines.append(f"time: {result['seconds']:.2f} s")
+    return "\n".join(lines) + "\n"
+
+
+def mixture_svg(epoch: Epoch, path: str) -> None:
+    """Write an SVG: one strip per batch, one cell per row coloured by its source, and a legend."""
+    mixture = epoch.order
+    assert isinstance(mixture, Mixture)
+    B, cell = epoch.batch_size, 10
+    batches = min(epoch.batch_count, 400)
+    width, height = 60 + B * cell, 40 + batches * cell + 20 * len(mixture.names)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">']
+    parts.append(f'<text x="4" y="16">{xml_text(repr(mixture))}</text>')
+    for b in range(batches):
+        for r, s in enumerate(mixture[b * B : (b + 1) * B].sources().tolist()):
+            colour = COLOURS[s % len(COLOURS)]
+            parts.append(
+                f'<rect class="row" data-batch="{b}" data-source="{s}" x="{50 + r * cell}" y="{30 + b * cell}" '
+                f'width="{cell - 1}" height="{cell - 1}" fill="{colour}"/>'
+            )
+    for s, name in enumerate(mixture.names):
+        y = 40 + batches * cell + 20 * s
+        parts.append(f'<rect x="4" y="{y - 9}" width="10" height="10" fill="{COLOURS[s % len(COLOURS)]}"/>')
+        parts.append(f'<text x="20" y="{y}">{xml_text(name)}</text>')
+    parts.append("</svg>\n")
+    with atomic_text(path) as handle:
+        handle.write("\n".join(parts))
