@@ -241,7 +241,7 @@ class Mixture:
             for batch in group:
                 first = batch * size - lo
                 cut = slice(first, min(first + size, hi - lo))
-                inputs, targets = gather.take(tuple(r[cut] for r in rows))
+                inputs, targets = gather.take((rows[0][cut],) if len(rows) == 1 else tuple(r[cut] for r in rows))
                 yield MixtureBatch(batch, inputs, targets, positions[cut], sources[cut], spaces, space.names)
 
     # -- the sequence protocol ----------------------------------------------------------

@@ -94,3 +94,15 @@ def test_elastic_resume_of_a_mixture_from_three_ranks_of_two_workers_to_two_rank
         for s, p in zip(batch.sources.tolist(), batch.positions.tolist(), strict=True):
             expected[(batch.epoch, s, p)] += 1
     assert seen == expected
+
+
+@pytest.mark.slow
+def test_spawned_workers_map_the_mixture_plan_file(tmp_path: Any) -> None:
+    """Spawned workers receive the plan file's name and map it again: the same batches as in one process."""
+    web = sb.windows([sb.Document(f"w{i}", "train", range(100 * i, 100 * i + 12)) for i in range(3)], context_length=2)
+    code = sb.windows([sb.Document("c", "train", range(5000, 5006))], context_length=2)
+    mixture = mix([web, code], [2, 1], seed=13, plan_dir=tmp_path)
+    assert mixture.space.plan_path is not None
+    run = sb.Run(mixture, batch_size=4, seed=None, epochs=1)
+    loader = DataLoader(sbt.RunDataset(run), batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    assert [_key(b) for b in loader] == [_key(b) for b in DataLoader(sbt.RunDataset(run), batch_size=None)]
