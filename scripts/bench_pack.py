@@ -24,8 +24,8 @@ configurations of bench.py) against the packed mode (``sb.Epoch(store, T,
 pack=True, seed=7)``, whose batches carry inputs, targets, segment ids,
 position ids, loss mask and cu_seqlens); positions per second, median of the
 repeats, and their ratio.  A window batch writes 4 bytes per position (uint16
-inputs and targets), a packed one 13 (plus int32 segment and position ids and a
-bool mask).
+inputs and targets), a packed one 9 (plus int16 segment and position ids and a
+bool mask), and per segment its provenance.
 """
 
 from __future__ import annotations

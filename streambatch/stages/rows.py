@@ -249,19 +249,11 @@ def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
         gatherer = space.cache["gather"] = _gatherer(space)
     if gatherer is False:
         return PackedBatch(index, gather_rows(space, numbers), numbers, space)
-    shape, dtype = (numbers.size, space.rows.context_length), space.store.dtype
-    outputs = (
-        np.empty(shape, dtype),
-        np.empty(shape, dtype),
-        np.empty(shape, np.int32),
-        np.empty(shape, np.int32),
-        np.empty(shape, np.bool_),
-    )
-    try:
-        cu, count, longest = gatherer.gather(numbers, *outputs)
+    try:  # every array of the batch, provenance included, made by one call
+        outputs = gatherer.gather(numbers)
     except ValueError as err:
         raise DataError(f"{err}; the rows do not belong to this packing (remove the plan file and plan again)") from None
-    return PackedBatch.from_kernel(index, outputs, (count, np.frombuffer(cu, np.int32), longest), numbers, space)
+    return PackedBatch.from_kernel(index, outputs, numbers, space)
 
 
 _BLOCK_ROWS = 2048  # consecutive batches whose row numbers are read (and cast to int64) at once
