@@ -1,4 +1,4 @@
-/* Gather packed rows into their final arrays in one pass: the packed mode's emission kernel.
+/* Gather packed rows into their final arrays: the packed mode's emission kernel.
  *
  * The rule is streambatch.stages._pack_gather.gather_segments (its numpy fallback,
  * which tests/test_rows.py checks this kernel against): row r of the packing
@@ -14,14 +14,17 @@
  * template), loss_mask (0 at padding); per sequence (every segment, then each
  * padded row's padding) cu_seqlens over the flattened w * T positions; per
  * segment its provenance (row in the batch, document, start, targets).  Ids
- * are int16 when T < 2**15, else int32 (_pack_gather.id_dtype).  A first pass
- * checks every row and finds each full row's source; then each row is filled
- * while the sources of the rows two ahead are prefetched, so the memory reads
- * overlap the writes.  The batch's arrays are made here (numpy's C API: no
- * Python call per array); scratch: two int64 per row (on the stack for small
- * batches); the GIL is released while filling large batches.  With uint16
- * tokens a packed batch writes 9 bytes per position (4 for the tokens, 2 + 2
- * for the ids, 1 for the mask) where a window batch writes 4.
+ * are int16 when T < 2**15, else int32 (_pack_gather.id_dtype).  Passes: count
+ * the segments; locate and check each (its provenance); copy the inputs of
+ * every segment, prefetching the sources of the segments two ahead; copy the
+ * targets (their tokens now in the caches: one pass over the inputs' sources
+ * and one over cached lines is faster here than both per segment, as in the
+ * window mode's gather); write mask, ids and cu_seqlens.  The batch's arrays
+ * are made here (numpy's C API: no Python call per array); scratch: one int64
+ * per row (on the stack for small batches); the GIL is released while filling
+ * large batches.  With uint16 tokens a packed batch writes 9 bytes per
+ * position (4 for the tokens, 2 + 2 for the ids, 1 for the mask) where a
+ * window batch writes 4.
  *
  * Gatherer(tokens, starts, lengths, full_docs, full_ends, offsets, tails, T, full_rows, pad_id)
  *     holds read-only buffers of the source and the packing (made once per packing);
@@ -169,20 +172,6 @@ typedef struct {
     int64_t row;
 } failure;
 
-/* The tail of document d: its source position, written to *src; returns its targets (0 when invalid). */
-static int64_t tail_of(const Gatherer *g, uint32_t d, int64_t *src) {
-    const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
-    const int64_t *lengths = (const int64_t *)g->views[LENGTHS].buf;
-    int64_t before, n;
-    if ((int64_t)d >= g->counts[LENGTHS] || lengths[d] < 2) {
-        return 0;
-    }
-    before = lengths[d] - 1;
-    n = before % g->T;
-    *src = starts[d] + before - n;
-    return n;
-}
-
 /* The full piece holding full row r (r < full_rows): a scan from its bucket's start (a few steps). */
 static inline int64_t full_at(const Gatherer *g, int64_t r) {
     const int64_t *ends = (const int64_t *)g->views[FULL_ENDS].buf;
@@ -193,48 +182,20 @@ static inline int64_t full_at(const Gatherer *g, int64_t r) {
     return at;
 }
 
-/* Pass 1: check every row, count the segments and the sequences (segments, and each padded row's padding),
- * and put the source and the document of each full row in sources[i] and documents[i]. */
-static int64_t count_sequences(const Gatherer *g, const int64_t *rows, int64_t width, failure *fail, int64_t *sources,
-                               int64_t *documents, int64_t *segments) {
+/* Pass 1: the segments of the batch (one per full row, its tails for a packed row); -1 (and *fail) for a row
+ * out of range or a packed row without segments. */
+static int64_t count_segments(const Gatherer *g, const int64_t *rows, int64_t width, failure *fail) {
     const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-    const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
-    const int64_t *lengths = (const int64_t *)g->views[LENGTHS].buf;
-    const int64_t *ends = (const int64_t *)g->views[FULL_ENDS].buf;
-    const int64_t *full_docs = (const int64_t *)g->views[FULL_DOCS].buf;
-    const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
-    int64_t total = g->full_rows + g->counts[OFFSETS] - 1, sequences = 0, i, j, src = 0;
-    *segments = 0;
+    int64_t total = g->full_rows + g->counts[OFFSETS] - 1, segments = 0, i;
     for (i = 0; i < width; i++) {
-        int64_t r = rows[i], used = 0, lo, hi;
+        int64_t r = rows[i], lo, hi;
         if (r < 0 || r >= total) {
             fail->message = "row number out of range for this packing";
             fail->row = i;
             return -1;
         }
         if (r < g->full_rows) {
-            int64_t at = full_at(g, r), d, first;
-            if (at >= g->counts[FULL_ENDS]) {
-                fail->message = "a full row beyond the full pieces: the packing does not belong to this source";
-                fail->row = i;
-                return -1;
-            }
-            d = full_docs[at];
-            if (d < 0 || d >= g->counts[LENGTHS]) {
-                fail->message = "a full piece of a document outside the source: the packing does not belong to it";
-                fail->row = i;
-                return -1;
-            }
-            first = ends[at] - (lengths[d] - 1) / g->T;
-            documents[i] = d;
-            sources[i] = starts[d] + (r - first) * g->T;
-            if (sources[i] < 0 || sources[i] + g->T >= g->counts[TOKENS]) {
-                fail->message = "a segment outside the source's tokens: the packing does not belong to it";
-                fail->row = i;
-                return -1;
-            }
-            sequences += 1;
-            *segments += 1;
+            segments += 1;
             continue;
         }
         lo = offsets[r - g->full_rows];
@@ -244,22 +205,74 @@ static int64_t count_sequences(const Gatherer *g, const int64_t *rows, int64_t w
             fail->row = i;
             return -1;
         }
-        for (j = lo; j < hi; j++) {
-            int64_t n = tail_of(g, tails[j], &src);
-            if (n < 1 || src < 0 || src + n >= g->counts[TOKENS]) {
+        segments += hi - lo;
+    }
+    return segments;
+}
+
+/* Pass 2: locate every segment into the provenance (row in the batch, document, start, targets), checking it lies
+ * inside its document and the tokens; used[i]: the positions row i fills.  Returns the sequences (segments, and
+ * each padded row's padding), or -1 (and *fail).  A full row's piece: the running count of full pieces before
+ * its document is its first; a tail of document d starts at (L - 1) - (L - 1) % T. */
+static int64_t locate(const Gatherer *g, const int64_t *rows, int64_t width, failure *fail, int64_t *const *provenance,
+                      int64_t *used) {
+    const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
+    const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
+    const int64_t *lengths = (const int64_t *)g->views[LENGTHS].buf;
+    const int64_t *ends = (const int64_t *)g->views[FULL_ENDS].buf;
+    const int64_t *full_docs = (const int64_t *)g->views[FULL_DOCS].buf;
+    const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
+    int64_t T = g->T, documents = g->counts[LENGTHS], tokens = g->counts[TOKENS], sequences = 0, k = 0, i, j;
+    for (i = 0; i < width; i++) {
+        int64_t r = rows[i], filled = 0;
+        if (r < g->full_rows) {
+            int64_t at = full_at(g, r), d, first, start;
+            if (at >= g->counts[FULL_ENDS]) {
+                fail->message = "a full row beyond the full pieces: the packing does not belong to this source";
+                fail->row = i;
+                return -1;
+            }
+            d = full_docs[at];
+            first = at > 0 ? ends[at - 1] : 0;
+            start = (r - first) * T;
+            if (d < 0 || d >= documents || r < first || start + T >= lengths[d] || starts[d] + start < 0 ||
+                starts[d] + start + T >= tokens) {
                 fail->message = "a segment outside the source's tokens: the packing does not belong to it";
                 fail->row = i;
                 return -1;
             }
-            used += n;
+            provenance[0][k] = i;
+            provenance[1][k] = d;
+            provenance[2][k] = start;
+            provenance[3][k] = T;
+            k++;
+            used[i] = T;
+            sequences += 1;
+            continue;
         }
-        if (used > g->T) {
+        for (j = offsets[r - g->full_rows]; j < offsets[r - g->full_rows + 1]; j++) {
+            int64_t d = (int64_t)tails[j], before, n, start;
+            if (d >= documents || lengths[d] < 2 || (n = (before = lengths[d] - 1) % T) < 1 ||
+                starts[d] + (start = before - n) < 0 || starts[d] + start + n >= tokens) {
+                fail->message = "a segment outside the source's tokens: the packing does not belong to it";
+                fail->row = i;
+                return -1;
+            }
+            provenance[0][k] = i;
+            provenance[1][k] = d;
+            provenance[2][k] = start;
+            provenance[3][k] = n;
+            k++;
+            filled += n;
+            sequences += 1;
+        }
+        if (filled > T) {
             fail->message = "a packed row holds more than T targets";
             fail->row = i;
             return -1;
         }
-        sequences += (hi - lo) + (used < g->T);
-        *segments += hi - lo;
+        used[i] = filled;
+        sequences += filled < T;
     }
     return sequences;
 }
@@ -269,8 +282,8 @@ typedef struct {
     int32_t *cu;
     uint8_t *mask;
     int64_t *provenance[4]; /* per segment: row in the batch, document, start in the document, targets */
-    int64_t idsize;      /* 2 (int16 ids) or 4 (int32 ids) */
-    int64_t sequence, target_count, max_seqlen;
+    int64_t idsize;         /* 2 (int16 ids) or 4 (int32 ids) */
+    int64_t segments, target_count, max_seqlen;
 } outputs;
 
 /* n ids equal to id from position at (ids of idsize bytes). */
@@ -307,53 +320,8 @@ static inline void put_positions(const Gatherer *g, char *ids, int64_t idsize, i
     }
 }
 
-/* One block of a row: a segment (src >= 0: its tokens, ids 0, 1, ... and mask set) or the padding (src < 0). */
-static void put_block(const Gatherer *g, outputs *o, int64_t at, int64_t n, int64_t src, int32_t id) {
-    Py_ssize_t size = g->itemsize;
-    const char *tokens = (const char *)g->views[TOKENS].buf;
-    int64_t k;
-    if (n <= 0) {
-        return;
-    }
-    if (src >= 0) {
-        memcpy(o->inputs + at * size, tokens + src * size, (size_t)(n * size));
-        memcpy(o->targets + at * size, tokens + (src + 1) * size, (size_t)(n * size));
-    } else if (size == 2) {
-        uint16_t *a = (uint16_t *)o->inputs + at, *b = (uint16_t *)o->targets + at, v = (uint16_t)g->pad;
-        for (k = 0; k < n; k++) {
-            a[k] = v;
-            b[k] = v;
-        }
-    } else {
-        uint32_t *a = (uint32_t *)o->inputs + at, *b = (uint32_t *)o->targets + at, v = (uint32_t)g->pad;
-        for (k = 0; k < n; k++) {
-            a[k] = v;
-            b[k] = v;
-        }
-    }
-    memset(o->mask + at, src >= 0, (size_t)n);
-    if (src >= 0) {
-        o->target_count += n;
-    }
-    put_ids(o->segment_ids, o->idsize, at, n, id);
-    put_positions(g, o->position_ids, o->idsize, at, n);
-    o->cu[o->sequence + 1] = (int32_t)(at + n);
-    o->sequence++;
-    if (n > o->max_seqlen) {
-        o->max_seqlen = n;
-    }
-}
-
-/* The provenance of one segment: its row in the batch, document, start and targets. */
-static inline void put_provenance(outputs *o, int64_t k, int64_t row, int64_t document, int64_t start, int64_t n) {
-    o->provenance[0][k] = row;
-    o->provenance[1][k] = document;
-    o->provenance[2][k] = start;
-    o->provenance[3][k] = n;
-}
-
 #ifndef PREFETCH_AHEAD
-#define PREFETCH_AHEAD 2 /* rows: a row's source is read from memory while the rows before it are copied */
+#define PREFETCH_AHEAD 2 /* segments: a segment's source is read from memory while the ones before it are copied */
 #endif
 
 /* Ask for the cache lines of tokens [src, src + n) ahead of their copy (a hint; nothing is read now). */
@@ -371,41 +339,75 @@ static inline void prefetch(const Gatherer *g, int64_t src, int64_t n) {
 #endif
 }
 
-/* Fill every row (already checked by count_sequences, which found the full rows' sources and documents). */
-static void fill(const Gatherer *g, const int64_t *rows, int64_t width, outputs *o, const int64_t *sources,
-                 const int64_t *documents) {
-    const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
+/* Pass 3 (shift 0: inputs, prefetching the segments ahead) and pass 4 (shift 1: targets, whose tokens pass 3
+ * has just brought into the caches): every segment's tokens in row order, pad_id after each row's last. */
+static void put_tokens(const Gatherer *g, const outputs *o, char *out, int64_t shift, int64_t width, const int64_t *used) {
     const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
-    const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
-    int64_t T = g->T, i, j, src = 0, segment = 0;
+    const char *tokens = (const char *)g->views[TOKENS].buf;
+    const int64_t *documents = o->provenance[1], *begins = o->provenance[2], *lengths = o->provenance[3];
+    int64_t T = g->T, size = g->itemsize, k = 0, i, column, p;
     for (i = 0; i < width; i++) {
-        int64_t r = rows[i], at = i * T, column = 0;
-        if (i + PREFETCH_AHEAD < width) {
-            int64_t ahead = rows[i + PREFETCH_AHEAD];
-            if (ahead < g->full_rows) {
-                prefetch(g, sources[i + PREFETCH_AHEAD], T + 1);
-            } else {
-                for (j = offsets[ahead - g->full_rows]; j < offsets[ahead - g->full_rows + 1]; j++) {
-                    int64_t n = tail_of(g, tails[j], &src);
-                    prefetch(g, src, n + 1);
-                }
+        char *row = out + i * T * size;
+        for (column = 0; column < used[i]; k++) {
+            int64_t n = lengths[k];
+            if (shift == 0 && k + PREFETCH_AHEAD < o->segments) {
+                prefetch(g, starts[documents[k + PREFETCH_AHEAD]] + begins[k + PREFETCH_AHEAD], lengths[k + PREFETCH_AHEAD] + 1);
+            }
+            memcpy(row + column * size, tokens + (starts[documents[k]] + begins[k] + shift) * size, (size_t)(n * size));
+            column += n;
+        }
+        if (used[i] < T && size == 2) {
+            uint16_t *a = (uint16_t *)row, v = (uint16_t)g->pad;
+            for (p = used[i]; p < T; p++) {
+                a[p] = v;
+            }
+        } else if (used[i] < T) {
+            uint32_t *a = (uint32_t *)row, v = (uint32_t)g->pad;
+            for (p = used[i]; p < T; p++) {
+                a[p] = v;
             }
         }
-        if (r < g->full_rows) {
-            put_block(g, o, at, T, sources[i], 0);
-            put_provenance(o, segment++, i, documents[i], sources[i] - starts[documents[i]], T);
-            continue;
-        }
-        for (j = offsets[r - g->full_rows]; j < offsets[r - g->full_rows + 1]; j++) {
-            int64_t n = tail_of(g, tails[j], &src);
-            put_block(g, o, at + column, n, src, (int32_t)(j - offsets[r - g->full_rows]));
-            put_provenance(o, segment++, i, (int64_t)tails[j], src - starts[tails[j]], n);
+    }
+}
+
+/* One sequence of cu_seqlens: n positions from at. */
+static inline void put_sequence(outputs *o, int64_t *sequence, int64_t at, int64_t n) {
+    o->cu[++*sequence] = (int32_t)(at + n);
+    if (n > o->max_seqlen) {
+        o->max_seqlen = n;
+    }
+}
+
+/* Pass 5: loss mask, segment and position ids, cu_seqlens, per segment then for each row's padding. */
+static void put_ids_and_masks(const Gatherer *g, outputs *o, int64_t width, const int64_t *used) {
+    const int64_t *lengths = o->provenance[3];
+    int64_t T = g->T, k = 0, sequence = 0, i, column;
+    o->cu[0] = 0;
+    for (i = 0; i < width; i++) {
+        int64_t at = i * T;
+        int32_t id = 0;
+        for (column = 0; column < used[i]; k++, id++) {
+            int64_t n = lengths[k];
+            memset(o->mask + at + column, 1, (size_t)n);
+            put_ids(o->segment_ids, o->idsize, at + column, n, id);
+            put_positions(g, o->position_ids, o->idsize, at + column, n);
+            put_sequence(o, &sequence, at + column, n);
+            o->target_count += n;
             column += n;
         }
         if (column < T) {
-            put_block(g, o, at + column, T - column, -1, -1);
+            memset(o->mask + at + column, 0, (size_t)(T - column));
+            put_ids(o->segment_ids, o->idsize, at + column, T - column, -1);
+            put_positions(g, o->position_ids, o->idsize, at + column, T - column);
+            put_sequence(o, &sequence, at + column, T - column);
         }
     }
+}
+
+static void fill(const Gatherer *g, outputs *o, int64_t width, const int64_t *used) {
+    put_tokens(g, o, o->inputs, 0, width, used);
+    put_tokens(g, o, o->targets, 1, width, used);
+    put_ids_and_masks(g, o, width, used);
 }
 
 /* A new C-contiguous numpy array of `type` and shape (d0) or (d0, d1) (d1 < 0: one dimension). */
@@ -430,7 +432,7 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *rows_object) {
     outputs o;
     PyObject *arrays[ARRAYS] = {NULL};
     PyObject *result = NULL;
-    int64_t stack[2 * STACK_ROWS], *scratch = stack;
+    int64_t stack[STACK_ROWS], *scratch = stack; /* per row: the positions its segments fill */
     if (self->held != HELD) {
         PyErr_SetString(PyExc_ValueError, "Gatherer.gather(): not initialised");
         return NULL;
@@ -452,13 +454,23 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *rows_object) {
         width = (int64_t)(rows_view.len / 8);
     }
     if (width > STACK_ROWS) {
-        scratch = (int64_t *)PyMem_Malloc((size_t)(2 * width) * sizeof(int64_t));
+        scratch = (int64_t *)PyMem_Malloc((size_t)width * sizeof(int64_t));
         if (scratch == NULL) {
             PyErr_NoMemory();
             goto done;
         }
     }
-    sequences = count_sequences(self, rows, width, &fail, scratch, scratch + width, &segments);
+    segments = count_segments(self, rows, width, &fail);
+    if (segments >= 0) {
+        arrays[PROVENANCE] = new_array(4, (npy_intp)segments, NPY_INT64);
+        if (arrays[PROVENANCE] == NULL) {
+            goto done;
+        }
+        for (k = 0; k < 4; k++) {
+            o.provenance[k] = (int64_t *)ARRAY_DATA(arrays[PROVENANCE]) + k * segments;
+        }
+    }
+    sequences = segments < 0 ? -1 : locate(self, rows, width, &fail, o.provenance, scratch);
     if (sequences < 0) {
         PyErr_Format(PyExc_ValueError, "row %lld of the batch: %s", (long long)fail.row, fail.message);
         goto done;
@@ -470,7 +482,6 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *rows_object) {
             arrays[k] = new_array((npy_intp)width, (npy_intp)self->T, types[k]);
         }
         arrays[CU_SEQLENS] = new_array((npy_intp)(sequences + 1), -1, NPY_INT32);
-        arrays[PROVENANCE] = new_array(4, (npy_intp)segments, NPY_INT64);
         for (k = 0; k < ARRAYS; k++) {
             if (arrays[k] == NULL) {
                 goto done;
@@ -483,18 +494,15 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *rows_object) {
     o.position_ids = (char *)ARRAY_DATA(arrays[POSITION_IDS]);
     o.mask = (uint8_t *)ARRAY_DATA(arrays[LOSS_MASK]);
     o.cu = (int32_t *)ARRAY_DATA(arrays[CU_SEQLENS]);
-    for (k = 0; k < 4; k++) {
-        o.provenance[k] = (int64_t *)ARRAY_DATA(arrays[PROVENANCE]) + k * segments;
-    }
     o.idsize = idsize;
-    o.sequence = o.target_count = o.max_seqlen = 0;
-    o.cu[0] = 0;
+    o.segments = segments;
+    o.target_count = o.max_seqlen = 0;
     if (width * self->T >= GIL_POSITIONS) {
         Py_BEGIN_ALLOW_THREADS
-        fill(self, rows, width, &o, scratch, scratch + width);
+        fill(self, &o, width, scratch);
         Py_END_ALLOW_THREADS
     } else {
-        fill(self, rows, width, &o, scratch, scratch + width);
+        fill(self, &o, width, scratch);
     }
     result = PyTuple_New(ARRAYS + 2);
     if (result == NULL) {
