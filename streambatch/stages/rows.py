@@ -244,40 +244,58 @@ class Rows(Sequence[int]):
 
 def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
     """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy."""
+    gatherer = _cached_gatherer(space)
+    if gatherer is False:
+        return PackedBatch(index, gather_rows(space, numbers), numbers, space)
+    return PackedBatch.from_kernel(index, _gather(gatherer, numbers), numbers, space)
+
+
+def _cached_gatherer(space: RowSpace) -> Any:
     gatherer = space.cache.get("gather")
     if gatherer is None:
         gatherer = space.cache["gather"] = _gatherer(space)
-    if gatherer is False:
-        return PackedBatch(index, gather_rows(space, numbers), numbers, space)
-    shape, dtype = (numbers.size, space.rows.context_length), space.store.dtype
-    outputs = (
-        np.empty(shape, dtype),
-        np.empty(shape, dtype),
-        np.empty(shape, np.int32),
-        np.empty(shape, np.int32),
-        np.empty(shape, np.bool_),
-    )
+    return gatherer
+
+
+def _gather(gatherer: Any, numbers: IntArray) -> Any:
+    """Every array of the batch of rows *numbers*, provenance included, made by one call of the C gather."""
     try:
-        cu, count, longest = gatherer.gather(numbers, *outputs)
+        return gatherer.gather(numbers)
     except ValueError as err:
-        raise DataError(f"{err}; the rows do not belong to this packing (remove the plan file and plan again)") from None
-    return PackedBatch.from_kernel(index, outputs, (count, np.frombuffer(cu, np.int32), longest), numbers, space)
+        raise _refused(err) from None
+
+
+def _refused(err: ValueError) -> DataError:
+    return DataError(f"{err}; the rows do not belong to this packing (remove the plan file and plan again)")
 
 
 _BLOCK_ROWS = 2048  # consecutive batches whose row numbers are read (and cast to int64) at once
 
 
 def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[PackedBatch]:
-    """Emit batches *batches* of *rows* chunked by *batch_size*: row numbers read a block of batches at a time."""
+    """Emit batches *batches* of *rows* chunked by *batch_size*: row numbers read a block of batches at a time.
+
+    The per-batch work is the gather and the batch object: the C gather (when built) is looked up once, and
+    each batch is made by one call of it.
+    """
     space, total = rows.space, len(rows)
+    gatherer = _cached_gatherer(space)
     per = max(1, _BLOCK_ROWS // batch_size) if batches.step == 1 else 1
+    make = PackedBatch.from_kernel
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
         base = group[0] * batch_size
         numbers = rows[base : min((group[-1] + 1) * batch_size, total)].numbers()
-        for batch in group:
-            at = (batch - group[0]) * batch_size
-            yield emit(space, numbers[at : at + batch_size], batch)
+        for at, batch in zip(range(0, numbers.size, batch_size), group, strict=True):
+            chunk = numbers[at : at + batch_size]
+            if gatherer is False:
+                yield PackedBatch(batch, gather_rows(space, chunk), chunk, space)
+                continue
+            try:
+                outputs = gatherer.gather(chunk)
+            except ValueError as err:
+                raise _refused(err) from None
+            yield make(batch, outputs, chunk, space)
 
 
 def _gatherer(space: RowSpace) -> Any:
