@@ -8,6 +8,7 @@ with one ``searchsorted`` per call, never a Python object per window.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,22 @@ def window_starts(length: int, context_length: int, stride: int = 1) -> IntArray
     """
     count = int(window_counts([length], context_length, stride)[0])
     return np.arange(count, dtype=np.int64) * stride
+
+
+def in_blocks(function: Callable[[Any], Any], values: npt.NDArray[Any], outputs: int = 1) -> list[IntArray]:
+    """*function* (one int64 array out, or a tuple of *outputs*) over blocks of `BLOCK` *values*, into fresh arrays.
+
+    The temporaries *function* makes are bounded by a block; only the results grow with *values*.
+
+    >>> in_blocks(lambda v: (v * 2, v + 1), np.arange(3), 2)[1].tolist()
+    [1, 2, 3]
+    """
+    results = [np.empty(values.size, dtype=np.int64) for _ in range(outputs)]
+    for lo in range(0, values.size, BLOCK):
+        got = function(values[lo : lo + BLOCK])
+        for result, part in zip(results, got if outputs > 1 else (got,), strict=True):
+            result[lo : lo + part.size] = part
+    return results
 
 
 class WindowIndex:
