@@ -255,7 +255,8 @@ class WindowIndex:
             d1 = int(np.searchsorted(ends, last - 1, side="right")) + 1
             if d1 - d0 == 1:  # inside one document: an arithmetic ramp, no per-window index array
                 if ramp is None:
-                    ramp = np.arange(min(block, hi - lo), dtype=np.int64) * stride
+                    ramp = np.arange(min(block, hi - lo), dtype=np.int64)
+                    ramp *= stride
                 np.add(ramp[: last - first], int(base[d0]) + first * stride, out=out[first - lo : last - lo], casting="unsafe")
                 continue
             taken = np.minimum(ends[d0:d1], last) - np.maximum(ends[d0:d1] - self.counts[self._window_docs[d0:d1]], first)
