@@ -149,3 +149,20 @@ def test_prepare_holds_at_most_64_bytes_per_document(tmp_path: Path) -> None:
     growth = (_peak(tmp_path, large) - _peak(tmp_path, small)) / (large - small)
     assert growth <= 64, f"{growth:.1f} bytes per document"
     assert 1_100_000 == len(sb.open_store(tmp_path / f"s{large}"))
+
+
+def test_id_hashes_mix_single_ids_and_blocks() -> None:
+    """Ids added one at a time (a set) and in blocks (sorted runs) are all found again, across every flush."""
+    seen = IdHashes()
+    names = [f"s{i}" for i in range(5000)]
+    for name in names:  # past the set's size: flushed into a run
+        assert not seen.candidates(hashes_of([name], 1))[0].any()
+        seen.add(hashes_of([name], 1))
+    block = [f"b{i}" for i in range(6000)] + ["s4321"]
+    earlier, within = seen.candidates(hashes_of(block, len(block)))
+    assert [6000] == np.flatnonzero(earlier).tolist()
+    assert not within.any()
+    seen.add(hashes_of(block[:-1], 6000))
+    for probe, found in (("b5999", True), ("s0", True), ("s4999", True), ("new", False)):
+        assert found == bool(seen.candidates(hashes_of([probe], 1))[0][0])
+    assert 11_000 == len(seen)

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 _SCAN = 1 << 22  # bytes of ids scanned at a time
+_FRESH = 1 << 12  # ids added in small groups are kept in a set up to this many, then sorted into a run
 
 
 def json_line(doc_id: str) -> bytes:
@@ -129,13 +130,16 @@ class IdHashes:
 
     def __init__(self) -> None:
         self._runs: list[npt.NDArray[np.int64]] = []
+        self._fresh: set[int] = set()  # the latest few (documents added one at a time): a set, not a run each
 
     def __len__(self) -> int:
-        return sum(int(run.size) for run in self._runs)
+        return sum(int(run.size) for run in self._runs) + len(self._fresh)
 
     def candidates(self, hashes: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
         """For each new hash: equal to one added before (*earlier*), or to one before it in *hashes* (*within*)."""
         earlier = np.zeros(hashes.size, dtype=bool)
+        if self._fresh:
+            earlier |= np.fromiter((h in self._fresh for h in hashes.tolist()), dtype=bool, count=hashes.size)
         for run in self._runs:
             at = np.minimum(np.searchsorted(run, hashes), run.size - 1)
             earlier |= run[at] == hashes
@@ -150,6 +154,12 @@ class IdHashes:
         """Remember *hashes* (checked first with `candidates`); runs of similar size are merged."""
         if not hashes.size:
             return
+        if hashes.size < _FRESH and len(self._fresh) + hashes.size <= _FRESH:
+            self._fresh.update(hashes.tolist())
+            return
+        if self._fresh:
+            hashes = np.concatenate((np.fromiter(self._fresh, dtype=np.int64, count=len(self._fresh)), hashes))
+            self._fresh.clear()
         self._runs.append(np.sort(hashes))
         while len(self._runs) > 1 and self._runs[-2].size <= 2 * self._runs[-1].size:
             last = self._runs.pop()
