@@ -147,3 +147,21 @@ def test_a_long_text_in_bounded_memory(tmp_path: Path) -> None:
     assert count > len(text) // 4
     assert equal == 1
     assert growth < 150 << 20, f"peak growth {growth >> 20} MiB for {len(text):,} characters"
+
+
+def test_prepare_cli_stores_the_whole_texts_ids(tmp_path: Path) -> None:
+    """`prepare --tokenizer` of a text longer than a piece: the stored ids are the whole text's, plus the eos id."""
+    import io
+
+    import streambatch as sb
+    from streambatch.cli import main
+
+    tok = BUILT["GPT-4 Split + ByteLevel BPE"]
+    tok.save(str(tmp_path / "tok.json"))
+    text = "".join(CORPUS) * 60  # 150,000 characters: cut into pieces
+    assert len(split_text.cuts(text, tok.pre_tokenizer)) >= 2
+    (tmp_path / "long.txt").write_text(text, encoding="utf-8")
+    argv = ["prepare", str(tmp_path / "long.txt"), "--tokenizer", str(tmp_path / "tok.json"), "-o", str(tmp_path / "s"), "-q"]
+    assert 0 == main(argv, io.StringIO())
+    stored = sb.open_store(tmp_path / "s").document(0).tokens.tolist()
+    assert [*tok.encode(text, add_special_tokens=False).ids, tok.token_to_id("<|endoftext|>")] == stored
