@@ -166,3 +166,23 @@ def test_id_hashes_mix_single_ids_and_blocks() -> None:
     for probe, found in (("b5999", True), ("s0", True), ("s4999", True), ("new", False)):
         assert found == bool(seen.candidates(hashes_of([probe], 1))[0][0])
     assert 11_000 == len(seen)
+
+
+def test_rollback_forgets_only_the_documents_after_the_mark(tmp_path: Path) -> None:
+    """After a rollback past many documents (sets and runs), their ids are free again and the kept ones still repeat."""
+    with StoreWriter(tmp_path / "s") as writer:
+        for i in range(3000):
+            writer.add(f"k{i}", "train", [1])
+        mark = writer.mark()
+        writer.add_block(np.ones(70_000, np.uint16), np.ones(70_000, np.int64), [f"r{i}" for i in range(70_000)], "train")
+        for i in range(2000):
+            writer.add(f"q{i}", "train", [2])
+        writer.rollback(mark)
+        writer.add_block(np.ones(3, np.uint16), [1, 1, 1], ["r5", "q7", "r69999"], "train")
+        with pytest.raises(DuplicateIdError, match="id='k2999'"):
+            writer.add("k2999", "train", [1])
+        with pytest.raises(DuplicateIdError, match="id='r5'"):
+            writer.add("r5", "train", [1])
+        store = writer.commit()
+    assert 3003 == len(store)
+    assert ("k0", "r5", "q7", "r69999") == (store.ids[0], *store.ids[3000:])

@@ -150,6 +150,14 @@ class IdHashes:
             within[order[1:][ordered[1:] == ordered[:-1]]] = True  # every later one of equal hashes
         return earlier, within
 
+    def remove(self, hashes: npt.NDArray[np.int64]) -> None:
+        """Forget *hashes* (ids rolled back): one pass over the runs, vectorized."""
+        if not hashes.size:
+            return
+        self._fresh.difference_update(hashes.tolist())
+        kept = [run[~np.isin(run, hashes)] for run in self._runs]
+        self._runs = [run for run in kept if run.size]
+
     def add(self, hashes: npt.NDArray[np.int64]) -> None:
         """Remember *hashes* (checked first with `candidates`); runs of similar size are merged."""
         if not hashes.size:
