@@ -20,11 +20,11 @@ from .._checks import short_repr
 from ..errors import DataError, StoreError
 from ..model.documents import PARTITIONS, Partition
 from ..model.ids import IdLines, first_repeat
+from ..model.mapped import map_readonly
 from ..model.store import DocumentStore
 from ..model.validate import check_id, check_offsets, duplicate_id
 from .bounded_json import decode_string
 from .files import NotRegularFileError, open_regular, short_path
-from .mapped import map_readonly
 from .store_header import (
     HEADER,
     IDS,
