@@ -23,7 +23,7 @@ from .._checks import is_integer
 from ..errors import DataError, OutOfRangeError
 from ..model.documents import Partition
 from ..model.source import TokenSource, as_source, partition_documents
-from .window_index import IntArray, WindowConfig, WindowIndex
+from .window_index import IntArray, WindowConfig, WindowIndex, in_blocks
 
 
 class ShuffleOrder(NamedTuple):
@@ -257,14 +257,17 @@ class Windows(Sequence[int]):
             return np.arange(self._lo, self._hi, dtype=np.int64)
         values = self._entries()
         if self._space.plan_holds_positions:
-            return self._space.index.windows_at(values)
+            return in_blocks(self._space.index.windows_at, values)[0]
         return values.astype(np.int64)
 
     def locate(self) -> tuple[IntArray, IntArray]:
-        """``(document index, start)`` of each window."""
+        """``(document index, start)`` of each window (built in bounded blocks: the result is all that grows)."""
+        index = self._space.index
         if self._plan is not None and self._space.plan_holds_positions:
-            return self._space.index.locate_positions(self._entries())
-        return self._space.index.locate(self.numbers())
+            documents, starts = in_blocks(index.locate_positions, self._entries(), 2)
+        else:
+            documents, starts = in_blocks(index.locate, self.numbers(), 2)
+        return documents, starts
 
     # -- the sequence protocol -----------------------------------------------------
     def __len__(self) -> int:
