@@ -96,9 +96,9 @@ def test_windows_views_use_the_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_iteration_is_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Iterating a view yields its window numbers block by block, sequential and shuffled alike."""
-    from streambatch.stages import windows as windows_module
+    from streambatch.stages import items
 
-    monkeypatch.setattr(windows_module, "_ITER_BLOCK", 3)
+    monkeypatch.setattr(items, "ITER_BLOCK", 3)
     w = sb.windows(sb.DocumentStore.from_arrays(np.zeros(30, dtype=np.uint16), [0, 12, 30]), context_length=2)
     order = sb.shuffle(w, 5)
     assert list(w) == w.numbers().tolist()
