@@ -123,7 +123,7 @@ def test_large_stores_keep_ids_in_one_buffer(tmp_path: Path) -> None:
 
 _CHILD = """
 import resource, sys
-resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # 1 GiB of address space (the old writer needed ~1.6 GiB)
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # 2 GiB of address space (the old writer needed ~8 GiB here)
 import streambatch as sb
 sb.prepare_store([sys.argv[1]], sys.argv[2], per_line=True, quiet=True)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
@@ -137,19 +137,20 @@ def _peak(tmp_path: Path, count: int) -> int:
         [sys.executable, "-c", _CHILD, str(path), str(tmp_path / f"s{count}")],
         capture_output=True,
         text=True,
-        timeout=120,
-        check=True,
+        timeout=600,
+        check=False,
     )
+    assert done.returncode == 0, done.stderr[-2000:]
     return int(done.stdout.split()[-1])
 
 
 @pytest.mark.slow
 def test_prepare_holds_at_most_64_bytes_per_document(tmp_path: Path) -> None:
-    """One-character lines under a 1 GiB address space: peak RSS grows <= 64 bytes per document (it was ~700-844)."""
-    small, large = 200_000, 2_200_000
+    """10**7 one-character lines under a 2 GiB address space: peak RSS grows <= 64 bytes per document (it was ~700-844)."""
+    small, large = 200_000, 10_000_000
     growth = (_peak(tmp_path, large) - _peak(tmp_path, small)) / (large - small)
     assert growth <= 64, f"{growth:.1f} bytes per document"
-    assert 2_200_000 == len(sb.open_store(tmp_path / f"s{large}"))
+    assert large == len(sb.open_store(tmp_path / f"s{large}"))
 
 
 def test_id_hashes_mix_single_ids_and_blocks() -> None:
