@@ -1,0 +1,212 @@
+"""A mixture of packed rows: its batches are packed batches whose rows also carry their source.
+
+A mixture's parts are `Windows` or, all of them, packed `Rows` (``sb.pack(source,
+context_length=T)`` of each source, the same ``T``, partition and pad id).  A
+packed mixture's item is ``(source, row number within that source's packing)``;
+its batch is a `PackedMixtureBatch`: every field of a
+`streambatch.stages.packed_batch.PackedBatch` (inputs, targets, segment and
+position ids, loss mask, target count, ``cu_seqlens``, ``max_seqlen``,
+per-segment provenance) plus ``sources`` (one per row) and ``source_names``.
+
+`emit_mixture` gathers a batch with the packed mode's one gather per source
+(`streambatch.stages.rows.emit`: the C kernel, or its numpy rule), each source's
+rows straight into a source-sized block, then places the blocks' rows at their
+places in the batch and shifts each source's ``cu_seqlens`` boundaries to its
+rows (a row boundary is always a sequence boundary, so every source's sequences
+stay whole).  A batch of one source (every batch of a one-source mixture) is
+that source's batch, with no copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..model.documents import PARTITIONS, Partition
+from .mix_batch import SourceArray, present
+from .packed_batch import _SLOTS, PackedBatch, SegmentProvenance
+from .rows import RowSpace, emit
+from .window_index import IntArray
+
+__all__ = ["PackedMixtureBatch", "emit_mixture"]
+
+
+class PackedMixtureBatch(PackedBatch):
+    """A `PackedBatch` of a mixture of packed rows: ``sources[r]`` is row *r*'s source.
+
+    ``positions`` (``rows``) hold each row's number in its own source's packing;
+    ``row_spaces[s]`` is source *s*'s packing (``row_space`` is source 0's, kept for
+    the `PackedBatch` interface).  Per-segment provenance (document index, start,
+    id, partition, store) is that of each segment's own source; ``segment_sources``
+    names it.
+    """
+
+    __slots__ = ("names", "row_spaces", "sources")
+
+    sources: SourceArray
+    names: tuple[str, ...]
+    row_spaces: tuple[RowSpace, ...]
+
+    @property
+    def source_names(self) -> list[str]:
+        """The name of each row's source."""
+        return [self.names[s] for s in self.sources.tolist()]
+
+    @property
+    def segment_sources(self) -> SourceArray:
+        """Per segment: its row's source."""
+        found: SourceArray = self.sources[self.segment_rows]
+        return found
+
+    def _provenance(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+        """``(segment_rows, documents, starts, lengths)``, each source's segments resolved in its own packing."""
+        if self._segments is None:
+            pieces: list[tuple[IntArray, ...]] = []
+            for s in present(self.sources):
+                picked = np.flatnonzero(self.sources == s)
+                seg = self.row_spaces[s].rows.segments(self.positions[picked])
+                rows = picked[np.repeat(np.arange(picked.size), np.diff(seg.offsets))]
+                pieces.append((rows, seg.documents, seg.starts, seg.lengths))
+            if not pieces:
+                empty = np.zeros(0, dtype=np.int64)
+                self._segments = (empty, empty, empty, empty)
+            else:
+                rows, documents, starts, lengths = (np.concatenate(column) for column in zip(*pieces, strict=True))
+                order = np.argsort(rows, kind="stable")  # row by row; each row's segments stay in their order
+                self._segments = (rows[order], documents[order], starts[order], lengths[order])
+        return self._segments
+
+    def _per_segment(self, value: Any, dtype: Any) -> npt.NDArray[Any]:
+        documents, sources = self.document_indices, self.segment_sources
+        out = np.zeros(documents.size, dtype=dtype)
+        for s in present(sources):
+            chosen = sources == s
+            out[chosen] = value(self.row_spaces[s].store, documents[chosen])
+        return out
+
+    @property
+    def shards(self) -> IntArray:
+        """Per segment: the store of its source's `streambatch.Corpus` it came from (0 for a source of one store)."""
+        found: IntArray = self._per_segment(lambda store, docs: store.shard_of(docs), np.int64)
+        return found
+
+    @property
+    def partitions(self) -> tuple[Partition, ...]:
+        """Partition of each segment."""
+        codes = self._per_segment(lambda store, docs: store.partition_codes[docs], np.uint8)
+        return tuple(PARTITIONS[c] for c in codes.tolist())
+
+    @property
+    def document_ids(self) -> list[str]:
+        """Document id of each segment (within its source)."""
+        spaces = self.row_spaces
+        pairs = zip(self.segment_sources.tolist(), self.document_indices.tolist(), strict=True)
+        return [spaces[s].store.ids[d] for s, d in pairs]
+
+    @property
+    def provenance(self) -> tuple[SegmentProvenance, ...]:
+        """Per segment, row by row: document id, index, start, partition, shard, length, row (within its source)."""
+        columns = zip(
+            self.document_ids,
+            self.document_indices.tolist(),
+            self.starts.tolist(),
+            self.partitions,
+            self.shards.tolist(),
+            self.segment_lengths.tolist(),
+            self.segment_rows.tolist(),
+            strict=True,
+        )
+        return tuple(SegmentProvenance(i, d, s, p, k, n, r) for i, d, s, p, k, n, r in columns)
+
+    def in_epoch(self, epoch: int) -> PackedMixtureBatch:
+        """This batch placed in epoch *epoch* of a run: a new batch sharing the same arrays."""
+        twin = object.__new__(PackedMixtureBatch)
+        for name in _MIXED_SLOTS:
+            setattr(twin, name, getattr(self, name))
+        twin.epoch = epoch
+        return twin
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PackedMixtureBatch):
+            return NotImplemented if not isinstance(other, PackedBatch) else False
+        return np.array_equal(self.sources, other.sources) and super().__eq__(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        epoch = f"epoch={self.epoch}, " if self.epoch else ""
+        counts = np.bincount(self.sources, minlength=len(self.names)).tolist()
+        return (
+            f"PackedMixtureBatch({epoch}index={self.index}, shape={self.shape}, target_count={self.target_count}, "
+            f"rows per source={counts})"
+        )
+
+
+_MIXED_SLOTS = (*_SLOTS, *PackedMixtureBatch.__slots__)
+_FIELDS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
+
+
+def emit_mixture(
+    spaces: tuple[RowSpace, ...], names: tuple[str, ...], sources: SourceArray, numbers: IntArray, index: int
+) -> PackedMixtureBatch:
+    """Batch *index* of rows *numbers* (int64, each within its row's source *sources*): one gather per source.
+
+    >>> import streambatch as sb
+    >>> from streambatch.stages.mixture import mix
+    >>> a = sb.pack([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2)
+    >>> b = sb.pack([sb.Document("b", "train", [0, 20, 1])], context_length=2)
+    >>> batch = sb.materialize(sb.chunk(mix([a, b], [1, 1], seed=3), 4))[0]
+    >>> batch.sources.tolist(), batch.inputs.tolist(), batch.cu_seqlens.tolist(), batch.target_count
+    ([0, 1, 0], [[0, 10], [0, 20], [11, 12]], [0, 2, 4, 6], 6)
+    """
+    found = present(sources)
+    if len(found) <= 1:  # one source: its own batch, no copy
+        part = emit(spaces[found[0] if found else 0], numbers, index)
+        return _mixed(part, part, sources, numbers, spaces, names)
+    T = spaces[0].rows.context_length
+    dtype = np.result_type(*(spaces[s].store.dtype for s in found))
+    shape = (sources.size, T)
+    outputs = [np.empty(shape, d) for d in (dtype, dtype, np.int32, np.int32, np.bool_)]
+    ends: list[npt.NDArray[np.int64]] = []
+    target_count = longest = 0
+    for s in found:
+        picked = np.flatnonzero(sources == s)
+        part = emit(spaces[s], numbers[picked], index)
+        for out, name in zip(outputs, _FIELDS, strict=True):
+            out[picked] = getattr(part, name)
+        cu = part.cu_seqlens[1:].astype(np.int64)
+        row = (cu - 1) // T  # the row each sequence ends in
+        ends.append(cu + (picked[row] - row) * T)
+        target_count += part.target_count
+        longest = max(longest, part.max_seqlen)
+    cu_seqlens = np.zeros(1 + sum(e.size for e in ends), dtype=np.int32)
+    cu_seqlens[1:] = np.sort(np.concatenate(ends))
+    batch = object.__new__(PackedMixtureBatch)
+    for out, name in zip(outputs, _FIELDS, strict=True):
+        setattr(batch, name, out)
+    batch.target_count, batch.cu_seqlens, batch.max_seqlen = target_count, cu_seqlens, longest
+    return _mixed(batch, None, sources, numbers, spaces, names, index)
+
+
+def _mixed(
+    arrays: PackedBatch,
+    part: PackedBatch | None,
+    sources: SourceArray,
+    numbers: IntArray,
+    spaces: tuple[RowSpace, ...],
+    names: tuple[str, ...],
+    index: int | None = None,
+) -> PackedMixtureBatch:
+    batch = arrays if isinstance(arrays, PackedMixtureBatch) else object.__new__(PackedMixtureBatch)
+    if batch is not arrays:
+        for name in (*_FIELDS, "target_count", "cu_seqlens", "max_seqlen"):
+            setattr(batch, name, getattr(arrays, name))
+    batch.epoch, batch.index, batch.positions = 0, arrays.index if index is None else index, numbers
+    first: Any = spaces[0]  # `space` is typed as a window space in `MiniBatch`
+    batch.space = batch.row_space = first
+    batch._located = None
+    batch._segments = None if part is None else part._segments  # a source's own segments are the batch's
+    batch.sources, batch.row_spaces, batch.names = sources, spaces, names
+    return batch
