@@ -256,3 +256,18 @@ def test_plan_files_of_a_packed_mixture_are_shared(tmp_path: Path) -> None:
         == plain.fingerprint
         != mix([sb.windows(r.store, context_length=3) for r in rows], [1, 2], seed=4).fingerprint
     )
+
+
+def test_readme_packed_mixture_example_runs() -> None:
+    """The README's example of a mixture of packed rows runs as written and prints the block after it."""
+    import contextlib
+    import io
+    import re
+
+    text = (Path(__file__).parents[1] / "README.md").read_text().split("**Mixtures of packed rows.**", 1)[1]
+    shown = re.search(r"```python\n(.*?)```\n\nprints\n\n```\n(.*?)```", text, flags=re.S)
+    assert shown is not None
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(shown.group(1), "README.md", "exec"), {})
+    assert out.getvalue() == shown.group(2)
