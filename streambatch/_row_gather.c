@@ -24,6 +24,9 @@
  * Gatherer.gather(rows, inputs, targets, segment_ids, position_ids, loss_mask)
  *     fills the five preallocated C-contiguous outputs and returns
  *     (cu_seqlens as a bytearray of int32, target_count, max_seqlen).
+ * Gatherer.gather(rows, ..., loss_mask, kinds, sources)
+ *     the same for a mixture of packed rows: row i is row rows[i] of source kinds[i] (uint8), read by the
+ *     Gatherer sources[kinds[i]] (a tuple of Gatherers of one T, token size and pad id): one pass, as for one source.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -163,11 +166,14 @@ static int64_t full_index(const int64_t *ends, int64_t count, int64_t r) {
 
 /* Pass 1: check every row, count the sequences (segments, and each padded row's padding), and put the
  * source of each full row in sources[i]. */
-static int64_t count_sequences(const Gatherer *g, const int64_t *rows, int64_t width, failure *fail, int64_t *sources) {
-    const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-    const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
-    int64_t total = g->full_rows + g->counts[OFFSETS] - 1, sequences = 0, i, j, src = 0;
+static int64_t count_sequences(Gatherer *const *gs, const uint8_t *kinds, const int64_t *rows, int64_t width, failure *fail,
+                               int64_t *sources) {
+    int64_t sequences = 0, i, j, src = 0;
     for (i = 0; i < width; i++) {
+        const Gatherer *g = gs[kinds ? kinds[i] : 0];
+        const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
+        const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
+        int64_t total = g->full_rows + g->counts[OFFSETS] - 1;
         int64_t r = rows[i], used = 0, lo, hi;
         if (r < 0 || r >= total) {
             fail->message = "row number out of range for this packing";
@@ -296,20 +302,25 @@ static inline void prefetch(const Gatherer *g, int64_t src, int64_t n) {
 }
 
 /* Fill every row (already checked by count_sequences, which found the full rows' sources). */
-static void fill(const Gatherer *g, const int64_t *rows, int64_t width, outputs *o, const int64_t *sources) {
-    const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-    const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
-    int64_t T = g->T, i, j, src = 0;
+static void fill(Gatherer *const *gs, const uint8_t *kinds, const int64_t *rows, int64_t width, outputs *o,
+                 const int64_t *sources) {
+    int64_t T = gs[0]->T, i, j, src = 0;
     for (i = 0; i < width; i++) {
+        const Gatherer *g = gs[kinds ? kinds[i] : 0];
+        const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
+        const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
         int64_t r = rows[i], at = i * T, column = 0;
         if (i + PREFETCH_AHEAD < width) {
+            const Gatherer *h = gs[kinds ? kinds[i + PREFETCH_AHEAD] : 0];
+            const int64_t *ahead_offsets = (const int64_t *)h->views[OFFSETS].buf;
+            const uint32_t *ahead_tails = (const uint32_t *)h->views[TAILS].buf;
             int64_t ahead = rows[i + PREFETCH_AHEAD];
-            if (ahead < g->full_rows) {
-                prefetch(g, sources[i + PREFETCH_AHEAD], T + 1);
+            if (ahead < h->full_rows) {
+                prefetch(h, sources[i + PREFETCH_AHEAD], T + 1);
             } else {
-                for (j = offsets[ahead - g->full_rows]; j < offsets[ahead - g->full_rows + 1]; j++) {
-                    int64_t n = tail_of(g, tails[j], &src);
-                    prefetch(g, src, n + 1);
+                for (j = ahead_offsets[ahead - h->full_rows]; j < ahead_offsets[ahead - h->full_rows + 1]; j++) {
+                    int64_t n = tail_of(h, ahead_tails[j], &src);
+                    prefetch(h, src, n + 1);
                 }
             }
         }
@@ -340,21 +351,54 @@ static int writable(PyObject *object, Py_buffer *view, Py_ssize_t bytes, const c
     return 0;
 }
 
+static PyTypeObject GathererType;
+
+/* The gatherers of a mixture's sources (a tuple; each row names its own by kinds[row]), checked alike: one T,
+ * token size and pad id.  Returns a PyMem array of borrowed pointers (the tuple holds them), or NULL with an error. */
+static Gatherer **source_gatherers(const Gatherer *self, PyObject *tuple) {
+    Py_ssize_t n, k;
+    Gatherer **found;
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) < 1 || PyTuple_GET_SIZE(tuple) > 256) {
+        PyErr_SetString(PyExc_TypeError, "Gatherer.gather(): sources must be a tuple of 1 to 256 Gatherers");
+        return NULL;
+    }
+    n = PyTuple_GET_SIZE(tuple);
+    found = (Gatherer **)PyMem_Malloc((size_t)n * sizeof(Gatherer *));
+    if (found == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (k = 0; k < n; k++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, k);
+        const Gatherer *g = (const Gatherer *)item;
+        if (!PyObject_TypeCheck(item, &GathererType) || g->held != HELD || g->T != self->T ||
+            g->itemsize != self->itemsize || g->pad != self->pad) {
+            PyErr_SetString(PyExc_ValueError, "Gatherer.gather(): the sources' gatherers differ in T, token size or pad_id");
+            PyMem_Free(found);
+            return NULL;
+        }
+        found[k] = (Gatherer *)item;
+    }
+    return found;
+}
+
 static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize_t nargs) {
     static const char *names[5] = {"inputs", "targets", "segment_ids", "position_ids", "loss_mask"};
-    Py_buffer rows_view, out[5];
-    int taken = 0, k;
-    int64_t width, sequences;
+    Py_buffer rows_view, out[5], kinds_view;
+    int taken = 0, k, have_kinds = 0;
+    int64_t width, sequences, i;
     failure fail = {NULL, 0};
     outputs o;
     PyObject *cu = NULL, *result = NULL;
     int64_t *sources = NULL;
+    Gatherer *alone[1] = {self}, **gs = alone, **many = NULL;
+    const uint8_t *kinds = NULL;
     if (self->held != HELD) {
         PyErr_SetString(PyExc_ValueError, "Gatherer.gather(): not initialised");
         return NULL;
     }
-    if (nargs != 6) {
-        PyErr_Format(PyExc_TypeError, "Gatherer.gather() takes 6 arguments, got %zd", nargs);
+    if (nargs != 6 && nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "Gatherer.gather() takes 6 or 8 arguments, got %zd", nargs);
         return NULL;
     }
     if (PyObject_GetBuffer(args[0], &rows_view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
@@ -365,6 +409,28 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize
         goto done;
     }
     width = (int64_t)(rows_view.len / 8);
+    if (nargs == 8) { /* a mixture: kinds (uint8, one per row) pick each row's gatherer among the sources */
+        many = source_gatherers(self, args[7]);
+        if (many == NULL) {
+            goto done;
+        }
+        if (PyObject_GetBuffer(args[6], &kinds_view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            goto done;
+        }
+        have_kinds = 1;
+        if (!kind_is(&kinds_view, "B", 1) || kinds_view.len != width) {
+            PyErr_SetString(PyExc_ValueError, "Gatherer.gather(): kinds must be uint8, one per row");
+            goto done;
+        }
+        kinds = (const uint8_t *)kinds_view.buf;
+        for (i = 0; i < width; i++) {
+            if ((Py_ssize_t)kinds[i] >= PyTuple_GET_SIZE(args[7])) {
+                PyErr_Format(PyExc_ValueError, "row %lld of the batch: source %d has no gatherer", (long long)i, (int)kinds[i]);
+                goto done;
+            }
+        }
+        gs = many;
+    }
     {
         Py_ssize_t positions = (Py_ssize_t)(width * self->T);
         Py_ssize_t bytes[5] = {positions * self->itemsize, positions * self->itemsize, positions * 4, positions * 4, positions};
@@ -380,7 +446,7 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize
         PyErr_NoMemory();
         goto done;
     }
-    sequences = count_sequences(self, (const int64_t *)rows_view.buf, width, &fail, sources);
+    sequences = count_sequences(gs, kinds, (const int64_t *)rows_view.buf, width, &fail, sources);
     if (sequences < 0) {
         PyErr_Format(PyExc_ValueError, "row %lld of the batch: %s", (long long)fail.row, fail.message);
         goto done;
@@ -398,11 +464,15 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize
     o.sequence = o.target_count = o.max_seqlen = 0;
     o.cu[0] = 0;
     Py_BEGIN_ALLOW_THREADS
-    fill(self, (const int64_t *)rows_view.buf, width, &o, sources);
+    fill(gs, kinds, (const int64_t *)rows_view.buf, width, &o, sources);
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("(OLL)", cu, (long long)o.target_count, (long long)o.max_seqlen);
 done:
     PyMem_Free(sources);
+    PyMem_Free(many);
+    if (have_kinds) {
+        PyBuffer_Release(&kinds_view);
+    }
     Py_XDECREF(cu);
     for (k = 0; k < taken; k++) {
         PyBuffer_Release(&out[k]);
@@ -413,8 +483,8 @@ done:
 
 static PyMethodDef gatherer_methods[] = {
     {"gather", (PyCFunction)(void (*)(void))gatherer_gather, METH_FASTCALL,
-     "gather(rows, inputs, targets, segment_ids, position_ids, loss_mask) -> (cu_seqlens bytearray, target_count, "
-     "max_seqlen)"},
+     "gather(rows, inputs, targets, segment_ids, position_ids, loss_mask[, kinds, sources]) -> (cu_seqlens bytearray, "
+     "target_count, max_seqlen); a mixture's row i is read by sources[kinds[i]]"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -27,6 +27,11 @@ class Gatherer:
         segment_ids: WriteableBuffer,
         position_ids: WriteableBuffer,
         loss_mask: WriteableBuffer,
+        kinds: ReadableBuffer = ...,
+        sources: tuple[Gatherer, ...] = ...,
         /,
     ) -> tuple[bytearray, int, int]:
-        """Fill the outputs for int64 *rows*; return (int32 cu_seqlens bytes, target_count, max_seqlen)."""
+        """Fill the outputs for int64 *rows*; return (int32 cu_seqlens bytes, target_count, max_seqlen).
+
+        A mixture passes *kinds* (uint8, one per row) and *sources*: row i is read by ``sources[kinds[i]]``.
+        """

@@ -91,16 +91,16 @@ def test_audit_proves_a_packed_mixture(mixture: Path, workers: int, world: int) 
 
 
 def test_audit_finds_rows_that_are_not_their_sources(mixture: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import streambatch.stages.mix_rows as mix_rows
+    from streambatch.stages.mix_rows import RowsGather
 
-    real = mix_rows.emit
+    real = RowsGather.__call__
 
-    def shifted(space: Any, numbers: Any, index: int) -> Any:
-        batch = real(space, numbers, index)
+    def shifted(self: RowsGather, sources: Any, numbers: Any, index: int) -> Any:
+        batch = real(self, sources, numbers, index)
         batch.targets[:, :1] += 1  # one wrong target per row
         return batch
 
-    monkeypatch.setattr(mix_rows, "emit", shifted)
+    monkeypatch.setattr(RowsGather, "__call__", shifted)
     code, text = run(["audit", str(mixture), *ARGS, "--json"])
     assert code == 1
     assert "tokens" in json.loads(text)["failures"]

@@ -27,6 +27,7 @@ from streambatch.stages.mix_batch import source_sums
 from streambatch.stages.mix_rows import PackedMixtureBatch
 from streambatch.stages.mixture import MixItem, Mixture, mix
 from streambatch.stages.packed_batch import PackedBatch
+from streambatch.stages.rows import GATHER_BACKEND
 
 from .test_mixture import WEIGHT, check_prefix_bound
 
@@ -185,6 +186,36 @@ def test_epoch_over_a_packed_mixture_is_the_chained_stages() -> None:
     assert "pack=True" in repr(sb.Run(mixture, batch_size=4, seed=None))
 
 
+def expected_fields(mixture: Mixture, batch: PackedMixtureBatch) -> list[list[Any]]:
+    """The batch's five arrays from each source's own packed rows (its whole epoch in row order), cu_seqlens from the ids."""
+    alone = [sb.materialize(sb.chunk(part[:], len(part)))[0] for part in mixture.parts]
+    picked = [alone[s] for s in batch.sources.tolist()]
+    fields = [
+        [getattr(a, name)[r].tolist() for a, r in zip(picked, batch.rows.tolist(), strict=True)]
+        for name in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
+    ]
+    T, flat = batch.context_length, np.asarray(fields[2]).reshape(-1)
+    starts = [i for i in range(flat.size) if i % T == 0 or flat[i] != flat[i - 1]]
+    return [*fields, [*starts, flat.size], [sum(map(sum, fields[4]))]]
+
+
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_the_one_pass_gather_and_the_gather_by_source_agree(one_pass: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C kernel's one pass over every source, and each source's own gather placed row by row, give those rows."""
+    parts = [packed_source(s, lengths, T=5) for s, lengths in enumerate([[13, 2, 27, 6], [9, 1, 4], [31, 3]])]
+    mixture = mix(parts, [3, 2, 1], seed=5, length=60)
+    gather = mixture.space.row_gather()
+    assert gather.one_pass == (GATHER_BACKEND == "c")
+    monkeypatch.setattr(gather, "one_pass", one_pass)
+    batches = list(sb.materialize(sb.chunk(mixture, 7)))
+    assert len(batches) == 9
+    for batch in batches:
+        assert isinstance(batch, PackedMixtureBatch)
+        got = [getattr(batch, name).tolist() for name in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")]
+        assert [*got, batch.cu_seqlens.tolist(), [batch.target_count]] == expected_fields(mixture, batch)
+        check_batch(batch)
+
+
 def test_mixed_dtypes_and_corpora_are_widened() -> None:
     narrow = packed_source(0, [9, 5], T=3, dtype=np.uint16)
     docs = [sb.Document("c0", "train", range(70_000, 70_011)), sb.Document("c1", "train", range(80_000, 80_004))]
@@ -271,3 +302,21 @@ def test_readme_packed_mixture_example_runs() -> None:
     with contextlib.redirect_stdout(out):
         exec(compile(shown.group(1), "README.md", "exec"), {})
     assert out.getvalue() == shown.group(2)
+
+
+@pytest.mark.skipif(GATHER_BACKEND != "c", reason="the C gather is not built")
+def test_the_kernel_refuses_bad_kinds_and_unlike_sources() -> None:
+    parts = [packed_source(s, [9, 5], T=3) for s in range(2)]
+    gather = mix(parts, [1, 1], seed=1).space.row_gather()
+    g0, g1 = gather.gatherers
+    outputs = [np.empty((2, 3), d) for d in (np.uint32, np.uint32, np.int32, np.int32, np.bool_)]
+    rows = np.zeros(2, dtype=np.int64)
+    with pytest.raises(ValueError, match="source 2 has no gatherer"):
+        g0.gather(rows, *outputs, np.array([0, 2], np.uint8), (g0, g1))
+    with pytest.raises(ValueError, match="uint8, one per row"):
+        g0.gather(rows, *outputs, np.array([0], np.uint8), (g0, g1))
+    other = mix([packed_source(0, [9, 5], T=2)], [1], seed=1).space.row_gather().gatherers[0]
+    with pytest.raises(ValueError, match="differ in T"):
+        g0.gather(rows, *outputs, np.array([0, 1], np.uint8), (g0, other))
+    with pytest.raises(ValueError, match="row 1 of the batch"):  # a row beyond its own source's packing
+        g0.gather(np.array([0, len(parts[1])], np.int64), *outputs, np.array([0, 1], np.uint8), (g0, g1))

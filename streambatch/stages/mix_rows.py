@@ -8,13 +8,15 @@ its batch is a `PackedMixtureBatch`: every field of a
 position ids, loss mask, target count, ``cu_seqlens``, ``max_seqlen``,
 per-segment provenance) plus ``sources`` (one per row) and ``source_names``.
 
-`emit_mixture` gathers a batch with the packed mode's one gather per source
-(`streambatch.stages.rows.emit`: the C kernel, or its numpy rule), each source's
-rows straight into a source-sized block, then places the blocks' rows at their
-places in the batch and shifts each source's ``cu_seqlens`` boundaries to its
-rows (a row boundary is always a sequence boundary, so every source's sequences
-stay whole).  A batch of one source (every batch of a one-source mixture) is
-that source's batch, with no copy.
+`RowsGather` gathers a batch with the packed mode's one gather: when every
+source has the C kernel (`streambatch._row_gather`) and one token dtype, one
+call fills the whole batch in one pass, each row read through its own source's
+gatherer (``Gatherer.gather(rows, ..., kinds, sources)``).  Otherwise (a source
+gathered by numpy, or mixed dtypes) each source's rows are gathered by
+`streambatch.stages.rows.emit` into a source-sized block, then placed at their
+rows of the batch, each source's ``cu_seqlens`` boundaries shifted to its rows
+(a row boundary is always a sequence boundary, so every sequence stays whole).
+A batch of one source is that source's batch, with no copy.
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import DataError
 from ..model.documents import PARTITIONS, Partition
 from .mix_batch import SourceArray, present
 from .packed_batch import _SLOTS, PackedBatch, SegmentProvenance
-from .rows import RowSpace, emit
+from .rows import RowSpace, emit, row_gatherer
 from .window_index import IntArray
 
-__all__ = ["PackedMixtureBatch", "emit_mixture"]
+__all__ = ["PackedMixtureBatch", "RowsGather"]
 
 
 class PackedMixtureBatch(PackedBatch):
@@ -148,65 +151,80 @@ _MIXED_SLOTS = (*_SLOTS, *PackedMixtureBatch.__slots__)
 _FIELDS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
 
 
-def emit_mixture(
-    spaces: tuple[RowSpace, ...], names: tuple[str, ...], sources: SourceArray, numbers: IntArray, index: int
-) -> PackedMixtureBatch:
-    """Batch *index* of rows *numbers* (int64, each within its row's source *sources*): one gather per source.
+class RowsGather:
+    """The gather of a mixture of packed rows (built once per mixture): its sources' packings, names and C gatherers.
 
-    >>> import streambatch as sb
-    >>> from streambatch.stages.mixture import mix
-    >>> a = sb.pack([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2)
-    >>> b = sb.pack([sb.Document("b", "train", [0, 20, 1])], context_length=2)
-    >>> batch = sb.materialize(sb.chunk(mix([a, b], [1, 1], seed=3), 4))[0]
-    >>> batch.sources.tolist(), batch.inputs.tolist(), batch.cu_seqlens.tolist(), batch.target_count
-    ([0, 1, 0], [[0, 10], [0, 20], [11, 12]], [0, 2, 4, 6], 6)
+    ``one_pass`` is True when every source has the C kernel and the sources share one token dtype.
     """
-    found = present(sources)
-    if len(found) <= 1:  # one source: its own batch, no copy
-        part = emit(spaces[found[0] if found else 0], numbers, index)
-        return _mixed(part, part, sources, numbers, spaces, names)
-    T = spaces[0].rows.context_length
-    dtype = np.result_type(*(spaces[s].store.dtype for s in found))
-    shape = (sources.size, T)
-    outputs = [np.empty(shape, d) for d in (dtype, dtype, np.int32, np.int32, np.bool_)]
-    ends: list[npt.NDArray[np.int64]] = []
-    target_count = longest = 0
-    for s in found:
-        picked = np.flatnonzero(sources == s)
-        part = emit(spaces[s], numbers[picked], index)
-        for out, name in zip(outputs, _FIELDS, strict=True):
-            out[picked] = getattr(part, name)
-        cu = part.cu_seqlens[1:].astype(np.int64)
-        row = (cu - 1) // T  # the row each sequence ends in
-        ends.append(cu + (picked[row] - row) * T)
-        target_count += part.target_count
-        longest = max(longest, part.max_seqlen)
-    cu_seqlens = np.zeros(1 + sum(e.size for e in ends), dtype=np.int32)
-    cu_seqlens[1:] = np.sort(np.concatenate(ends))
-    batch = object.__new__(PackedMixtureBatch)
-    for out, name in zip(outputs, _FIELDS, strict=True):
-        setattr(batch, name, out)
-    batch.target_count, batch.cu_seqlens, batch.max_seqlen = target_count, cu_seqlens, longest
-    return _mixed(batch, None, sources, numbers, spaces, names, index)
 
+    __slots__ = ("dtype", "gatherers", "names", "one_pass", "spaces")
 
-def _mixed(
-    arrays: PackedBatch,
-    part: PackedBatch | None,
-    sources: SourceArray,
-    numbers: IntArray,
-    spaces: tuple[RowSpace, ...],
-    names: tuple[str, ...],
-    index: int | None = None,
-) -> PackedMixtureBatch:
-    batch = arrays if isinstance(arrays, PackedMixtureBatch) else object.__new__(PackedMixtureBatch)
-    if batch is not arrays:
-        for name in (*_FIELDS, "target_count", "cu_seqlens", "max_seqlen"):
-            setattr(batch, name, getattr(arrays, name))
-    batch.epoch, batch.index, batch.positions = 0, arrays.index if index is None else index, numbers
-    first: Any = spaces[0]  # `space` is typed as a window space in `MiniBatch`
-    batch.space = batch.row_space = first
-    batch._located = None
-    batch._segments = None if part is None else part._segments  # a source's own segments are the batch's
-    batch.sources, batch.row_spaces, batch.names = sources, spaces, names
-    return batch
+    def __init__(self, spaces: tuple[RowSpace, ...], names: tuple[str, ...]) -> None:
+        self.spaces = spaces
+        self.names = names
+        self.dtype = np.result_type(*(space.store.dtype for space in spaces))
+        self.gatherers = tuple(row_gatherer(space) for space in spaces)
+        self.one_pass = all(g is not False for g in self.gatherers) and all(sp.store.dtype == self.dtype for sp in spaces)
+
+    def __call__(self, sources: SourceArray, numbers: IntArray, index: int) -> PackedMixtureBatch:
+        """Batch *index* of rows *numbers* (int64, each within its row's source *sources*).
+
+        >>> import streambatch as sb
+        >>> from streambatch.stages.mixture import mix
+        >>> a = sb.pack([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2)
+        >>> b = sb.pack([sb.Document("b", "train", [0, 20, 1])], context_length=2)
+        >>> batch = sb.materialize(sb.chunk(mix([a, b], [1, 1], seed=3), 4))[0]
+        >>> batch.sources.tolist(), batch.inputs.tolist(), batch.cu_seqlens.tolist(), batch.target_count
+        ([0, 1, 0], [[0, 10], [0, 20], [11, 12]], [0, 2, 4, 6], 6)
+        """
+        if not self.one_pass:
+            return self._by_source(sources, numbers, index)
+        shape = (sources.size, self.spaces[0].rows.context_length)
+        outputs = [np.empty(shape, d) for d in (self.dtype, self.dtype, np.int32, np.int32, np.bool_)]
+        try:  # one pass: row i read by its source's gatherer
+            cu, count, longest = self.gatherers[0].gather(numbers, *outputs, np.ascontiguousarray(sources), self.gatherers)
+        except ValueError as err:
+            raise DataError(
+                f"{err}; the rows do not belong to their sources' packings (remove the plan files and plan again)"
+            ) from None
+        return self._batch(outputs, (count, np.frombuffer(cu, np.int32), longest), sources, numbers, index)
+
+    def _by_source(self, sources: SourceArray, numbers: IntArray, index: int) -> PackedMixtureBatch:
+        """Each source's rows by `emit`, placed at their rows; each source's sequence ends shifted to its rows."""
+        found, spaces = present(sources), self.spaces
+        if len(found) <= 1:  # one source: its own batch, no copy
+            part = emit(spaces[found[0] if found else 0], numbers, index)
+            arrays = [getattr(part, name) for name in _FIELDS]
+            batch = self._batch(arrays, (part.target_count, part.cu_seqlens, part.max_seqlen), sources, numbers, index)
+            batch._segments = part._segments  # a source's own segments are the batch's
+            return batch
+        T = spaces[0].rows.context_length
+        outputs = [np.empty((sources.size, T), d) for d in (self.dtype, self.dtype, np.int32, np.int32, np.bool_)]
+        ends: list[npt.NDArray[np.int64]] = []
+        target_count = longest = 0
+        for s in found:
+            picked = np.flatnonzero(sources == s)
+            part = emit(spaces[s], numbers[picked], index)
+            for out, name in zip(outputs, _FIELDS, strict=True):
+                out[picked] = getattr(part, name)
+            cu = part.cu_seqlens[1:].astype(np.int64)
+            row = (cu - 1) // T  # the row each sequence ends in
+            ends.append(cu + (picked[row] - row) * T)
+            target_count += part.target_count
+            longest = max(longest, part.max_seqlen)
+        cu_seqlens = np.zeros(1 + sum(e.size for e in ends), dtype=np.int32)
+        cu_seqlens[1:] = np.sort(np.concatenate(ends))
+        return self._batch(outputs, (target_count, cu_seqlens, longest), sources, numbers, index)
+
+    def _batch(
+        self, arrays: list[Any], varlen: tuple[int, Any, int], sources: SourceArray, numbers: IntArray, index: int
+    ) -> PackedMixtureBatch:
+        batch = object.__new__(PackedMixtureBatch)
+        batch.inputs, batch.targets, batch.segment_ids, batch.position_ids, batch.loss_mask = arrays
+        batch.target_count, batch.cu_seqlens, batch.max_seqlen = varlen
+        batch.epoch, batch.index, batch.positions = 0, index, numbers
+        first: Any = self.spaces[0]  # `space` is typed as a window space in `MiniBatch`
+        batch.space = batch.row_space = first
+        batch._located = batch._segments = None
+        batch.sources, batch.row_spaces, batch.names = sources, self.spaces, self.names
+        return batch

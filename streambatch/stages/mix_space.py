@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from .mix import MixPlan, source_epoch_seed
 from .mix_batch import MixGather, SourceArray, present
+from .mix_rows import RowsGather
 from .plan import plan_file
 from .rows import Rows, RowSpace
 from .shuffle import shuffle
@@ -107,6 +108,13 @@ class MixSpace:
         gather: MixGather | None = self.cache.get("gather")
         if gather is None:
             gather = self.cache["gather"] = MixGather(self.window_spaces)
+        return gather
+
+    def row_gather(self) -> RowsGather:
+        """The gather of a mixture of packed rows (built once)."""
+        gather: RowsGather | None = self.cache.get("row gather")
+        if gather is None:
+            gather = self.cache["row gather"] = RowsGather(self.row_spaces, self.names)
         return gather
 
     def stream(self, source: int, first: int, stop: int) -> npt.NDArray[Any]:

@@ -55,7 +55,7 @@ from .materialize import materialize_one
 from .mix import MixPlan, integer_weights, plan_mix
 from .mix_batch import MixtureBatch, SourceArray, present
 from .mix_parts import Part, check_names, check_parts
-from .mix_rows import PackedMixtureBatch, emit_mixture
+from .mix_rows import PackedMixtureBatch
 from .mix_space import MixItem, MixSpace
 from .plan import check_plan_dir
 from .rows import Rows
@@ -228,7 +228,7 @@ class Mixture:
         """Gather this view's rows into a `MixtureBatch` (packed: `PackedMixtureBatch`) numbered *index*."""
         if self._space.packed:
             sources, numbers = self._space.numbers(self._lo, self._hi)
-            return emit_mixture(self._space.row_spaces, self._space.names, sources, numbers, index)
+            return self._space.row_gather()(sources, numbers, index)
         sources, positions, rows = self._space.rows(self._lo, self._hi)
         inputs, targets = self._space.gather().take(rows)
         spaces = self._space.window_spaces
@@ -263,14 +263,14 @@ class Mixture:
     def _packed_chunks(self, size: int, batches: range) -> Iterator[PackedMixtureBatch]:
         """Consecutive packed batches: sources and row numbers located a block of batches at a time."""
         space, per = self._space, max(1, _BLOCK_ROWS // size)
-        spaces = space.row_spaces
+        gather = space.row_gather()
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
             lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
             sources, numbers = space.numbers(self._lo + lo, self._lo + hi)
             for batch in group:
                 cut = slice(batch * size - lo, min(batch * size - lo + size, hi - lo))
-                yield emit_mixture(spaces, space.names, sources[cut], numbers[cut], batch)
+                yield gather(sources[cut], numbers[cut], batch)
 
     # -- the sequence protocol ----------------------------------------------------------
     def __len__(self) -> int:

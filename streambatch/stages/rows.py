@@ -242,11 +242,17 @@ class Rows(Sequence[int]):
         )
 
 
-def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
-    """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy."""
+def row_gatherer(space: RowSpace) -> Any:
+    """The C gatherer of *space*, built once and cached on it; False where numpy gathers."""
     gatherer = space.cache.get("gather")
     if gatherer is None:
         gatherer = space.cache["gather"] = _gatherer(space)
+    return gatherer
+
+
+def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
+    """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy."""
+    gatherer = row_gatherer(space)
     if gatherer is False:
         return PackedBatch(index, gather_rows(space, numbers), numbers, space)
     shape, dtype = (numbers.size, space.rows.context_length), space.store.dtype
