@@ -304,7 +304,8 @@ class Mixture:
 
     def __repr__(self) -> str:
         shares = ", ".join(f"{n}={float(w):.4g}" for n, w in zip(self.names, self.weights, strict=True))
-        return f"Mixture({len(self)} items, {shares}, seed={self.seed}, context_length={self.context_length})"
+        rows = ", packed rows" if self.packed else ""
+        return f"Mixture({len(self)} items, {shares}, seed={self.seed}, context_length={self.context_length}{rows})"
 
 
 def mixture_fingerprint(parts: Sequence[Part], plan: MixPlan, length: int) -> str:
