@@ -118,3 +118,16 @@ def test_plan_and_trace(mixture: Path, tmp_path: Path) -> None:
     svg = tmp_path / "mix.svg"
     assert run(["trace", str(mixture), *ARGS, "--svg", str(svg)])[0] == 0
     assert svg.read_text().count('class="row"') == 40
+
+
+def test_pack_refuses_a_stride_and_a_window_mixture(mixture: Path) -> None:
+    opened = sb.open_source(mixture)
+    with pytest.raises(sb.ConfigError, match="stride"):
+        sb.Epoch(opened, context_length=4, batch_size=3, seed=7, stride=2, pack=True)
+    assert run(["epoch", str(mixture), *ARGS, "--stride", "2"]) == (2, "")
+    windows = sb.Epoch(opened, context_length=4, batch_size=3, seed=7)
+    with pytest.raises(sb.ConfigError, match="blends windows"):
+        sb.Epoch(windows.windows, batch_size=3, pack=True)
+    packed = sb.Epoch(opened, context_length=4, batch_size=3, seed=7, pack=True)
+    assert packed.pack
+    assert "packed rows" in repr(packed.windows)
