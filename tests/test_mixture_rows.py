@@ -235,6 +235,12 @@ def test_mixed_dtypes_and_corpora_are_widened() -> None:
         mask = batch.loss_mask & (batch.sources == 1)[:, None]
         seen.update(batch.targets[mask].tolist())
     assert seen == Counter([*range(70_001, 70_011), *range(80_001, 80_004)])
+    same = mix([packed_source(0, [9, 5], T=3), corpus], [1, 1], seed=2)  # one dtype: the one-pass gather over a corpus
+    assert same.space.row_gather().one_pass == (GATHER_BACKEND == "c")
+    for batch in sb.materialize(sb.chunk(same, 4)):
+        assert isinstance(batch, PackedMixtureBatch)
+        assert [*(getattr(batch, n).tolist() for n in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")),
+                batch.cu_seqlens.tolist(), [batch.target_count]] == expected_fields(same, batch)  # fmt: skip
 
 
 def test_per_source_token_sums_count_real_targets_only() -> None:

@@ -113,3 +113,16 @@ def test_elastic_resume_of_a_packed_mixture_from_three_ranks_to_two() -> None:
         for s, p in zip(batch.sources.tolist(), batch.positions.tolist(), strict=True):
             expected[(batch.epoch, s, p)] += 1
     assert seen == expected
+
+
+@pytest.mark.slow
+def test_spawned_workers_read_a_packed_mixture_with_plan_files(tmp_path: Any) -> None:
+    """Spawned workers receive the packed mixture (its plan and packing files by name): the same batches as in one process."""
+    docs = [sb.Document(f"w{i}", "train", range(100 * i, 100 * i + 10 + 3 * i)) for i in range(3)]
+    web = sb.pack(docs, context_length=4, plan_dir=tmp_path)
+    code = sb.pack([sb.Document("c", "train", range(5000, 5007))], context_length=4, plan_dir=tmp_path)
+    mixture = mix([web, code], [2, 1], seed=13, plan_dir=tmp_path)
+    assert mixture.space.plan_path is not None
+    run = sb.Run(mixture, batch_size=3, seed=None, epochs=1)
+    loader = DataLoader(sbt.RunDataset(run), batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    assert [_key(b) for b in loader] == [_key(b) for b in DataLoader(sbt.RunDataset(run), batch_size=None)]
