@@ -7,11 +7,18 @@ stage falls back to numpy or exact Python: see ``streambatch.stages.shuffle.BACK
 
 from setuptools import Extension, setup
 
+try:  # the packed gather makes its batch's numpy arrays itself (numpy's C API)
+    import numpy
+
+    NUMPY_INCLUDE = [numpy.get_include()]
+except ImportError:  # no numpy at build time: that extension fails to build and numpy gathers instead
+    NUMPY_INCLUDE = []
+
 setup(
     ext_modules=[
         Extension("streambatch._fisher_yates", sources=["streambatch/_fisher_yates.c"], optional=True),
         Extension("streambatch._best_fit", sources=["streambatch/_best_fit.c"], optional=True),
         Extension("streambatch._mix_order", sources=["streambatch/_mix_order.c"], optional=True),
-        Extension("streambatch._row_gather", sources=["streambatch/_row_gather.c"], optional=True),
+        Extension("streambatch._row_gather", sources=["streambatch/_row_gather.c"], include_dirs=NUMPY_INCLUDE, optional=True),
     ]
 )

@@ -12,8 +12,8 @@ default length (the largest source once).  Emission: positions per second
 iterating a whole epoch of batches of B rows (inputs, targets, segment and
 position ids, loss mask, cu_seqlens, and for the mixture sources), medians of
 --reps interleaved repeats, for (a) the mixture (`sb.Epoch(mixture, ...)`:
-one packed gather per source present in a batch, then each source's rows placed
-in the batch), (b) the largest source packed alone, (c) the three stores read as
+one call of the packed gather per batch, each row read through its own source's
+gatherer, every array made by it), (b) the largest source packed alone, (c) the three stores read as
 one source (a `Corpus`, packed and shuffled: the same tokens).  Reported by the
 wall clock and, for the ratios, by this process's CPU time.
 """

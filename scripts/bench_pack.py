@@ -3,6 +3,7 @@
 
     python scripts/bench_pack.py                  # T = 1024, 2048, 8192; 10**7 pieces, 3 runs; emission
     python scripts/bench_pack.py --pieces 1e6 --runs 1 --emit-tokens 5e6 --emit-reps 3
+    python scripts/bench_pack.py --emission-only --emit-reps 9   # only window vs packed emission
 
 Only document lengths are needed: ``bench.synthetic_lengths`` (lognormal, median
 ~1,500 tokens, clipped to [1, 50,000], ~20,000 documents for 5e7 tokens).
@@ -24,8 +25,8 @@ configurations of bench.py) against the packed mode
 (``sb.Epoch(store, T, pack=True, seed=7)``, whose batches carry inputs, targets, segment ids,
 position ids, loss mask and cu_seqlens); positions per second, median of the
 repeats, and their ratio.  A window batch writes 4 bytes per position (uint16
-inputs and targets), a packed one 13 (plus int32 segment and position ids and a
-bool mask).
+inputs and targets), a packed one 9 (plus int16 segment and position ids and a
+bool mask), and per segment its provenance.
 """
 
 from __future__ import annotations
@@ -166,7 +167,12 @@ def main() -> None:
     parser.add_argument("--emit-tokens", type=float, default=50e6, help="corpus tokens for the emission comparison")
     parser.add_argument("--emit", default="1024:32,2048:8", help="T:B configurations for emission (bench.py's)")
     parser.add_argument("--emit-reps", type=int, default=5, help="interleaved repeats per emission measurement")
+    parser.add_argument("--emission-only", action="store_true", help="only the window vs packed emission comparison")
     args = parser.parse_args()
+    configs = [(int(t), int(b)) for t, b in (c.split(":") for c in args.emit.split(","))]
+    if args.emission_only:
+        emission(emission_store(int(args.emit_tokens)), configs, args.emit_reps)
+        return
     print(f"backend: {pack.BACKEND}")
 
     lengths = synthetic_lengths(int(args.tokens))
@@ -210,7 +216,6 @@ def main() -> None:
         )
         del sizes
     print()
-    configs = [(int(t), int(b)) for t, b in (c.split(":") for c in args.emit.split(","))]
     emission(emission_store(int(args.emit_tokens)), configs, args.emit_reps)
 
 

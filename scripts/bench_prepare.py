@@ -4,6 +4,7 @@
     python scripts/bench_prepare.py                    # ~20 MB of stdlib source, 3 repeats
     python scripts/bench_prepare.py --megabytes 5 --repeats 1 --per-line
     python scripts/bench_prepare.py --rss-documents 10000000   # peak RSS growth per document
+    python scripts/bench_prepare.py --long-text 12.7            # one 12.7 MB text through the BPE
 
 The corpus is the Python standard library's own source (real text, one document
 per file, or per line with --per-line), copied into a temporary folder.  The BPE
@@ -18,6 +19,11 @@ With --rss-documents N, it measures memory instead: `prepare --per-line` of N
 one-character lines (and of N JSONL token rows), each in a fresh process, and
 reports the peak RSS (ru_maxrss) above the same run on 1,000 documents, divided
 by N: the bytes `prepare` holds per document.
+
+With --long-text MB, it tokenizes one text of MB megabytes of stdlib source with
+the BPE, whole (``tokenizers`` directly) and as `prepare` does (HFTokenizer: cut
+into pieces where the ids cannot change), each in a fresh process: peak RSS
+growth, seconds, and whether the ids are equal.
 """
 
 from __future__ import annotations
@@ -154,6 +160,46 @@ def measure_rss(documents: int) -> None:
             big.unlink()
 
 
+_TEXT_CHILD = """
+import resource, sys, time, hashlib
+import numpy as np
+from tokenizers import Tokenizer
+from streambatch.stages.read.tokenizers import HFTokenizer
+tok = Tokenizer.from_file(sys.argv[1])
+text = open(sys.argv[2], encoding="utf-8").read()
+base, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+if sys.argv[3] == "whole":
+    ids = np.array(tok.encode(text, add_special_tokens=False).ids, dtype=np.uint32)
+else:
+    ids = HFTokenizer(tok).encode(text)
+seconds = time.perf_counter() - start
+growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024
+print(ids.size, hashlib.blake2b(ids.tobytes()).hexdigest()[:16], growth, seconds)
+"""
+
+
+def measure_long_text(megabytes: float) -> None:
+    """One long text through the BPE: whole vs in pieces (HFTokenizer), peak RSS growth and time, in fresh processes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        copy_corpus(root / "corpus", max(megabytes, 4.5))
+        bpe = train_bpe(root / "corpus", root / "tokenizer.json")
+        text = "".join(f.read_text(encoding="utf-8") for f in sorted((root / "corpus").rglob("*.py")))[: int(megabytes * 1e6)]
+        (root / "long.txt").write_text(text, encoding="utf-8")
+        print(f"one text of {len(text):,} characters of stdlib source, byte-level BPE of 8,192 ids")
+        print("| encoding | tokens | peak RSS growth | seconds | ids digest |")
+        print("|---|---|---|---|---|")
+        for mode in ("whole", "pieces"):
+            done = subprocess.run(
+                [sys.executable, "-c", _TEXT_CHILD, str(bpe), str(root / "long.txt"), mode],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            count, digest, growth, seconds = done.stdout.split()
+            print(f"| {mode} | {int(count):,} | {int(growth) / 2**20:,.0f} MiB | {float(seconds):.2f} | {digest} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=20)
@@ -162,9 +208,13 @@ def main() -> None:
     parser.add_argument("--per-line", action="store_true", help="one document per non-blank line")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--rss-documents", type=int, help="measure peak RSS growth per document at this many documents instead")
+    parser.add_argument("--long-text", type=float, metavar="MB", help="measure one text of MB megabytes through the BPE instead")
     args = parser.parse_args()
     if args.rss_documents:
         measure_rss(args.rss_documents)
+        return
+    if args.long_text:
+        measure_long_text(args.long_text)
         return
 
     load_before = os.getloadavg()

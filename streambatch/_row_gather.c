@@ -1,36 +1,47 @@
-/* Gather packed rows into their final arrays in one pass: the packed mode's emission kernel.
+/* Gather packed rows into their final arrays: the packed mode's emission kernel.
  *
  * The rule is streambatch.stages._pack_gather.gather_segments (its numpy fallback,
- * which tests/test_pack_gather.py checks this kernel against): row r of the
- * packing holds, left to right from position 0, either one full piece (r <
- * full_rows: the r-th full piece in document order, found by a binary search on
- * the running count of full pieces) or the tails tails[offsets[p]:offsets[p+1]]
- * of packed row p = r - full_rows (a tail of document d starts at
+ * which tests/test_rows.py checks this kernel against): row r of the packing
+ * holds, left to right from position 0, either one full piece (r < full_rows:
+ * the r-th full piece in document order, found by a short scan from a table of
+ * every 64th full row's piece) or the tails tails[offsets[p]:offsets[p+1]] of
+ * packed row p = r - full_rows (a tail of document d starts at
  * (L - 1) - (L - 1) % T and has (L - 1) % T targets), then padding to T.
  *
  * Per position it writes inputs and targets (the document's own tokens; pad_id
  * at padding), segment_ids (0, 1, ... per row; -1 at padding), position_ids (0
- * at a segment's or the padding's first position, +1 along), loss_mask (0 at
- * padding), and per sequence (every segment, then each padded row's padding)
- * cu_seqlens over the flattened w * T positions.  A first pass checks every row
- * and finds each full row's source (a branchless binary search: mispredicted
- * jumps cost more than the copy); then each row is filled while the sources
- * of the rows two ahead are prefetched, so the memory reads overlap the writes.
- * Scratch: one int64 per row; the GIL is released while filling.  A packed batch writes 13 bytes per position with uint16
- * tokens (4 for the tokens, 9 for ids and mask) where a window batch writes 4.
+ * at a segment's or the padding's first position, +1 along: copied from a
+ * template), loss_mask (0 at padding); per sequence (every segment, then each
+ * padded row's padding) cu_seqlens over the flattened w * T positions; per
+ * segment its provenance (row in the batch, document, start, targets).  Ids
+ * are int16 when T < 2**15, else int32 (_pack_gather.id_dtype).  Passes: count
+ * the segments; locate and check each (its provenance); copy the inputs of
+ * every segment, prefetching the sources of the segments two ahead; copy the
+ * targets (their tokens now in the caches: one pass over the inputs' sources
+ * and one over cached lines is faster here than both per segment, as in the
+ * window mode's gather); write mask, ids and cu_seqlens.  The batch's arrays
+ * are made here (numpy's C API: no Python call per array); scratch: one int64
+ * per row (on the stack for small batches); the GIL is released while filling
+ * large batches.  With uint16 tokens a packed batch writes 9 bytes per
+ * position (4 for the tokens, 2 + 2 for the ids, 1 for the mask) where a
+ * window batch writes 4.
  *
  * Gatherer(tokens, starts, lengths, full_docs, full_ends, offsets, tails, T, full_rows, pad_id)
  *     holds read-only buffers of the source and the packing (made once per packing);
- * Gatherer.gather(rows, inputs, targets, segment_ids, position_ids, loss_mask)
- *     fills the five preallocated C-contiguous outputs and returns
- *     (cu_seqlens as a bytearray of int32, target_count, max_seqlen).
- * Gatherer.gather(rows, ..., loss_mask, kinds, sources)
- *     the same for a mixture of packed rows: row i is row rows[i] of source kinds[i] (uint8), read by the
- *     Gatherer sources[kinds[i]] (a tuple of Gatherers of one T, token size and pad id): one pass, as for one source.
+ * Gatherer.gather(rows)
+ *     returns (inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance,
+ *     target_count, max_seqlen): provenance is int64 (4, segments).
+ * Gatherer.gather(rows, kinds, sources)
+ *     the same for a mixture of packed rows: row i is row rows[i] of source kinds[i] (uint8, one per row),
+ *     read by the Gatherer sources[kinds[i]] (a tuple of 1 to 256 Gatherers sharing this one's T, token size
+ *     and pad id: checked); the same passes over the batch, each row (and each segment) read through its
+ *     own source's views; provenance's documents are each row's source's.
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -43,9 +54,13 @@ typedef struct {
     Py_ssize_t itemsize; /* 2 or 4 */
     int64_t T, full_rows, pad;
     int64_t counts[HELD]; /* entries of each buffer */
-    int32_t *iota;        /* 0, 1, ..., iota_size - 1: position ids are copied from it */
+    int32_t *iota;        /* 0, 1, ..., iota_size - 1: int32 position ids are copied from it */
+    int16_t *iota16;      /* the same as int16 (T < 2**15): int16 position ids are copied from it */
     int64_t iota_size;
+    int64_t *bucket;      /* bucket[k]: the full piece holding full row k << BUCKET_SHIFT (a start for a short scan) */
 } Gatherer;
+
+#define BUCKET_SHIFT 6
 
 #define IOTA_LIMIT (1 << 16)
 
@@ -68,8 +83,24 @@ static void gatherer_release(Gatherer *self) {
 static void gatherer_dealloc(Gatherer *self) {
     gatherer_release(self);
     PyMem_Free(self->iota);
+    PyMem_Free(self->iota16);
+    PyMem_Free(self->bucket);
     self->iota = NULL;
+    self->iota16 = NULL;
+    self->bucket = NULL;
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The first running count of full pieces above r: a branchless binary search (no mispredicted jumps). */
+static int64_t full_index(const int64_t *ends, int64_t count, int64_t r) {
+    const int64_t *base = ends;
+    int64_t n = count;
+    while (n > 1) {
+        int64_t half = n / 2;
+        base = base[half - 1] <= r ? base + half : base;
+        n -= half;
+    }
+    return (base - ends) + (*base <= r);
 }
 
 static int gatherer_init(Gatherer *self, PyObject *args, PyObject *kwargs) {
@@ -120,15 +151,23 @@ static int gatherer_init(Gatherer *self, PyObject *args, PyObject *kwargs) {
     self->full_rows = full_rows;
     self->pad = pad;
     PyMem_Free(self->iota);
+    PyMem_Free(self->iota16);
+    PyMem_Free(self->bucket);
     self->iota_size = T < IOTA_LIMIT ? T : IOTA_LIMIT;
     self->iota = (int32_t *)PyMem_Malloc((size_t)self->iota_size * sizeof(int32_t));
-    if (self->iota == NULL) {
+    self->iota16 = (int16_t *)PyMem_Malloc((size_t)self->iota_size * sizeof(int16_t));
+    self->bucket = (int64_t *)PyMem_Malloc((size_t)((full_rows >> BUCKET_SHIFT) + 1) * sizeof(int64_t));
+    if (self->iota == NULL || self->iota16 == NULL || self->bucket == NULL) {
         gatherer_release(self);
         PyErr_NoMemory();
         return -1;
     }
     for (k = 0; k < self->iota_size; k++) {
-        self->iota[k] = k;
+        self->iota[k] = (int32_t)k;
+        self->iota16[k] = (int16_t)k; /* used only when T < 2**15 */
+    }
+    for (k = 0; k <= (full_rows >> BUCKET_SHIFT); k++) {
+        self->bucket[k] = self->counts[FULL_ENDS] == 0 ? 0 : full_index((const int64_t *)self->views[FULL_ENDS].buf, self->counts[FULL_ENDS], k << BUCKET_SHIFT);
     }
     return 0;
 }
@@ -138,66 +177,44 @@ typedef struct {
     int64_t row;
 } failure;
 
-/* The tail of document d: its source position, written to *src; returns its targets (0 when invalid). */
-static int64_t tail_of(const Gatherer *g, uint32_t d, int64_t *src) {
-    const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
-    const int64_t *lengths = (const int64_t *)g->views[LENGTHS].buf;
-    int64_t before, n;
-    if ((int64_t)d >= g->counts[LENGTHS] || lengths[d] < 2) {
-        return 0;
-    }
-    before = lengths[d] - 1;
-    n = before % g->T;
-    *src = starts[d] + before - n;
-    return n;
+#define MAX_SOURCES 256
+
+/* What a batch reads: one gatherer (kinds NULL), or a mixture's, row i read by gs[kinds[i]]; all share T, token
+ * size and pad id, so gs[0] answers for those. */
+typedef struct {
+    Gatherer *const *gs;
+    const uint8_t *kinds;
+} sources_t;
+
+static inline const Gatherer *source_of(const sources_t *s, int64_t row) {
+    return s->gs[s->kinds ? s->kinds[row] : 0];
 }
 
-/* The first running count of full pieces above r: a branchless binary search (no mispredicted jumps). */
-static int64_t full_index(const int64_t *ends, int64_t count, int64_t r) {
-    const int64_t *base = ends;
-    int64_t n = count;
-    while (n > 1) {
-        int64_t half = n / 2;
-        base = base[half - 1] <= r ? base + half : base;
-        n -= half;
+/* The full piece holding full row r (r < full_rows): a scan from its bucket's start (a few steps). */
+static inline int64_t full_at(const Gatherer *g, int64_t r) {
+    const int64_t *ends = (const int64_t *)g->views[FULL_ENDS].buf;
+    int64_t at = g->bucket[r >> BUCKET_SHIFT], count = g->counts[FULL_ENDS];
+    while (at < count && ends[at] <= r) {
+        at++;
     }
-    return (base - ends) + (*base <= r);
+    return at;
 }
 
-/* Pass 1: check every row, count the sequences (segments, and each padded row's padding), and put the
- * source of each full row in sources[i]. */
-static int64_t count_sequences(Gatherer *const *gs, const uint8_t *kinds, const int64_t *rows, int64_t width, failure *fail,
-                               int64_t *sources) {
-    int64_t sequences = 0, i, j, src = 0;
+/* Pass 1: the segments of the batch (one per full row, its tails for a packed row); -1 (and *fail) for a row
+ * out of range or a packed row without segments. */
+static int64_t count_segments(const sources_t *s, const int64_t *rows, int64_t width, failure *fail) {
+    int64_t segments = 0, i;
     for (i = 0; i < width; i++) {
-        const Gatherer *g = gs[kinds ? kinds[i] : 0];
+        const Gatherer *g = source_of(s, i);
         const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-        const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
-        int64_t total = g->full_rows + g->counts[OFFSETS] - 1;
-        int64_t r = rows[i], used = 0, lo, hi;
+        int64_t total = g->full_rows + g->counts[OFFSETS] - 1, r = rows[i], lo, hi;
         if (r < 0 || r >= total) {
             fail->message = "row number out of range for this packing";
             fail->row = i;
             return -1;
         }
         if (r < g->full_rows) {
-            const int64_t *lengths = (const int64_t *)g->views[LENGTHS].buf;
-            const int64_t *ends = (const int64_t *)g->views[FULL_ENDS].buf;
-            int64_t at = full_index(ends, g->counts[FULL_ENDS], r), d, first;
-            if (at >= g->counts[FULL_ENDS]) {
-                fail->message = "a full row beyond the full pieces: the packing does not belong to this source";
-                fail->row = i;
-                return -1;
-            }
-            d = ((const int64_t *)g->views[FULL_DOCS].buf)[at];
-            first = ends[at] - (lengths[d] - 1) / g->T;
-            sources[i] = ((const int64_t *)g->views[STARTS].buf)[d] + (r - first) * g->T;
-            if (sources[i] < 0 || sources[i] + g->T >= g->counts[TOKENS]) {
-                fail->message = "a segment outside the source's tokens: the packing does not belong to it";
-                fail->row = i;
-                return -1;
-            }
-            sequences += 1;
+            segments += 1;
             continue;
         }
         lo = offsets[r - g->full_rows];
@@ -207,84 +224,125 @@ static int64_t count_sequences(Gatherer *const *gs, const uint8_t *kinds, const 
             fail->row = i;
             return -1;
         }
-        for (j = lo; j < hi; j++) {
-            int64_t n = tail_of(g, tails[j], &src);
-            if (n < 1 || src < 0 || src + n >= g->counts[TOKENS]) {
+        segments += hi - lo;
+    }
+    return segments;
+}
+
+/* Pass 2: locate every segment into the provenance (row in the batch, document, start, targets), checking it lies
+ * inside its document and the tokens; used[i]: the positions row i fills.  Returns the sequences (segments, and
+ * each padded row's padding), or -1 (and *fail).  A full row's piece: the running count of full pieces before
+ * its document is its first; a tail of document d starts at (L - 1) - (L - 1) % T. */
+static int64_t locate(const sources_t *s, const int64_t *rows, int64_t width, failure *fail, int64_t *const *provenance,
+                      int64_t *used) {
+    int64_t T = s->gs[0]->T, sequences = 0, k = 0, i, j;
+    for (i = 0; i < width; i++) {
+        const Gatherer *g = source_of(s, i);
+        const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
+        const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
+        const int64_t *lengths = (const int64_t *)g->views[LENGTHS].buf;
+        const int64_t *ends = (const int64_t *)g->views[FULL_ENDS].buf;
+        const int64_t *full_docs = (const int64_t *)g->views[FULL_DOCS].buf;
+        const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
+        int64_t documents = g->counts[LENGTHS], tokens = g->counts[TOKENS], r = rows[i], filled = 0;
+        if (r < g->full_rows) {
+            int64_t at = full_at(g, r), d, first, start;
+            if (at >= g->counts[FULL_ENDS]) {
+                fail->message = "a full row beyond the full pieces: the packing does not belong to this source";
+                fail->row = i;
+                return -1;
+            }
+            d = full_docs[at];
+            first = at > 0 ? ends[at - 1] : 0;
+            start = (r - first) * T;
+            if (d < 0 || d >= documents || r < first || start + T >= lengths[d] || starts[d] + start < 0 ||
+                starts[d] + start + T >= tokens) {
                 fail->message = "a segment outside the source's tokens: the packing does not belong to it";
                 fail->row = i;
                 return -1;
             }
-            used += n;
+            provenance[0][k] = i;
+            provenance[1][k] = d;
+            provenance[2][k] = start;
+            provenance[3][k] = T;
+            k++;
+            used[i] = T;
+            sequences += 1;
+            continue;
         }
-        if (used > g->T) {
+        for (j = offsets[r - g->full_rows]; j < offsets[r - g->full_rows + 1]; j++) {
+            int64_t d = (int64_t)tails[j], before, n, start;
+            if (d >= documents || lengths[d] < 2 || (n = (before = lengths[d] - 1) % T) < 1 ||
+                starts[d] + (start = before - n) < 0 || starts[d] + start + n >= tokens) {
+                fail->message = "a segment outside the source's tokens: the packing does not belong to it";
+                fail->row = i;
+                return -1;
+            }
+            provenance[0][k] = i;
+            provenance[1][k] = d;
+            provenance[2][k] = start;
+            provenance[3][k] = n;
+            k++;
+            filled += n;
+            sequences += 1;
+        }
+        if (filled > T) {
             fail->message = "a packed row holds more than T targets";
             fail->row = i;
             return -1;
         }
-        sequences += (hi - lo) + (used < g->T);
+        used[i] = filled;
+        sequences += filled < T;
     }
     return sequences;
 }
 
 typedef struct {
-    char *inputs, *targets;
-    int32_t *segment_ids, *position_ids, *cu;
+    char *inputs, *targets, *segment_ids, *position_ids;
+    int32_t *cu;
     uint8_t *mask;
-    int64_t sequence, target_count, max_seqlen;
+    int64_t *provenance[4]; /* per segment: row in the batch, document, start in the document, targets */
+    int64_t idsize;         /* 2 (int16 ids) or 4 (int32 ids) */
+    int64_t segments, target_count, max_seqlen;
 } outputs;
 
-/* One block of a row: a segment (src >= 0: its tokens, ids 0, 1, ... and mask set) or the padding (src < 0). */
-static void put_block(const Gatherer *g, outputs *o, int64_t at, int64_t n, int64_t src, int32_t id) {
-    Py_ssize_t size = g->itemsize;
-    const char *tokens = (const char *)g->views[TOKENS].buf;
+/* n ids equal to id from position at (ids of idsize bytes). */
+static inline void put_ids(char *ids, int64_t idsize, int64_t at, int64_t n, int32_t id) {
     int64_t k;
-    if (n <= 0) {
-        return;
-    }
-    if (src >= 0) {
-        memcpy(o->inputs + at * size, tokens + src * size, (size_t)(n * size));
-        memcpy(o->targets + at * size, tokens + (src + 1) * size, (size_t)(n * size));
-    } else if (size == 2) {
-        uint16_t *a = (uint16_t *)o->inputs + at, *b = (uint16_t *)o->targets + at, v = (uint16_t)g->pad;
-        for (k = 0; k < n; k++) {
-            a[k] = v;
-            b[k] = v;
-        }
-    } else {
-        uint32_t *a = (uint32_t *)o->inputs + at, *b = (uint32_t *)o->targets + at, v = (uint32_t)g->pad;
-        for (k = 0; k < n; k++) {
-            a[k] = v;
-            b[k] = v;
-        }
-    }
-    memset(o->mask + at, src >= 0, (size_t)n);
-    if (src >= 0) {
-        o->target_count += n;
-    }
     if (id == 0 || id == -1) { /* every byte 0x00 or 0xFF */
-        memset(o->segment_ids + at, id == 0 ? 0 : 0xFF, (size_t)n * sizeof(int32_t));
+        memset(ids + at * idsize, id == 0 ? 0 : 0xFF, (size_t)(n * idsize));
+    } else if (idsize == 2) {
+        int16_t *seg = (int16_t *)ids + at;
+        for (k = 0; k < n; k++) {
+            seg[k] = (int16_t)id;
+        }
     } else {
-        int32_t *seg = o->segment_ids + at;
+        int32_t *seg = (int32_t *)ids + at;
         for (k = 0; k < n; k++) {
             seg[k] = id;
         }
     }
-    if (n <= g->iota_size) {
-        memcpy(o->position_ids + at, g->iota, (size_t)n * sizeof(int32_t));
-    } else {
-        int32_t *pos = o->position_ids + at;
-        for (k = 0; k < n; k++) {
-            pos[k] = (int32_t)k;
+}
+
+/* n position ids 0, 1, ... from position at: a copy of the template (the first iota_size), then counted on. */
+static inline void put_positions(const Gatherer *g, char *ids, int64_t idsize, int64_t at, int64_t n) {
+    int64_t k, copied = n < g->iota_size ? n : g->iota_size;
+    if (idsize == 2) {
+        memcpy((int16_t *)ids + at, g->iota16, (size_t)copied * sizeof(int16_t));
+        for (k = copied; k < n; k++) {
+            ((int16_t *)ids)[at + k] = (int16_t)k;
         }
-    }
-    o->cu[o->sequence + 1] = (int32_t)(at + n);
-    o->sequence++;
-    if (n > o->max_seqlen) {
-        o->max_seqlen = n;
+    } else {
+        memcpy((int32_t *)ids + at, g->iota, (size_t)copied * sizeof(int32_t));
+        for (k = copied; k < n; k++) {
+            ((int32_t *)ids)[at + k] = (int32_t)k;
+        }
     }
 }
 
-#define PREFETCH_AHEAD 2 /* rows: a row's source is read from memory while the rows before it are copied */
+#ifndef PREFETCH_AHEAD
+#define PREFETCH_AHEAD 2 /* segments: a segment's source is read from memory while the ones before it are copied */
+#endif
 
 /* Ask for the cache lines of tokens [src, src + n) ahead of their copy (a hint; nothing is read now). */
 static inline void prefetch(const Gatherer *g, int64_t src, int64_t n) {
@@ -301,190 +359,287 @@ static inline void prefetch(const Gatherer *g, int64_t src, int64_t n) {
 #endif
 }
 
-/* Fill every row (already checked by count_sequences, which found the full rows' sources). */
-static void fill(Gatherer *const *gs, const uint8_t *kinds, const int64_t *rows, int64_t width, outputs *o,
-                 const int64_t *sources) {
-    int64_t T = gs[0]->T, i, j, src = 0;
+/* Pass 3 (shift 0: inputs, prefetching the segments ahead) and pass 4 (shift 1: targets, whose tokens pass 3
+ * has just brought into the caches): every segment's tokens in row order, pad_id after each row's last. */
+static void put_tokens(const sources_t *s, const outputs *o, char *out, int64_t shift, int64_t width, const int64_t *used) {
+    const int64_t *in_row = o->provenance[0], *documents = o->provenance[1], *begins = o->provenance[2];
+    const int64_t *lengths = o->provenance[3];
+    const Gatherer *first = s->gs[0];
+    int64_t T = first->T, size = first->itemsize, k = 0, i, column, p;
     for (i = 0; i < width; i++) {
-        const Gatherer *g = gs[kinds ? kinds[i] : 0];
-        const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-        const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
-        int64_t r = rows[i], at = i * T, column = 0;
-        if (i + PREFETCH_AHEAD < width) {
-            const Gatherer *h = gs[kinds ? kinds[i + PREFETCH_AHEAD] : 0];
-            const int64_t *ahead_offsets = (const int64_t *)h->views[OFFSETS].buf;
-            const uint32_t *ahead_tails = (const uint32_t *)h->views[TAILS].buf;
-            int64_t ahead = rows[i + PREFETCH_AHEAD];
-            if (ahead < h->full_rows) {
-                prefetch(h, sources[i + PREFETCH_AHEAD], T + 1);
-            } else {
-                for (j = ahead_offsets[ahead - h->full_rows]; j < ahead_offsets[ahead - h->full_rows + 1]; j++) {
-                    int64_t n = tail_of(h, ahead_tails[j], &src);
-                    prefetch(h, src, n + 1);
-                }
+        const Gatherer *g = source_of(s, i);
+        const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
+        const char *tokens = (const char *)g->views[TOKENS].buf;
+        char *row = out + i * T * size;
+        for (column = 0; column < used[i]; k++) {
+            int64_t n = lengths[k];
+            if (shift == 0 && k + PREFETCH_AHEAD < o->segments) {
+                int64_t a = k + PREFETCH_AHEAD;
+                const Gatherer *h = s->kinds ? source_of(s, in_row[a]) : g; /* the source of the segment ahead */
+                const int64_t *ahead = h == g ? starts : (const int64_t *)h->views[STARTS].buf;
+                prefetch(h, ahead[documents[a]] + begins[a], lengths[a] + 1);
+            }
+            memcpy(row + column * size, tokens + (starts[documents[k]] + begins[k] + shift) * size, (size_t)(n * size));
+            column += n;
+        }
+        if (used[i] < T && size == 2) {
+            uint16_t *a = (uint16_t *)row, v = (uint16_t)first->pad;
+            for (p = used[i]; p < T; p++) {
+                a[p] = v;
+            }
+        } else if (used[i] < T) {
+            uint32_t *a = (uint32_t *)row, v = (uint32_t)first->pad;
+            for (p = used[i]; p < T; p++) {
+                a[p] = v;
             }
         }
-        if (r < g->full_rows) {
-            put_block(g, o, at, T, sources[i], 0);
-            continue;
-        }
-        for (j = offsets[r - g->full_rows]; j < offsets[r - g->full_rows + 1]; j++) {
-            int64_t n = tail_of(g, tails[j], &src);
-            put_block(g, o, at + column, n, src, (int32_t)(j - offsets[r - g->full_rows]));
+    }
+}
+
+/* One sequence of cu_seqlens: n positions from at. */
+static inline void put_sequence(outputs *o, int64_t *sequence, int64_t at, int64_t n) {
+    o->cu[++*sequence] = (int32_t)(at + n);
+    if (n > o->max_seqlen) {
+        o->max_seqlen = n;
+    }
+}
+
+/* Pass 5: loss mask, segment and position ids, cu_seqlens, per segment then for each row's padding. */
+static void put_ids_and_masks(const Gatherer *g, outputs *o, int64_t width, const int64_t *used) {
+    const int64_t *lengths = o->provenance[3];
+    int64_t T = g->T, k = 0, sequence = 0, i, column;
+    o->cu[0] = 0;
+    for (i = 0; i < width; i++) {
+        int64_t at = i * T;
+        int32_t id = 0;
+        for (column = 0; column < used[i]; k++, id++) {
+            int64_t n = lengths[k];
+            memset(o->mask + at + column, 1, (size_t)n);
+            put_ids(o->segment_ids, o->idsize, at + column, n, id);
+            put_positions(g, o->position_ids, o->idsize, at + column, n);
+            put_sequence(o, &sequence, at + column, n);
+            o->target_count += n;
             column += n;
         }
         if (column < T) {
-            put_block(g, o, at + column, T - column, -1, -1);
+            memset(o->mask + at + column, 0, (size_t)(T - column));
+            put_ids(o->segment_ids, o->idsize, at + column, T - column, -1);
+            put_positions(g, o->position_ids, o->idsize, at + column, T - column);
+            put_sequence(o, &sequence, at + column, T - column);
         }
     }
 }
 
-static int writable(PyObject *object, Py_buffer *view, Py_ssize_t bytes, const char *name) {
-    if (PyObject_GetBuffer(object, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-        return -1;
-    }
-    if (view->len != bytes) {
-        PyErr_Format(PyExc_ValueError, "Gatherer.gather(): %s has %zd bytes, expected %zd", name, view->len, bytes);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
+static void fill(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
+    put_tokens(s, o, o->inputs, 0, width, used);
+    put_tokens(s, o, o->targets, 1, width, used);
+    put_ids_and_masks(s->gs[0], o, width, used); /* T and the position template: every source's alike */
 }
+
+/* A new C-contiguous numpy array of `type` and shape (d0) or (d0, d1) (d1 < 0: one dimension). */
+static PyObject *new_array(npy_intp d0, npy_intp d1, int type) {
+    npy_intp dims[2] = {d0, d1};
+    return PyArray_SimpleNew(d1 < 0 ? 1 : 2, dims, type);
+}
+
+#define ARRAY_DATA(object) PyArray_DATA((PyArrayObject *)(object))
+
+#define STACK_ROWS 256      /* scratch for batches up to this many rows lives on the stack */
+#define GIL_POSITIONS 65536 /* the GIL is released while filling batches of at least this many positions */
 
 static PyTypeObject GathererType;
 
-/* The gatherers of a mixture's sources (a tuple; each row names its own by kinds[row]), checked alike: one T,
- * token size and pad id.  Returns a PyMem array of borrowed pointers (the tuple holds them), or NULL with an error. */
-static Gatherer **source_gatherers(const Gatherer *self, PyObject *tuple) {
+/* A 1-D C-contiguous vector of `count` entries of numpy type `type` (buffer formats `formats`, itemsize bytes):
+ * a numpy array is read in place; anything else through the buffer protocol (*viewed set: release view). */
+static int vector_of(PyObject *object, int type, const char *formats, Py_ssize_t itemsize, const char *what,
+                     Py_buffer *view, int *viewed, const void **data, int64_t *count) {
+    if (PyArray_Check(object) && PyArray_TYPE((PyArrayObject *)object) == type && PyArray_NDIM((PyArrayObject *)object) == 1 &&
+        PyArray_IS_C_CONTIGUOUS((PyArrayObject *)object)) {
+        *data = PyArray_DATA((PyArrayObject *)object);
+        *count = (int64_t)PyArray_DIM((PyArrayObject *)object, 0);
+        return 0;
+    }
+    if (PyObject_GetBuffer(object, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    *viewed = 1;
+    if (!kind_is(view, formats, itemsize)) {
+        PyErr_Format(PyExc_TypeError, "Gatherer.gather(): %s", what);
+        return -1;
+    }
+    *data = view->buf;
+    *count = (int64_t)(view->len / itemsize);
+    return 0;
+}
+
+/* A mixture's sources (a tuple of 1 to MAX_SOURCES Gatherers of self's T, token size and pad id) into found[];
+ * every kinds[i] must name one of them.  Returns their count, or -1 with an error set. */
+static Py_ssize_t mixture_sources(const Gatherer *self, PyObject *tuple, const uint8_t *kinds, int64_t width,
+                                  Gatherer **found) {
     Py_ssize_t n, k;
-    Gatherer **found;
-    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) < 1 || PyTuple_GET_SIZE(tuple) > 256) {
+    int64_t i;
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) < 1 || PyTuple_GET_SIZE(tuple) > MAX_SOURCES) {
         PyErr_SetString(PyExc_TypeError, "Gatherer.gather(): sources must be a tuple of 1 to 256 Gatherers");
-        return NULL;
+        return -1;
     }
     n = PyTuple_GET_SIZE(tuple);
-    found = (Gatherer **)PyMem_Malloc((size_t)n * sizeof(Gatherer *));
-    if (found == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
     for (k = 0; k < n; k++) {
         PyObject *item = PyTuple_GET_ITEM(tuple, k);
         const Gatherer *g = (const Gatherer *)item;
-        if (!PyObject_TypeCheck(item, &GathererType) || g->held != HELD || g->T != self->T ||
-            g->itemsize != self->itemsize || g->pad != self->pad) {
-            PyErr_SetString(PyExc_ValueError, "Gatherer.gather(): the sources' gatherers differ in T, token size or pad_id");
-            PyMem_Free(found);
-            return NULL;
+        if (!PyObject_TypeCheck(item, &GathererType) || g->held != HELD) {
+            PyErr_Format(PyExc_TypeError, "Gatherer.gather(): sources[%zd] is not an initialised Gatherer", k);
+            return -1;
+        }
+        if (g->T != self->T || g->itemsize != self->itemsize || g->pad != self->pad) {
+            PyErr_Format(PyExc_ValueError,
+                         "Gatherer.gather(): sources[%zd] has T=%lld, %zd-byte tokens, pad_id=%lld but this gatherer "
+                         "T=%lld, %zd-byte tokens, pad_id=%lld; a mixture's sources need the same",
+                         k, (long long)g->T, g->itemsize, (long long)g->pad, (long long)self->T, self->itemsize,
+                         (long long)self->pad);
+            return -1;
         }
         found[k] = (Gatherer *)item;
     }
-    return found;
+    for (i = 0; i < width; i++) {
+        if ((Py_ssize_t)kinds[i] >= n) {
+            PyErr_Format(PyExc_ValueError, "row %lld of the batch: source %d has no gatherer (%zd sources)", (long long)i,
+                         (int)kinds[i], n);
+            return -1;
+        }
+    }
+    return n;
 }
 
 static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize_t nargs) {
-    static const char *names[5] = {"inputs", "targets", "segment_ids", "position_ids", "loss_mask"};
-    Py_buffer rows_view, out[5], kinds_view;
-    int taken = 0, k, have_kinds = 0;
-    int64_t width, sequences, i;
+    /* arrays: inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance (4, segments) */
+    enum { INPUTS, TARGETS, SEGMENT_IDS, POSITION_IDS, LOSS_MASK, CU_SEQLENS, PROVENANCE, ARRAYS };
+    Py_buffer rows_view, kinds_view;
+    const void *data = NULL;
+    const int64_t *rows;
+    int k, rows_viewed = 0, kinds_viewed = 0;
+    int64_t width, kinds_count, sequences, segments = 0, idsize = self->T < (1 << 15) ? 2 : 4;
     failure fail = {NULL, 0};
     outputs o;
-    PyObject *cu = NULL, *result = NULL;
-    int64_t *sources = NULL;
-    Gatherer *alone[1] = {self}, **gs = alone, **many = NULL;
-    const uint8_t *kinds = NULL;
+    PyObject *arrays[ARRAYS] = {NULL};
+    PyObject *result = NULL;
+    int64_t stack[STACK_ROWS], *scratch = stack; /* per row: the positions its segments fill */
+    Gatherer *alone[1], *many[MAX_SOURCES];
+    sources_t s;
+    alone[0] = self;
+    s.gs = alone;
+    s.kinds = NULL;
     if (self->held != HELD) {
         PyErr_SetString(PyExc_ValueError, "Gatherer.gather(): not initialised");
         return NULL;
     }
-    if (nargs != 6 && nargs != 8) {
-        PyErr_Format(PyExc_TypeError, "Gatherer.gather() takes 6 or 8 arguments, got %zd", nargs);
+    if (nargs != 1 && nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "Gatherer.gather() takes 1 argument (rows) or 3 (rows, kinds, sources), got %zd", nargs);
         return NULL;
     }
-    if (PyObject_GetBuffer(args[0], &rows_view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        return NULL;
-    }
-    if (!kind_is(&rows_view, "qlQL", 8)) {
-        PyErr_SetString(PyExc_TypeError, "Gatherer.gather(): rows must be int64");
+    if (vector_of(args[0], NPY_INT64, "qlQL", 8, "rows must be int64", &rows_view, &rows_viewed, &data, &width) < 0) {
         goto done;
     }
-    width = (int64_t)(rows_view.len / 8);
-    if (nargs == 8) { /* a mixture: kinds (uint8, one per row) pick each row's gatherer among the sources */
-        many = source_gatherers(self, args[7]);
-        if (many == NULL) {
+    rows = (const int64_t *)data;
+    if (nargs == 3) { /* a mixture: kinds (uint8, one per row) pick each row's gatherer among the sources */
+        if (vector_of(args[1], NPY_UINT8, "B", 1, "kinds must be uint8", &kinds_view, &kinds_viewed, &data, &kinds_count) < 0) {
             goto done;
         }
-        if (PyObject_GetBuffer(args[6], &kinds_view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        if (kinds_count != width) {
+            PyErr_Format(PyExc_ValueError, "Gatherer.gather(): %lld kinds for %lld rows; pass one per row",
+                         (long long)kinds_count, (long long)width);
             goto done;
         }
-        have_kinds = 1;
-        if (!kind_is(&kinds_view, "B", 1) || kinds_view.len != width) {
-            PyErr_SetString(PyExc_ValueError, "Gatherer.gather(): kinds must be uint8, one per row");
+        s.kinds = (const uint8_t *)data;
+        if (mixture_sources(self, args[2], s.kinds, width, many) < 0) {
             goto done;
         }
-        kinds = (const uint8_t *)kinds_view.buf;
-        for (i = 0; i < width; i++) {
-            if ((Py_ssize_t)kinds[i] >= PyTuple_GET_SIZE(args[7])) {
-                PyErr_Format(PyExc_ValueError, "row %lld of the batch: source %d has no gatherer", (long long)i, (int)kinds[i]);
-                goto done;
-            }
-        }
-        gs = many;
+        s.gs = many;
     }
-    {
-        Py_ssize_t positions = (Py_ssize_t)(width * self->T);
-        Py_ssize_t bytes[5] = {positions * self->itemsize, positions * self->itemsize, positions * 4, positions * 4, positions};
-        for (k = 0; k < 5; k++) {
-            if (writable(args[k + 1], &out[k], bytes[k], names[k]) < 0) {
-                goto done;
-            }
-            taken = k + 1;
+    if (width > STACK_ROWS) {
+        scratch = (int64_t *)PyMem_Malloc((size_t)width * sizeof(int64_t));
+        if (scratch == NULL) {
+            PyErr_NoMemory();
+            goto done;
         }
     }
-    sources = (int64_t *)PyMem_Malloc((size_t)(width > 0 ? width : 1) * sizeof(int64_t));
-    if (sources == NULL) {
-        PyErr_NoMemory();
-        goto done;
+    segments = count_segments(&s, rows, width, &fail);
+    if (segments >= 0) {
+        arrays[PROVENANCE] = new_array(4, (npy_intp)segments, NPY_INT64);
+        if (arrays[PROVENANCE] == NULL) {
+            goto done;
+        }
+        for (k = 0; k < 4; k++) {
+            o.provenance[k] = (int64_t *)ARRAY_DATA(arrays[PROVENANCE]) + k * segments;
+        }
     }
-    sequences = count_sequences(gs, kinds, (const int64_t *)rows_view.buf, width, &fail, sources);
+    sequences = segments < 0 ? -1 : locate(&s, rows, width, &fail, o.provenance, scratch);
     if (sequences < 0) {
         PyErr_Format(PyExc_ValueError, "row %lld of the batch: %s", (long long)fail.row, fail.message);
         goto done;
     }
-    cu = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)((sequences + 1) * 4));
-    if (cu == NULL) {
+    {
+        int token_type = self->itemsize == 2 ? NPY_UINT16 : NPY_UINT32, id_type = idsize == 2 ? NPY_INT16 : NPY_INT32;
+        int types[5] = {token_type, token_type, id_type, id_type, NPY_BOOL};
+        for (k = 0; k < 5; k++) {
+            arrays[k] = new_array((npy_intp)width, (npy_intp)self->T, types[k]);
+        }
+        arrays[CU_SEQLENS] = new_array((npy_intp)(sequences + 1), -1, NPY_INT32);
+        for (k = 0; k < ARRAYS; k++) {
+            if (arrays[k] == NULL) {
+                goto done;
+            }
+        }
+    }
+    o.inputs = (char *)ARRAY_DATA(arrays[INPUTS]);
+    o.targets = (char *)ARRAY_DATA(arrays[TARGETS]);
+    o.segment_ids = (char *)ARRAY_DATA(arrays[SEGMENT_IDS]);
+    o.position_ids = (char *)ARRAY_DATA(arrays[POSITION_IDS]);
+    o.mask = (uint8_t *)ARRAY_DATA(arrays[LOSS_MASK]);
+    o.cu = (int32_t *)ARRAY_DATA(arrays[CU_SEQLENS]);
+    o.idsize = idsize;
+    o.segments = segments;
+    o.target_count = o.max_seqlen = 0;
+    if (width * self->T >= GIL_POSITIONS) {
+        Py_BEGIN_ALLOW_THREADS
+        fill(&s, &o, width, scratch);
+        Py_END_ALLOW_THREADS
+    } else {
+        fill(&s, &o, width, scratch);
+    }
+    result = PyTuple_New(ARRAYS + 2);
+    if (result == NULL) {
         goto done;
     }
-    o.inputs = (char *)out[0].buf;
-    o.targets = (char *)out[1].buf;
-    o.segment_ids = (int32_t *)out[2].buf;
-    o.position_ids = (int32_t *)out[3].buf;
-    o.mask = (uint8_t *)out[4].buf;
-    o.cu = (int32_t *)PyByteArray_AS_STRING(cu);
-    o.sequence = o.target_count = o.max_seqlen = 0;
-    o.cu[0] = 0;
-    Py_BEGIN_ALLOW_THREADS
-    fill(gs, kinds, (const int64_t *)rows_view.buf, width, &o, sources);
-    Py_END_ALLOW_THREADS
-    result = Py_BuildValue("(OLL)", cu, (long long)o.target_count, (long long)o.max_seqlen);
+    for (k = 0; k < ARRAYS; k++) { /* the tuple takes every reference */
+        PyTuple_SET_ITEM(result, k, arrays[k]);
+        arrays[k] = NULL;
+    }
+    PyTuple_SET_ITEM(result, ARRAYS, PyLong_FromLongLong((long long)o.target_count));
+    PyTuple_SET_ITEM(result, ARRAYS + 1, PyLong_FromLongLong((long long)o.max_seqlen));
+    if (PyTuple_GET_ITEM(result, ARRAYS) == NULL || PyTuple_GET_ITEM(result, ARRAYS + 1) == NULL) {
+        Py_CLEAR(result);
+    }
 done:
-    PyMem_Free(sources);
-    PyMem_Free(many);
-    if (have_kinds) {
+    if (scratch != stack) {
+        PyMem_Free(scratch);
+    }
+    for (k = 0; k < ARRAYS; k++) {
+        Py_XDECREF(arrays[k]);
+    }
+    if (rows_viewed) {
+        PyBuffer_Release(&rows_view);
+    }
+    if (kinds_viewed) {
         PyBuffer_Release(&kinds_view);
     }
-    Py_XDECREF(cu);
-    for (k = 0; k < taken; k++) {
-        PyBuffer_Release(&out[k]);
-    }
-    PyBuffer_Release(&rows_view);
     return result;
 }
 
 static PyMethodDef gatherer_methods[] = {
     {"gather", (PyCFunction)(void (*)(void))gatherer_gather, METH_FASTCALL,
-     "gather(rows, inputs, targets, segment_ids, position_ids, loss_mask[, kinds, sources]) -> (cu_seqlens bytearray, "
-     "target_count, max_seqlen); a mixture's row i is read by sources[kinds[i]]"},
+     "gather(rows[, kinds, sources]) -> (inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance, "
+     "target_count, max_seqlen); provenance: int64 (4, segments): row in the batch, document, start, targets; a "
+     "mixture's row i is read by sources[kinds[i]]"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -507,6 +662,7 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__row_gather(void) {
     PyObject *module;
+    import_array();
     if (PyType_Ready(&GathererType) < 0) {
         return NULL;
     }

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -211,10 +212,21 @@ def test_a_script_without_a_main_guard_is_refused(tmp_path: Path, call: str, gua
 
 
 @pytest.fixture
-def fifo(tmp_path: Path) -> Path:
+def fifo(tmp_path: Path) -> Iterator[Path]:
+    """A FIFO with no writer; a test in this process that blocks on it fails after 30 s (SIGALRM) instead of hanging."""
     path = tmp_path / "pipe"
     os.mkfifo(path)
-    return path
+
+    def hung(number: int, frame: object) -> None:
+        raise TimeoutError("blocked on a FIFO")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        yield path
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_fifo_manifest(tmp_path: Path) -> None:
@@ -316,3 +328,27 @@ def test_in_process_fifo_refusals(tmp_path: Path, fifo: Path) -> None:
         list(sb.iter_jsonl(fifo))
     with pytest.raises(ConfigError, match="not a regular file"):
         prepare_store([_texts(tmp_path / "in", 1)], tmp_path / "o", tokenizer=str(fifo))
+
+
+@pytest.mark.parametrize("name", ["a.npy", "b.bin", "c.parquet", "d.arrow", "e.jsonl", "f.txt", "g.jsonl.gz", "h.txt.zst"])
+def test_a_fifo_in_a_folder_of_any_format(tmp_path: Path, name: str) -> None:
+    """A FIFO among a folder's files, whatever its suffix: refused naming it, or skipped with --skip-bad (CLI, in a child)."""
+    folder = _texts(tmp_path / "in", 1)
+    os.mkfifo(folder / name)
+    out = str(tmp_path / "s")
+    _refused(_cli("prepare", str(folder), "-o", out, "--bin-separator", "0"), name, "not a regular file (a FIFO)")
+    done = _cli("prepare", str(folder), "-o", out, "--bin-separator", "0", "--skip-bad")
+    assert done.returncode == 0, done.stderr
+    assert f"skipped {folder / name}: cannot read (not a regular file (a FIFO))" in done.stderr
+    assert len(sb.open_store(out)) == 1
+
+
+def test_direct_readers_refuse_a_fifo(fifo: Path) -> None:
+    """iter_npy, iter_bin, iter_parquet, iter_arrow, iter_text given a FIFO: a DataError at once."""
+    from streambatch.stages.read.formats import iter_arrow, iter_bin, iter_npy, iter_parquet, iter_text
+
+    for read in (iter_npy, lambda p: iter_bin(p, separator=0), iter_parquet, iter_arrow):
+        with pytest.raises(DataError, match="not a regular file"):
+            list(read(fifo))
+    with pytest.raises(DataError, match="is not a regular file or a folder"):
+        list(iter_text(fifo))

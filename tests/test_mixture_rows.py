@@ -10,6 +10,7 @@ the batches' tokens (every token names its source, document and position).
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections import Counter
 from fractions import Fraction
@@ -205,6 +206,15 @@ def expected_fields(mixture: Mixture, batch: PackedMixtureBatch) -> list[list[An
     return [*fields, [*starts, flat.size], [sum(map(sum, fields[4]))]]
 
 
+def expected_provenance(mixture: Mixture, batch: PackedMixtureBatch) -> tuple[Any, ...]:
+    """Each row's segments as its own source's packed batch of that row gives them (row moved to the batch's)."""
+    found: list[Any] = []
+    for r, (s, number) in enumerate(zip(batch.sources.tolist(), batch.rows.tolist(), strict=True)):
+        own = sb.materialize(sb.chunk(mixture.parts[s][number : number + 1], 1))[0]
+        found += [dataclasses.replace(p, row=r) for p in own.provenance]
+    return tuple(found)
+
+
 @pytest.mark.parametrize("one_pass", [True, False])
 def test_the_one_pass_gather_and_the_gather_by_source_agree(one_pass: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The C kernel's one pass over every source, and each source's own gather placed row by row, give those rows."""
@@ -212,14 +222,47 @@ def test_the_one_pass_gather_and_the_gather_by_source_agree(one_pass: bool, monk
     mixture = mix(parts, [3, 2, 1], seed=5, length=60)
     gather = mixture.space.row_gather()
     assert gather.one_pass == (GATHER_BACKEND == "c")
+    if one_pass and GATHER_BACKEND != "c":
+        pytest.skip("the C gather is not built")
     monkeypatch.setattr(gather, "one_pass", one_pass)
     batches = list(sb.materialize(sb.chunk(mixture, 7)))
     assert len(batches) == 9
+    alone = sb.materialize(sb.chunk(parts[0][:], 3))[0]  # one source's own packed batch: the arrays to match
     for batch in batches:
         assert isinstance(batch, PackedMixtureBatch)
         got = [getattr(batch, name).tolist() for name in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")]
         assert [*got, batch.cu_seqlens.tolist(), [batch.target_count]] == expected_fields(mixture, batch)
+        for name in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask", "cu_seqlens"):
+            assert getattr(batch, name).dtype == getattr(alone, name).dtype, name
+        assert batch.segment_ids.dtype == np.int16  # T < 2**15
         check_batch(batch)
+        assert batch.provenance == expected_provenance(mixture, batch)
+
+
+@pytest.mark.parametrize(("T", "dtype"), [(5, np.uint16), (5, np.uint32), (40_000, np.uint32)])
+def test_the_numpy_gather_gives_the_same_batches(T: int, dtype: Any) -> None:
+    """Every source gathered by numpy (no C kernel): the same batches, dtypes (int16 ids below T = 2**15, else int32)
+    and provenance as the one-pass gather."""
+    scale = max(1, T // 5)
+    lengths = [[13 * scale, 2, 27 * scale, 6], [9 * scale, 1, 4 * scale], [31 * scale, 3]]
+
+    def mixture(numpy: bool) -> Mixture:
+        parts = [packed_source(s, n, T=T, dtype=dtype) for s, n in enumerate(lengths)]
+        if numpy:
+            for part in parts:
+                part.space.cache["gather"] = False
+        return mix(parts, [3, 2, 1], seed=5, length=40)
+
+    fast, slow = mixture(False), mixture(True)
+    assert not slow.space.row_gather().one_pass
+    assert fast.space.row_gather().one_pass == (GATHER_BACKEND == "c")
+    ids = np.int16 if T < 1 << 15 else np.int32
+    for a, b in zip(sb.materialize(sb.chunk(fast, 7)), sb.materialize(sb.chunk(slow, 7)), strict=True):
+        assert a == b
+        assert a.provenance == b.provenance
+        for name in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask", "cu_seqlens", "sources"):
+            assert getattr(a, name).dtype == getattr(b, name).dtype, name
+        assert (a.inputs.dtype, a.segment_ids.dtype, a.position_ids.dtype) == (np.dtype(dtype), ids, ids)
 
 
 def test_mixed_dtypes_and_corpora_are_widened() -> None:
@@ -321,14 +364,24 @@ def test_the_kernel_refuses_bad_kinds_and_unlike_sources() -> None:
     parts = [packed_source(s, [9, 5], T=3) for s in range(2)]
     gather = mix(parts, [1, 1], seed=1).space.row_gather()
     g0, g1 = gather.gatherers
-    outputs = [np.empty((2, 3), d) for d in (np.uint32, np.uint32, np.int32, np.int32, np.bool_)]
     rows = np.zeros(2, dtype=np.int64)
     with pytest.raises(ValueError, match="source 2 has no gatherer"):
-        g0.gather(rows, *outputs, np.array([0, 2], np.uint8), (g0, g1))
-    with pytest.raises(ValueError, match="uint8, one per row"):
-        g0.gather(rows, *outputs, np.array([0], np.uint8), (g0, g1))
+        g0.gather(rows, np.array([0, 2], np.uint8), (g0, g1))
+    with pytest.raises(ValueError, match="1 kinds for 2 rows"):
+        g0.gather(rows, np.array([0], np.uint8), (g0, g1))
+    with pytest.raises(TypeError, match="kinds must be uint8"):
+        g0.gather(rows, np.array([0, 1], np.int64), (g0, g1))
+    with pytest.raises(TypeError, match=r"sources\[1\] is not an initialised Gatherer"):
+        g0.gather(rows, np.array([0, 1], np.uint8), (g0, "g1"))
+    with pytest.raises(TypeError, match="a tuple of 1 to 256"):
+        g0.gather(rows, np.array([0, 1], np.uint8), [g0, g1])
+    with pytest.raises(TypeError, match="takes 1 argument"):
+        g0.gather(rows, np.array([0, 1], np.uint8))
     other = mix([packed_source(0, [9, 5], T=2)], [1], seed=1).space.row_gather().gatherers[0]
-    with pytest.raises(ValueError, match="differ in T"):
-        g0.gather(rows, *outputs, np.array([0, 1], np.uint8), (g0, other))
+    with pytest.raises(ValueError, match=r"sources\[1\] has T=2"):
+        g0.gather(rows, np.array([0, 1], np.uint8), (g0, other))
     with pytest.raises(ValueError, match="row 1 of the batch"):  # a row beyond its own source's packing
-        g0.gather(np.array([0, len(parts[1])], np.int64), *outputs, np.array([0, 1], np.uint8), (g0, g1))
+        g0.gather(np.array([0, len(parts[1])], np.int64), np.array([0, 1], np.uint8), (g0, g1))
+    made = g0.gather(np.array([1, 0], np.int64), np.array([1, 0], np.uint8), (g0, g1))  # any uint8 buffer as kinds
+    again = g0.gather(np.array([1, 0], np.int64), bytes([1, 0]), (g0, g1))
+    assert all(np.array_equal(a, b) for a, b in zip(made, again, strict=True))

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,3 +146,35 @@ def test_output_error_names_the_users_path(tmp_path: Path, capsys: pytest.Captur
     err = capsys.readouterr().err
     assert "ro/out.jsonl" in err
     assert ".streambatch-" not in err
+
+
+def test_output_to_a_fifo_waits_for_its_reader(tmp_path: Path) -> None:
+    """-o a FIFO whose reader comes late: the writer waits for it (nothing opens the read end behind its back)."""
+    source = jsonl_file(tmp_path, GOOD)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    status: list[int] = []
+    writer = threading.Thread(target=lambda: status.append(main(["epoch", str(source), *EPOCH, "-o", str(fifo)])))
+    writer.start()
+    time.sleep(0.5)  # the writer is blocked in open() until a reader comes
+    assert writer.is_alive()
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    received = b""
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                block = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                time.sleep(0.01)
+                continue
+            if not block and not writer.is_alive():
+                break
+            received += block
+            if not block:
+                time.sleep(0.01)
+    finally:
+        os.close(fd)
+        writer.join(timeout=30)
+    assert [0] == status
+    assert 2 == len(received.decode().splitlines())

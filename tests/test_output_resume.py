@@ -112,22 +112,34 @@ def test_a_second_writer_is_refused_while_the_output_is_locked(
     assert [] == list(tmp_path.glob(".streambatch-*"))
 
 
+_RACER = "import sys; from streambatch.cli import main; sys.stdin.readline(); raise SystemExit(main(sys.argv[1:]))"
+
+
 @pytest.mark.slow
 def test_two_concurrent_writers_one_is_refused_the_other_completes(source: Path, tmp_path: Path) -> None:
     """Two real processes on one output: the second exits 2 while the first runs; the first's output is exact."""
     big = tmp_path / "big.jsonl"
     rng = np.random.default_rng(1)
-    big.write_text("".join(json.dumps({"id": f"d{i}", "tokens": rng.integers(0, 9, 40).tolist()}) + "\n" for i in range(40)))
+    big.write_text("".join(json.dumps({"id": f"d{i}", "tokens": rng.integers(0, 9, 40).tolist()}) + "\n" for i in range(20)))
     out, first, second = tmp_path / "out.jsonl", tmp_path / "first.json", tmp_path / "second.json"
-    argv = [sys.executable, "-m", "streambatch", "epoch", str(big), "-T", "3", "-B", "1", "--seed", "2", "-o", str(out)]
-    child = subprocess.Popen([*argv, "--save-state", str(first)], env=ENV, stderr=subprocess.PIPE)
+    argv = ["epoch", str(big), "-T", "3", "-B", "1", "--seed", "2", "-o", str(out)]
+    # the racer imports streambatch first and starts on a line from stdin, so it races the writer, not its start-up
+    racer = subprocess.Popen(
+        [sys.executable, "-c", _RACER, *argv, "--save-state", str(second)],
+        env=ENV,
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    child = subprocess.Popen([sys.executable, "-m", "streambatch", *argv, "--save-state", str(first)], env=ENV)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (first.exists() and json.loads(first.read_text())["output"]["batches"] >= 3):
         time.sleep(0.005)
-    racer = subprocess.run([*argv, "--save-state", str(second)], env=ENV, capture_output=True, text=True)
+    assert child.poll() is None, "the writer finished before the race"
+    _, racer_err = racer.communicate("go\n", timeout=120)
     assert 0 == child.wait(timeout=120)
-    assert 2 == racer.returncode, racer.stderr
-    assert "another streambatch epoch is writing it" in racer.stderr
+    assert 2 == racer.returncode, racer_err
+    assert "another streambatch epoch is writing it" in racer_err
     assert not second.exists()
     expected = sb.Epoch(read_jsonl(big), context_length=3, batch_size=1, seed=2)
     records = [json.loads(line) for line in out.read_text().splitlines()]

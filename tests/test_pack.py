@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from streambatch.errors import ConfigError, DataError, OutOfRangeError
 from streambatch.stages import pack
+from streambatch.stages._pack_gather import id_dtype
 from streambatch.stages.pack import PackedArrays, PieceIndex, best_fit_decreasing, gather_segments, pack_lengths
 from streambatch.stages.window_index import WindowConfig, WindowIndex
 
@@ -148,8 +149,8 @@ def check_batch(batch: PackedArrays, tokens: np.ndarray, starts: np.ndarray, T: 
     w = batch.inputs.shape[0]
     expected_in = np.zeros((w, T), dtype=tokens.dtype)
     expected_out = np.zeros((w, T), dtype=tokens.dtype)
-    expected_seg = np.full((w, T), -1, dtype=np.int32)
-    expected_pos = np.zeros((w, T), dtype=np.int32)
+    expected_seg = np.full((w, T), -1, dtype=id_dtype(T))
+    expected_pos = np.zeros((w, T), dtype=id_dtype(T))
     column = np.zeros(w, dtype=np.int64)
     sequences: list[tuple[int, bool]] = []
     covered: set[tuple[int, int]] = set()
@@ -195,7 +196,7 @@ def check_batch(batch: PackedArrays, tokens: np.ndarray, starts: np.ndarray, T: 
     assert batch.cu_seqlens[-1] == w * T
     assert batch.max_seqlen == max((n for n, _ in sequences), default=0)
     assert batch.cu_seqlens.dtype == np.int32
-    assert batch.segment_ids.dtype == np.int32
+    assert batch.segment_ids.dtype == batch.position_ids.dtype == id_dtype(T)
     flat_seg = batch.segment_ids.reshape(-1)
     for a, b in zip(batch.cu_seqlens[:-1].tolist(), batch.cu_seqlens[1:].tolist(), strict=True):
         assert (flat_seg[a:b] == flat_seg[a]).all()

@@ -413,3 +413,26 @@ def test_a_fifo_where_the_plan_file_belongs_is_refused_not_waited_on(tmp_path: P
     done = subprocess.run([sys.executable, "-c", _FIFO_PLAN, str(tmp_path)], env=ENV, capture_output=True, text=True, timeout=60)
     assert 0 == done.returncode, done.stderr
     assert re.search(r"\.plan: not a regular file; remove .*\.plan and plan again", done.stdout), done.stdout
+
+
+def test_a_corpus_plan_entry_across_a_shard_boundary_is_refused(tmp_path: Path) -> None:
+    """A sharded corpus (global positions): an entry two tokens before a shard's end is refused, not read across shards."""
+    write_store(tmp_path / "a", [sb.Document("a0", "train", np.arange(9)), sb.Document("a1", "train", np.arange(6))])
+    write_store(tmp_path / "b", [sb.Document("b0", "train", np.arange(8) + 100)])
+    corpus = sb.write_corpus(tmp_path / "corpus.json", [tmp_path / "a", tmp_path / "b"])
+    epoch = sb.Epoch(corpus, context_length=T, batch_size=B, seed=SEED, plan_dir=tmp_path / "plans")
+    assert list(sb.Epoch(corpus, context_length=T, batch_size=B, seed=SEED)) == list(epoch)
+    plan = Path(str(epoch.order.plan_path))
+    body = _body(plan)
+    body[0] = int(corpus.bases[1]) - 2  # the last shard's first token is one of its targets
+    body.flush()
+    del body, epoch
+    again = sb.Epoch(
+        sb.open_corpus(tmp_path / "corpus.json"), context_length=T, batch_size=B, seed=SEED, plan_dir=tmp_path / "plans"
+    )
+    with pytest.raises(DataError, match=USE_MESSAGE):
+        again[0]
+    with pytest.raises(StoreError, match=r"entry 0 \(13\) is not a window of this source"):
+        sb.plan_file(
+            sb.windows(sb.open_corpus(tmp_path / "corpus.json"), context_length=T), SEED, tmp_path / "plans", verify=True
+        )

@@ -123,6 +123,7 @@ def test_large_stores_keep_ids_in_one_buffer(tmp_path: Path) -> None:
 
 _CHILD = """
 import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # 1 GiB of address space (the old writer needed ~1.6 GiB)
 import streambatch as sb
 sb.prepare_store([sys.argv[1]], sys.argv[2], per_line=True, quiet=True)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
@@ -144,8 +145,45 @@ def _peak(tmp_path: Path, count: int) -> int:
 
 @pytest.mark.slow
 def test_prepare_holds_at_most_64_bytes_per_document(tmp_path: Path) -> None:
-    """One-character lines: the peak RSS grows by <= 64 bytes per document (it was ~844), measured between two sizes."""
-    small, large = 100_000, 1_100_000
+    """One-character lines under a 1 GiB address space: peak RSS grows <= 64 bytes per document (it was ~700-844)."""
+    small, large = 200_000, 2_200_000
     growth = (_peak(tmp_path, large) - _peak(tmp_path, small)) / (large - small)
     assert growth <= 64, f"{growth:.1f} bytes per document"
-    assert 1_100_000 == len(sb.open_store(tmp_path / f"s{large}"))
+    assert 2_200_000 == len(sb.open_store(tmp_path / f"s{large}"))
+
+
+def test_id_hashes_mix_single_ids_and_blocks() -> None:
+    """Ids added one at a time (a set) and in blocks (sorted runs) are all found again, across every flush."""
+    seen = IdHashes()
+    names = [f"s{i}" for i in range(5000)]
+    for name in names:  # past the set's size: flushed into a run
+        assert not seen.candidates(hashes_of([name], 1))[0].any()
+        seen.add(hashes_of([name], 1))
+    block = [f"b{i}" for i in range(6000)] + ["s4321"]
+    earlier, within = seen.candidates(hashes_of(block, len(block)))
+    assert [6000] == np.flatnonzero(earlier).tolist()
+    assert not within.any()
+    seen.add(hashes_of(block[:-1], 6000))
+    for probe, found in (("b5999", True), ("s0", True), ("s4999", True), ("new", False)):
+        assert found == bool(seen.candidates(hashes_of([probe], 1))[0][0])
+    assert 11_000 == len(seen)
+
+
+def test_rollback_forgets_only_the_documents_after_the_mark(tmp_path: Path) -> None:
+    """After a rollback past many documents (sets and runs), their ids are free again and the kept ones still repeat."""
+    with StoreWriter(tmp_path / "s") as writer:
+        for i in range(3000):
+            writer.add(f"k{i}", "train", [1])
+        mark = writer.mark()
+        writer.add_block(np.ones(70_000, np.uint16), np.ones(70_000, np.int64), [f"r{i}" for i in range(70_000)], "train")
+        for i in range(2000):
+            writer.add(f"q{i}", "train", [2])
+        writer.rollback(mark)
+        writer.add_block(np.ones(3, np.uint16), [1, 1, 1], ["r5", "q7", "r69999"], "train")
+        with pytest.raises(DuplicateIdError, match="id='k2999'"):
+            writer.add("k2999", "train", [1])
+        with pytest.raises(DuplicateIdError, match="id='r5'"):
+            writer.add("r5", "train", [1])
+        store = writer.commit()
+    assert 3003 == len(store)
+    assert ("k0", "r5", "q7", "r69999") == (store.ids[0], *store.ids[3000:])

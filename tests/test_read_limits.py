@@ -67,6 +67,11 @@ def test_the_limits_are_options(tmp_path: Path) -> None:
     assert not (tmp_path / "s").exists()
     store = sb.prepare_store([tmp_path], tmp_path / "s", max_line_bytes=20, skip_bad=True, quiet=True)
     assert ["t.txt"] == list(store.ids)
+    rows = [{"id": "small", "text": "é" * 10}, {"id": "big", "text": "é" * 30}]  # 20 and 60 bytes of UTF-8
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(sb.DataError, match=r"r.jsonl:2 \(document id='big'\): a text of more than 59 bytes"):
+        list(iter_files([tmp_path / "r.jsonl"], max_document_bytes=59))
+    assert 2 == len(list(iter_files([tmp_path / "r.jsonl"], max_document_bytes=60)))
     for bad in (0, -1, True, 1.5, "64MiB", None):
         with pytest.raises(sb.ConfigError, match="must be a positive number of bytes"):
             read_options(max_line_bytes=bad)  # type: ignore[arg-type]

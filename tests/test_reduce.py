@@ -236,3 +236,14 @@ def test_token_sums_in_the_wrong_order_is_refused() -> None:
     with pytest.raises(sb.AccumulationError, match="is not a TokenMeanAccumulator or TokenSums"):
         accumulator.merge([1.0, 1, [1.0]])  # type: ignore[arg-type]
     assert accumulator.token_count == 0
+
+
+def test_token_sums_count_may_be_any_integer_kind() -> None:
+    """A numpy int or a one-element integer tensor is a count (kept as an int); a bool or a float is not."""
+    assert sb.TokenSums(1.0, np.int64(4), np.zeros(1)).token_count == 4
+    assert type(sb.TokenSums(1.0, np.int64(4), np.zeros(1)).token_count) is int
+    torch = pytest.importorskip("torch")
+    assert sb.TokenSums(1.0, torch.tensor(4), 0.0).token_count == 4
+    for count in (True, 4.0, torch.tensor(4.0)):
+        with pytest.raises(sb.AccumulationError, match="must be a non-negative int"):
+            sb.TokenSums(1.0, count, 0.0)

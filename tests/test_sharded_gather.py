@@ -77,3 +77,40 @@ def test_a_block_of_batches_is_mapped_once_and_sliced() -> None:
         inputs, targets = gather(batch.positions)
         assert np.array_equal(batch.inputs, inputs)
         assert np.array_equal(batch.targets, targets)
+
+
+@given(
+    sizes=st.lists(st.integers(0, 30), min_size=2, max_size=40),
+    wide=st.data(),
+    context_length=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_per_shard_path_with_mixed_dtypes(sizes: list[int], wide: st.DataObject, context_length: int, seed: int) -> None:
+    """uint16 and uint32 shards (no spanning view): each row from its own shard, widened, grouped per batch."""
+    rng = np.random.default_rng(seed)
+    dtypes = wide.draw(st.lists(st.sampled_from([np.uint16, np.uint32]), min_size=len(sizes), max_size=len(sizes)))
+    dtypes[0] = np.uint32  # at least one wide shard: the corpus is uint32
+    shards = [
+        sb.DocumentStore.from_arrays(rng.integers(0, 60_000, n).astype(dtype), [0, n], ids=[f"s{k}"])
+        for k, (n, dtype) in enumerate(zip(sizes, dtypes, strict=True))
+    ]
+    corpus = sb.Corpus(shards)
+    gather = ShardedGather(corpus, context_length)
+    valid = [
+        p
+        for b, e in zip(corpus.bases[:-1].tolist(), corpus.bases[1:].tolist(), strict=True)
+        for p in range(b, e - context_length)
+    ]
+    if len(set(dtypes)) > 1:
+        assert gather._table is None  # mixed dtypes: the per-shard path
+    positions = np.array(rng.permutation(valid) if valid else [], dtype=np.intp)
+    inputs, targets = gather(positions)
+    assert inputs.dtype == np.uint32
+    if valid:
+        expected = corpus.window_tokens(positions, context_length + 1)
+        assert inputs.tolist() == expected[:, :-1].tolist()
+        assert targets.tolist() == expected[:, 1:].tolist()
+    for lo in range(0, positions.size, 5):  # batches of 5 rows, as a block is sliced
+        part_in, part_out = gather.take(gather.rows(positions)[lo : lo + 5])
+        assert part_in.tolist() == inputs[lo : lo + 5].tolist()
+        assert part_out.tolist() == targets[lo : lo + 5].tolist()

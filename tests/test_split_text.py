@@ -25,7 +25,7 @@ CORPUS = [
     "the quick brown fox\njumps over\n\nthe lazy dog. 123 4567\n",
     "héllo wörld\n한국어 텍스트\ne\u0301t\u00e9\n",
 ] * 20
-ALPHABET = "ab é\u0301\n\n\t\r.1(x한\u1161\u200d"
+ALPHABET = "ab é\u0301\n\n\t\r.1(x한\u1161\u200d  '"
 
 
 def _bpe(pre: Any, normalizer: Any = None) -> Any:
@@ -84,18 +84,20 @@ def test_pieces_give_the_ids_of_the_whole(
     expected = [tok.encode(t, add_special_tokens=False).ids for t in texts]
     assert expected == [ids.tolist() for ids in wrapped.encode_batch(texts)]
     assert expected[0] == wrapped.encode(texts[0]).tolist()
+    one_line = " ".join(texts).replace("\n", " ")  # no newline: cut at spaces
+    assert tok.encode(one_line, add_special_tokens=False).ids == wrapped.encode(one_line).tolist()
 
 
 @pytest.mark.parametrize("name", sorted(SPLITTABLE))
 def test_long_texts_are_cut(name: str) -> None:
-    """Real text is cut (after lone newlines), and the pieces' ids are the whole text's."""
-    text = "".join(CORPUS) * 50
-    cuts = split_text.cuts(text, BUILT[name].pre_tokenizer, 1000)
-    assert len(cuts) > len(text) // 2000
-    assert all(text[c - 1] == "\n" for c in cuts)
-    pieces = [text[lo:hi] for lo, hi in zip([0, *cuts], [*cuts, len(text)], strict=True)]
-    whole = BUILT[name].encode(text, add_special_tokens=False).ids
-    assert whole == [i for p in pieces for i in BUILT[name].encode(p, add_special_tokens=False).ids]
+    """Real text is cut (after lone newlines; without newlines, before lone spaces), and the pieces' ids are the whole's."""
+    for text, mark in (("".join(CORPUS) * 50, "\n"), (" ".join("".join(CORPUS).split()) * 50, " ")):
+        cuts = split_text.cuts(text, BUILT[name].pre_tokenizer, 1000)
+        assert len(cuts) > len(text) // 2000
+        assert all((text[c - 1] if mark == "\n" else text[c]) == mark for c in cuts)
+        pieces = [text[lo:hi] for lo, hi in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+        whole = BUILT[name].encode(text, add_special_tokens=False).ids
+        assert whole == [i for p in pieces for i in BUILT[name].encode(p, add_special_tokens=False).ids]
 
 
 def test_unsafe_tokenizers_are_not_cut() -> None:
@@ -147,3 +149,21 @@ def test_a_long_text_in_bounded_memory(tmp_path: Path) -> None:
     assert count > len(text) // 4
     assert equal == 1
     assert growth < 150 << 20, f"peak growth {growth >> 20} MiB for {len(text):,} characters"
+
+
+def test_prepare_cli_stores_the_whole_texts_ids(tmp_path: Path) -> None:
+    """`prepare --tokenizer` of a text longer than a piece: the stored ids are the whole text's, plus the eos id."""
+    import io
+
+    import streambatch as sb
+    from streambatch.cli import main
+
+    tok = BUILT["GPT-4 Split + ByteLevel BPE"]
+    tok.save(str(tmp_path / "tok.json"))
+    text = "".join(CORPUS) * 60  # 150,000 characters: cut into pieces
+    assert len(split_text.cuts(text, tok.pre_tokenizer)) >= 2
+    (tmp_path / "long.txt").write_text(text, encoding="utf-8")
+    argv = ["prepare", str(tmp_path / "long.txt"), "--tokenizer", str(tmp_path / "tok.json"), "-o", str(tmp_path / "s"), "-q"]
+    assert 0 == main(argv, io.StringIO())
+    stored = sb.open_store(tmp_path / "s").document(0).tokens.tolist()
+    assert [*tok.encode(text, add_special_tokens=False).ids, tok.token_to_id("<|endoftext|>")] == stored

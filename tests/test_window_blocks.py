@@ -96,9 +96,9 @@ def test_windows_views_use_the_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_iteration_is_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Iterating a view yields its window numbers block by block, sequential and shuffled alike."""
-    from streambatch.stages import windows as windows_module
+    from streambatch.stages import items
 
-    monkeypatch.setattr(windows_module, "_ITER_BLOCK", 3)
+    monkeypatch.setattr(items, "ITER_BLOCK", 3)
     w = sb.windows(sb.DocumentStore.from_arrays(np.zeros(30, dtype=np.uint16), [0, 12, 30]), context_length=2)
     order = sb.shuffle(w, 5)
     assert list(w) == w.numbers().tolist()
@@ -150,3 +150,21 @@ def test_cli_plan_of_one_long_document_in_bounded_memory(tmp_path: Path) -> None
     assert len(planned) == 1
     assert planned[0].stat().st_size >= 4 * count
     assert peak_kib * 1024 <= 4 * count + (160 << 20), f"peak RSS {peak_kib / 1024:.0f} MiB for {count} windows"
+
+
+def test_numbers_and_locate_are_built_in_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numbers() and locate() of shuffled and sequential views: the unblocked lookups, with blocks of 3 windows."""
+    lengths = [11, 2, 30, 7]
+    store = sb.DocumentStore.from_arrays(np.zeros(sum(lengths), dtype=np.uint16), np.concatenate([[0], np.cumsum(lengths)]))
+    order = sb.shuffle(sb.windows(store, context_length=2, stride=2), 9)
+    sequential = sb.windows(store, context_length=2, stride=2)
+    index = order.window_index
+    assert order.plan is not None
+    expected_numbers = index.windows_at(order.plan).tolist()
+    expected_located = [a.tolist() for a in index.locate_positions(order.plan)]
+    monkeypatch.setattr(window_index, "BLOCK", 3)
+    assert order.numbers().tolist() == expected_numbers
+    assert [a.tolist() for a in order.locate()] == expected_located
+    assert [a.tolist() for a in order[2:9].locate()] == [a[2:9] for a in expected_located]
+    assert [a.tolist() for a in sequential.locate()] == [a.tolist() for a in index.locate(np.arange(len(sequential)))]
+    assert window_index.in_blocks(lambda v: v * 2, np.arange(7))[0].tolist() == [0, 2, 4, 6, 8, 10, 12]

@@ -182,9 +182,12 @@ def _check_state_path(state_path: str, output: str, source: Source | MixtureSour
 @contextlib.contextmanager
 def _locked_for_replacing(output: str) -> Iterator[None]:
     """Hold the lock of an existing regular *output* while it is replaced: a writer with --save-state is never cut off."""
-    try:
-        fd = os.open(output, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:  # never opened unless regular: opening a FIFO's read end would let the writer run without its reader
+        regular = stat.S_ISREG(os.stat(output).st_mode)
+        fd = os.open(output, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC) if regular else -1
     except OSError:  # nothing there yet (or unreadable: the writer names the problem)
+        fd = -1
+    if fd < 0:
         yield
         return
     with os.fdopen(fd, "rb") as handle:

@@ -80,7 +80,7 @@ def register(commands: Any) -> None:
         type=byte_size,
         default=MAX_DOCUMENT_BYTES,
         metavar="SIZE",
-        help="refuse a text file (one document) larger than this (default 256MiB)",
+        help="refuse a text document (a whole file, or a row's text) larger than this (default 256MiB)",
     )
     p.add_argument("--include", action="append", default=[], metavar="GLOB", help="keep only matching files (repeatable)")
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="leave matching files out (repeatable)")

@@ -84,29 +84,22 @@ class DocumentLog:
         return self.count, self.tokens, self._files[IDS].tell(), self._files[LABELS].tell()
 
     def rollback(self, mark: Mark) -> None:
-        """Forget every document recorded after *mark* (the hashes are rebuilt from the ids kept)."""
+        """Forget every document recorded after *mark* (their hashes too: only their ids are read back)."""
         count, tokens, ids_at, labels_at = mark
+        self._hashes.remove(np.fromiter((hash(json.loads(line)) for line in self._lines(IDS, ids_at)), dtype=np.int64))
         for name, size in ((IDS, ids_at), (LABELS, labels_at), (PARTITIONS_FILE, count), (OFFSETS, (count + 1) * 8)):
             handle = self._files[name]
             handle.flush()
             handle.truncate(size)
             handle.seek(0, os.SEEK_END)
         self.count, self.tokens = count, tokens
-        self._hashes = IdHashes()
-        block: list[str] = []
-        for line in self._lines(IDS):
-            block.append(json.loads(line))
-            if len(block) >= 1 << 16:
-                self._hashes.add(hashes_of(block, len(block)))
-                block.clear()
-        self._hashes.add(hashes_of(block, len(block)))
 
-    def _lines(self, name: str) -> Iterator[bytes]:
-        """The lines of one of the files (without newlines), read back in blocks."""
+    def _lines(self, name: str, start: int = 0) -> Iterator[bytes]:
+        """The lines of one of the files from byte *start* (without newlines), read back in blocks."""
         handle = self._files[name]
         handle.flush()
         end = handle.tell()
-        handle.seek(0)
+        handle.seek(start)
         rest = b""
         try:
             while handle.tell() < end:

@@ -20,11 +20,11 @@ from .._checks import short_repr
 from ..errors import DataError, StoreError
 from ..model.documents import PARTITIONS, Partition
 from ..model.ids import IdLines, first_repeat
+from ..model.mapped import map_readonly
 from ..model.store import DocumentStore
 from ..model.validate import check_id, check_offsets, duplicate_id
 from .bounded_json import decode_string
 from .files import NotRegularFileError, open_regular, short_path
-from .mapped import map_readonly
 from .store_header import (
     HEADER,
     IDS,
@@ -112,8 +112,11 @@ def _open_file(dfd: int, name: str, root: Path) -> IO[bytes]:
         raise StoreError(f"{short_path(root / name)}: cannot open ({err.strerror or err}); prepare the store again") from err
 
 
-def open_store_at(dfd: int, root: Path, verify: bool) -> DocumentStore:
-    """Open the store in the directory open as *dfd* (shown as *root*); a missing file raises `_Missing`."""
+def open_store_at(dfd: int, root: Path, verify: bool, *, check_ids: bool = True) -> DocumentStore:
+    """Open the store in the directory open as *dfd* (shown as *root*); a missing file raises `_Missing`.
+
+    *check_ids* False skips decoding each id of ``ids.jsonl`` (a `StoreWriter` that just wrote them, checked).
+    """
     header_path = root / HEADER
     with _open_file(dfd, HEADER, root) as handle:
         header, dtype, tokens_count, docs_count, fingerprint = read_header(handle, header_path)
@@ -130,7 +133,7 @@ def open_store_at(dfd: int, root: Path, verify: bool) -> DocumentStore:
             offsets = check_offsets(offsets, tokens_count, "offsets")
         except DataError as err:
             raise StoreError(f"{short_path(root / OFFSETS)}: {err}") from err
-        ids, codes = _read_documents(root, header, header_path, docs_count, extra)
+        ids, codes = _read_documents(root, header, header_path, docs_count, extra, check_ids)
         if verify:
             actual = fingerprint_files(tokens_file.fileno(), offsets_file.fileno(), ids, codes)
             if actual != fingerprint:
@@ -145,7 +148,8 @@ def open_store_at(dfd: int, root: Path, verify: bool) -> DocumentStore:
             status = os.fstat(tokens_file.fileno())
             tokens.identity = (status.st_dev, status.st_ino)  # reopened only if unchanged
     tokenizer = header_tokenizer(header, header_path)
-    return DocumentStore.from_checked(tokens, offsets[:-1].copy(), np.diff(offsets), ids, codes, fingerprint, tokenizer)
+    # starts: a view of the offsets (no copy: 8 bytes per document less)
+    return DocumentStore.from_checked(tokens, offsets[:-1], np.diff(offsets), ids, codes, fingerprint, tokenizer)
 
 
 def _check_size(handle: IO[bytes], path: Path, expected: int, what: str) -> None:
@@ -159,11 +163,12 @@ def _check_size(handle: IO[bytes], path: Path, expected: int, what: str) -> None
 
 
 def _read_documents(
-    root: Path, header: dict[str, Any], header_path: Path, count: int, files: list[IO[bytes]]
+    root: Path, header: dict[str, Any], header_path: Path, count: int, files: list[IO[bytes]], check_ids: bool = True
 ) -> tuple[Sequence[str], npt.NDArray[np.uint8]]:
     ids: Sequence[str]
     if files:
-        ids, codes, hashes = _read_id_files(root, count, *files)
+        ids_file, parts_file = files
+        ids, codes, hashes = _read_id_files(root, count, ids_file, parts_file, check_ids)
         where = root / PARTITIONS_FILE
     else:
         inline_ids = header.get("ids")
@@ -183,7 +188,7 @@ def _read_documents(
         where = header_path
     if codes.size and int(codes.max()) >= len(PARTITIONS):
         raise StoreError(f"{where}: partition code {int(codes.max())} is not 0, 1 or 2")
-    repeat = first_repeat(ids, hashes)  # 8 bytes per id, not a dict of them
+    repeat = first_repeat(ids, hashes) if check_ids else None  # 8 bytes per id, not a dict of them
     del hashes
     if repeat is not None:
         try:
@@ -194,23 +199,24 @@ def _read_documents(
 
 
 def _read_id_files(
-    root: Path, count: int, ids_file: IO[bytes], parts_file: IO[bytes]
-) -> tuple[IdLines, npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    root: Path, count: int, ids_file: IO[bytes], parts_file: IO[bytes], check_ids: bool
+) -> tuple[IdLines, npt.NDArray[np.uint8], npt.NDArray[np.int64] | None]:
     """ids.jsonl kept as one buffer (`IdLines`: no str per id), each line checked once; partitions.bin; the ids' hashes."""
     ids_path = root / IDS
-    try:
-        data = ids_file.read()
+    try:  # mapped: its pages are read when ids are (a writer's own store: never, unless asked for)
+        size = os.fstat(ids_file.fileno()).st_size
+        data = map_readonly(ids_file.fileno(), np.dtype(np.uint8), size, str(ids_path)) if size else np.zeros(0, np.uint8)
     except OSError as err:
         raise StoreError(f"{ids_path}: unreadable ids ({err.strerror or err}); prepare the store again") from err
-    ids = IdLines.of(data if not data or data.endswith(b"\n") else data + b"\n")
+    ids = IdLines.of(data) if check_ids else IdLines(data, count)
     if len(ids) != count:
         raise StoreError(f"{ids_path}: {len(ids)} ids but document_count={count}; prepare the store again")
-    hashes = np.empty(count, dtype=np.int64)
+    hashes = np.empty(count, dtype=np.int64) if check_ids else None
     try:
-        for index, line in enumerate(ids.lines()):
+        for index, line in enumerate(ids.lines() if hashes is not None else ()):
             value = decode_string(line, f"{ids_path}:{index + 1}", "a document id", error=StoreError)
             check_id(value, f"document index {index}")
-            hashes[index] = hash(value)
+            hashes[index] = hash(value)  # type: ignore[index]
     except DataError as err:
         raise StoreError(f"{ids_path}: {err}") from err
     _check_size(parts_file, root / PARTITIONS_FILE, count, f"{count} partition codes")

@@ -284,7 +284,7 @@ class StoreWriter:
             fsync_path(tmp / HEADER)
             fsync_path(tmp)
             with _directory_fd(tmp) as dfd:  # open before the swap: ours even if another writer replaces it at once
-                store = open_store_at(dfd, self.path, verify=False)
+                store = open_store_at(dfd, self.path, verify=False, check_ids=False)  # checked as they came
             _step("replace")
             replace_directory(tmp, self.path, replaceable=is_store, refusal=_NOT_A_STORE, step=_step)
         self._done = True

@@ -20,6 +20,7 @@ import numpy.typing as npt
 from ..errors import DataError, StoreError
 from .documents import PARTITIONS, Document, Partition
 from .ids import IdLines, json_line
+from .mapped import map_readonly
 from .validate import check_id, check_offsets, check_tokens, check_unique
 
 TokenArray = npt.NDArray[np.uint32] | npt.NDArray[np.uint16]
@@ -330,9 +331,8 @@ def _reopen_memmap(spec: tuple[str, str, int, Any], *fields: Any) -> DocumentSto
                 f"{filename}: the store was replaced after this process opened it (a pickled store, e.g. in a "
                 "DataLoader worker, must map the same files); reopen it with streambatch.open_store"
             )
-        tokens = np.memmap(handle, dtype=np.dtype(dtype), mode="r", shape=(size,))
-    tokens.filename = filename
-    tokens.identity = identity  # type: ignore[attr-defined]
+        tokens = map_readonly(handle.fileno(), np.dtype(dtype), size, filename)  # no descriptor kept
+    tokens.identity = identity
     return DocumentStore.from_checked(tokens, *fields)
 
 

@@ -7,6 +7,9 @@ Conventions (`gather_segments`):
   is False, ``segment_ids`` is -1.  The target at padding is not a real token:
   it counts nowhere because ``loss_mask`` is False there (a torch loss with
   ``ignore_index=-100`` takes ``targets`` with ``-100`` written where the mask is False).
+- Ids (``segment_ids``, ``position_ids``) have `id_dtype`: int16 when ``T < 2**15``
+  (every id lies in ``[-1, T)``), else int32, as tokens are uint16 when the
+  vocabulary fits.  `streambatch.torch.tensor_batch` gives them to torch as int32.
 - ``segment_ids``: 0, 1, 2, ... by segment within each row.  Attention that
   keeps ``segment_ids[q] == segment_ids[k]`` (and causality) never crosses a
   piece; padding queries see only padding keys, so no softmax row is empty.
@@ -31,7 +34,17 @@ from ..errors import ConfigError, DataError
 from ..model.corpus import Corpus
 
 IntArray = npt.NDArray[np.int64]
+IdArray = npt.NDArray[np.signedinteger[Any]]
 _INT32_LIMIT = 1 << 31
+
+
+def id_dtype(context_length: int) -> np.dtype[np.signedinteger[Any]]:
+    """The dtype of a packed batch's segment and position ids: int16 when ``T < 2**15``, else int32.
+
+    >>> id_dtype(2048), id_dtype(32768)
+    (dtype('int16'), dtype('int32'))
+    """
+    return np.dtype(np.int16) if context_length < (1 << 15) else np.dtype(np.int32)
 
 
 class PackedArrays(NamedTuple):
@@ -39,8 +52,8 @@ class PackedArrays(NamedTuple):
 
     inputs: npt.NDArray[Any]  # (w, T), token dtype
     targets: npt.NDArray[Any]  # (w, T), token dtype
-    segment_ids: npt.NDArray[np.int32]  # (w, T)
-    position_ids: npt.NDArray[np.int32]  # (w, T)
+    segment_ids: IdArray  # (w, T), id_dtype(T)
+    position_ids: IdArray  # (w, T), id_dtype(T)
     loss_mask: npt.NDArray[np.bool_]  # (w, T)
     target_count: int  # loss_mask.sum(): the token mean's denominator
     cu_seqlens: npt.NDArray[np.int32]  # (sequences + 1,)
@@ -107,8 +120,9 @@ def gather_segments(
     sizes = np.asarray(lengths, dtype=np.int64)
     width, count = seg_offsets.size - 1, docs.size
     if width * T >= _INT32_LIMIT:
-        raise ConfigError(f"{width} rows of T={T} exceed 2**31 positions; int32 ids and cu_seqlens need smaller batches")
-    empty_ids = np.zeros((width, T), dtype=np.int32)
+        raise ConfigError(f"{width} rows of T={T} exceed 2**31 positions; int32 cu_seqlens need smaller batches")
+    ids = id_dtype(T)
+    empty_ids = np.zeros((width, T), dtype=ids)
     if width <= 0:
         nothing = np.zeros(0, dtype=np.int64)
         zeros = np.zeros((0, T), dtype=flat_tokens.dtype)
@@ -168,13 +182,13 @@ def gather_segments(
     block_len[pad_block] = T - occupied[padded]
     block_id[pad_block] = -1
     is_pad[pad_block] = True
-    segment_ids = np.repeat(block_id, block_len).reshape(width, T)
+    segment_ids = np.repeat(block_id, block_len).reshape(width, T).astype(ids)
     cu_seqlens = np.zeros(blocks + 1, dtype=np.int32)
     np.cumsum(block_len, out=cu_seqlens[1:])
     steps = np.ones(width * T, dtype=np.int32)  # position ids: +1 along a block, back to 0 at its start
     steps[cu_seqlens[1:-1]] = 1 - block_len[:-1]
     steps[0] = 0
-    position_ids = np.cumsum(steps, out=steps).reshape(width, T)
+    position_ids = np.cumsum(steps, out=steps).reshape(width, T).astype(ids)
     return PackedArrays(
         inputs=inputs,
         targets=targets,

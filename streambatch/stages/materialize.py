@@ -188,15 +188,11 @@ class ShardedGather:
             return np.zeros(shape, dtype), np.zeros(shape, dtype)
         inputs, targets = np.empty(shape, dtype), np.empty(shape, dtype)
         rows_in, rows_out = inputs.view(self._record).reshape(width), targets.view(self._record).reshape(width)
-        shards = rows["shard"]
-        counts = np.bincount(shards, minlength=len(self._gathers)).tolist()
-        order = np.argsort(shards, kind="stable")  # rows grouped by shard, in row order within each
-        local = rows["local"][order]
-        hi = 0
-        for shard, count in enumerate(counts):
-            if not count:
-                continue
-            lo, hi = hi, hi + count
+        order = np.argsort(rows["shard"], kind="stable")  # rows grouped by shard, in row order within each
+        shards, local = rows["shard"][order], rows["local"][order]
+        cuts = np.flatnonzero(shards[1:] != shards[:-1]) + 1  # only the shards present: O(width), never O(shards)
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), width], strict=True):
+            shard = int(shards[lo])
             picked, gather = order[lo:hi], self._gathers[shard]
             if self._tokens[shard].dtype == dtype:  # whole records straight into this shard's rows
                 rows_in[picked], rows_out[picked] = gather.records[local[lo:hi]], gather.shifted[local[lo:hi]]

@@ -10,13 +10,15 @@ per-segment provenance) plus ``sources`` (one per row) and ``source_names``.
 
 `RowsGather` gathers a batch with the packed mode's one gather: when every
 source has the C kernel (`streambatch._row_gather`) and one token dtype, one
-call fills the whole batch in one pass, each row read through its own source's
-gatherer (``Gatherer.gather(rows, ..., kinds, sources)``).  Otherwise (a source
-gathered by numpy, or mixed dtypes) each source's rows are gathered by
-`streambatch.stages.rows.emit` into a source-sized block, then placed at their
-rows of the batch, each source's ``cu_seqlens`` boundaries shifted to its rows
-(a row boundary is always a sequence boundary, so every sequence stays whole).
-A batch of one source is that source's batch, with no copy.
+call makes every array of the batch (provenance included) in one pass, each row
+read through its own source's gatherer (``Gatherer.gather(rows, kinds, sources)``).
+Otherwise (a source gathered by numpy, or mixed dtypes) each source's rows are
+gathered by `streambatch.stages.rows.emit` into a source-sized block, then placed
+at their rows of the batch, each source's ``cu_seqlens`` boundaries and
+provenance rows shifted to its rows (a row boundary is always a sequence
+boundary, so every sequence stays whole).  A batch of one source is that
+source's batch, with no copy.  Either way the batch has the arrays and dtypes of
+a single source's `PackedBatch` (ids `streambatch.stages._pack_gather.id_dtype`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy.typing as npt
 
 from ..errors import DataError
 from ..model.documents import PARTITIONS, Partition
+from ._pack_gather import id_dtype
 from .mix_batch import SourceArray, present
 from .packed_batch import _SLOTS, PackedBatch, SegmentProvenance
 from .rows import RowSpace, emit, row_gatherer
@@ -42,8 +45,8 @@ class PackedMixtureBatch(PackedBatch):
     ``positions`` (``rows``) hold each row's number in its own source's packing;
     ``row_spaces[s]`` is source *s*'s packing (``row_space`` is source 0's, kept for
     the `PackedBatch` interface).  Per-segment provenance (document index, start,
-    id, partition, store) is that of each segment's own source; ``segment_sources``
-    names it.
+    id, partition, store), made with the batch, is that of each segment's own
+    source; ``segment_sources`` names it.
     """
 
     __slots__ = ("names", "row_spaces", "sources")
@@ -62,24 +65,6 @@ class PackedMixtureBatch(PackedBatch):
         """Per segment: its row's source."""
         found: SourceArray = self.sources[self.segment_rows]
         return found
-
-    def _provenance(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
-        """``(segment_rows, documents, starts, lengths)``, each source's segments resolved in its own packing."""
-        if self._segments is None:
-            pieces: list[tuple[IntArray, ...]] = []
-            for s in present(self.sources):
-                picked = np.flatnonzero(self.sources == s)
-                seg = self.row_spaces[s].rows.segments(self.positions[picked])
-                rows = picked[np.repeat(np.arange(picked.size), np.diff(seg.offsets))]
-                pieces.append((rows, seg.documents, seg.starts, seg.lengths))
-            if not pieces:
-                empty = np.zeros(0, dtype=np.int64)
-                self._segments = (empty, empty, empty, empty)
-            else:
-                rows, documents, starts, lengths = (np.concatenate(column) for column in zip(*pieces, strict=True))
-                order = np.argsort(rows, kind="stable")  # row by row; each row's segments stay in their order
-                self._segments = (rows[order], documents[order], starts[order], lengths[order])
-        return self._segments
 
     def _per_segment(self, value: Any, dtype: Any) -> npt.NDArray[Any]:
         documents, sources = self.document_indices, self.segment_sources
@@ -179,28 +164,30 @@ class RowsGather:
         """
         if not self.one_pass:
             return self._by_source(sources, numbers, index)
-        shape = (sources.size, self.spaces[0].rows.context_length)
-        outputs = [np.empty(shape, d) for d in (self.dtype, self.dtype, np.int32, np.int32, np.bool_)]
+        kinds = np.ascontiguousarray(sources, dtype=np.uint8)
         try:  # one pass: row i read by its source's gatherer
-            cu, count, longest = self.gatherers[0].gather(numbers, *outputs, np.ascontiguousarray(sources), self.gatherers)
+            made = self.gatherers[0].gather(numbers, kinds, self.gatherers)
         except ValueError as err:
             raise DataError(
                 f"{err}; the rows do not belong to their sources' packings (remove the plan files and plan again)"
             ) from None
-        return self._batch(outputs, (count, np.frombuffer(cu, np.int32), longest), sources, numbers, index)
+        *arrays, cu_seqlens, provenance, count, longest = made
+        return self._batch(arrays, (count, cu_seqlens, longest), provenance, sources, numbers, index)
 
     def _by_source(self, sources: SourceArray, numbers: IntArray, index: int) -> PackedMixtureBatch:
-        """Each source's rows by `emit`, placed at their rows; each source's sequence ends shifted to its rows."""
+        """Each source's rows by `emit`, placed at their rows; each source's sequence ends and segment rows moved
+        to its rows."""
         found, spaces = present(sources), self.spaces
         if len(found) <= 1:  # one source: its own batch, no copy
             part = emit(spaces[found[0] if found else 0], numbers, index)
             arrays = [getattr(part, name) for name in _FIELDS]
-            batch = self._batch(arrays, (part.target_count, part.cu_seqlens, part.max_seqlen), sources, numbers, index)
-            batch._segments = part._segments  # a source's own segments are the batch's
-            return batch
+            varlen = (part.target_count, part.cu_seqlens, part.max_seqlen)
+            return self._batch(arrays, varlen, part._segments, sources, numbers, index)
         T = spaces[0].rows.context_length
-        outputs = [np.empty((sources.size, T), d) for d in (self.dtype, self.dtype, np.int32, np.int32, np.bool_)]
+        ids = id_dtype(T)
+        outputs = [np.empty((sources.size, T), d) for d in (self.dtype, self.dtype, ids, ids, np.bool_)]
         ends: list[npt.NDArray[np.int64]] = []
+        segments: list[npt.NDArray[np.int64]] = []
         target_count = longest = 0
         for s in found:
             picked = np.flatnonzero(sources == s)
@@ -210,14 +197,25 @@ class RowsGather:
             cu = part.cu_seqlens[1:].astype(np.int64)
             row = (cu - 1) // T  # the row each sequence ends in
             ends.append(cu + (picked[row] - row) * T)
+            moved = np.array(part._segments, dtype=np.int64)
+            moved[0] = picked[moved[0]]  # each segment's row in the batch
+            segments.append(moved)
             target_count += part.target_count
             longest = max(longest, part.max_seqlen)
         cu_seqlens = np.zeros(1 + sum(e.size for e in ends), dtype=np.int32)
         cu_seqlens[1:] = np.sort(np.concatenate(ends))
-        return self._batch(outputs, (target_count, cu_seqlens, longest), sources, numbers, index)
+        joined = np.concatenate(segments, axis=1)
+        provenance = joined[:, np.argsort(joined[0], kind="stable")]  # row by row; a row's segments keep their order
+        return self._batch(outputs, (target_count, cu_seqlens, longest), provenance, sources, numbers, index)
 
     def _batch(
-        self, arrays: list[Any], varlen: tuple[int, Any, int], sources: SourceArray, numbers: IntArray, index: int
+        self,
+        arrays: list[Any],
+        varlen: tuple[int, Any, int],
+        provenance: npt.NDArray[np.int64],
+        sources: SourceArray,
+        numbers: IntArray,
+        index: int,
     ) -> PackedMixtureBatch:
         batch = object.__new__(PackedMixtureBatch)
         batch.inputs, batch.targets, batch.segment_ids, batch.position_ids, batch.loss_mask = arrays
@@ -225,6 +223,6 @@ class RowsGather:
         batch.epoch, batch.index, batch.positions = 0, index, numbers
         first: Any = self.spaces[0]  # `space` is typed as a window space in `MiniBatch`
         batch.space = batch.row_space = first
-        batch._located = batch._segments = None
+        batch._located, batch._segments = None, provenance
         batch.sources, batch.row_spaces, batch.names = sources, self.spaces, self.names
         return batch

@@ -51,8 +51,8 @@ class SegmentProvenance(WindowProvenance):
 class PackedBatch(MiniBatch):
     """One ``[width, T]`` stack of packed rows (see the module docstring); made by `sb.materialize` of `Rows`.
 
-    The arrays are filled in one pass when the batch is made; per-segment
-    provenance (and ``sequence_is_pad``) is resolved from the row numbers on first use.
+    Every array, per-segment provenance included, is made when the batch is made
+    (one pass of the C gather, or the numpy gather); ``sequence_is_pad`` is read from them on use.
     """
 
     __slots__ = (
@@ -66,22 +66,13 @@ class PackedBatch(MiniBatch):
         "target_count",
     )
 
-    def __init__(
-        self,
-        index: int,
-        arrays: PackedArrays,
-        rows: npt.NDArray[Any],
-        space: Any,
-        epoch: int = 0,
-        *,
-        segments: tuple[IntArray, IntArray, IntArray, IntArray] | None = None,
-    ) -> None:
+    def __init__(self, index: int, arrays: PackedArrays, rows: npt.NDArray[Any], space: Any, epoch: int = 0) -> None:
         self.epoch = epoch
         self.index = index
         self.inputs = arrays.inputs
         self.targets = arrays.targets
-        self.segment_ids = arrays.segment_ids  # (w, T) int32: 0, 1, ... by segment within each row; -1 at padding
-        self.position_ids = arrays.position_ids  # (w, T) int32: 0 at each segment's first position, +1 along it
+        self.segment_ids = arrays.segment_ids  # (w, T) ids (`id_dtype`): 0, 1, ... by segment within each row; -1 at padding
+        self.position_ids = arrays.position_ids  # (w, T) ids (`id_dtype`): 0 at each segment's first position, +1 along it
         self.loss_mask = arrays.loss_mask  # (w, T) bool: True at real targets, False at padding
         self.target_count = arrays.target_count  # real targets: loss_mask.sum()
         self.cu_seqlens = arrays.cu_seqlens  # int32 varlen boundaries over the flattened w * T positions
@@ -90,34 +81,27 @@ class PackedBatch(MiniBatch):
         self.space = space  # a RowSpace: .store and .partition as a WindowSpace has them
         self.row_space = space  # a streambatch.stages.rows.RowSpace: the source, the packing, the partition
         self._located = None
-        found = segments if segments is not None or arrays.segment_documents is None else _segments_of(arrays)
-        self._segments: tuple[IntArray, IntArray, IntArray, IntArray] | None = found
+        self._segments = np.stack(
+            [arrays.segment_rows, arrays.segment_documents, arrays.segment_starts, arrays.segment_lengths]
+        ).astype(np.int64, copy=False)
 
     @classmethod
-    def from_kernel(
-        cls,
-        index: int,
-        outputs: tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.bool_]],
-        varlen: tuple[int, npt.NDArray[np.int32], int],
-        rows: npt.NDArray[Any],
-        space: Any,
-    ) -> PackedBatch:
-        """A batch from the C gather's outputs (inputs, targets, segment and position ids, loss mask); provenance later."""
+    def from_kernel(cls, index: int, outputs: tuple[Any, ...], rows: npt.NDArray[Any], space: Any) -> PackedBatch:
+        """A batch from the C gather's outputs, every array made by it: inputs, targets, segment and position
+        ids, loss mask, cu_seqlens, provenance (int64 ``(4, segments)``: row, document, start, targets),
+        target count, longest sequence."""
         self = object.__new__(cls)
-        self.inputs, self.targets, self.segment_ids, self.position_ids, self.loss_mask = outputs
-        self.target_count, self.cu_seqlens, self.max_seqlen = varlen
+        (self.inputs, self.targets, self.segment_ids, self.position_ids, self.loss_mask, self.cu_seqlens, self._segments,
+         self.target_count, self.max_seqlen) = outputs  # fmt: skip
         self.epoch, self.index, self.positions = 0, index, rows
         self.space = self.row_space = space
-        self._located = self._segments = None
+        self._located = None
         return self
 
     def _provenance(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:
-        """``(segment_rows, documents, starts, lengths)``: from the gather, or resolved once from the row numbers."""
-        if self._segments is None:
-            seg = self.row_space.rows.segments(self.positions)
-            rows = np.repeat(np.arange(self.positions.size, dtype=np.int64), np.diff(seg.offsets))
-            self._segments = (rows, seg.documents, seg.starts, seg.lengths)
-        return self._segments
+        """``(segment_rows, documents, starts, lengths)``: rows of the provenance made with the batch."""
+        found = self._segments
+        return found[0], found[1], found[2], found[3]
 
     def _locate(self) -> tuple[IntArray, IntArray]:
         found = self._provenance()
@@ -125,7 +109,7 @@ class PackedBatch(MiniBatch):
 
     @property
     def arrays(self) -> PackedArrays:
-        """Every array of the batch as one `PackedArrays` (provenance resolved)."""
+        """Every array of the batch as one `PackedArrays`."""
         rows, documents, starts, lengths = self._provenance()
         return PackedArrays(
             self.inputs, self.targets, self.segment_ids, self.position_ids, self.loss_mask, self.target_count,
@@ -236,10 +220,6 @@ class PackedBatch(MiniBatch):
     def __repr__(self) -> str:
         epoch = f"epoch={self.epoch}, " if self.epoch else ""
         return f"PackedBatch({epoch}index={self.index}, shape={self.shape}, target_count={self.target_count})"
-
-
-def _segments_of(arrays: PackedArrays) -> tuple[IntArray, IntArray, IntArray, IntArray]:
-    return arrays.segment_rows, arrays.segment_documents, arrays.segment_starts, arrays.segment_lengths
 
 
 _SLOTS = tuple(MiniBatch.__slots__) + tuple(PackedBatch.__slots__)

@@ -67,10 +67,11 @@ from .._checks import check_seed
 from ..errors import ConfigError, StoreError
 from ..io.atomic import atomic_file, exclusive_lock
 from ..io.bounded_json import read_json_header
+from .items import ShuffleOrder
 from .pack_file import ALGORITHM
 from .rows import Rows
 from .shuffle import permute
-from .windows import ShuffleOrder, Windows
+from .windows import Windows
 
 FORMAT = "streambatch.plan"
 VERSION = 2

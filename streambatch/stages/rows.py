@@ -14,25 +14,25 @@ a chunk of rows materializes into a `streambatch.stages.packed_batch.PackedBatch
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
-from typing import Any, Literal, overload
+from collections.abc import Iterator
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from .._checks import is_integer
-from ..errors import ConfigError, DataError, OutOfRangeError
+from ..errors import ConfigError, DataError
 from ..model.corpus import Corpus
 from ..model.documents import Partition
 from ..model.source import TokenSource, as_source, partition_documents
 from ..model.store import DocumentStore
 from ._pack_gather import PackedArrays, gather_segments
+from .items import PlannedItems
 from .pack import PackedRows, PackReport, pack_lengths
 from .pack_file import packing_file
 from .packed_batch import PackedBatch
 from .span import spanning_tokens
 from .window_index import IntArray, WindowConfig
-from .windows import ShuffleOrder, _mapped_file, _MappedFile
 
 _CGatherer: Any
 try:
@@ -68,7 +68,7 @@ class RowSpace:
         return np.uint32 if count < (1 << 32) else np.int64
 
 
-class Rows(Sequence[int]):
+class Rows(PlannedItems):
     """A random-access, sliceable sequence of packed rows (row numbers) of one source; see the module docstring.
 
     >>> import streambatch as sb
@@ -78,58 +78,18 @@ class Rows(Sequence[int]):
     (2, [0, 1], 0)
     """
 
-    __slots__ = ("_batch_index", "_hi", "_lo", "_order", "_plan", "_space")
+    __slots__ = ()
+    _NOUN = "rows"
+    _space: RowSpace
 
-    def __init__(
-        self,
-        space: RowSpace,
-        plan: npt.NDArray[Any] | None = None,
-        lo: int = 0,
-        hi: int | None = None,
-        *,
-        order: ShuffleOrder | None = None,
-        batch_index: int | None = None,
-    ) -> None:
-        self._space = space
-        self._plan = plan
-        self._lo = lo
-        self._hi = (len(space.rows) if plan is None else plan.size) if hi is None else hi
-        self._order = order
-        self._batch_index = batch_index
-
-    @property
-    def order(self) -> ShuffleOrder | None:
-        """The seeded order these rows are in; None: row order."""
-        return self._order
-
-    @property
-    def seed(self) -> int | None:
-        """The shuffle seed of this order, or None for row order."""
-        return None if self._order is None else self._order.seed
-
-    @property
-    def shuffle_state_after(self) -> int | None:
-        """The SplitMix64 state after the shuffle that made this order; None for row order."""
-        return None if self._order is None else self._order.state_after
-
-    @property
-    def batch_index(self) -> int | None:
-        """The batch index of a chunk made by `streambatch.chunk`, else None."""
-        return self._batch_index
-
-    def view(self, lo: int, hi: int, *, batch_index: int | None = None) -> Rows:
-        """Rows ``lo:hi`` of this view, in the same order, tagged with *batch_index*."""
-        return Rows(self._space, self._plan, self._lo + lo, self._lo + hi, order=self._order, batch_index=batch_index)
+    @staticmethod
+    def _whole(space: RowSpace) -> int:
+        return len(space.rows)
 
     @property
     def space(self) -> RowSpace:
         """The shared source, packing and partition."""
         return self._space
-
-    @property
-    def store(self) -> TokenSource:
-        """The store (or corpus) the rows read."""
-        return self._space.store
 
     @property
     def packed(self) -> PackedRows:
@@ -152,49 +112,11 @@ class Rows(Sequence[int]):
         T = self.context_length
         return WindowConfig(T, T)
 
-    @property
-    def partition(self) -> Partition:
-        """The partition whose documents are packed."""
-        return self._space.partition
-
-    @property
-    def is_sequential(self) -> bool:
-        """True when no plan backs this view (row order, no per-row array)."""
-        return self._plan is None
-
-    @property
-    def plan(self) -> npt.NDArray[Any] | None:
-        """The whole plan this view looks into (None in row order)."""
-        return self._plan
-
-    @property
-    def plan_nbytes(self) -> int:
-        """Bytes of the plan behind this view (0 in row order)."""
-        return 0 if self._plan is None else int(self._plan.nbytes)
-
-    @property
-    def plan_path(self) -> str | None:
-        """The file the plan is memory-mapped from, else None."""
-        mapped = _mapped_file(self._plan)
-        return None if mapped is None else mapped.filename
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        plan: Any = _mapped_file(self._plan) or self._plan
-        return (_rebuild_rows, (self._space, plan, self._lo, self._hi, self._order, self._batch_index))
-
     def plan_values(self) -> npt.NDArray[Any]:
         """This view's row numbers as plan entries (uint32, int64 beyond 2**32 rows): a view of the plan, or fresh."""
         if self._plan is not None:
             return self._plan[self._lo : self._hi]
         return np.arange(self._lo, self._hi, dtype=self._space.plan_dtype(len(self._space.rows)))
-
-    def with_plan(self, plan: npt.NDArray[Any], order: ShuffleOrder | None) -> Rows:
-        """The same rows in the order of *plan* (row numbers)."""
-        if plan.size != len(self):
-            raise OutOfRangeError(f"plan has {plan.size} entries for {len(self)} rows; pass one entry per row")
-        if isinstance(plan, np.memmap):
-            plan = plan.view(np.ndarray)
-        return Rows(self._space, plan, 0, plan.size, order=order)
 
     def numbers(self) -> IntArray:
         """Row number of each item of this view."""
@@ -206,33 +128,8 @@ class Rows(Sequence[int]):
         """Gather this view into a `PackedBatch` numbered *index* (what `sb.materialize` calls)."""
         return emit(self._space, self.numbers(), index)
 
-    def __len__(self) -> int:
-        return self._hi - self._lo
-
-    @overload
-    def __getitem__(self, item: int) -> int: ...
-    @overload
-    def __getitem__(self, item: slice) -> Rows: ...
-    def __getitem__(self, item: int | slice) -> int | Rows:
-        size = len(self)
-        if isinstance(item, slice):
-            try:
-                start, stop, step = item.indices(size)
-            except (TypeError, ValueError) as err:
-                raise OutOfRangeError(f"slice {item!r} is not a slice of ints with a non-zero step ({err})") from None
-            if step == 1:
-                return self.view(start, max(start, stop))
-            picked = self.numbers()[start:stop:step].astype(self._space.plan_dtype(len(self._space.rows)))
-            return Rows(self._space, picked, 0, picked.size, order=self._order)
-        if not is_integer(item):
-            raise OutOfRangeError(f"index={item!r} is not an int or a slice; index rows by position")
-        at = int(item) + size if int(item) < 0 else int(item)
-        if not 0 <= at < size:
-            raise OutOfRangeError(f"index={item!r} is out of range for {size} rows; use -len <= index < len")
-        return int(self[at : at + 1].numbers()[0])
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.numbers().tolist())
+    def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
+        return self.numbers()[start:stop:step].astype(self._space.plan_dtype(len(self._space.rows)))
 
     def __repr__(self) -> str:
         order = "row order" if self._plan is None else f"seed={self.seed}"
@@ -240,6 +137,14 @@ class Rows(Sequence[int]):
             f"Rows({len(self)} rows, context_length={self.context_length}, pad_share={self.report.pad_share:.4%}, "
             f"{order}, partition={self.partition.value!r})"
         )
+
+
+def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
+    """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy."""
+    gatherer = row_gatherer(space)
+    if gatherer is False:
+        return PackedBatch(index, gather_rows(space, numbers), numbers, space)
+    return PackedBatch.from_kernel(index, _gather(gatherer, numbers), numbers, space)
 
 
 def row_gatherer(space: RowSpace) -> Any:
@@ -250,40 +155,45 @@ def row_gatherer(space: RowSpace) -> Any:
     return gatherer
 
 
-def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
-    """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy."""
-    gatherer = row_gatherer(space)
-    if gatherer is False:
-        return PackedBatch(index, gather_rows(space, numbers), numbers, space)
-    shape, dtype = (numbers.size, space.rows.context_length), space.store.dtype
-    outputs = (
-        np.empty(shape, dtype),
-        np.empty(shape, dtype),
-        np.empty(shape, np.int32),
-        np.empty(shape, np.int32),
-        np.empty(shape, np.bool_),
-    )
+def _gather(gatherer: Any, numbers: IntArray) -> Any:
+    """Every array of the batch of rows *numbers*, provenance included, made by one call of the C gather."""
     try:
-        cu, count, longest = gatherer.gather(numbers, *outputs)
+        return gatherer.gather(numbers)
     except ValueError as err:
-        raise DataError(f"{err}; the rows do not belong to this packing (remove the plan file and plan again)") from None
-    return PackedBatch.from_kernel(index, outputs, (count, np.frombuffer(cu, np.int32), longest), numbers, space)
+        raise _refused(err) from None
+
+
+def _refused(err: ValueError) -> DataError:
+    return DataError(f"{err}; the rows do not belong to this packing (remove the plan file and plan again)")
 
 
 _BLOCK_ROWS = 2048  # consecutive batches whose row numbers are read (and cast to int64) at once
 
 
 def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[PackedBatch]:
-    """Emit batches *batches* of *rows* chunked by *batch_size*: row numbers read a block of batches at a time."""
+    """Emit batches *batches* of *rows* chunked by *batch_size*: row numbers read a block of batches at a time.
+
+    The per-batch work is the gather and the batch object: the C gather (when built) is looked up once, and
+    each batch is made by one call of it.
+    """
     space, total = rows.space, len(rows)
+    gatherer = row_gatherer(space)
     per = max(1, _BLOCK_ROWS // batch_size) if batches.step == 1 else 1
+    make = PackedBatch.from_kernel
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
         base = group[0] * batch_size
         numbers = rows[base : min((group[-1] + 1) * batch_size, total)].numbers()
-        for batch in group:
-            at = (batch - group[0]) * batch_size
-            yield emit(space, numbers[at : at + batch_size], batch)
+        for at, batch in zip(range(0, numbers.size, batch_size), group, strict=True):
+            chunk = numbers[at : at + batch_size]
+            if gatherer is False:
+                yield PackedBatch(batch, gather_rows(space, chunk), chunk, space)
+                continue
+            try:
+                outputs = gatherer.gather(chunk)
+            except ValueError as err:
+                raise _refused(err) from None
+            yield make(batch, outputs, chunk, space)
 
 
 def _gatherer(space: RowSpace) -> Any:
@@ -318,14 +228,6 @@ def gather_rows(space: RowSpace, numbers: IntArray) -> PackedArrays:
     return gather_segments(
         tokens, store.starts, seg.offsets, seg.documents, seg.starts, seg.lengths, space.rows.context_length, pad_id=space.pad_id
     )
-
-
-def _rebuild_rows(space: RowSpace, plan: Any, *rest: Any) -> Rows:
-    if isinstance(plan, _MappedFile):
-        mapped = np.memmap(plan.filename, dtype=np.dtype(plan.dtype), mode="r", offset=plan.offset, shape=(plan.size,))
-        plan = mapped.view(np.ndarray)
-    lo, hi, order, batch_index = rest
-    return Rows(space, plan, lo, hi, order=order, batch_index=batch_index)
 
 
 def pack(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -151,12 +152,17 @@ class TokenSums:
 
     def __post_init__(self) -> None:
         count = self.token_count
-        if not is_integer(count) or int(count) < 0:
+        try:  # an int, a numpy int, or a one-element integer tensor: kept as a plain int
+            number = -1 if isinstance(count, bool) else operator.index(count)
+        except TypeError:
+            number = -1
+        if number < 0:
             swapped = " (arguments in the order loss_sum, gradient_sum, token_count?)" if is_integer(self.gradient_sum) else ""
             raise AccumulationError(
                 f"token_count={short_repr(count)} must be a non-negative int{swapped}; "
                 "TokenSums takes (loss_sum, token_count, gradient_sum), the order of every reducer call"
             )
+        object.__setattr__(self, "token_count", number)
 
     def __add__(self, other: TokenSums) -> TokenSums:
         if not isinstance(other, TokenSums):

@@ -8,6 +8,7 @@ with one ``searchsorted`` per call, never a Python object per window.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +86,22 @@ def window_starts(length: int, context_length: int, stride: int = 1) -> IntArray
     return np.arange(count, dtype=np.int64) * stride
 
 
+def in_blocks(function: Callable[[Any], Any], values: npt.NDArray[Any], outputs: int = 1) -> list[IntArray]:
+    """*function* (one int64 array out, or a tuple of *outputs*) over blocks of `BLOCK` *values*, into fresh arrays.
+
+    The temporaries *function* makes are bounded by a block; only the results grow with *values*.
+
+    >>> in_blocks(lambda v: (v * 2, v + 1), np.arange(3), 2)[1].tolist()
+    [1, 2, 3]
+    """
+    results = [np.empty(values.size, dtype=np.int64) for _ in range(outputs)]
+    for lo in range(0, values.size, BLOCK):
+        got = function(values[lo : lo + BLOCK])
+        for result, part in zip(results, got if outputs > 1 else (got,), strict=True):
+            result[lo : lo + part.size] = part
+    return results
+
+
 class WindowIndex:
     """Global window numbering over documents, mapped to tokens arithmetically.
 
@@ -102,8 +119,9 @@ class WindowIndex:
     __slots__ = (
         "_doc_base",
         "_doc_ends",
-        "_doc_last",
         "_doc_starts",
+        "_entry_last",
+        "_entry_starts",
         "_window_docs",
         "config",
         "counts",
@@ -136,7 +154,11 @@ class WindowIndex:
         self._doc_ends: IntArray = self.cumulative[self._window_docs]  # window numbers below each one's end
         # window n of document d (counted globally) starts at position _doc_base[d] + n * stride
         self._doc_base: IntArray = self._doc_starts - (self._doc_ends - self.counts[self._window_docs]) * config.stride
-        self._doc_last: IntArray = (self.counts[self._window_docs] - 1) * config.stride  # offset of the last window start
+        # the plan-entry check: slot 0 is "before the first document", slot k + 1 is document _window_docs[k]
+        least = np.iinfo(np.int64).min
+        self._entry_starts: IntArray = np.r_[least, self._doc_starts]
+        last = self._doc_starts + (self.counts[self._window_docs] - 1) * config.stride  # each one's last window start
+        self._entry_last: IntArray = np.r_[least, last]
 
     def locate(self, windows: npt.ArrayLike) -> tuple[IntArray, IntArray]:
         """Map global window numbers to ``(document index, start)`` arrays."""
@@ -156,11 +178,19 @@ class WindowIndex:
         documents = self._window_docs[np.searchsorted(self._doc_starts, where, side="right") - 1]
         return documents, where - self.starts[documents]
 
+    def _bad_entries(self, where: npt.NDArray[Any]) -> tuple[IntArray, npt.NDArray[np.bool_]]:
+        """``(slot, bad)`` of positions: one ``searchsorted`` (as `locate_positions`) and a compare or two."""
+        slot = np.searchsorted(self._entry_starts, where, side="right") - 1
+        bad = where > self._entry_last[slot]
+        if self.config.stride > 1:
+            bad |= (where - self._entry_starts[slot]) % self.config.stride != 0
+        return slot, bad
+
     def entry_windows(self, entries: npt.NDArray[Any], holds_positions: bool = True) -> IntArray:
         """The window number of each plan entry, -1 where it is no window here: the check of plan entries.
 
         Positions must be window starts (of a document with windows: the partition's),
-        window numbers in ``[0, window_count)``; one ``searchsorted``, as `locate_positions`.
+        window numbers in ``[0, window_count)``.
 
         >>> WindowIndex([5, 4], WindowConfig(2)).entry_windows(np.array([0, 6, 3, 7, -1])).tolist()
         [0, 4, -1, -1, -1]
@@ -170,27 +200,23 @@ class WindowIndex:
             return np.where((where >= 0) & (where < self.window_count), where, -1)
         if not self._doc_starts.size:
             return np.full(where.size, -1, dtype=np.int64)
-        slot = np.searchsorted(self._doc_starts, where, side="right") - 1
-        np.maximum(slot, 0, out=slot)
-        offset = where - self._doc_starts[slot]
-        bad = (offset < 0) | (offset > self._doc_last[slot])
-        stride = self.config.stride
-        if stride > 1:
-            bad |= offset % stride != 0
-        docs = self._window_docs[slot]
-        numbers = self.cumulative[docs] - self.counts[docs] + offset // stride
+        slot, bad = self._bad_entries(where)
+        numbers = (where - self._doc_base[slot - 1]) // self.config.stride
         numbers[bad] = -1
         return numbers
 
     def first_invalid(self, entries: npt.NDArray[Any], holds_positions: bool = True) -> int:
         """Index of the first of *entries* that is no window here (-1 when all are); in bounded blocks.
 
+        What every batch of a plan file runs on its entries: a few numpy calls, whatever the batch size.
+
         >>> index = WindowIndex([5, 4], WindowConfig(2))
         >>> index.first_invalid(np.array([0, 6])), index.first_invalid(np.array([6, 3])), index.first_invalid(np.array([7]))
         (-1, 1, 0)
         """
         for lo in range(0, len(entries), 1 << 20):  # bounded temporaries, whatever the view's length
-            bad = self.entry_windows(entries[lo : lo + (1 << 20)], holds_positions) < 0
+            block = entries[lo : lo + (1 << 20)]
+            bad = self._bad_entries(block)[1] if holds_positions else (block < 0) | (block >= self.window_count)
             if bad.any():
                 return lo + int(np.argmax(bad))
         return -1
@@ -238,7 +264,8 @@ class WindowIndex:
             d1 = int(np.searchsorted(ends, last - 1, side="right")) + 1
             if d1 - d0 == 1:  # inside one document: an arithmetic ramp, no per-window index array
                 if ramp is None:
-                    ramp = np.arange(min(block, hi - lo), dtype=np.int64) * stride
+                    ramp = np.arange(min(block, hi - lo), dtype=np.int64)
+                    ramp *= stride
                 np.add(ramp[: last - first], int(base[d0]) + first * stride, out=out[first - lo : last - lo], casting="unsafe")
                 continue
             taken = np.minimum(ends[d0:d1], last) - np.maximum(ends[d0:d1] - self.counts[self._window_docs[d0:d1]], first)

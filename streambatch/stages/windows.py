@@ -11,29 +11,20 @@ order) or by one uint32 per window (a shuffled plan).
 
 from __future__ import annotations
 
-import mmap
 import warnings
-from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple, overload
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from .._checks import is_integer
-from ..errors import DataError, OutOfRangeError
+from ..errors import DataError
 from ..model.documents import Partition
 from ..model.source import TokenSource, as_source, partition_documents
-from .window_index import IntArray, WindowConfig, WindowIndex
+from .items import PlannedItems, ShuffleOrder, from_file
+from .window_index import IntArray, WindowConfig, WindowIndex, in_blocks
 
+__all__ = ["POSITION_LIMIT", "ShuffleOrder", "WindowSpace", "Windows", "windows"]
 
-class ShuffleOrder(NamedTuple):
-    """A seeded order: the seed and the SplitMix64 state after its Fisher–Yates shuffle."""
-
-    seed: int
-    state_after: int
-
-
-_ITER_BLOCK = 1 << 16  # window numbers made at once when iterating a view
 POSITION_LIMIT = 1 << 32  # plans hold uint32 first-token positions while every position fits
 
 
@@ -72,7 +63,7 @@ class WindowSpace:
         return np.int64
 
 
-class Windows(Sequence[int]):
+class Windows(PlannedItems):
     """A random-access, sliceable sequence of windows (global window numbers) of one store.
 
     No tokens and no object per window: a sequential `Windows` is a range of
@@ -88,45 +79,13 @@ class Windows(Sequence[int]):
     (5, [0, 1, 2, 3, 4], [1, 2])
     """
 
-    __slots__ = ("_batch_index", "_hi", "_lo", "_order", "_plan", "_space")
+    __slots__ = ()
+    _NOUN = "windows"
+    _space: WindowSpace
 
-    def __init__(
-        self,
-        space: WindowSpace,
-        plan: npt.NDArray[Any] | None = None,
-        lo: int = 0,
-        hi: int | None = None,
-        *,
-        order: ShuffleOrder | None = None,
-        batch_index: int | None = None,
-    ) -> None:
-        self._space = space
-        self._plan = plan
-        self._lo = lo
-        self._hi = (space.index.window_count if plan is None else plan.size) if hi is None else hi
-        self._order = order
-        self._batch_index = batch_index
-
-    # -- what this view is: set at construction, never changed -----------------------
-    @property
-    def order(self) -> ShuffleOrder | None:
-        """The seeded order these windows are in (seed and SplitMix64 state after the shuffle); None: document order."""
-        return self._order
-
-    @property
-    def seed(self) -> int | None:
-        """The shuffle seed of this order, or None for document order."""
-        return None if self._order is None else self._order.seed
-
-    @property
-    def shuffle_state_after(self) -> int | None:
-        """The SplitMix64 state after the shuffle that made this order; None for document order."""
-        return None if self._order is None else self._order.state_after
-
-    @property
-    def batch_index(self) -> int | None:
-        """The batch index of a chunk made by `streambatch.chunk`, else None."""
-        return self._batch_index
+    @staticmethod
+    def _whole(space: WindowSpace) -> int:
+        return space.index.window_count
 
     @property
     def batch(self) -> int | None:
@@ -140,20 +99,11 @@ class Windows(Sequence[int]):
         warnings.warn("Windows.state_after is deprecated; use Windows.shuffle_state_after", DeprecationWarning, stacklevel=2)
         return self.shuffle_state_after
 
-    def view(self, lo: int, hi: int, *, batch_index: int | None = None) -> Windows:
-        """Windows ``lo:hi`` of this view (``0 <= lo <= hi <= len``), in the same order, tagged with *batch_index*."""
-        return Windows(self._space, self._plan, self._lo + lo, self._lo + hi, order=self._order, batch_index=batch_index)
-
     # -- what the next stages need -------------------------------------------------
     @property
     def space(self) -> WindowSpace:
         """The shared store, index and partition."""
         return self._space
-
-    @property
-    def store(self) -> TokenSource:
-        """The store (or corpus) the windows read."""
-        return self._space.store
 
     @property
     def window_index(self) -> WindowIndex:
@@ -170,38 +120,6 @@ class Windows(Sequence[int]):
         """``T``."""
         return self._space.config.context_length
 
-    @property
-    def partition(self) -> Partition:
-        """The partition whose windows these are."""
-        return self._space.partition
-
-    @property
-    def is_sequential(self) -> bool:
-        """True when no plan backs this view (document order, no per-window array)."""
-        return self._plan is None
-
-    @property
-    def plan(self) -> npt.NDArray[Any] | None:
-        """The whole plan this view looks into (None in sequential order)."""
-        return self._plan
-
-    @property
-    def plan_nbytes(self) -> int:
-        """Bytes of the plan behind this view (0 in sequential order; file pages for a plan file)."""
-        return 0 if self._plan is None else int(self._plan.nbytes)
-
-    @property
-    def plan_path(self) -> str | None:
-        """The file the plan is memory-mapped from (see `streambatch.plan_file`), else None."""
-        mapped = _mapped_file(self._plan)
-        return None if mapped is None else mapped.filename
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # a memory-mapped plan travels as its file name (spawned workers map the same
-        # file), never as a copy of its bytes; the space pickles without its caches
-        plan: Any = _mapped_file(self._plan) or self._plan
-        return (_rebuild_windows, (self._space, plan, self._lo, self._hi, self._order, self._batch_index))
-
     def plan_values(self) -> npt.NDArray[Any]:
         """This view's plan entries: first-token positions (or window numbers in 2**32+ token stores).
 
@@ -215,14 +133,6 @@ class Windows(Sequence[int]):
             return space.index.range_positions(self._lo, self._hi, dtype)
         return np.arange(self._lo, self._hi, dtype=dtype)
 
-    def with_plan(self, plan: npt.NDArray[Any], order: ShuffleOrder | None) -> Windows:
-        """The same windows in the order of *plan* (entries as `plan_values` gives them)."""
-        if plan.size != len(self):
-            raise OutOfRangeError(f"plan has {plan.size} entries for {len(self)} windows; pass one entry per window")
-        if isinstance(plan, np.memmap):  # a plain view: batches never see the memmap subclass
-            plan = plan.view(np.ndarray)
-        return Windows(self._space, plan, 0, plan.size, order=order)
-
     def _entries(self) -> npt.NDArray[Any]:
         """This view's plan entries; read from a file, each is checked where it is used (a window here, else `DataError`).
 
@@ -231,7 +141,7 @@ class Windows(Sequence[int]):
         """
         assert self._plan is not None
         values = self._plan[self._lo : self._hi]
-        bad = self._space.index.first_invalid(values, self._space.plan_holds_positions) if _from_file(self._plan) else -1
+        bad = self._space.index.first_invalid(values, self._space.plan_holds_positions) if from_file(self._plan) else -1
         if bad >= 0:
             where = self.plan_path or "the plan"
             raise DataError(
@@ -257,49 +167,25 @@ class Windows(Sequence[int]):
             return np.arange(self._lo, self._hi, dtype=np.int64)
         values = self._entries()
         if self._space.plan_holds_positions:
-            return self._space.index.windows_at(values)
+            return in_blocks(self._space.index.windows_at, values)[0]
         return values.astype(np.int64)
 
     def locate(self) -> tuple[IntArray, IntArray]:
-        """``(document index, start)`` of each window."""
+        """``(document index, start)`` of each window (built in bounded blocks: the result is all that grows)."""
+        index = self._space.index
         if self._plan is not None and self._space.plan_holds_positions:
-            return self._space.index.locate_positions(self._entries())
-        return self._space.index.locate(self.numbers())
+            documents, starts = in_blocks(index.locate_positions, self._entries(), 2)
+        else:
+            documents, starts = in_blocks(index.locate, self.numbers(), 2)
+        return documents, starts
 
-    # -- the sequence protocol -----------------------------------------------------
-    def __len__(self) -> int:
-        return self._hi - self._lo
-
-    @overload
-    def __getitem__(self, item: int) -> int: ...
-    @overload
-    def __getitem__(self, item: slice) -> Windows: ...
-    def __getitem__(self, item: int | slice) -> int | Windows:
-        size = len(self)
-        if isinstance(item, slice):
-            try:
-                start, stop, step = item.indices(size)
-            except (TypeError, ValueError) as err:
-                raise OutOfRangeError(f"slice {item!r} is not a slice of ints with a non-zero step ({err})") from None
-            if step == 1:
-                return self.view(start, max(start, stop))
-            picked = self.plan_values()[start:stop:step] if self._plan is not None else None
-            if picked is None:
-                numbers = np.arange(self._lo + start, self._lo + stop, step, dtype=np.int64)
-                space = self._space
-                picked = space.index.positions(numbers) if space.plan_holds_positions else numbers
-                picked = picked.astype(space.plan_dtype(numbers.size))
-            return Windows(self._space, picked, 0, picked.size, order=self._order)
-        if not is_integer(item):
-            raise OutOfRangeError(f"index={item!r} is not an int or a slice; index windows by position")
-        at = int(item) + size if int(item) < 0 else int(item)
-        if not 0 <= at < size:
-            raise OutOfRangeError(f"index={item!r} is out of range for {size} windows; use -len <= index < len")
-        return int(self[at : at + 1].numbers()[0])
-
-    def __iter__(self) -> Iterator[int]:
-        for lo in range(0, len(self), _ITER_BLOCK):  # bounded: one block of numbers at a time
-            yield from self.view(lo, min(lo + _ITER_BLOCK, len(self))).numbers().tolist()
+    def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
+        if self._plan is not None:
+            return self.plan_values()[start:stop:step]
+        numbers = np.arange(self._lo + start, self._lo + stop, step, dtype=np.int64)
+        space = self._space
+        picked = space.index.positions(numbers) if space.plan_holds_positions else numbers
+        return picked.astype(space.plan_dtype(numbers.size))
 
     def __repr__(self) -> str:
         order = "sequential" if self._plan is None else f"seed={self.seed}"
@@ -307,51 +193,6 @@ class Windows(Sequence[int]):
             f"Windows({len(self)} windows, context_length={self.context_length}, stride={self.config.stride}, "
             f"{order}, partition={self.partition.value!r})"
         )
-
-
-class _MappedFile(NamedTuple):
-    """Where a read-only memory-mapped plan lives: enough to map it again in another process."""
-
-    filename: str
-    dtype: str
-    offset: int
-    size: int
-
-
-def _from_file(plan: npt.NDArray[Any]) -> bool:
-    """Whether *plan* views a memory-mapped file (a plan file: its entries are checked where used)."""
-    base: Any = plan
-    while isinstance(base, np.ndarray):
-        if isinstance(base, np.memmap):
-            return True
-        base = base.base
-    return isinstance(base, mmap.mmap)
-
-
-def _mapped_file(plan: npt.NDArray[Any] | None) -> _MappedFile | None:
-    """The file behind *plan* when it views a whole np.memmap (not a slice of one), else None."""
-    if plan is None:
-        return None
-    mapped: Any = plan if isinstance(plan, np.memmap) else plan.base
-    buffer: Any = getattr(mapped, "base", None)
-    if (
-        isinstance(mapped, np.memmap)
-        and isinstance(buffer, mmap.mmap)  # the memmap itself, not a slice of one
-        and mapped.filename is not None
-        and plan.size == mapped.size
-        and plan.dtype == mapped.dtype
-        and plan.__array_interface__["data"][0] == mapped.__array_interface__["data"][0]
-    ):
-        return _MappedFile(str(mapped.filename), mapped.dtype.str, int(mapped.offset), int(mapped.size))
-    return None
-
-
-def _rebuild_windows(space: WindowSpace, plan: Any, *rest: Any) -> Windows:
-    if isinstance(plan, _MappedFile):
-        mapped = np.memmap(plan.filename, dtype=np.dtype(plan.dtype), mode="r", offset=plan.offset, shape=(plan.size,))
-        plan = mapped.view(np.ndarray)
-    lo, hi, order, batch_index = rest
-    return Windows(space, plan, lo, hi, order=order, batch_index=batch_index)
 
 
 def windows(

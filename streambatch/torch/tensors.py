@@ -89,7 +89,10 @@ class TensorBatch:
 def tensor_batch(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) -> TensorBatch:
     """Wrap a `MiniBatch` (or a packed one) as a `TensorBatch` (see `as_tensors` for *dtype*).
 
-    A packed batch's masks and ids are zero-copy views of its numpy arrays.
+    A packed batch's mask and ``cu_seqlens`` are zero-copy views of its numpy
+    arrays; its segment and position ids are int32 tensors (torch indexes with
+    int32 or int64, not with the int16 the batch holds when ``T < 2**15``: one
+    widening copy then, zero-copy when they are already int32).
     """
     inputs, targets = as_tensors(batch, dtype=dtype)
     sources = getattr(batch, "sources", None)  # a mixture's batch (MixtureBatch, or PackedMixtureBatch with masks)
@@ -100,8 +103,8 @@ def tensor_batch(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) ->
     return replace(
         wrapped,
         loss_mask=torch.from_numpy(batch.loss_mask),
-        segment_ids=torch.from_numpy(batch.segment_ids),
-        position_ids=torch.from_numpy(batch.position_ids),
+        segment_ids=torch.from_numpy(batch.segment_ids).to(torch.int32),
+        position_ids=torch.from_numpy(batch.position_ids).to(torch.int32),
         cu_seqlens=torch.from_numpy(batch.cu_seqlens),
         max_seqlen=batch.max_seqlen,
     )

@@ -33,7 +33,7 @@ def _packed_batch(width: int = 8) -> Any:
 
 
 def test_tensor_batch_of_a_packed_batch() -> None:
-    """long targets hold -100 at padding; masks and ids are zero-copy; token_count counts real targets only."""
+    """long targets hold -100 at padding; the mask is zero-copy, ids int32; token_count counts real targets only."""
     batch = _packed_batch()
     wrapped = sbt.tensor_batch(batch)
     assert wrapped.packed
@@ -42,7 +42,11 @@ def test_tensor_batch_of_a_packed_batch() -> None:
     assert (wrapped.targets[torch.from_numpy(pad)] == IGNORE_INDEX).all()
     assert wrapped.targets[torch.from_numpy(batch.loss_mask)].tolist() == batch.targets[batch.loss_mask].tolist()
     assert wrapped.segment_ids is not None
-    assert wrapped.segment_ids.data_ptr() == batch.segment_ids.ctypes.data
+    assert wrapped.loss_mask is not None
+    assert wrapped.loss_mask.data_ptr() == batch.loss_mask.ctypes.data
+    assert batch.segment_ids.dtype == np.int16  # T < 2**15: int16 in the batch, int32 for torch indexing
+    assert wrapped.segment_ids.dtype == wrapped.position_ids.dtype == torch.int32
+    assert wrapped.segment_ids.tolist() == batch.segment_ids.tolist()
     assert wrapped.position_ids is not None
     assert wrapped.position_ids.tolist() == batch.position_ids.tolist()
     assert wrapped.cu_seqlens is not None
@@ -54,7 +58,7 @@ def test_tensor_batch_of_a_packed_batch() -> None:
     moved = wrapped.to("cpu")
     assert moved.loss_mask is not None
     assert moved.loss_mask.tolist() == batch.loss_mask.tolist()
-    window = sbt.tensor_batch(next(iter(sb.Epoch(_docs(), context_length=5, batch_size=4))))
+    window = sbt.tensor_batch(next(iter(sb.Epoch(_docs(), context_length=5, batch_size=4, seed=None))))
     assert not window.packed
     assert window.loss_mask is None
     assert window.token_count == window.targets.numel()

@@ -81,5 +81,6 @@ def iter_bin(
     documents' concatenation is the file.
     """
     name = os.fspath(path)
+    _inputs.check_input(name)  # a FIFO or device is refused, never opened
     opts = read_options(partition=partition, bin_separator=separator, bin_dtype=dtype)
     return documents(bin_blocks(name, Path(name).name, opts))

@@ -88,7 +88,7 @@ class ReadOptions:
     vocab_size: int | None = None  # token inputs must fit this (the tokenizer's, when one is given)
     named_tokenizer: bool = False  # the user named the tokenizer (then a store records it)
     max_line_bytes: int = MAX_LINE_BYTES  # one line (a JSONL row; a text document with per_line) may hold no more
-    max_document_bytes: int = MAX_DOCUMENT_BYTES  # one text file read whole as a document may hold no more
+    max_document_bytes: int = MAX_DOCUMENT_BYTES  # one text document (a whole file, a row's text) may hold no more
 
 
 class ReadKeywords(TypedDict, total=False):
@@ -100,9 +100,10 @@ class ReadKeywords(TypedDict, total=False):
     *partition*: for documents that name none; *column*: the table (or JSONL
     text) column; *bin_separator*/*bin_dtype*: how ``.bin`` files split;
     *max_line_bytes* (64 MiB) / *max_document_bytes* (256 MiB): the most one line
-    (a JSONL row, a text line with *per_line*) / one whole-file text document may
-    hold, decompressed; a longer one is a `DataError` naming the file (and line),
-    found without holding it.
+    (a JSONL row, a text line with *per_line*) / one text document (a whole text
+    file, a JSONL/Parquet/Arrow/dataset text) may hold, in UTF-8 bytes; a longer one
+    is a `DataError` naming the file (and line); lines and whole files are refused
+    before they are held.
     """
 
     tokenizer: TokenizerSpec
@@ -160,7 +161,14 @@ def partition_codes(count: int, partition: Partition) -> npt.NDArray[np.uint8]:
 
 
 def text_block(texts: Sequence[str], ids: list[str], wheres: list[str], codes: npt.NDArray[np.uint8], opts: ReadOptions) -> Block:
-    """Tokenize *texts* (one document each) with bos/eos; ids are checked."""
+    """Tokenize *texts* (one document each) with bos/eos; ids are checked, and each text's size (`max_document_bytes`)."""
+    limit = opts.max_document_bytes
+    for k, text in enumerate(texts):  # the UTF-8 size only of texts that may exceed it (at most 4 bytes a character)
+        if len(text) > limit // 4 and len(text.encode("utf-8", "surrogatepass")) > limit:
+            raise DataError(
+                f"{wheres[k]} (document id={ids[k]!r}): a text of more than {limit:,} bytes (the limit for one document); "
+                "raise it with --max-document-bytes (max_document_bytes=), or split it"
+            )
     tokens, lengths = encode_texts(opts.tokenizer, texts, lambda k: f"{wheres[k]} (document id={ids[k]!r})")
     return Block(tokens, lengths, ids, codes, wheres, tokenized=len(ids))
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataError, StreamBatchError
-from ...io.files import open_regular, short_path
+from ...io.files import check_regular, open_regular, short_path
 from .tokenizers import require
 
 READ_SIZE = 1 << 20
@@ -54,6 +54,14 @@ def read_error(path: str | os.PathLike[str], err: BaseException) -> DataError:
     """A read or decompression failure as a `DataError` naming the file."""
     reason = getattr(err, "strerror", None) or str(err) or type(err).__name__
     return DataError(f"{short_path(path)}: cannot read ({reason}); check the file, or leave it out (--exclude, --skip-bad)")
+
+
+def check_input(path: str | os.PathLike[str]) -> None:
+    """Refuse a FIFO, device or socket (a folder entry linking to ``/dev/zero``, say) before any reader opens it."""
+    try:
+        check_regular(path)
+    except OSError as err:
+        raise read_error(path, err) from None
 
 
 def is_read_error(err: BaseException) -> bool:

@@ -71,4 +71,5 @@ def iter_npy(path: str | os.PathLike[str], *, partition: Partition | str = Parti
     [('t.npy:0', [0, 1]), ('t.npy:1', [2, 3, 4])]
     """
     name = os.fspath(path)
+    _inputs.check_input(name)  # a FIFO or device is refused, never opened
     return documents(npy_blocks(name, Path(name).name, read_options(partition=partition)))

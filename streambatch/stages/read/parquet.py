@@ -56,6 +56,7 @@ def iter_parquet(
     """
     name = os.fspath(path)
     opts = read_options(tokenizer=tokenizer, partition=partition, column=column)
+    _inputs.check_input(name)  # a FIFO or device is refused, never opened
     return _iter_parquet(name, opts)
 
 

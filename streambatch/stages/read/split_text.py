@@ -9,9 +9,9 @@ text's ids are the concatenation of its pieces' ids.
 A cut is safe when no token can span it.  The model (BPE, WordPiece, ...) never
 merges across the pre-tokenizer's pieces, so a cut is made only:
 
-- after a ``\\n`` between two characters that are not whitespace (the next one
-  not a combining mark or format character, not a Hangul vowel or final
-  consonant), for a tokenizer whose normalizer works character by
+- after a ``\\n`` between two characters that are not whitespace, or (in text
+  without newlines) before such a lone space (the character after either not a
+  combining mark or format character, not a Hangul vowel or final consonant), for a tokenizer whose normalizer works character by
   character (none, NFC/NFD/NFKC/NFKD, Lowercase, BertNormalizer, or a sequence of
   them), whose pre-tokenizer splits at whitespace (ByteLevel without a prefix
   space, Whitespace, WhitespaceSplit, BertPreTokenizer, regex Split, or a
@@ -45,6 +45,7 @@ _LOCAL_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "BertNormalizer
 _SPLITTING = {"Whitespace", "WhitespaceSplit", "BertPreTokenizer", "Split"}  # pieces end at whitespace (Split: checked)
 _KEEPING = {"Digits", "Punctuation", "UnicodeScripts"}  # only ever cut pieces further
 _NEWLINE = re.compile("(?<=\\S)\n(?=\\S)")  # a lone \n between two other characters
+_SPACE = re.compile("(?<=\\S)(?= \\S)")  # before a lone space between two other characters
 
 
 def splittable(tokenizer: Any) -> bool:
@@ -90,19 +91,23 @@ def _safe_start(char: str) -> bool:
 
 
 def cuts(text: str, pre_tokenizer: Any, size: int = PIECE_CHARS) -> list[int]:
-    """Where to cut *text* into pieces of about *size* characters (or more): after a ``\\n``, checked by *pre_tokenizer*."""
+    """Where to cut *text* into pieces of about *size* characters (or more), each checked by *pre_tokenizer*.
+
+    After a lone ``\\n`` when one comes within ``4 * size`` characters, else before a
+    lone space (text without newlines), else at the next lone ``\\n``.
+    """
     found: list[int] = []
     at = size
     while at < len(text):
-        match = _NEWLINE.search(text, at)
+        match = _NEWLINE.search(text, at, at + 4 * size) or _SPACE.search(text, at) or _NEWLINE.search(text, at)
         if match is None:
             break
-        cut = match.end()
-        if _safe_start(text[cut]) and _same_pieces(pre_tokenizer, text, cut):
+        cut = match.end() if match.re is _NEWLINE else match.start()
+        if _safe_start(text[cut + (match.re is _SPACE)]) and _same_pieces(pre_tokenizer, text, cut):
             found.append(cut)
             at = cut + size
         else:
-            at = cut
+            at = cut + 1
     return found
 
 

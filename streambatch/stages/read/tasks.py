@@ -56,6 +56,8 @@ def file_tasks(index: int, file: InputFile, opts: ReadOptions) -> Iterator[Task]
     """The tasks of one file, in order; a file that cannot be read ends with a ``failed`` task."""
     path, kind = str(file.path), file.kind
     try:
+        if kind != "dataset":  # a folder; its files are checked where it is loaded
+            _inputs.check_input(path)  # one check for every format: a FIFO or device is never opened by a reader
         if kind == "jsonl" or (kind == "text" and opts.per_line):
             lines = "jsonl" if kind == "jsonl" else "lines"
             chunks = _inputs.line_chunks(path, _inputs.LINE_CHUNK_BYTES, opts.max_line_bytes)

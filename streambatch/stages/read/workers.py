@@ -109,7 +109,11 @@ def _sigint_deferred() -> Iterator[None]:
     block starts with it blocked: a Ctrl-C never interrupts a worker while it
     imports (its initializer then ignores SIGINT for good).
     """
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or not hasattr(signal, "pthread_sigmask")
+        or signal.getsignal(signal.SIGINT) is None  # a handler set outside Python: left alone
+    ):
         yield
         return
     caught: list[int] = []

@@ -41,10 +41,11 @@ _LIBC = _libc_mmap() if ctypes.sizeof(ctypes.c_void_p) == 8 and hasattr(mmap, "P
 def map_readonly(fd: int, dtype: np.dtype[Any], count: int, filename: str) -> Any:
     """The first *count* items of type *dtype* of the file open as *fd*, mapped read-only (a `numpy.memmap`).
 
-    *fd* may be closed as soon as this returns.  *count* must be positive and
-    the file at least ``count * dtype.itemsize`` bytes long (the caller checked
-    its size).  Where the C library cannot be called, falls back to ``numpy.memmap``
-    (which keeps a descriptor).
+    *fd* may be closed as soon as this returns.  The file must be at least
+    ``count * dtype.itemsize`` bytes long (the caller checked its size); no items
+    give an empty array.  Where the C library cannot be called, falls back to
+    ``numpy.memmap`` (which keeps a descriptor).  Used by `streambatch.io.store`
+    to open stores and by a pickled store to map its tokens again.
 
     >>> import tempfile, numpy as np
     >>> with tempfile.TemporaryFile() as handle:
@@ -55,6 +56,8 @@ def map_readonly(fd: int, dtype: np.dtype[Any], count: int, filename: str) -> An
     ([0, 1, 2, 3, 4], False, 'tokens.bin')
     """
     size = count * dtype.itemsize
+    if size == 0:  # nothing to map (mmap refuses an empty mapping)
+        return np.zeros(0, dtype)
     if _LIBC is None:
         with os.fdopen(os.dup(fd), "rb") as handle:
             fallback: Any = np.memmap(handle, dtype=dtype, mode="r", shape=(count,))
