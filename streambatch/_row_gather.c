@@ -31,6 +31,11 @@
  * Gatherer.gather(rows)
  *     returns (inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance,
  *     target_count, max_seqlen): provenance is int64 (4, segments).
+ * Gatherer.gather(rows, kinds, sources)
+ *     the same for a mixture of packed rows: row i is row rows[i] of source kinds[i] (uint8, one per row),
+ *     read by the Gatherer sources[kinds[i]] (a tuple of 1 to 256 Gatherers sharing this one's T, token size
+ *     and pad id: checked); the same passes over the batch, each row (and each segment) read through its
+ *     own source's views; provenance's documents are each row's source's.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -172,6 +177,19 @@ typedef struct {
     int64_t row;
 } failure;
 
+#define MAX_SOURCES 256
+
+/* What a batch reads: one gatherer (kinds NULL), or a mixture's, row i read by gs[kinds[i]]; all share T, token
+ * size and pad id, so gs[0] answers for those. */
+typedef struct {
+    Gatherer *const *gs;
+    const uint8_t *kinds;
+} sources_t;
+
+static inline const Gatherer *source_of(const sources_t *s, int64_t row) {
+    return s->gs[s->kinds ? s->kinds[row] : 0];
+}
+
 /* The full piece holding full row r (r < full_rows): a scan from its bucket's start (a few steps). */
 static inline int64_t full_at(const Gatherer *g, int64_t r) {
     const int64_t *ends = (const int64_t *)g->views[FULL_ENDS].buf;
@@ -184,11 +202,12 @@ static inline int64_t full_at(const Gatherer *g, int64_t r) {
 
 /* Pass 1: the segments of the batch (one per full row, its tails for a packed row); -1 (and *fail) for a row
  * out of range or a packed row without segments. */
-static int64_t count_segments(const Gatherer *g, const int64_t *rows, int64_t width, failure *fail) {
-    const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-    int64_t total = g->full_rows + g->counts[OFFSETS] - 1, segments = 0, i;
+static int64_t count_segments(const sources_t *s, const int64_t *rows, int64_t width, failure *fail) {
+    int64_t segments = 0, i;
     for (i = 0; i < width; i++) {
-        int64_t r = rows[i], lo, hi;
+        const Gatherer *g = source_of(s, i);
+        const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
+        int64_t total = g->full_rows + g->counts[OFFSETS] - 1, r = rows[i], lo, hi;
         if (r < 0 || r >= total) {
             fail->message = "row number out of range for this packing";
             fail->row = i;
@@ -214,17 +233,18 @@ static int64_t count_segments(const Gatherer *g, const int64_t *rows, int64_t wi
  * inside its document and the tokens; used[i]: the positions row i fills.  Returns the sequences (segments, and
  * each padded row's padding), or -1 (and *fail).  A full row's piece: the running count of full pieces before
  * its document is its first; a tail of document d starts at (L - 1) - (L - 1) % T. */
-static int64_t locate(const Gatherer *g, const int64_t *rows, int64_t width, failure *fail, int64_t *const *provenance,
+static int64_t locate(const sources_t *s, const int64_t *rows, int64_t width, failure *fail, int64_t *const *provenance,
                       int64_t *used) {
-    const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-    const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
-    const int64_t *lengths = (const int64_t *)g->views[LENGTHS].buf;
-    const int64_t *ends = (const int64_t *)g->views[FULL_ENDS].buf;
-    const int64_t *full_docs = (const int64_t *)g->views[FULL_DOCS].buf;
-    const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
-    int64_t T = g->T, documents = g->counts[LENGTHS], tokens = g->counts[TOKENS], sequences = 0, k = 0, i, j;
+    int64_t T = s->gs[0]->T, sequences = 0, k = 0, i, j;
     for (i = 0; i < width; i++) {
-        int64_t r = rows[i], filled = 0;
+        const Gatherer *g = source_of(s, i);
+        const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
+        const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
+        const int64_t *lengths = (const int64_t *)g->views[LENGTHS].buf;
+        const int64_t *ends = (const int64_t *)g->views[FULL_ENDS].buf;
+        const int64_t *full_docs = (const int64_t *)g->views[FULL_DOCS].buf;
+        const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
+        int64_t documents = g->counts[LENGTHS], tokens = g->counts[TOKENS], r = rows[i], filled = 0;
         if (r < g->full_rows) {
             int64_t at = full_at(g, r), d, first, start;
             if (at >= g->counts[FULL_ENDS]) {
@@ -341,28 +361,34 @@ static inline void prefetch(const Gatherer *g, int64_t src, int64_t n) {
 
 /* Pass 3 (shift 0: inputs, prefetching the segments ahead) and pass 4 (shift 1: targets, whose tokens pass 3
  * has just brought into the caches): every segment's tokens in row order, pad_id after each row's last. */
-static void put_tokens(const Gatherer *g, const outputs *o, char *out, int64_t shift, int64_t width, const int64_t *used) {
-    const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
-    const char *tokens = (const char *)g->views[TOKENS].buf;
-    const int64_t *documents = o->provenance[1], *begins = o->provenance[2], *lengths = o->provenance[3];
-    int64_t T = g->T, size = g->itemsize, k = 0, i, column, p;
+static void put_tokens(const sources_t *s, const outputs *o, char *out, int64_t shift, int64_t width, const int64_t *used) {
+    const int64_t *in_row = o->provenance[0], *documents = o->provenance[1], *begins = o->provenance[2];
+    const int64_t *lengths = o->provenance[3];
+    const Gatherer *first = s->gs[0];
+    int64_t T = first->T, size = first->itemsize, k = 0, i, column, p;
     for (i = 0; i < width; i++) {
+        const Gatherer *g = source_of(s, i);
+        const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
+        const char *tokens = (const char *)g->views[TOKENS].buf;
         char *row = out + i * T * size;
         for (column = 0; column < used[i]; k++) {
             int64_t n = lengths[k];
             if (shift == 0 && k + PREFETCH_AHEAD < o->segments) {
-                prefetch(g, starts[documents[k + PREFETCH_AHEAD]] + begins[k + PREFETCH_AHEAD], lengths[k + PREFETCH_AHEAD] + 1);
+                int64_t a = k + PREFETCH_AHEAD;
+                const Gatherer *h = s->kinds ? source_of(s, in_row[a]) : g; /* the source of the segment ahead */
+                const int64_t *ahead = h == g ? starts : (const int64_t *)h->views[STARTS].buf;
+                prefetch(h, ahead[documents[a]] + begins[a], lengths[a] + 1);
             }
             memcpy(row + column * size, tokens + (starts[documents[k]] + begins[k] + shift) * size, (size_t)(n * size));
             column += n;
         }
         if (used[i] < T && size == 2) {
-            uint16_t *a = (uint16_t *)row, v = (uint16_t)g->pad;
+            uint16_t *a = (uint16_t *)row, v = (uint16_t)first->pad;
             for (p = used[i]; p < T; p++) {
                 a[p] = v;
             }
         } else if (used[i] < T) {
-            uint32_t *a = (uint32_t *)row, v = (uint32_t)g->pad;
+            uint32_t *a = (uint32_t *)row, v = (uint32_t)first->pad;
             for (p = used[i]; p < T; p++) {
                 a[p] = v;
             }
@@ -404,10 +430,10 @@ static void put_ids_and_masks(const Gatherer *g, outputs *o, int64_t width, cons
     }
 }
 
-static void fill(const Gatherer *g, outputs *o, int64_t width, const int64_t *used) {
-    put_tokens(g, o, o->inputs, 0, width, used);
-    put_tokens(g, o, o->targets, 1, width, used);
-    put_ids_and_masks(g, o, width, used);
+static void fill(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
+    put_tokens(s, o, o->inputs, 0, width, used);
+    put_tokens(s, o, o->targets, 1, width, used);
+    put_ids_and_masks(s->gs[0], o, width, used); /* T and the position template: every source's alike */
 }
 
 /* A new C-contiguous numpy array of `type` and shape (d0) or (d0, d1) (d1 < 0: one dimension). */
@@ -421,37 +447,113 @@ static PyObject *new_array(npy_intp d0, npy_intp d1, int type) {
 #define STACK_ROWS 256      /* scratch for batches up to this many rows lives on the stack */
 #define GIL_POSITIONS 65536 /* the GIL is released while filling batches of at least this many positions */
 
-static PyObject *gatherer_gather(Gatherer *self, PyObject *rows_object) {
+static PyTypeObject GathererType;
+
+/* A 1-D C-contiguous vector of `count` entries of numpy type `type` (buffer formats `formats`, itemsize bytes):
+ * a numpy array is read in place; anything else through the buffer protocol (*viewed set: release view). */
+static int vector_of(PyObject *object, int type, const char *formats, Py_ssize_t itemsize, const char *what,
+                     Py_buffer *view, int *viewed, const void **data, int64_t *count) {
+    if (PyArray_Check(object) && PyArray_TYPE((PyArrayObject *)object) == type && PyArray_NDIM((PyArrayObject *)object) == 1 &&
+        PyArray_IS_C_CONTIGUOUS((PyArrayObject *)object)) {
+        *data = PyArray_DATA((PyArrayObject *)object);
+        *count = (int64_t)PyArray_DIM((PyArrayObject *)object, 0);
+        return 0;
+    }
+    if (PyObject_GetBuffer(object, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    *viewed = 1;
+    if (!kind_is(view, formats, itemsize)) {
+        PyErr_Format(PyExc_TypeError, "Gatherer.gather(): %s", what);
+        return -1;
+    }
+    *data = view->buf;
+    *count = (int64_t)(view->len / itemsize);
+    return 0;
+}
+
+/* A mixture's sources (a tuple of 1 to MAX_SOURCES Gatherers of self's T, token size and pad id) into found[];
+ * every kinds[i] must name one of them.  Returns their count, or -1 with an error set. */
+static Py_ssize_t mixture_sources(const Gatherer *self, PyObject *tuple, const uint8_t *kinds, int64_t width,
+                                  Gatherer **found) {
+    Py_ssize_t n, k;
+    int64_t i;
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) < 1 || PyTuple_GET_SIZE(tuple) > MAX_SOURCES) {
+        PyErr_SetString(PyExc_TypeError, "Gatherer.gather(): sources must be a tuple of 1 to 256 Gatherers");
+        return -1;
+    }
+    n = PyTuple_GET_SIZE(tuple);
+    for (k = 0; k < n; k++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, k);
+        const Gatherer *g = (const Gatherer *)item;
+        if (!PyObject_TypeCheck(item, &GathererType) || g->held != HELD) {
+            PyErr_Format(PyExc_TypeError, "Gatherer.gather(): sources[%zd] is not an initialised Gatherer", k);
+            return -1;
+        }
+        if (g->T != self->T || g->itemsize != self->itemsize || g->pad != self->pad) {
+            PyErr_Format(PyExc_ValueError,
+                         "Gatherer.gather(): sources[%zd] has T=%lld, %zd-byte tokens, pad_id=%lld but this gatherer "
+                         "T=%lld, %zd-byte tokens, pad_id=%lld; a mixture's sources need the same",
+                         k, (long long)g->T, g->itemsize, (long long)g->pad, (long long)self->T, self->itemsize,
+                         (long long)self->pad);
+            return -1;
+        }
+        found[k] = (Gatherer *)item;
+    }
+    for (i = 0; i < width; i++) {
+        if ((Py_ssize_t)kinds[i] >= n) {
+            PyErr_Format(PyExc_ValueError, "row %lld of the batch: source %d has no gatherer (%zd sources)", (long long)i,
+                         (int)kinds[i], n);
+            return -1;
+        }
+    }
+    return n;
+}
+
+static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize_t nargs) {
     /* arrays: inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance (4, segments) */
     enum { INPUTS, TARGETS, SEGMENT_IDS, POSITION_IDS, LOSS_MASK, CU_SEQLENS, PROVENANCE, ARRAYS };
-    Py_buffer rows_view;
+    Py_buffer rows_view, kinds_view;
+    const void *data = NULL;
     const int64_t *rows;
-    int k, viewed = 0;
-    int64_t width, sequences, segments = 0, idsize = self->T < (1 << 15) ? 2 : 4;
+    int k, rows_viewed = 0, kinds_viewed = 0;
+    int64_t width, kinds_count, sequences, segments = 0, idsize = self->T < (1 << 15) ? 2 : 4;
     failure fail = {NULL, 0};
     outputs o;
     PyObject *arrays[ARRAYS] = {NULL};
     PyObject *result = NULL;
     int64_t stack[STACK_ROWS], *scratch = stack; /* per row: the positions its segments fill */
+    Gatherer *alone[1], *many[MAX_SOURCES];
+    sources_t s;
+    alone[0] = self;
+    s.gs = alone;
+    s.kinds = NULL;
     if (self->held != HELD) {
         PyErr_SetString(PyExc_ValueError, "Gatherer.gather(): not initialised");
         return NULL;
     }
-    if (PyArray_Check(rows_object) && PyArray_TYPE((PyArrayObject *)rows_object) == NPY_INT64 &&
-        PyArray_NDIM((PyArrayObject *)rows_object) == 1 && PyArray_IS_C_CONTIGUOUS((PyArrayObject *)rows_object)) {
-        rows = (const int64_t *)PyArray_DATA((PyArrayObject *)rows_object); /* a numpy int64 vector: read in place */
-        width = (int64_t)PyArray_DIM((PyArrayObject *)rows_object, 0);
-    } else {
-        if (PyObject_GetBuffer(rows_object, &rows_view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-            return NULL;
-        }
-        viewed = 1;
-        if (!kind_is(&rows_view, "qlQL", 8)) {
-            PyErr_SetString(PyExc_TypeError, "Gatherer.gather(): rows must be int64");
+    if (nargs != 1 && nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "Gatherer.gather() takes 1 argument (rows) or 3 (rows, kinds, sources), got %zd", nargs);
+        return NULL;
+    }
+    if (vector_of(args[0], NPY_INT64, "qlQL", 8, "rows must be int64", &rows_view, &rows_viewed, &data, &width) < 0) {
+        goto done;
+    }
+    rows = (const int64_t *)data;
+    if (nargs == 3) { /* a mixture: kinds (uint8, one per row) pick each row's gatherer among the sources */
+        if (vector_of(args[1], NPY_UINT8, "B", 1, "kinds must be uint8", &kinds_view, &kinds_viewed, &data, &kinds_count) < 0) {
             goto done;
         }
-        rows = (const int64_t *)rows_view.buf;
-        width = (int64_t)(rows_view.len / 8);
+        if (kinds_count != width) {
+            PyErr_Format(PyExc_ValueError, "Gatherer.gather(): %lld kinds for %lld rows; pass one per row",
+                         (long long)kinds_count, (long long)width);
+            goto done;
+        }
+        s.kinds = (const uint8_t *)data;
+        if (mixture_sources(self, args[2], s.kinds, width, many) < 0) {
+            goto done;
+        }
+        s.gs = many;
     }
     if (width > STACK_ROWS) {
         scratch = (int64_t *)PyMem_Malloc((size_t)width * sizeof(int64_t));
@@ -460,7 +562,7 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *rows_object) {
             goto done;
         }
     }
-    segments = count_segments(self, rows, width, &fail);
+    segments = count_segments(&s, rows, width, &fail);
     if (segments >= 0) {
         arrays[PROVENANCE] = new_array(4, (npy_intp)segments, NPY_INT64);
         if (arrays[PROVENANCE] == NULL) {
@@ -470,7 +572,7 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *rows_object) {
             o.provenance[k] = (int64_t *)ARRAY_DATA(arrays[PROVENANCE]) + k * segments;
         }
     }
-    sequences = segments < 0 ? -1 : locate(self, rows, width, &fail, o.provenance, scratch);
+    sequences = segments < 0 ? -1 : locate(&s, rows, width, &fail, o.provenance, scratch);
     if (sequences < 0) {
         PyErr_Format(PyExc_ValueError, "row %lld of the batch: %s", (long long)fail.row, fail.message);
         goto done;
@@ -499,10 +601,10 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *rows_object) {
     o.target_count = o.max_seqlen = 0;
     if (width * self->T >= GIL_POSITIONS) {
         Py_BEGIN_ALLOW_THREADS
-        fill(self, &o, width, scratch);
+        fill(&s, &o, width, scratch);
         Py_END_ALLOW_THREADS
     } else {
-        fill(self, &o, width, scratch);
+        fill(&s, &o, width, scratch);
     }
     result = PyTuple_New(ARRAYS + 2);
     if (result == NULL) {
@@ -524,16 +626,20 @@ done:
     for (k = 0; k < ARRAYS; k++) {
         Py_XDECREF(arrays[k]);
     }
-    if (viewed) {
+    if (rows_viewed) {
         PyBuffer_Release(&rows_view);
+    }
+    if (kinds_viewed) {
+        PyBuffer_Release(&kinds_view);
     }
     return result;
 }
 
 static PyMethodDef gatherer_methods[] = {
-    {"gather", (PyCFunction)gatherer_gather, METH_O,
-     "gather(rows) -> (inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance, target_count, "
-     "max_seqlen); provenance: int64 (4, segments): row in the batch, document, start, targets"},
+    {"gather", (PyCFunction)(void (*)(void))gatherer_gather, METH_FASTCALL,
+     "gather(rows[, kinds, sources]) -> (inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance, "
+     "target_count, max_seqlen); provenance: int64 (4, segments): row in the batch, document, start, targets; a "
+     "mixture's row i is read by sources[kinds[i]]"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,6 +1,10 @@
 """Type stub of the C extension built from ``_row_gather.c``: the packed mode's one-pass gather."""
 
-from _typeshed import ReadableBuffer, WriteableBuffer
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from _typeshed import ReadableBuffer
 
 class Gatherer:
     """Read-only views of a source's tokens and a packing, made once per packing."""
@@ -22,11 +26,24 @@ class Gatherer:
     def gather(
         self,
         rows: ReadableBuffer,
-        inputs: WriteableBuffer,
-        targets: WriteableBuffer,
-        segment_ids: WriteableBuffer,
-        position_ids: WriteableBuffer,
-        loss_mask: WriteableBuffer,
+        kinds: ReadableBuffer = ...,
+        sources: tuple[Gatherer, ...] = ...,
         /,
-    ) -> tuple[bytearray, int, int]:
-        """Fill the outputs for int64 *rows*; return (int32 cu_seqlens bytes, target_count, max_seqlen)."""
+    ) -> tuple[
+        npt.NDArray[Any],
+        npt.NDArray[Any],
+        npt.NDArray[np.signedinteger[Any]],
+        npt.NDArray[np.signedinteger[Any]],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.int32],
+        npt.NDArray[np.int64],
+        int,
+        int,
+    ]:
+        """Every array of the batch of int64 *rows*, made here.
+
+        Returns (inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance, target_count,
+        max_seqlen): tokens in the source's dtype, ids int16 when ``T < 2**15`` else int32, provenance int64
+        ``(4, segments)`` (row in the batch, document, start, targets).  A mixture passes *kinds* (uint8, one
+        per row) and *sources* (Gatherers of one T, token size and pad id): row i is read by ``sources[kinds[i]]``.
+        """

@@ -113,7 +113,9 @@ class Epoch:
     ``pack=True`` (or `Rows` from `sb.pack` as *source*) is the packed mode: the
     same pipe over ``sb.pack(source, context_length=T)`` (no stride), whose items
     are rows and whose batches are `streambatch.stages.packed_batch.PackedBatch`;
-    ``window_count`` then counts rows.
+    ``window_count`` then counts rows.  Over a mixture (``sb.mix`` of ``sb.pack``
+    parts, or a mixture file with ``pack=True``) the batches are packed batches
+    carrying ``sources`` (`streambatch.stages.mix_rows.PackedMixtureBatch`).
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),
@@ -149,10 +151,8 @@ class Epoch:
         given_seed = None if isinstance(seed, _Unset) else seed
         mixture = as_mixture(
             source, context_length=context_length, stride=stride, partition=partition,
-            keep_partition=keep_partition, seed=given_seed, plan_dir=plan_dir,
+            keep_partition=keep_partition, seed=given_seed, plan_dir=plan_dir, pack=pack,
         )  # fmt: skip
-        if mixture is not None and pack:
-            raise ConfigError("pack=True over a mixture: mixtures blend windows (mixing packed rows is not built yet); drop pack")
         given = (
             epoch_windows(source, context_length, stride, partition, keep_partition, pack, plan_dir)
             if mixture is None
@@ -169,7 +169,7 @@ class Epoch:
         self.verify_plan = bool(verify_plan)  # read the plan file once to check it (digest, entries, repeats)
         self._order: Windows | Rows | Mixture | None = given if given.order is not None or self.seed is None else None
         self.windows: Windows | Rows | Mixture = given if given.order is None or isinstance(given, Mixture) else _unordered(given)
-        self.pack = isinstance(given, Rows)  # packed rows (sb.pack), not the chapter's windows
+        self.pack = isinstance(given, Rows) or (isinstance(given, Mixture) and given.packed)  # packed rows (sb.pack)
         self.partition: Partition = self.windows.partition
 
     @property

@@ -15,10 +15,10 @@ from ._common import add_source, check_stride, open_args_source
 def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
     check_stride(args)
     source = open_args_source(args)
-    if isinstance(source, MixtureSource):  # per source: items, weight, effective share, source epochs, tokens
+    if isinstance(source, MixtureSource):  # per source: items, weight, effective share, source epochs, tokens (--pack: rows)
         mixed = inspect_mixture(
             source, context_length=args.context_length, batch_size=args.batch_size,
-            stride=1 if args.stride is None else args.stride, partition=args.partition,
+            stride=1 if args.stride is None else args.stride, partition=args.partition, pack=args.pack,
         )  # fmt: skip
         out.write(json.dumps(mixed, indent=1) + "\n" if args.json else format_mixture(mixed))
         return

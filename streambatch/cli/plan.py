@@ -70,6 +70,7 @@ def _plan_mixture(mixture: Any, seed: int, args: argparse.Namespace) -> dict[str
         "epoch": args.epoch,
         "mixture_seed": seed,
         "mixture": mixture.fingerprint,
+        **({"mode": "pack", "rows": mixture.sizes} if mixture.packed else {}),
     }
 
 

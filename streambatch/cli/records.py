@@ -15,6 +15,7 @@ from typing import Any
 from ..model.corpus import Corpus
 from ..stages.batch import MiniBatch
 from ..stages.mix_batch import MixtureBatch
+from ..stages.mix_rows import PackedMixtureBatch
 from ..stages.packed_batch import PackedBatch
 
 
@@ -27,8 +28,9 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
     ``pad_positions``; each entry of ``rows`` is ``{"row": its number in the
     packing, "segments": [...]}``, a segment naming what a window row names
     (document, document_index, start, partition, shard) and its ``length`` in
-    targets; ``segment_ids`` (-1 at padding), ``position_ids`` and
-    ``loss_mask`` follow the targets.  Padding positions hold the pad id in
+    targets (a mixture's row also names its ``source``, and its ``row`` is its
+    number in that source's packing); ``segment_ids`` (-1 at padding),
+    ``position_ids`` and ``loss_mask`` follow the targets.  Padding positions hold the pad id in
     inputs and targets, with ``loss_mask`` false.
     """
     if isinstance(batch, PackedBatch):
@@ -59,6 +61,10 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
 def _packed_record(batch: PackedBatch) -> dict[str, Any]:
     sharded = isinstance(batch.row_space.store, Corpus)
     rows: list[dict[str, Any]] = [{"row": number, "segments": []} for number in batch.rows.tolist()]
+    if isinstance(batch, PackedMixtureBatch):  # a mixture of packed rows: each row names its source
+        sharded = sharded or any(isinstance(space.store, Corpus) for space in batch.row_spaces)
+        for row, name in zip(rows, batch.source_names, strict=True):
+            row["source"] = name
     for p in batch.provenance:
         rows[p.row]["segments"].append(
             {

@@ -243,9 +243,12 @@ def source_sums(batch: MiniBatch, row_loss_sums: npt.ArrayLike, gradient_sum: An
 
     *gradient_sum* (default: one zero) is the batch's gradient sums; per-source sums carry losses and counts only.
 
-    Every row holds ``T`` target tokens; rows of one source add (``math.fsum``, exact
-    up to one rounding) into that source's `TokenSums`.  A batch without ``sources``
-    (one store) gives sums without ``sources``.  `streambatch.token_mean` adds these
+    Every row of windows holds ``T`` target tokens; a packed row (a mixture of packed
+    rows, `streambatch.stages.mix_rows.PackedMixtureBatch`) holds its real targets
+    only (``loss_mask``: padding never counts, and its row loss sum must leave the
+    padding out).  Rows of one source add (``math.fsum``, exact up to one rounding)
+    into that source's `TokenSums`.  A batch without ``sources`` (one store) gives
+    sums without ``sources``.  `streambatch.token_mean` adds these
     per source across micro-batches, workers and ranks, and reports each source's mean.
 
     >>> import streambatch as sb
@@ -263,10 +266,12 @@ def source_sums(batch: MiniBatch, row_loss_sums: npt.ArrayLike, gradient_sum: An
     T = batch.context_length
     zero = np.zeros(1)
     total = TokenSums(math.fsum(losses.tolist()), batch.token_count, zero if gradient_sum is None else gradient_sum)
-    if not isinstance(batch, MixtureBatch):
+    sources: SourceArray | None = getattr(batch, "sources", None)  # a mixture's batch, of windows or packed rows
+    if sources is None:
         return total
+    mask: npt.NDArray[np.bool_] | None = getattr(batch, "loss_mask", None)  # packed rows: real targets only
+    targets = np.full(sources.size, T, dtype=np.int64) if mask is None else np.count_nonzero(mask, axis=1)
     per = {
-        s: TokenSums(math.fsum(losses[batch.sources == s].tolist()), int(np.count_nonzero(batch.sources == s)) * T, zero)
-        for s in present(batch.sources)
+        s: TokenSums(math.fsum(losses[sources == s].tolist()), int(targets[sources == s].sum()), zero) for s in present(sources)
     }
     return replace(total, sources=per)

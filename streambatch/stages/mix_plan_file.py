@@ -35,7 +35,7 @@ from ..errors import StoreError
 from ..io.atomic import atomic_file, exclusive_lock
 from ..io.bounded_json import read_json_header
 from .mix import MixPlan, block_for, plan_mix
-from .windows import Windows
+from .mix_parts import Part
 
 FORMAT = "streambatch.mixplan"
 VERSION = 1
@@ -44,8 +44,8 @@ SUFFIX = ".mixplan"
 PathLike = str | os.PathLike[str]
 
 
-def mix_plan_key(parts: tuple[Windows, ...], weights: tuple[int, ...], length: int | None) -> dict[str, Any]:
-    """What the mixture order of *parts* at integer *weights* and *length* depends on."""
+def mix_plan_key(parts: tuple[Part, ...], weights: tuple[int, ...], length: int | None) -> dict[str, Any]:
+    """What the mixture order of *parts* at *weights* and *length* depends on (``windows`` counts a packed part's rows)."""
     first = parts[0]
     return {
         "sources": [p.store.content_fingerprint() for p in parts],
@@ -72,7 +72,7 @@ def _layout(items: int, sources: int, block: int) -> tuple[int, int, int]:
 
 
 def mix_plan_file(
-    parts: tuple[Windows, ...], weights: tuple[int, ...], length: int | None, plan_dir: PathLike
+    parts: tuple[Part, ...], weights: tuple[int, ...], length: int | None, plan_dir: PathLike
 ) -> tuple[MixPlan, Path]:
     """The mixture's `MixPlan` from its plan file in *plan_dir*, computed and written first if missing."""
     key = mix_plan_key(parts, weights, length)

@@ -1,17 +1,20 @@
-"""Stage: mix, several sources' windows blended at exact weights into one sequence of items.
+"""Stage: mix, several sources' windows (or packed rows) blended at exact weights into one sequence of items.
 
 ``sb.mix(parts, weights, seed=k)`` takes one `Windows` per source (each from its
 own store or corpus, all with the same context length and stride, in document
 order) and gives a `Mixture`: a sized, sliceable `streambatch.stages.items.Items`
 whose item ``i`` is ``(source, window)``.  `chunk`, `share`, `split_rows` and
 `materialize` take it unchanged; its batches are `MixtureBatch` es carrying
-``sources``, one per row.
+``sources``, one per row.  Parts may instead all be packed `Rows`
+(``sb.pack(source, context_length=T)`` of each source): the items are then
+``(source, row)`` and the batches `streambatch.stages.mix_rows.PackedMixtureBatch`
+es, packed batches carrying ``sources`` (`streambatch.stages.mix_rows`).
 
 The order is `streambatch.stages.mix`'s: Tijdeman's chairman assignment over the
 sources (after every prefix of ``n`` items source ``s`` holds within
 ``1 - 1/(2k-2)`` of ``w_s n``), and within source ``s`` its windows in the
 chapter's exact SplitMix64 order, source epoch after source epoch: source epoch
-``e`` of source ``s`` is ``sb.shuffle(parts[s], source_epoch_seed(k, s, e))``
+``e`` of source ``s`` is ``sb.shuffle(parts[s], source_epoch_seed(k, s, e))`` (for rows too)
 with ``source_epoch_seed(k, s, e) = derive_seed(k, 256 e + s + 1)``.  A source
 given more items than it has repeats whole epochs (every window once before any
 twice); a smaller share takes a prefix of its first epoch.  The default length
@@ -45,15 +48,17 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
-from .._checks import check_seed, is_integer, short_repr
+from .._checks import check_seed, is_integer
 from ..errors import ConfigError, OutOfRangeError
 from .chunk import Chunks
 from .materialize import materialize_one
-from .mix import MAX_SOURCES, MixPlan, integer_weights, plan_mix
+from .mix import MixPlan, integer_weights, plan_mix
 from .mix_batch import MixtureBatch, SourceArray, present
+from .mix_parts import Part, check_names, check_parts
+from .mix_rows import PackedMixtureBatch
 from .mix_space import MixItem, MixSpace
 from .plan import check_plan_dir
-from .windows import Windows
+from .rows import Rows
 
 IntArray = npt.NDArray[np.int64]
 FORMAT = "streambatch.mixture"
@@ -82,9 +87,14 @@ class Mixture:
         return self._space
 
     @property
-    def parts(self) -> tuple[Windows, ...]:
-        """One `Windows` per source, in document order."""
+    def parts(self) -> tuple[Part, ...]:
+        """One `Windows` (or packed `Rows`) per source, in document order."""
         return self._space.parts
+
+    @property
+    def packed(self) -> bool:
+        """True when the parts are packed `Rows` (the items are rows, the batches packed)."""
+        return self._space.packed
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -118,7 +128,7 @@ class Mixture:
 
     @property
     def sizes(self) -> list[int]:
-        """Windows of each source (one source epoch)."""
+        """Windows (packed: rows) of each source (one source epoch)."""
         return [int(n) for n in self._space.sizes.tolist()]
 
     @property
@@ -209,19 +219,22 @@ class Mixture:
         counts = self.counts(n)
         return [int(c) / int(size) for c, size in zip(counts.tolist(), self._space.sizes.tolist(), strict=True)]
 
-    def source_plans(self) -> list[Windows]:
+    def source_plans(self) -> list[Part]:
         """Every source epoch order this mixture reads, computed now (plan files, with a plan folder)."""
         counts = self.counts().tolist()
         return [self._space.order(s, e) for s, n in enumerate(counts) for e in range(-(-n // int(self._space.sizes[s])))]
 
-    def materialize_view(self, index: int) -> MixtureBatch:
-        """Gather this view's rows into a `MixtureBatch` numbered *index*: one pass over every source's tokens."""
+    def materialize_view(self, index: int) -> MixtureBatch | PackedMixtureBatch:
+        """Gather this view's rows into a `MixtureBatch` (packed: `PackedMixtureBatch`) numbered *index*."""
+        if self._space.packed:
+            sources, numbers = self._space.numbers(self._lo, self._hi)
+            return self._space.row_gather()(sources, numbers, index)
         sources, positions, rows = self._space.rows(self._lo, self._hi)
         inputs, targets = self._space.gather().take(rows)
-        spaces = tuple(p.space for p in self._space.parts)
+        spaces = self._space.window_spaces
         return MixtureBatch(index, inputs, targets, positions, sources, spaces, self._space.names)
 
-    def materialize_chunks(self, chunks: Chunks[Mixture]) -> Iterator[MixtureBatch]:
+    def materialize_chunks(self, chunks: Chunks[Mixture]) -> Iterator[MixtureBatch | PackedMixtureBatch]:
         """Every batch of *chunks* (of this mixture), consecutive batches located and checked a block at a time.
 
         What ``iter(sb.materialize(chunks))`` runs: per batch only the gather remains,
@@ -232,7 +245,10 @@ class Mixture:
             yield from map(materialize_one, chunks)
             return
         size, batches, space = chunks.batch_size, chunks.batches, self._space
-        gather, spaces = space.gather(), tuple(p.space for p in space.parts)
+        if space.packed:
+            yield from self._packed_chunks(size, batches)
+            return
+        gather, spaces = space.gather(), space.window_spaces
         per = max(1, _BLOCK_ROWS // size)
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
@@ -243,6 +259,18 @@ class Mixture:
                 cut = slice(first, min(first + size, hi - lo))
                 inputs, targets = gather.take((rows[0][cut],) if len(rows) == 1 else tuple(r[cut] for r in rows))
                 yield MixtureBatch(batch, inputs, targets, positions[cut], sources[cut], spaces, space.names)
+
+    def _packed_chunks(self, size: int, batches: range) -> Iterator[PackedMixtureBatch]:
+        """Consecutive packed batches: sources and row numbers located a block of batches at a time."""
+        space, per = self._space, max(1, _BLOCK_ROWS // size)
+        gather = space.row_gather()
+        for head in range(0, len(batches), per):
+            group = batches[head : head + per]
+            lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
+            sources, numbers = space.numbers(self._lo + lo, self._lo + hi)
+            for batch in group:
+                cut = slice(batch * size - lo, min(batch * size - lo + size, hi - lo))
+                yield gather(sources[cut], numbers[cut], batch)
 
     # -- the sequence protocol ----------------------------------------------------------
     def __len__(self) -> int:
@@ -276,13 +304,19 @@ class Mixture:
 
     def __repr__(self) -> str:
         shares = ", ".join(f"{n}={float(w):.4g}" for n, w in zip(self.names, self.weights, strict=True))
-        return f"Mixture({len(self)} items, {shares}, seed={self.seed}, context_length={self.context_length})"
+        rows = ", packed rows" if self.packed else ""
+        return f"Mixture({len(self)} items, {shares}, seed={self.seed}, context_length={self.context_length}{rows})"
 
 
-def mixture_fingerprint(parts: Sequence[Windows], plan: MixPlan, length: int) -> str:
-    """``mixture:`` + BLAKE2b-128 of the sources' fingerprints and window counts, the integer weights and the length."""
+def mixture_fingerprint(parts: Sequence[Part], plan: MixPlan, length: int) -> str:
+    """``mixture:`` + BLAKE2b-128 of the sources' fingerprints and item counts, the integer weights and the length.
+
+    A mixture of packed rows adds ``"rows"`` and ``T`` (a mixture of windows keeps its fingerprint).
+    """
+    rows = [["rows", parts[0].context_length]] if isinstance(parts[0], Rows) else []
     key = [
         FORMAT,
+        *rows,
         [p.store.fingerprint or p.store.content_fingerprint() for p in parts],
         [len(p) for p in parts],
         [str(a) for a in plan.integer_weights],
@@ -291,46 +325,8 @@ def mixture_fingerprint(parts: Sequence[Windows], plan: MixPlan, length: int) ->
     return "mixture:" + hashlib.blake2b(json.dumps(key).encode(), digest_size=16).hexdigest()
 
 
-def check_parts(parts: Any) -> tuple[Windows, ...]:
-    """*parts* as a tuple of whole `Windows` in document order sharing one configuration and partition."""
-    if isinstance(parts, (str, bytes, Windows)) or not isinstance(parts, Sequence):
-        raise ConfigError(f"parts={short_repr(parts)} must be a list of sb.windows(...), one per source")
-    found = tuple(parts)
-    if not 1 <= len(found) <= MAX_SOURCES:
-        raise ConfigError(f"parts has {len(found)} entries; a mixture takes 1 to {MAX_SOURCES} sources")
-    for s, part in enumerate(found):
-        if not isinstance(part, Windows):
-            raise ConfigError(f"parts[{s}]={short_repr(part)} is not a streambatch.Windows; pass sb.windows(source, ...)")
-        if not part.is_sequential or len(part) != part.window_index.window_count:
-            raise ConfigError(
-                f"parts[{s}] is a view or already shuffled; the mixture orders each source itself: pass sb.windows(source, ...)"
-            )
-        if not len(part):
-            raise ConfigError(f"parts[{s}] has no windows (a source needs one); lower the context length or drop it")
-        if part.config != found[0].config or part.partition != found[0].partition:
-            raise ConfigError(
-                f"parts[{s}] has context_length={part.context_length}, stride={part.config.stride}, partition="
-                f"{part.partition.value!r} but parts[0] has {found[0].context_length}, {found[0].config.stride}, "
-                f"{found[0].partition.value!r}; every source of a mixture needs the same"
-            )
-    return found
-
-
-def check_names(names: Any, count: int) -> tuple[str, ...]:
-    """*names* (or ``source-0``, ...) as distinct non-empty strings, one per source."""
-    if names is None:
-        return tuple(f"source-{s}" for s in range(count))
-    found = tuple(names) if isinstance(names, Sequence) and not isinstance(names, str) else None
-    if found is None or len(found) != count or not all(isinstance(n, str) and n for n in found):
-        raise ConfigError(f"names={short_repr(names)} must be {count} non-empty strings, one per source")
-    if len(set(found)) != count:
-        twice = next(n for n in found if found.count(n) > 1)
-        raise ConfigError(f"names has {twice!r} twice; give each source its own name")
-    return found
-
-
 def mix(
-    parts: Sequence[Windows],
+    parts: Sequence[Part],
     weights: Sequence[Any],
     *,
     seed: int,
@@ -338,8 +334,9 @@ def mix(
     names: Sequence[str] | None = None,
     plan_dir: str | os.PathLike[str] | None = None,
 ) -> Mixture:
-    """Blend *parts* (one `Windows` per source) at *weights* into a `Mixture` of *length* items.
+    """Blend *parts* (one `Windows` per source, or one packed `Rows` per source) at *weights* into a `Mixture`.
 
+    The mixture holds *length* items (windows, or rows).
     *weights* are positive finite numbers (normalised to sum 1, exactly);
     ``length=None`` passes the largest source once at its weight.  With
     *plan_dir* the plan and every source epoch's order are plan files shared by

@@ -141,13 +141,14 @@ class Rows(PlannedItems):
 
 def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
     """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy."""
-    gatherer = _cached_gatherer(space)
+    gatherer = row_gatherer(space)
     if gatherer is False:
         return PackedBatch(index, gather_rows(space, numbers), numbers, space)
     return PackedBatch.from_kernel(index, _gather(gatherer, numbers), numbers, space)
 
 
-def _cached_gatherer(space: RowSpace) -> Any:
+def row_gatherer(space: RowSpace) -> Any:
+    """The C gatherer of *space*, built once and cached on it; False where numpy gathers."""
     gatherer = space.cache.get("gather")
     if gatherer is None:
         gatherer = space.cache["gather"] = _gatherer(space)
@@ -176,7 +177,7 @@ def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[Packed
     each batch is made by one call of it.
     """
     space, total = rows.space, len(rows)
-    gatherer = _cached_gatherer(space)
+    gatherer = row_gatherer(space)
     per = max(1, _BLOCK_ROWS // batch_size) if batches.step == 1 else 1
     make = PackedBatch.from_kernel
     for head in range(0, len(batches), per):

@@ -26,17 +26,29 @@ from ..io.atomic import atomic_text
 from ..io.mixture_file import MixtureSource
 from ..stages.mix import source_order
 from ..stages.mix_batch import MixtureBatch
+from ..stages.mix_rows import PackedMixtureBatch
 from ..stages.mix_source import as_mixture
 from ..stages.mixture import Mixture
+from ..stages.rows import Rows
 from .figure import xml_text
+from .mix_audit_rows import check_packed_rows, check_source_targets
 
 COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
 
 
 def inspect_mixture(
-    source: MixtureSource, *, context_length: int | None, batch_size: int | None, stride: int = 1, partition: Any = None
+    source: MixtureSource,
+    *,
+    context_length: int | None,
+    batch_size: int | None,
+    stride: int = 1,
+    partition: Any = None,
+    pack: bool = False,
 ) -> dict[str, Any]:
-    """Per source: path, weight, documents, tokens; with ``T``: windows, items, effective share, source epochs."""
+    """Per source: path, weight, documents, tokens; with ``T``: windows, items, effective share, source epochs.
+
+    With *pack* the items are packed rows: per source its rows, targets and pad share per source epoch.
+    """
     if context_length is None and batch_size is not None:
         raise ConfigError(f"batch_size={batch_size!r} needs a context_length; pass -T to count a mixture's items and batches")
     spec = source.spec
@@ -49,14 +61,19 @@ def inspect_mixture(
     if context_length is None:
         return summary
     mixture = as_mixture(
-        source, context_length=context_length, stride=stride, partition=partition, keep_partition=False, seed=0, plan_dir=None
-    )
+        source, context_length=context_length, stride=None if pack else stride, partition=partition, keep_partition=False,
+        seed=0, plan_dir=None, pack=pack,
+    )  # fmt: skip
     assert mixture is not None
     counts = mixture.counts().tolist()
-    for row, count, size, epochs in zip(rows, counts, mixture.sizes, mixture.source_epochs(), strict=True):
+    for row, count, size, epochs, part in zip(rows, counts, mixture.sizes, mixture.source_epochs(), mixture.parts, strict=True):
         row.update(windows=size, items=count, effective_share=count / len(mixture), source_epochs=epochs)
         row["item_tokens"] = count * context_length
+        if isinstance(part, Rows):  # per source epoch: every target of the source once, in its rows
+            row.update(rows=size, targets=part.report.targets, pad_share=part.report.pad_share)
     summary.update(context_length=context_length, stride=stride, items=len(mixture), plan_bytes=mixture.plan_nbytes)
+    if pack:
+        summary.update(mode="pack", stride=context_length)
     if batch_size is not None:
         summary.update(batch_size=batch_size, batches=-(-len(mixture) // batch_size))
     return summary
@@ -67,17 +84,20 @@ def format_mixture(summary: dict[str, Any]) -> str:
     lines = [f"mixture   {summary['path']} ({len(summary['sources'])} sources)"]
     if "items" in summary:
         batches = f", {summary['batches']} batches of B={summary['batch_size']}" if "batches" in summary else ""
-        lines.append(f"items     {summary['items']} windows of T={summary['context_length']}{batches}")
+        what = "packed rows" if summary.get("mode") == "pack" else "windows"
+        lines.append(f"items     {summary['items']} {what} of T={summary['context_length']}{batches}")
         lines.append(f"plan      {summary['plan_bytes']} bytes (Tijdeman's order, one byte per item + checkpoints)")
+    packed = summary.get("mode") == "pack"
     head = ["source", "weight", "share", "documents", "tokens"]
     if "items" in summary:
-        head += ["windows", "items", "effective", "source epochs", "item tokens"]
+        head += (["rows", "targets", "pad share"] if packed else ["windows"]) + ["items", "effective", "source epochs"]
+        head += ["item positions" if packed else "item tokens"]
     table = [head]
     for row in summary["sources"]:
         cells = [row["name"], f"{row['weight']:g}", f"{row['share']:.4f}", str(row["documents"]), str(row["tokens"])]
         if "items" in row:
-            cells += [str(row["windows"]), str(row["items"]), f"{row['effective_share']:.4f}", f"{row['source_epochs']:.3f}"]
-            cells.append(str(row["item_tokens"]))
+            cells += [str(row["rows"]), str(row["targets"]), f"{row['pad_share']:.4%}"] if packed else [str(row["windows"])]
+            cells += [str(row["items"]), f"{row['effective_share']:.4f}", f"{row['source_epochs']:.3f}", str(row["item_tokens"])]
         table.append(cells)
     widths = [max(len(r[c]) for r in table) for c in range(len(head))]
     lines += [
@@ -95,23 +115,30 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
     sources = np.empty(length, dtype=np.uint8)
     windows = np.empty(length, dtype=np.uint32 if max(mixture.sizes) < 1 << 32 else np.int64)
     seen = np.zeros(length, dtype=np.uint8)  # 1 byte per item: a count of 256 or more shows as "not 1" too
+    targets = np.zeros(length if mixture.packed else 0, dtype=np.uint32)  # packed: each row's real targets
     failures: dict[str, str] = {}
     for rank in range(world_size):
         for worker in range(workers):
             for batch in epoch.batches(worker=worker, workers=workers, rank=rank, world_size=world_size):
-                assert isinstance(batch, MixtureBatch)
                 lo = batch.index * B + _row_offset(batch.index, B, length, rank, world_size)
                 rows = slice(lo, lo + batch.width)
+                if isinstance(batch, PackedMixtureBatch):
+                    targets[rows] = check_packed_rows(batch, failures)
+                else:
+                    assert isinstance(batch, MixtureBatch)
+                    _check_tokens(batch, failures)
                 sources[rows], windows[rows] = batch.sources, batch.window_numbers
                 seen[rows] += 1
-                _check_tokens(batch, failures)
     if (seen != 1).any():
         failures["coverage"] = f"item {int(np.argmax(seen != 1))} was handed out {int(seen[np.argmax(seen != 1)])} times"
     if not np.array_equal(sources, mixture.sources()):
         failures["sources"] = f"row {int(np.argmax(sources != mixture.sources()))} is not of the plan's source"
     _check_prefix(mixture, B, failures)
     _check_order(mixture, sources, windows, failures)
+    if mixture.packed:
+        check_source_targets(mixture, sources, targets, failures)
     return {
+        **({"mode": "pack"} if mixture.packed else {}),
         "items": length,
         "batches": epoch.batch_count,
         "sources": k,
@@ -168,7 +195,9 @@ def format_mixture_audit(result: dict[str, Any]) -> str:
     """One PROOF line, one FAIL line per failed check, then the counts."""
     ok = not result["failures"]
     checks = "prefix_bound,source_order,no_repeat_in_source_epoch,coverage,tokens"
-    lines = [f"PROOF|mixture|{'pass' if ok else 'FAIL'}|items={result['items']}|sources={result['sources']}|checks={checks}"]
+    checks += ",every_target_once_per_source_epoch,padding_masked" if result.get("mode") == "pack" else ""
+    kind = "mixture|pack" if result.get("mode") == "pack" else "mixture"
+    lines = [f"PROOF|{kind}|{'pass' if ok else 'FAIL'}|items={result['items']}|sources={result['sources']}|checks={checks}"]
     lines += [f"FAIL|check={k}|{v}" for k, v in result["failures"].items()]
     epochs = ", ".join(f"{e:g}" for e in result["source_epochs"])
     lines.append(

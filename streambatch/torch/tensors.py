@@ -95,7 +95,7 @@ def tensor_batch(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) ->
     widening copy then, zero-copy when they are already int32).
     """
     inputs, targets = as_tensors(batch, dtype=dtype)
-    sources = getattr(batch, "sources", None)  # a mixture's batch (streambatch.stages.mix_batch.MixtureBatch)
+    sources = getattr(batch, "sources", None)  # a mixture's batch (MixtureBatch, or PackedMixtureBatch with masks)
     mixed = None if sources is None else torch.from_numpy(sources)
     wrapped = TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch, sources=mixed)
     if not isinstance(batch, PackedBatch):

@@ -1,0 +1,60 @@
+"""What ``audit`` proves of a mixture of packed rows beyond a mixture's own claims (`streambatch.tools.mix_report`).
+
+`check_packed_rows`: every row of a `PackedMixtureBatch` holds exactly what its
+own source's packing puts there, read apart from the batch's gather (the packed
+mode's numpy rule, `streambatch.stages.rows.gather_rows`, per source): tokens,
+segment and position ids, the loss mask (False at every padding position), and
+the batch's ``target_count`` and ``cu_seqlens`` count real targets only.
+`check_source_targets`: inside each source epoch every row of the source comes
+once (the order check of `mix_report`), so the epoch's real targets are all of
+its source's targets; a whole source epoch's targets must sum to the packing's
+count (every target once per source epoch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..stages.mix_batch import present
+from ..stages.mix_rows import PackedMixtureBatch
+from ..stages.rows import Rows, gather_rows
+
+__all__ = ["check_packed_rows", "check_source_targets"]
+
+
+def check_packed_rows(batch: PackedMixtureBatch, failures: dict[str, str]) -> npt.NDArray[np.int64]:
+    """Check every row against its source's packing (failures by name); return each row's real targets."""
+    mask = batch.loss_mask
+    for s in present(batch.sources):
+        rows = batch.sources == s
+        want = gather_rows(batch.row_spaces[s], batch.positions[rows].astype(np.int64))
+        got = (batch.inputs[rows], batch.targets[rows], batch.segment_ids[rows], batch.position_ids[rows], mask[rows])
+        expected = (want.inputs, want.targets, want.segment_ids, want.position_ids, want.loss_mask)
+        if not all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True)):
+            failures.setdefault("tokens", f"batch {batch.index}: rows of source {s} are not their packed rows")
+    if (batch.segment_ids[~mask] != -1).any():
+        failures.setdefault("padding", f"batch {batch.index}: a padding position is not masked out")
+    if batch.target_count != int(np.count_nonzero(mask)):
+        failures.setdefault("padding", f"batch {batch.index}: target_count {batch.target_count} counts padding")
+    lengths = np.diff(batch.cu_seqlens.astype(np.int64))
+    if int(lengths[~batch.sequence_is_pad].sum()) != batch.target_count or int(lengths.sum()) != mask.size:
+        failures.setdefault("padding", f"batch {batch.index}: cu_seqlens do not cover the rows, real targets apart")
+    found: npt.NDArray[np.int64] = np.count_nonzero(mask, axis=1).astype(np.int64)
+    return found
+
+
+def check_source_targets(
+    mixture: Any, sources: npt.NDArray[np.uint8], targets: npt.NDArray[Any], failures: dict[str, str]
+) -> None:
+    """Each whole source epoch holds every target of its source once: its rows' real targets sum to the packing's."""
+    for s, part in enumerate(mixture.parts):
+        assert isinstance(part, Rows)
+        got = targets[sources == s].astype(np.int64)
+        size, total = len(part), part.report.targets
+        for e in range(got.size // size):
+            held = int(got[e * size : (e + 1) * size].sum())
+            if held != total:
+                failures.setdefault("targets", f"source {s} epoch {e} holds {held} real targets, its packing {total}")
