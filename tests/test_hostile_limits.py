@@ -154,9 +154,9 @@ def test_store_write_failure_names_the_store(tmp_path: Path) -> None:
 # --- stale temporaries, NUL bytes ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pid", [2**31 + 5, 2**64 + 1, 10**30])
-def test_a_stale_temporary_whose_pid_overflows(tmp_path: Path, pid: int, capsys: pytest.CaptureFixture[str]) -> None:
-    """Temporaries named with a pid beyond pid_t are kept, with no traceback (API and CLI)."""
+@pytest.mark.parametrize("pid", [2**31 + 5, 2**64 + 1, 10**30, "²", "١٢٣"])
+def test_a_stale_temporary_whose_pid_overflows(tmp_path: Path, pid: object, capsys: pytest.CaptureFixture[str]) -> None:
+    """Temporaries named with a pid beyond pid_t, or with non-ASCII digits, are kept, with no traceback (API and CLI)."""
     strange = [tmp_path / f".streambatch-{pid}-0badcafe.tmp", tmp_path / f".out.json.partial-{pid}-0badcafe"]
     for path in strange:
         path.write_text("")
