@@ -352,3 +352,12 @@ def test_direct_readers_refuse_a_fifo(fifo: Path) -> None:
             list(read(fifo))
     with pytest.raises(DataError, match="is not a regular file or a folder"):
         list(iter_text(fifo))
+
+
+def test_an_offsets_file_that_is_a_fifo(tmp_path: Path) -> None:
+    """``X.offsets.npy`` beside ``X.npy`` being a FIFO: refused naming it, never waited on."""
+    import numpy as np
+
+    np.save(tmp_path / "x.npy", np.arange(10, dtype=np.uint16))
+    os.mkfifo(tmp_path / "x.offsets.npy")
+    _refused(_cli("prepare", str(tmp_path / "x.npy"), "-o", str(tmp_path / "s")), "x.offsets.npy", "not a regular file")

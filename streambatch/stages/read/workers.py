@@ -28,6 +28,7 @@ from types import FrameType
 import numpy as np
 
 from ...errors import ConfigError, DataError
+from ...io.files import open_regular
 from .blocks import Block, ReadOptions
 from .inputs import LINE_CHUNK_BYTES
 from .tasks import Task, run_task
@@ -90,7 +91,7 @@ def _main_frame(frame: FrameType | None) -> FrameType | None:
 def _guarded(frame: FrameType) -> bool:
     """Whether the top-level statement running in *frame* is an ``if __name__ == ...`` block (unknown source: yes)."""
     try:
-        with open(frame.f_code.co_filename, encoding="utf-8") as handle:
+        with open_regular(frame.f_code.co_filename) as handle:
             tree = ast.parse(handle.read())
     except (OSError, SyntaxError, ValueError):
         return True
