@@ -80,6 +80,17 @@ def check_main_guard(workers: int) -> None:
         raise ConfigError(f"workers={workers} asked for at the top level of {frame.f_code.co_filename}; {fix}")
 
 
+def check_shareable(opts: ReadOptions, workers: int) -> None:
+    """Refuse reading options (a tokenizer) that cannot be sent to worker processes."""
+    try:
+        pickle.dumps(opts)
+    except Exception as err:
+        raise ConfigError(
+            f"workers={workers} needs a tokenizer that can be sent to other processes, and this one cannot be pickled "
+            f"({type(err).__name__}: {err}); use a module-level function, a Tokenizer object, or workers=1"
+        ) from err
+
+
 def _main_frame(frame: FrameType | None) -> FrameType | None:
     """The frame running the ``__main__`` script's top level, if this call comes from it."""
     while frame is not None:
@@ -179,13 +190,7 @@ def run_tasks(tasks: Iterable[Task], opts: ReadOptions, workers: int = 1) -> Gen
         for task in tasks:
             yield task, run_task(task, opts)
         return
-    try:
-        pickle.dumps(opts)
-    except Exception as err:
-        raise ConfigError(
-            f"workers={workers} needs a tokenizer that can be sent to other processes, and this one cannot be pickled "
-            f"({type(err).__name__}: {err}); use a module-level function, a Tokenizer object, or workers=1"
-        ) from err
+    check_shareable(opts, workers)
     pools: list[ProcessPoolExecutor] = []  # started at the first task that needs one
     try:
         yield from _ordered(pools, tasks, opts, workers)
