@@ -368,3 +368,16 @@ def test_an_offsets_file_that_is_a_fifo(tmp_path: Path) -> None:
     np.save(tmp_path / "x.npy", np.arange(10, dtype=np.uint16))
     os.mkfifo(tmp_path / "x.offsets.npy")
     _refused(_cli("prepare", str(tmp_path / "x.npy"), "-o", str(tmp_path / "s")), "x.offsets.npy", "not a regular file")
+
+
+def test_a_tokenizer_workers_cannot_import_is_refused(tmp_path: Path) -> None:
+    """A tokenizer defined under ``python -c``: a ConfigError before any worker starts (it used to fail in each)."""
+    folder = _texts(tmp_path / "in", 2)
+    done = _python(
+        "import streambatch as sb\ndef tok(text):\n    return list(text.encode())\ntry:\n"
+        f"    sb.prepare_store([{str(folder)!r}], {str(tmp_path / 'o')!r}, tokenizer=tok, workers=2)\n"
+        "except sb.StreamBatchError as err:\n    print(type(err).__name__, err)\n"
+    )
+    assert "ConfigError workers=2: the tokenizer is defined in `python -c`" in done.stdout
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "o").exists()

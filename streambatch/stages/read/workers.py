@@ -83,12 +83,17 @@ def check_main_guard(workers: int) -> None:
 def check_shareable(opts: ReadOptions, workers: int) -> None:
     """Refuse reading options (a tokenizer) that cannot be sent to worker processes."""
     try:
-        pickle.dumps(opts)
+        data = pickle.dumps(opts)
     except Exception as err:
         raise ConfigError(
             f"workers={workers} needs a tokenizer that can be sent to other processes, and this one cannot be pickled "
             f"({type(err).__name__}: {err}); use a module-level function, a Tokenizer object, or workers=1"
         ) from err
+    if b"__main__" in data and getattr(sys.modules.get("__main__"), "__file__", None) is None:
+        raise ConfigError(
+            f"workers={workers}: the tokenizer is defined in `python -c` or an interactive session, which worker "
+            "processes cannot import; define it in a .py file (a module or the script), or pass workers=1"
+        )
 
 
 def _main_frame(frame: FrameType | None) -> FrameType | None:
@@ -221,9 +226,9 @@ def _ordered(
     context = multiprocessing.get_context("spawn")
     slots = context.Array("q", [_UNCLAIMED] * workers)  # what each worker reads now
 
-    def lost() -> WorkerLostError:
+    def lost(batch: list[Task]) -> WorkerLostError:
         reading = [sent[number] for number in set(slots[:]) if number in sent]
-        return _lost(reading or [b for b, _ in pending] + [group])
+        return _lost(reading or [batch, *(b for b, _ in pending), group])
 
     def submit() -> None:
         if group:
@@ -236,7 +241,7 @@ def _ordered(
                     pending.append((sent[number], pools[0].submit(_work, sent[number], number)))
             except (BrokenProcessPool, OSError) as err:  # a worker died already (its pipes may be closed too)
                 if isinstance(err, BrokenProcessPool) or getattr(pools[0], "_broken", False):
-                    raise lost() from None
+                    raise lost(sent[number]) from None
                 raise
             group.clear()
 
@@ -249,7 +254,7 @@ def _ordered(
             try:
                 outcomes = result.result()
             except BrokenProcessPool:
-                raise lost() from None
+                raise lost(batch) from None
             yield from zip(batch, outcomes, strict=True)
 
     for task in tasks:
