@@ -3,6 +3,7 @@ stale temporaries whose pid overflows ``os.kill``, NUL bytes in paths, and short
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -74,11 +75,21 @@ def test_a_mapped_store_keeps_no_descriptor(tmp_path: Path) -> None:
     stores = [sb.open_store(tmp_path / "s") for _ in range(50)]
     assert len(os.listdir("/proc/self/fd")) == before
     assert stores[0].tokens.tolist() == list(range(10)) + list(range(5))
+    again_view = stores[0].tokens[3:]  # a view keeps the mapping alive
+    assert again_view.tolist()[:2] == [3, 4]
     assert not stores[0].tokens.flags.writeable
     copies = [pickle.loads(pickle.dumps(store)) for store in stores]  # as a spawned DataLoader worker gets them
     assert len(os.listdir("/proc/self/fd")) == before
     assert copies[-1].tokens.tolist() == stores[-1].tokens.tolist()
     assert copies[-1].tokens.filename == stores[-1].tokens.filename
+    mapped = str(tmp_path / "s" / "tokens.bin")
+    assert sum(mapped in line for line in Path("/proc/self/maps").read_text().splitlines()) >= 100
+    del stores, copies
+    gc.collect()
+    assert again_view.tolist() == [3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4]  # its mapping outlives the stores
+    del again_view
+    gc.collect()
+    assert not any(mapped in line for line in Path("/proc/self/maps").read_text().splitlines())  # unmapped once unused
 
 
 # --- write failures name the path ----------------------------------------------------------------
