@@ -148,6 +148,22 @@ def test_no_space_names_the_path(big_store: Path, capsys: pytest.CaptureFixture[
     assert "output '/dev/full': cannot write (No space left on device)" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not hasattr(os, "eventfd"), reason="needs os.eventfd (Linux)")
+def test_invalid_argument_names_the_path(tmp_path: Path, big_store: Path) -> None:
+    """A write the target refuses with EINVAL (an eventfd takes only 8-byte writes): one line naming it."""
+    fd = os.eventfd(0)
+    argv = ["epoch", str(big_store), "-T", "8", "-B", "4", "--seed", "1", "-o", f"/dev/fd/{fd}"]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "streambatch", *argv], capture_output=True, text=True, env=ENV, timeout=60, pass_fds=(fd,)
+        )
+    finally:
+        os.close(fd)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert f"error: output '/dev/fd/{fd}': cannot write (Invalid argument)" in done.stderr
+
+
 def test_store_write_failure_names_the_store(tmp_path: Path) -> None:
     """A store write failing (RLIMIT_FSIZE, API) is a StoreError naming the store, with the OS reason."""
     code = (
