@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigError, DataError
-from ...io.files import open_regular
+from ...io.files import open_regular, short_path
 from .blocks import Block, ReadOptions
 from .inputs import LINE_CHUNK_BYTES
 from .tasks import Task, run_task
@@ -272,7 +272,7 @@ def _ordered(
 
 def _lost(reading: list[list[Task]]) -> WorkerLostError:
     """The inputs the workers were reading when one died (or, if unknown, every input not yet read)."""
-    paths = list(dict.fromkeys(task.path for batch in reading for task in batch))
+    paths = list(dict.fromkeys(short_path(task.path) for batch in reading for task in batch))
     shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
     return WorkerLostError(
         f"a worker process died (killed, e.g. by the out-of-memory killer, or crashed) while reading {shown}; "
