@@ -33,7 +33,7 @@ from .stages.read.bin import check_bin_separator
 from .stages.read.blocks import Block, ReadKeywords, ReadOptions, documents, read_options
 from .stages.read.select import InputFile, parse_shard, select_inputs
 from .stages.read.tasks import Task, file_tasks, run_task
-from .stages.read.workers import Outcome, capped_workers, check_main_guard, run_tasks
+from .stages.read.workers import Outcome, capped_workers, check_main_guard, check_shareable, run_tasks
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -125,10 +125,12 @@ def prepare_store(
             f"output={short(output)} is not a path; the order is prepare_store(inputs, output) "
             "(write_store takes (path, documents))"
         )
-    workers = capped_workers(check_positive(workers, "workers", "the number of processes that tokenize (1: this one)"), quiet)
-    if workers > 1:
-        check_main_guard(workers)
+    workers = check_positive(workers, "workers", "the number of processes that tokenize (1: this one)")
     opts = read_options(**read)
+    if workers > 1:  # what was asked for is checked, then capped: a script that fails elsewhere fails here too
+        check_main_guard(workers)
+        check_shareable(opts, workers)
+    workers = capped_workers(workers, quiet)
     files = _selected(inputs, include, exclude, shard, opts)
     part = parse_shard(shard)
     header = {"shard": {"index": part[0], "count": part[1]}} if part else {}

@@ -3,6 +3,7 @@ stale temporaries whose pid overflows ``os.kill``, NUL bytes in paths, and short
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -74,11 +75,21 @@ def test_a_mapped_store_keeps_no_descriptor(tmp_path: Path) -> None:
     stores = [sb.open_store(tmp_path / "s") for _ in range(50)]
     assert len(os.listdir("/proc/self/fd")) == before
     assert stores[0].tokens.tolist() == list(range(10)) + list(range(5))
+    again_view = stores[0].tokens[3:]  # a view keeps the mapping alive
+    assert again_view.tolist()[:2] == [3, 4]
     assert not stores[0].tokens.flags.writeable
     copies = [pickle.loads(pickle.dumps(store)) for store in stores]  # as a spawned DataLoader worker gets them
     assert len(os.listdir("/proc/self/fd")) == before
     assert copies[-1].tokens.tolist() == stores[-1].tokens.tolist()
     assert copies[-1].tokens.filename == stores[-1].tokens.filename
+    mapped = str(tmp_path / "s" / "tokens.bin")
+    assert sum(mapped in line for line in Path("/proc/self/maps").read_text().splitlines()) >= 100
+    del stores, copies
+    gc.collect()
+    assert again_view.tolist() == [3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4]  # its mapping outlives the stores
+    del again_view
+    gc.collect()
+    assert not any(mapped in line for line in Path("/proc/self/maps").read_text().splitlines())  # unmapped once unused
 
 
 # --- write failures name the path ----------------------------------------------------------------
@@ -137,6 +148,22 @@ def test_no_space_names_the_path(big_store: Path, capsys: pytest.CaptureFixture[
     assert "output '/dev/full': cannot write (No space left on device)" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(not hasattr(os, "eventfd"), reason="needs os.eventfd (Linux)")
+def test_invalid_argument_names_the_path(tmp_path: Path, big_store: Path) -> None:
+    """A write the target refuses with EINVAL (an eventfd takes only 8-byte writes): one line naming it."""
+    fd = os.eventfd(0)
+    argv = ["epoch", str(big_store), "-T", "8", "-B", "4", "--seed", "1", "-o", f"/dev/fd/{fd}"]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "streambatch", *argv], capture_output=True, text=True, env=ENV, timeout=60, pass_fds=(fd,)
+        )
+    finally:
+        os.close(fd)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert f"error: output '/dev/fd/{fd}': cannot write (Invalid argument)" in done.stderr
+
+
 def test_store_write_failure_names_the_store(tmp_path: Path) -> None:
     """A store write failing (RLIMIT_FSIZE, API) is a StoreError naming the store, with the OS reason."""
     code = (
@@ -154,9 +181,9 @@ def test_store_write_failure_names_the_store(tmp_path: Path) -> None:
 # --- stale temporaries, NUL bytes ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pid", [2**31 + 5, 2**64 + 1, 10**30])
-def test_a_stale_temporary_whose_pid_overflows(tmp_path: Path, pid: int, capsys: pytest.CaptureFixture[str]) -> None:
-    """Temporaries named with a pid beyond pid_t are kept, with no traceback (API and CLI)."""
+@pytest.mark.parametrize("pid", [2**31 + 5, 2**64 + 1, 10**30, "²", "١٢٣"])
+def test_a_stale_temporary_whose_pid_overflows(tmp_path: Path, pid: object, capsys: pytest.CaptureFixture[str]) -> None:
+    """Temporaries named with a pid beyond pid_t, or with non-ASCII digits, are kept, with no traceback (API and CLI)."""
     strange = [tmp_path / f".streambatch-{pid}-0badcafe.tmp", tmp_path / f".out.json.partial-{pid}-0badcafe"]
     for path in strange:
         path.write_text("")

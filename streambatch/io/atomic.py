@@ -246,7 +246,7 @@ def remove_stale_temporaries(directory: str | os.PathLike[str], prefix: str, suf
         if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) < len(prefix) + len(suffix):
             continue
         pid_text, dash, _ = name[len(prefix) : len(name) - len(suffix)].partition("-")
-        if not dash or not pid_text.isdigit() or int(pid_text) <= 0:
+        if not dash or not (pid_text.isascii() and pid_text.isdigit()) or int(pid_text) <= 0:  # "²".isdigit() too
             continue
         try:
             os.kill(int(pid_text), 0)

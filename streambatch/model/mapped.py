@@ -69,7 +69,8 @@ def map_readonly(fd: int, dtype: np.dtype[Any], count: int, filename: str) -> An
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), filename)
     pages: Any = (ctypes.c_char * size).from_address(address)
-    weakref.finalize(pages, unmap, address, size)  # unmapped when the last view of the pages is gone
+    unmapped = weakref.finalize(pages, unmap, address, size)  # when the last view of the pages is gone
+    unmapped.atexit = False  # not at exit, while something may still read them: the process's end unmaps them
     array = np.frombuffer(pages, dtype=dtype, count=count)
     array.flags.writeable = False
     mapped: Any = array.view(np.memmap)

@@ -84,7 +84,7 @@ def iter_hf(
 def _iter_hf_tables(tables: Iterable[Any], opts: ReadOptions) -> Iterator[Document]:
     first = 0
     for table in tables:
-        yield from table_block(table, "", None, first, opts).documents()
+        yield from table_block(validated(table, "dataset", _WHAT), "", None, first, opts).documents()
         first += table.num_rows
 
 

@@ -23,6 +23,7 @@ def offsets_path(path: str) -> str:
 
 
 def _load_npy(path: str, what: str) -> npt.NDArray[Any]:
+    _inputs.check_input(path)  # the tokens or an X.offsets.npy beside them: a FIFO is refused, never opened
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except Exception as err:

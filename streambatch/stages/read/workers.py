@@ -24,10 +24,12 @@ from collections.abc import Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from types import FrameType
+from typing import Any
 
 import numpy as np
 
 from ...errors import ConfigError, DataError
+from ...io.files import open_regular, short_path
 from .blocks import Block, ReadOptions
 from .inputs import LINE_CHUNK_BYTES
 from .tasks import Task, run_task
@@ -78,6 +80,22 @@ def check_main_guard(workers: int) -> None:
         raise ConfigError(f"workers={workers} asked for at the top level of {frame.f_code.co_filename}; {fix}")
 
 
+def check_shareable(opts: ReadOptions, workers: int) -> None:
+    """Refuse reading options (a tokenizer) that cannot be sent to worker processes."""
+    try:
+        data = pickle.dumps(opts)
+    except Exception as err:
+        raise ConfigError(
+            f"workers={workers} needs a tokenizer that can be sent to other processes, and this one cannot be pickled "
+            f"({type(err).__name__}: {err}); use a module-level function, a Tokenizer object, or workers=1"
+        ) from err
+    if b"__main__" in data and getattr(sys.modules.get("__main__"), "__file__", None) is None:
+        raise ConfigError(
+            f"workers={workers}: the tokenizer is defined in `python -c` or an interactive session, which worker "
+            "processes cannot import; define it in a .py file (a module or the script), or pass workers=1"
+        )
+
+
 def _main_frame(frame: FrameType | None) -> FrameType | None:
     """The frame running the ``__main__`` script's top level, if this call comes from it."""
     while frame is not None:
@@ -90,7 +108,7 @@ def _main_frame(frame: FrameType | None) -> FrameType | None:
 def _guarded(frame: FrameType) -> bool:
     """Whether the top-level statement running in *frame* is an ``if __name__ == ...`` block (unknown source: yes)."""
     try:
-        with open(frame.f_code.co_filename, encoding="utf-8") as handle:
+        with open_regular(frame.f_code.co_filename) as handle:
             tree = ast.parse(handle.read())
     except (OSError, SyntaxError, ValueError):
         return True
@@ -130,23 +148,33 @@ def _sigint_deferred() -> Iterator[None]:
 
 # --- in a worker ---------------------------------------------------------------------------------
 
-_WORKER: dict[str, ReadOptions] = {}
+_WORKER: dict[str, Any] = {}
+_UNCLAIMED, _IDLE = -2, -1  # a worker's slot in the shared array: unclaimed, idle, or the batch it reads
 
 
-def _start_worker(opts: ReadOptions) -> None:
+def _start_worker(opts: ReadOptions, slots: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the main process, which stops the pool
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker: the pool is the parallelism
     _WORKER["options"] = opts
+    with slots.get_lock():
+        slot = next((i for i in range(len(slots)) if slots[i] == _UNCLAIMED), None)
+        if slot is not None:
+            slots[slot] = _IDLE
+    _WORKER["slots"], _WORKER["slot"] = slots, slot
 
 
-def _work(tasks: list[Task]) -> list[list[Block] | str]:
-    opts = _WORKER["options"]
+def _work(tasks: list[Task], batch: int = _IDLE) -> list[list[Block] | str]:
+    opts, slots, slot = _WORKER["options"], _WORKER["slots"], _WORKER["slot"]
+    if slot is not None:
+        slots[slot] = batch  # left there if this process is killed: the main process names what was lost
     done: list[list[Block] | str] = []
     for task in tasks:
         try:
             done.append([_narrow(block) for block in run_task(task, opts)])
         except DataError as err:  # reported (or skipped) in order by the main process
             done.append(str(err))
+    if slot is not None:
+        slots[slot] = _IDLE
     return done
 
 
@@ -167,13 +195,7 @@ def run_tasks(tasks: Iterable[Task], opts: ReadOptions, workers: int = 1) -> Gen
         for task in tasks:
             yield task, run_task(task, opts)
         return
-    try:
-        pickle.dumps(opts)
-    except Exception as err:
-        raise ConfigError(
-            f"workers={workers} needs a tokenizer that can be sent to other processes, and this one cannot be pickled "
-            f"({type(err).__name__}: {err}); use a module-level function, a Tokenizer object, or workers=1"
-        ) from err
+    check_shareable(opts, workers)
     pools: list[ProcessPoolExecutor] = []  # started at the first task that needs one
     try:
         yield from _ordered(pools, tasks, opts, workers)
@@ -200,18 +222,26 @@ def _ordered(
 ) -> Iterator[tuple[Task, Outcome]]:
     pending: deque[tuple[list[Task], Done | None]] = deque()
     group: list[Task] = []
+    sent: dict[int, list[Task]] = {}  # the batches in the workers, by number
+    context = multiprocessing.get_context("spawn")
+    slots = context.Array("q", [_UNCLAIMED] * workers)  # what each worker reads now
+
+    def lost(batch: list[Task]) -> WorkerLostError:
+        reading = [sent[number] for number in set(slots[:]) if number in sent]
+        return _lost(reading or [batch, *(b for b, _ in pending), group])
 
     def submit() -> None:
         if group:
             if not pools:
-                context = multiprocessing.get_context("spawn")
-                pools.append(ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(opts,)))
+                pools.append(ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(opts, slots)))
+            number = len(sent)
+            sent[number] = list(group)
             try:
                 with _sigint_deferred():  # a worker is spawned at a submit
-                    pending.append((list(group), pools[0].submit(_work, list(group))))
+                    pending.append((sent[number], pools[0].submit(_work, sent[number], number)))
             except (BrokenProcessPool, OSError) as err:  # a worker died already (its pipes may be closed too)
                 if isinstance(err, BrokenProcessPool) or getattr(pools[0], "_broken", False):
-                    raise _lost([b for b, _ in pending] + [group]) from None
+                    raise lost(sent[number]) from None
                 raise
             group.clear()
 
@@ -220,8 +250,12 @@ def _ordered(
             batch, result = pending.popleft()
             if result is None:
                 yield batch[0], run_task(batch[0], opts)
-            else:
-                yield from zip(batch, _result(result, [batch, *(b for b, _ in pending)]), strict=True)
+                continue
+            try:
+                outcomes = result.result()
+            except BrokenProcessPool:
+                raise lost(batch) from None
+            yield from zip(batch, outcomes, strict=True)
 
     for task in tasks:
         if task.inline(opts):
@@ -236,15 +270,9 @@ def _ordered(
     yield from settle(0)
 
 
-def _result(result: Done, unread: list[list[Task]]) -> list[list[Block] | str]:
-    try:
-        return result.result()
-    except BrokenProcessPool:
-        raise _lost(unread) from None
-
-
-def _lost(unread: list[list[Task]]) -> WorkerLostError:
-    paths = list(dict.fromkeys(task.path for batch in unread for task in batch))
+def _lost(reading: list[list[Task]]) -> WorkerLostError:
+    """The inputs the workers were reading when one died (or, if unknown, every input not yet read)."""
+    paths = list(dict.fromkeys(short_path(task.path) for batch in reading for task in batch))
     shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
     return WorkerLostError(
         f"a worker process died (killed, e.g. by the out-of-memory killer, or crashed) while reading {shown}; "
