@@ -176,3 +176,12 @@ def test_corpus_gather_equals_numpy(mixed: bool) -> None:
     assert list(sb.materialize(sb.chunk(fast, 3))) == list(sb.materialize(sb.chunk(slow, 3)))
     uses_c = fast.space.cache["gather"] is not False
     assert uses_c == (rows_module.GATHER_BACKEND == "c" and not mixed)
+
+
+def test_numpy_gather_refuses_foreign_rows_as_the_c_gather_does() -> None:
+    """A row number past the packing is a DataError on either gather backend."""
+    rows = sb.pack(DOCS, context_length=4)
+    rows.space.cache["gather"] = False  # the numpy gather, as without the C extension
+    with pytest.raises(DataError, match="do not belong to this packing"):
+        rows_module.emit(rows.space, np.array([0, 9], dtype=np.int64), 0)
+    assert rows_module.emit(rows.space, np.array([0], dtype=np.int64), 0).target_count > 0

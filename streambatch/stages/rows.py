@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._checks import is_integer
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, OutOfRangeError
 from ..model.corpus import Corpus
 from ..model.documents import Partition
 from ..model.source import TokenSource, as_source, partition_documents
@@ -143,7 +143,11 @@ def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
     """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy."""
     gatherer = row_gatherer(space)
     if gatherer is False:
-        return PackedBatch(index, gather_rows(space, numbers), numbers, space)
+        try:
+            arrays = gather_rows(space, numbers)
+        except OutOfRangeError as err:  # the same refusal as the C gather's
+            raise _refused(err) from None
+        return PackedBatch(index, arrays, numbers, space)
     return PackedBatch.from_kernel(index, _gather(gatherer, numbers), numbers, space)
 
 
@@ -163,7 +167,7 @@ def _gather(gatherer: Any, numbers: IntArray) -> Any:
         raise _refused(err) from None
 
 
-def _refused(err: ValueError) -> DataError:
+def _refused(err: Exception) -> DataError:
     return DataError(f"{err}; the rows do not belong to this packing (remove the plan file and plan again)")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
 from ..stages.batch import MiniBatch
@@ -96,7 +97,7 @@ def tensor_batch(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) ->
     """
     inputs, targets = as_tensors(batch, dtype=dtype)
     sources = getattr(batch, "sources", None)  # a mixture's batch (MixtureBatch, or PackedMixtureBatch with masks)
-    mixed = None if sources is None else torch.from_numpy(sources)
+    mixed = None if sources is None else torch.from_numpy(np.array(sources))  # a copy: w bytes, and writable
     wrapped = TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch, sources=mixed)
     if not isinstance(batch, PackedBatch):
         return wrapped
