@@ -17,7 +17,7 @@ the serial one.
 
 With --rss-documents N, it measures memory instead: `prepare --per-line` of N
 one-character lines (and of N JSONL token rows), each in a fresh process, and
-reports the peak RSS (ru_maxrss) above the same run on 1,000 documents, divided
+reports the peak RSS (VmHWM) above the same run on 1,000 documents, divided
 by N: the bytes `prepare` holds per document.
 
 With --long-text MB, it tokenizes one text of MB megabytes of stdlib source with
@@ -118,9 +118,14 @@ def measure(corpus: Path, out: Path, repeats: int, **options: Any) -> dict[str, 
 
 _RSS_CHILD = """
 import resource, sys
+def peak():  # this process's own peak RSS in bytes (VmHWM: ru_maxrss would inherit the parent's peak across exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 import streambatch as sb
 sb.prepare_store([sys.argv[1]], sys.argv[2], per_line=True, quiet=True)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(peak())
 """
 
 
@@ -162,18 +167,23 @@ def measure_rss(documents: int) -> None:
 
 _TEXT_CHILD = """
 import resource, sys, time, hashlib
+def peak():  # this process's own peak RSS in bytes (VmHWM: ru_maxrss would inherit the parent's peak across exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 import numpy as np
 from tokenizers import Tokenizer
 from streambatch.stages.read.tokenizers import HFTokenizer
 tok = Tokenizer.from_file(sys.argv[1])
 text = open(sys.argv[2], encoding="utf-8").read()
-base, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+base, start = peak(), time.perf_counter()
 if sys.argv[3] == "whole":
     ids = np.array(tok.encode(text, add_special_tokens=False).ids, dtype=np.uint32)
 else:
     ids = HFTokenizer(tok).encode(text)
 seconds = time.perf_counter() - start
-growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024
+growth = peak() - base
 print(ids.size, hashlib.blake2b(ids.tobytes()).hexdigest()[:16], growth, seconds)
 """
 

@@ -123,10 +123,15 @@ def test_large_stores_keep_ids_in_one_buffer(tmp_path: Path) -> None:
 
 _CHILD = """
 import resource, sys
+def peak():  # this process's own peak RSS in bytes (VmHWM: ru_maxrss would inherit the parent's peak across exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # 2 GiB of address space (the old writer needed ~8 GiB here)
 import streambatch as sb
 sb.prepare_store([sys.argv[1]], sys.argv[2], per_line=True, quiet=True)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(peak())
 """
 
 

@@ -107,10 +107,15 @@ def test_cli_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 _CHILD = """
 import resource, sys
+def peak():  # this process's own peak RSS in bytes (VmHWM: ru_maxrss would inherit the parent's peak across exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 from streambatch.cli import main
 code = main(sys.argv[1:])
-print("exit", code, "peak", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print("exit", code, "peak", peak())
 """
 
 

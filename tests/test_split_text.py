@@ -117,15 +117,20 @@ def test_unsafe_tokenizers_are_not_cut() -> None:
 
 _CHILD = """
 import resource, sys
+def peak():  # this process's own peak RSS in bytes (VmHWM: ru_maxrss would inherit the parent's peak across exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 import numpy as np
 from tokenizers import Tokenizer
 from streambatch.stages.read.tokenizers import HFTokenizer
 tok = Tokenizer.from_file(sys.argv[1])
 text = open(sys.argv[2], encoding="utf-8").read()
 wrapped = HFTokenizer(tok)
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = peak()
 ids = wrapped.encode(text)
-growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024
+growth = peak() - base
 whole = np.array(tok.encode(text, add_special_tokens=False).ids, np.uint32)  # after the peak was read
 print(ids.size, int(np.array_equal(ids, whole)), growth)
 """
