@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ._paths import short_path
+
 
 class StreamBatchError(ValueError):
     """Base of every error streambatch raises on purpose."""
@@ -74,7 +76,8 @@ def install_hint(extra: str) -> str:
     """
     packages = " ".join(f"'{p}'" for p in EXTRAS[extra])
     root = Path(__file__).resolve().parent.parent
-    checkout = f"; or, from this checkout, pip install -e '{root}[{extra}]'" if (root / "pyproject.toml").is_file() else ""
+    found = (root / "pyproject.toml").is_file()
+    checkout = f"; or, from this checkout, pip install -e '{short_path(root)}[{extra}]'" if found else ""
     return f"pip install {packages} (the {extra} extra of streambatch{checkout})"
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from ._checks import check_positive
 from ._progress import FileProgress
 from .errors import ConfigError, DataError
+from .io.files import short_path
 from .io.store import StoreWriter
 from .model.documents import Document
 from .model.store import DocumentStore
@@ -149,7 +150,8 @@ def prepare_store(
     finally:
         progress.close()
     for path, reason in skipped:
-        print(f"prepare: skipped {reason if reason.startswith(path) else f'{path}: {reason}'}", file=sys.stderr)
+        shown = short_path(path)
+        print(f"prepare: skipped {reason if reason.startswith(shown) else f'{shown}: {reason}'}", file=sys.stderr)
     if not quiet:
         seconds = progress.seconds()
         print(

@@ -17,6 +17,7 @@ LAYERS = {  # a module may import its own layer and the ones below it, never one
     "errors": 0,
     "_checks": 0,
     "_progress": 0,
+    "_paths": 0,
     "model": 1,
     "io": 2,
     "stages": 3,

@@ -20,6 +20,7 @@ import pytest
 import streambatch as sb
 from streambatch.cli import main
 from streambatch.errors import EXTRAS, MissingDependencyError, install_hint
+from streambatch.io.files import short_path
 from streambatch.tools.figure import write_figure
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,7 +109,7 @@ def test_install_hint_installs_this_project_not_the_namesake() -> None:
         hint = install_hint(extra)
         assert "pip install streambatch" not in hint
         assert "'streambatch[" not in hint
-        assert f"pip install -e '{ROOT}[{extra}]'" in hint
+        assert f"pip install -e '{short_path(ROOT)}[{extra}]'" in hint  # the checkout, as messages show paths
         assert all(f"'{package}'" in hint for package in EXTRAS[extra])
 
 
@@ -259,6 +260,6 @@ def test_a_missing_extra_on_the_command_line_names_the_install(
     status, out, err = run(["prepare", str(path), "-o", str(tmp_path / "store")], capsys)
     assert (status, out) == (2, "")
     assert "needs the zstandard package, which is not installed: pip install 'zstandard>=0.21' (the zstd extra" in err
-    assert f"pip install -e '{ROOT}[zstd]'" in err
+    assert f"pip install -e '{short_path(ROOT)}[zstd]'" in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "store").exists()

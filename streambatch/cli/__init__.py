@@ -6,12 +6,14 @@ Bad input anywhere: one line on stderr, exit status 2, no traceback, no partial 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import IO, NoReturn
 
 from .. import __version__
 from ..errors import StreamBatchError
+from ..io.files import short_path
 from ..tools import chapter
 from ._common import check_dashes
 from .audit import register as register_audit
@@ -79,8 +81,10 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     except OSError as err:
         if isinstance(err, BrokenPipeError):
             return 0
+        name = getattr(err, "filename", None)
+        shown = short_path(name) if isinstance(name, (str, os.PathLike)) else name or ""
         print(
-            f"streambatch: error: {err.strerror or err}: {getattr(err, 'filename', '') or ''}".rstrip(": "),
+            f"streambatch: error: {err.strerror or err}: {shown}".rstrip(": "),
             file=sys.stderr,
         )
         return EXIT_USAGE

@@ -40,6 +40,7 @@ from .._checks import check_non_negative
 from ..errors import ConfigError, OutOfRangeError, StateError
 from ..io.atomic import atomic_text, writing
 from ..io.bounded_json import read_json_header
+from ..io.files import short_path
 from ..io.mixture_file import MixtureSource
 from ..model.corpus import Corpus
 from ..model.source import Source
@@ -58,13 +59,15 @@ def _run(args: argparse.Namespace, source: Source | MixtureSource, epoch: int) -
     first = args_epoch(args, source, plan_dir=args.plan_dir, verify_plan=args.verify)
     if first.window_count == 0 and first.pack:  # not an error, but never silent
         print(
-            f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} in {args.source} "
+            f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} "
+            f"in {short_path(args.source)} "
             "has the 2 tokens one target needs",
             file=sys.stderr,
         )
     elif first.window_count == 0:
         print(
-            f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} in {args.source} "
+            f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} "
+            f"in {short_path(args.source)} "
             f"has the T + 1 = {first.context_length + 1} tokens one window needs",
             file=sys.stderr,
         )
@@ -89,9 +92,11 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
         _check_state_path(state_path, args.output, source)
     if args.resume is not None:
         state = decode(
-            read_json_header(state_path, state_path, "state file", "pass the file --save-state wrote", error=StateError),
+            read_json_header(
+                state_path, short_path(state_path), "state file", "pass the file --save-state wrote", error=StateError
+            ),
             "epoch-command",
-            state_path,
+            short_path(state_path),
         )
         run = _run(args, source, state["epoch"])
         with writing(args.output):  # a failed write names the output
@@ -146,11 +151,12 @@ def _check_output(output: str, source: Source | MixtureSource) -> None:
         parent = None
     mine = _source_files(source)
     if info is not None and stat.S_ISDIR(info.st_mode):
-        raise ConfigError(f"output {output!r} is a directory; name a file to write the batches to")
+        raise ConfigError(f"output {short_path(output)!r} is a directory; name a file to write the batches to")
     inside = [i for i in (info, parent) if i is not None and (i.st_dev, i.st_ino) in mine]
     if inside:
         raise ConfigError(
-            f"--output {output}: is the input {source.path} or a file inside it; writing there would destroy the source: "
+            f"--output {short_path(output)}: is the input {short_path(source.path)} or a file inside it; "
+            "writing there would destroy the source: "
             "name another file"
         )
 
@@ -170,13 +176,18 @@ def _check_state_path(state_path: str, output: str, source: Source | MixtureSour
     except FileNotFoundError:
         info = None
     if info is not None and not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"--save-state/--resume {state_path}: not a regular file; name a file to keep the run's state in")
+        raise ConfigError(
+            f"--save-state/--resume {short_path(state_path)}: not a regular file; name a file to keep the run's state in"
+        )
     mine = _identity(state_path)
     if os.path.realpath(state_path) == os.path.realpath(output) or (mine is not None and mine == _identity(output)):
-        raise ConfigError(f"--save-state {state_path} is the --output file; keep the state in a file of its own")
+        raise ConfigError(f"--save-state {short_path(state_path)} is the --output file; keep the state in a file of its own")
     folder = _identity(os.path.dirname(os.path.abspath(state_path)))
     if {mine, folder} & _source_files(source):
-        raise ConfigError(f"--save-state {state_path}: is the source {source.path} or a file inside it; name another file")
+        raise ConfigError(
+            f"--save-state {short_path(state_path)}: is the source {short_path(source.path)} or a file "
+            "inside it; name another file"
+        )
 
 
 @contextlib.contextmanager
@@ -202,7 +213,8 @@ def _lock(handle: IO[bytes], output: str) -> None:
     except OSError as err:
         if err.errno in (errno.EAGAIN, errno.EACCES):
             raise ConfigError(
-                f"--output {output}: another streambatch epoch is writing it; wait for it to finish, or write elsewhere"
+                f"--output {short_path(output)}: another streambatch epoch is writing it; wait for it to "
+                "finish, or write elsewhere"
             ) from None
         raise
 
@@ -213,7 +225,8 @@ def _kept_prefix(handle: IO[bytes], output: str, state_path: str, record: dict[s
     size = os.fstat(handle.fileno()).st_size
     if size < length:
         raise StateError(
-            f"{state_path}: output {output} has {size} bytes but the state recorded {length}; it was truncated, "
+            f"{short_path(state_path)}: output {short_path(output)} has {size} bytes but the state "
+            f"recorded {length}; it was truncated, "
             "replaced or removed: start again without --resume"
         )
     digest, lines, left = hashlib.blake2b(digest_size=32), 0, length
@@ -228,7 +241,8 @@ def _kept_prefix(handle: IO[bytes], output: str, state_path: str, record: dict[s
         last, left = block[-1:], left - len(block)
     if left or last != b"\n" or lines != count or digest.hexdigest() != record["digest"]:
         raise StateError(
-            f"{state_path}: output {output} does not hold the {count} batches the state recorded (its first {length} "
+            f"{short_path(state_path)}: output {short_path(output)} does not hold the {count} batches "
+            f"the state recorded (its first {length} "
             "bytes changed since, or the state was edited); start again without --resume"
         )
     return digest
@@ -259,7 +273,8 @@ def _check_records(handle: IO[bytes], output: str, state_path: str, record: dict
         found = _HEAD.match(head)
         if found is None or (int(found[1]), int(found[2])) != (epoch, index):
             raise StateError(
-                f"{state_path}: output {output} does not hold batches {record['first']}..{record['first'] + count - 1} "
+                f"{short_path(state_path)}: output {short_path(output)} does not hold batches "
+                f"{record['first']}..{record['first'] + count - 1} "
                 f"of epoch {epoch} as the state says (the state was edited); start again without --resume"
             )
 
@@ -268,32 +283,36 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
     """Append batches to *output* under a lock; after each, make it durable and replace the state file atomically."""
     path = os.path.abspath(output)
     if state is not None and state["output"]["path"] != path:
-        raise StateError(f"{state_path}: the state belongs to output {state['output']['path']!r}, not --output {path!r}")
+        raise StateError(
+            f"{short_path(state_path)}: the state belongs to output "
+            f"{short_path(state['output']['path'])!r}, not --output {short_path(path)!r}"
+        )
     try:
         fd = os.open(output, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
     except OSError as err:
         raise ConfigError(
-            f"output {output!r}: cannot create a file in its folder ({err.strerror}); pass a writable path"
+            f"output {short_path(output)!r}: cannot create a file in its folder ({err.strerror}); pass a writable path"
         ) from None
     with os.fdopen(fd, "r+b") as handle:
         _lock(handle, output)  # held until the run ends: a second writer is refused, never interleaved
         held = os.fstat(fd)
         if not stat.S_ISREG(held.st_mode):
-            raise ConfigError(f"--output {output}: not a regular file; --save-state needs a file it can cut back")
+            raise ConfigError(f"--output {short_path(output)}: not a regular file; --save-state needs a file it can cut back")
         if _identity(output) != (held.st_dev, held.st_ino):  # replaced between the open and the lock
             raise ConfigError(
-                f"--output {output}: another streambatch epoch replaced it just now; wait for it to finish, or write elsewhere"
+                f"--output {short_path(output)}: another streambatch epoch replaced it just now; wait "
+                "for it to finish, or write elsewhere"
             )
         if state is None:
             first, written, length, digest = run.position[1], 0, 0, hashlib.blake2b(digest_size=32)
         else:
             record = state["output"]
-            position = run.check_state(state["run"], f"{state_path}: state")
+            position = run.check_state(state["run"], f"{short_path(state_path)}: state")
             first, written, length = record["first"], record["batches"], record["bytes"]
             consumed = run.batches_per_epoch if position == (epoch + 1, 0) else position[1]
             if position[0] not in (epoch, epoch + 1) or consumed - first != written or first > consumed:
                 raise StateError(
-                    f"{state_path}: run position {list(position)}, first batch {first} and {written} batches written "
+                    f"{short_path(state_path)}: run position {list(position)}, first batch {first} and {written} batches written "
                     f"disagree for epoch {epoch}; the state was edited: pass the file --save-state wrote"
                 )
             digest = _kept_prefix(handle, output, state_path, record)
@@ -318,7 +337,7 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
             save(handle.tell(), written)
             if _identity(output) != (held.st_dev, held.st_ino):  # renamed over by a writer that ignores the lock
                 raise ConfigError(
-                    f"--output {output}: replaced by another process during the run; what this run wrote is no "
+                    f"--output {short_path(output)}: replaced by another process during the run; what this run wrote is no "
                     "longer there: write again (--save-state) and let no other program replace the file meanwhile"
                 )
 

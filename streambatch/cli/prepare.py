@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import IO, Any
 
+from ..io.files import short_path
 from ..model.documents import Partition
 from ..model.store import DocumentStore
 from ..prepare import prepare_store
@@ -32,7 +33,7 @@ def _prepare(args: argparse.Namespace, out: IO[str]) -> int:
         return 1
     if not args.quiet:
         out.write(
-            f"wrote {args.output}: {len(store)} documents, {store.tokens.size} tokens ({store.tokens.dtype.name}), "
+            f"wrote {short_path(args.output)}: {len(store)} documents, {store.tokens.size} tokens ({store.tokens.dtype.name}), "
             f"{store.fingerprint}\n"
         )
     return 0

@@ -74,7 +74,7 @@ def atomic_text(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
         fd, temporary = create_temporary_file(directory, _PREFIX, _SUFFIX)
     except OSError as err:
         raise ConfigError(
-            f"output {shown!r}: cannot create a file in {directory!r} ({err.strerror or err}); "
+            f"output {short_path(shown)!r}: cannot create a file in {short_path(directory)!r} ({err.strerror or err}); "
             "pass a path in an existing, writable folder"
         ) from None
     try:
@@ -88,7 +88,9 @@ def atomic_text(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
         try:
             os.replace(temporary, target)
         except OSError as err:
-            raise ConfigError(f"output {shown!r}: cannot replace it ({err.strerror or err}); pass a regular file path") from None
+            raise ConfigError(
+                f"output {short_path(shown)!r}: cannot replace it ({err.strerror or err}); pass a regular file path"
+            ) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
@@ -161,16 +163,21 @@ def _target(shown: str) -> str | None:
     except FileNotFoundError:  # nothing there yet, or a dangling link
         mode = None
     except OSError as err:
-        raise ConfigError(f"output {shown!r}: {err.strerror or err}; pass a file path in an existing folder") from None
+        raise ConfigError(
+            f"output {short_path(shown)!r}: {err.strerror or err}; pass a file path in an existing folder"
+        ) from None
     if mode is not None:
         if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
             return None
         if stat.S_ISDIR(mode):
             raise ConfigError(
-                f"output {shown!r} is a directory; pass a file path (e.g. {os.path.join(shown, 'batches.jsonl')!r})"
+                f"output {short_path(shown)!r} is a directory; pass a file path (e.g. "
+                f"{os.path.join(short_path(shown), 'batches.jsonl')!r})"
             )
         if not stat.S_ISREG(mode):
-            raise ConfigError(f"output {shown!r} is neither a regular file, a pipe nor a character device; pass a file path")
+            raise ConfigError(
+                f"output {short_path(shown)!r} is neither a regular file, a pipe nor a character device; pass a file path"
+            )
     return os.path.realpath(shown) if os.path.islink(shown) else shown
 
 
@@ -190,7 +197,7 @@ def _write_through(shown: str) -> Iterator[IO[str]]:
         raw = io.FileIO(os.dup(descriptor), "w") if descriptor is not None else io.FileIO(shown, "w")
         handle = _NamedText(shown, io.BufferedWriter(raw), encoding="utf-8")
     except OSError as err:
-        raise ConfigError(f"output {shown!r}: cannot open ({err.strerror or err}); pass a writable path") from None
+        raise ConfigError(f"output {short_path(shown)!r}: cannot open ({err.strerror or err}); pass a writable path") from None
     with handle:
         yield handle
         try:

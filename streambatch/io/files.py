@@ -8,8 +8,9 @@ socket is refused at once instead of hanging or reading forever.  Every failure
 is an `OSError` with ``strerror`` set (a path holding a NUL byte too), so each
 caller keeps its own message and error class.
 
-`short_path` is how a path appears in a message: relative to the working
-folder when that is shorter, and elided in the middle when very long.
+`short_path` (defined in `streambatch._paths`, re-exported here) is how a path
+appears in a message: relative to the working folder when that is shorter, and
+elided in the middle when very long.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ import os
 import stat
 from typing import IO
 
-LONG_PATH = 120  # characters: longer paths are elided in the middle in messages
+from .._paths import LONG_PATH, short_path
+from .._paths import printable as _printable
+
+__all__ = ["LONG_PATH", "NotRegularFileError", "check_regular", "open_regular", "short_path"]
 
 
 class NotRegularFileError(OSError):
@@ -71,31 +75,3 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "not a file"
-
-
-def _printable(path: str | os.PathLike[str] | bytes) -> str:
-    text = os.fsdecode(path) if isinstance(path, bytes) else os.fspath(path)
-    return text.replace("\0", "\\0")
-
-
-def short_path(path: str | os.PathLike[str]) -> str:
-    """*path* as messages show it: relative to the working folder when shorter, elided in the middle when very long.
-
-    >>> import os
-    >>> short_path(os.path.join(os.getcwd(), "data", "a.jsonl")) == os.path.join("data", "a.jsonl")
-    True
-    >>> short_path("/x/" + "d" * 200 + "/tail.jsonl")
-    '/x/dddddddddddddddddddddddddddddddddddddddddddddddddddddd...dddddddddddddddddddddddddddddddddddddddddddddd/tail.jsonl'
-    """
-    text = _printable(path)
-    if os.path.isabs(text):
-        try:
-            relative = os.path.relpath(text)
-        except ValueError:
-            relative = text
-        if len(relative) < len(text) and not relative.startswith(".." + os.sep + ".."):
-            text = relative
-    if len(text) <= LONG_PATH:
-        return text
-    keep = (LONG_PATH - 3) // 2
-    return f"{text[:keep]}...{text[len(text) - (LONG_PATH - 3 - keep) :]}"

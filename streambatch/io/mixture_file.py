@@ -32,6 +32,7 @@ from ..errors import ConfigError, StreamBatchError
 from ..model.corpus import Corpus
 from ..model.store import DocumentStore
 from .bounded_json import read_json_header
+from .files import short_path
 from .manifest import open_corpus
 from .store import open_store
 
@@ -82,7 +83,7 @@ def is_mixture_file(path: PathLike) -> bool:
     if not os.fspath(path).lower().endswith(".json") or not os.path.isfile(path):
         return False
     try:
-        found = read_json_header(path, os.fspath(path), "mixture file", "", error=ConfigError, limit=LIMIT)
+        found = read_json_header(path, short_path(path), "mixture file", "", error=ConfigError, limit=LIMIT)
     except StreamBatchError:
         return False
     return isinstance(found, dict) and "sources" in found
@@ -91,20 +92,21 @@ def is_mixture_file(path: PathLike) -> bool:
 def read_mixture_file(path: PathLike) -> MixtureSpec:
     """Read and validate *path*; every refusal is a `ConfigError` naming the file and the entry."""
     where = os.fspath(path)
+    shown = short_path(where)
     fix = "see the mixture.json schema in the README (Mixtures)"
-    data = read_json_header(path, where, "mixture file", fix, error=ConfigError, limit=LIMIT, missing="no such mixture file")
+    data = read_json_header(path, shown, "mixture file", fix, error=ConfigError, limit=LIMIT, missing="no such mixture file")
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: the top level must be an object with 'sources' (and optional 'length'); {fix}")
-    _check_keys(data, _TOP, where, fix)
+        raise ConfigError(f"{shown}: the top level must be an object with 'sources' (and optional 'length'); {fix}")
+    _check_keys(data, _TOP, shown, fix)
     entries = data.get("sources")
     if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_SOURCES:
-        raise ConfigError(f"{where}: 'sources' must be a list of 1 to {MAX_SOURCES} entries; {fix}")
+        raise ConfigError(f"{shown}: 'sources' must be a list of 1 to {MAX_SOURCES} entries; {fix}")
     names: list[str] = []
     paths: list[str] = []
     weights: list[int | float] = []
     folder = Path(where).parent
     for k, entry in enumerate(entries):
-        at = f"{where}: sources[{k}]"
+        at = f"{shown}: sources[{k}]"
         if not isinstance(entry, dict):
             raise ConfigError(f"{at} must be an object with 'name', 'path' and 'weight'; {fix}")
         _check_keys(entry, _ENTRY, at, fix, required=_ENTRY)
@@ -124,7 +126,7 @@ def read_mixture_file(path: PathLike) -> MixtureSpec:
         weights.append(weight)
     length = data.get("length")
     if length is not None and (isinstance(length, bool) or not isinstance(length, int) or not 0 < length < 1 << 48):
-        raise ConfigError(f"{where}: length={length!r} must be a positive int below 2**48, or null for one pass")
+        raise ConfigError(f"{shown}: length={length!r} must be a positive int below 2**48, or null for one pass")
     return MixtureSpec(where, tuple(names), tuple(paths), tuple(weights), length)
 
 
@@ -148,7 +150,7 @@ def open_mixture(path: PathLike, *, verify: bool = True) -> MixtureSource:
             elif os.path.exists(where):
                 stores.append(open_corpus(where, verify=verify))
             else:
-                raise ConfigError(f"{where}: no such store or corpus manifest")
+                raise ConfigError(f"{short_path(where)}: no such store or corpus manifest")
         except StreamBatchError as err:
-            raise type(err)(f"{spec.path}: source {name!r}: {err}") from err
+            raise type(err)(f"{short_path(spec.path)}: source {name!r}: {err}") from err
     return MixtureSource(spec, tuple(stores), verified=verify)

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import StoreError
 from .atomic import fsync_path, partial_prefix, temporary_name
+from .files import short_path
 
 # renameat2(2) flags and the "current directory" fd, from <linux/fs.h> and <fcntl.h>
 _RENAME_NOREPLACE, _RENAME_EXCHANGE, _AT_FDCWD = 1, 2, -100
@@ -76,7 +77,7 @@ def replace_directory(
 ) -> None:
     """Put the finished directory *tmp* at *path*; *tmp* is gone afterwards.
 
-    What is at *path* is replaced only if *replaceable* (else ``StoreError(f"{path}: {refusal}")``,
+    What is at *path* is replaced only if *replaceable* (else ``StoreError(f"{short_path(path)}: {refusal}")``,
     nothing touched).  *step* is called with each step's name (``placed``,
     ``exchanged``, ``moved-aside``, ``removed``): a test hook.  Concurrent writers
     race by retrying: the last swap wins and nobody fails.
@@ -93,7 +94,7 @@ def replace_directory(
             step("placed")
             break
         if not replaceable(path):
-            raise StoreError(f"{path}: {refusal}")
+            raise StoreError(f"{short_path(path)}: {refusal}")
         try:
             exchanged = _renameat2(tmp, path, _RENAME_EXCHANGE)
         except FileNotFoundError:
@@ -101,7 +102,7 @@ def replace_directory(
         if exchanged:
             if not replaceable(tmp):  # something else appeared at path after the check: put it back, touch nothing
                 _renameat2(tmp, path, _RENAME_EXCHANGE)
-                raise StoreError(f"{path}: {refusal}")
+                raise StoreError(f"{short_path(path)}: {refusal}")
             step("exchanged")
             shutil.rmtree(tmp, ignore_errors=True)
             break
@@ -122,7 +123,7 @@ def replace_directory(
         shutil.rmtree(old, ignore_errors=True)
         break
     else:
-        raise StoreError(f"{path}: other writers kept replacing the store; write it again when they are done")
+        raise StoreError(f"{short_path(path)}: other writers kept replacing the store; write it again when they are done")
     step("removed")
     with contextlib.suppress(OSError):
         fsync_path(path.parent)

@@ -21,6 +21,7 @@ from ..errors import StoreError
 from ..model.documents import PARTITIONS
 from ..model.store import content_fingerprint
 from .bounded_json import read_json_header
+from .files import short_path
 
 FORMAT = "streambatch.store"
 VERSION = 1
@@ -71,20 +72,24 @@ def ids_inline(ids: Sequence[str]) -> bool:
 
 def read_header(handle: IO[bytes], header_path: Path) -> tuple[dict[str, Any], np.dtype[Any], int, int, str]:
     """Read and check an open ``header.json``: ``(header, dtype, token_count, document_count, fingerprint)``."""
-    header = read_json_header(handle, str(header_path), "header", "prepare the store again", error=StoreError)
+    header = read_json_header(handle, short_path(header_path), "header", "prepare the store again", error=StoreError)
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise StoreError(f"{header_path}: format is not {FORMAT!r}; this is not a streambatch store")
+        raise StoreError(f"{short_path(header_path)}: format is not {FORMAT!r}; this is not a streambatch store")
     version = header.get("version")
     if type(version) is not int or version != VERSION:
-        raise StoreError(f"{header_path}: version={short_repr(version)} is not supported (this streambatch reads {VERSION})")
+        raise StoreError(
+            f"{short_path(header_path)}: version={short_repr(version)} is not supported (this streambatch reads {VERSION})"
+        )
     dtype = DTYPES.get(header["dtype"]) if isinstance(header.get("dtype"), str) else None
     if dtype is None:
-        raise StoreError(f"{header_path}: dtype={short_repr(header.get('dtype'))} must be 'uint16' or 'uint32'")
+        raise StoreError(f"{short_path(header_path)}: dtype={short_repr(header.get('dtype'))} must be 'uint16' or 'uint32'")
     tokens_count = _count(header, "token_count", header_path)
     docs_count = _count(header, "document_count", header_path)
     fingerprint = header.get("fingerprint")
     if not isinstance(fingerprint, str):
-        raise StoreError(f"{header_path}: fingerprint={short_repr(fingerprint)} must be a string; prepare the store again")
+        raise StoreError(
+            f"{short_path(header_path)}: fingerprint={short_repr(fingerprint)} must be a string; prepare the store again"
+        )
     return header, dtype, tokens_count, docs_count, fingerprint
 
 
@@ -92,7 +97,9 @@ def header_tokenizer(header: dict[str, Any], header_path: Path) -> dict[str, Any
     """The header's tokenizer description, or None."""
     tokenizer = header.get("tokenizer")
     if tokenizer is not None and not isinstance(tokenizer, dict):
-        raise StoreError(f"{header_path}: tokenizer={short_repr(tokenizer)} must be an object (name, vocab_size, ...) or absent")
+        raise StoreError(
+            f"{short_path(header_path)}: tokenizer={short_repr(tokenizer)} must be an object (name, vocab_size, ...) or absent"
+        )
     return tokenizer
 
 
@@ -102,7 +109,7 @@ def listed_files(header: dict[str, Any], header_path: Path) -> list[str]:
         return []
     if header.get("ids_file") != IDS or header.get("partitions_file") != PARTITIONS_FILE:
         raise StoreError(
-            f"{header_path}: ids_file={short_repr(header.get('ids_file'))} and partitions_file="
+            f"{short_path(header_path)}: ids_file={short_repr(header.get('ids_file'))} and partitions_file="
             f"{short_repr(header.get('partitions_file'))} must be {IDS!r} and {PARTITIONS_FILE!r}; prepare the store again"
         )
     return [IDS, PARTITIONS_FILE]
@@ -111,7 +118,7 @@ def listed_files(header: dict[str, Any], header_path: Path) -> list[str]:
 def _count(header: dict[str, Any], name: str, header_path: Path) -> int:
     value = header.get(name)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise StoreError(f"{header_path}: {name}={short_repr(value)} must be a non-negative int")
+        raise StoreError(f"{short_path(header_path)}: {name}={short_repr(value)} must be a non-negative int")
     return value
 
 

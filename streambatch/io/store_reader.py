@@ -174,27 +174,27 @@ def _read_documents(
         inline_ids = header.get("ids")
         parts = header.get("partitions")
         if not isinstance(inline_ids, list) or not isinstance(parts, list) or len(parts) != len(inline_ids):
-            raise StoreError(f"{header_path}: ids and partitions must be lists of equal length")
+            raise StoreError(f"{short_path(header_path)}: ids and partitions must be lists of equal length")
         ids = tuple(inline_ids)
         hashes = None
         if len(ids) != count:
-            raise StoreError(f"{header_path}: {len(ids)} ids but document_count={count}; prepare the store again")
+            raise StoreError(f"{short_path(header_path)}: {len(ids)} ids but document_count={count}; prepare the store again")
         try:
             codes = np.array([Partition.parse(p, f"document index {i}").code for i, p in enumerate(parts)], dtype=np.uint8)
             for index, value in enumerate(ids):
                 check_id(value, f"document index {index}")
         except DataError as err:
-            raise StoreError(f"{header_path}: {err}") from err
+            raise StoreError(f"{short_path(header_path)}: {err}") from err
         where = header_path
     if codes.size and int(codes.max()) >= len(PARTITIONS):
-        raise StoreError(f"{where}: partition code {int(codes.max())} is not 0, 1 or 2")
+        raise StoreError(f"{short_path(where)}: partition code {int(codes.max())} is not 0, 1 or 2")
     repeat = first_repeat(ids, hashes) if check_ids else None  # 8 bytes per id, not a dict of them
     del hashes
     if repeat is not None:
         try:
             duplicate_id(ids[repeat[0]], f"document index {repeat[0]}", f"document index {repeat[1]}")
         except DataError as err:
-            raise StoreError(f"{root / IDS if files else header_path}: {err}") from err
+            raise StoreError(f"{short_path(root / IDS if files else header_path)}: {err}") from err
     return ids, codes
 
 
@@ -207,17 +207,17 @@ def _read_id_files(
         size = os.fstat(ids_file.fileno()).st_size
         data = map_readonly(ids_file.fileno(), np.dtype(np.uint8), size, str(ids_path)) if size else np.zeros(0, np.uint8)
     except OSError as err:
-        raise StoreError(f"{ids_path}: unreadable ids ({err.strerror or err}); prepare the store again") from err
+        raise StoreError(f"{short_path(ids_path)}: unreadable ids ({err.strerror or err}); prepare the store again") from err
     ids = IdLines.of(data) if check_ids else IdLines(data, count)
     if len(ids) != count:
-        raise StoreError(f"{ids_path}: {len(ids)} ids but document_count={count}; prepare the store again")
+        raise StoreError(f"{short_path(ids_path)}: {len(ids)} ids but document_count={count}; prepare the store again")
     hashes = np.empty(count, dtype=np.int64) if check_ids else None
     try:
         for index, line in enumerate(ids.lines() if hashes is not None else ()):
-            value = decode_string(line, f"{ids_path}:{index + 1}", "a document id", error=StoreError)
+            value = decode_string(line, f"{short_path(ids_path)}:{index + 1}", "a document id", error=StoreError)
             check_id(value, f"document index {index}")
             hashes[index] = hash(value)  # type: ignore[index]
     except DataError as err:
-        raise StoreError(f"{ids_path}: {err}") from err
+        raise StoreError(f"{short_path(ids_path)}: {err}") from err
     _check_size(parts_file, root / PARTITIONS_FILE, count, f"{count} partition codes")
     return ids, np.fromfile(parts_file, dtype=np.uint8), hashes

@@ -117,7 +117,7 @@ class StoreWriter:
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)
             raise StoreError(
-                f"{self.path}: cannot create the store ({err.strerror or err}); choose a writable output path"
+                f"{short_path(self.path)}: cannot create the store ({err.strerror or err}); choose a writable output path"
             ) from err
         self._max = -1
         self._done = False
@@ -356,9 +356,9 @@ def _directory_fd(path: Path) -> Iterator[int]:
 def _check_target(path: Path, overwrite: bool) -> None:
     if os.path.lexists(path):
         if not is_store(path):
-            raise StoreError(f"{path}: {_NOT_A_STORE}")
+            raise StoreError(f"{short_path(path)}: {_NOT_A_STORE}")
         if not overwrite:
-            raise StoreError(f"{path}: a store already exists; remove it or allow overwriting")
+            raise StoreError(f"{short_path(path)}: a store already exists; remove it or allow overwriting")
 
 
 def write_store(

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._paths import short_path
 from ..errors import ConfigError
 from .documents import PARTITIONS, Document, Partition
 from .store import DocumentStore
@@ -127,7 +128,7 @@ class Corpus:
     def _where(self, index: int) -> str:
         shard, local = self.locate_document(index)
         path = self.paths[shard]
-        return f"shard {shard}{f' ({path})' if path else ''} document index {local}"
+        return f"shard {shard}{f' ({short_path(path)})' if path else ''} document index {local}"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # shards pickle as themselves (a memory-mapped store as its file name); nothing is re-checked

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._paths import short_path
 from ..errors import DataError, StoreError
 from .documents import PARTITIONS, Document, Partition
 from .ids import IdLines, json_line
@@ -328,7 +329,7 @@ def _reopen_memmap(spec: tuple[str, str, int, Any], *fields: Any) -> DocumentSto
         stat = os.fstat(handle.fileno())
         if identity is not None and (stat.st_dev, stat.st_ino) != tuple(identity):
             raise StoreError(
-                f"{filename}: the store was replaced after this process opened it (a pickled store, e.g. in a "
+                f"{short_path(filename)}: the store was replaced after this process opened it (a pickled store, e.g. in a "
                 "DataLoader worker, must map the same files); reopen it with streambatch.open_store"
             )
         tokens = map_readonly(handle.fileno(), np.dtype(dtype), size, filename)  # no descriptor kept

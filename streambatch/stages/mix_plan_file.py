@@ -34,6 +34,7 @@ import numpy as np
 from ..errors import StoreError
 from ..io.atomic import atomic_file, exclusive_lock
 from ..io.bounded_json import read_json_header
+from ..io.files import short_path
 from .mix import MixPlan, block_for, plan_mix
 from .mix_parts import Part
 
@@ -80,7 +81,7 @@ def mix_plan_file(
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise StoreError(f"plan_dir={os.fspath(plan_dir)!r}: cannot create it ({err.strerror}); pass a writable folder") from err
+        raise StoreError(f"plan_dir={short_path(plan_dir)!r}: cannot create it ({err.strerror}); pass a writable folder") from err
     name = _file_name(key)
     path = directory / name
     if not path.exists():
@@ -115,24 +116,25 @@ def reopen_mix_plan(path: PathLike) -> MixPlan:
 def open_mix_plan(path: PathLike, key: dict[str, Any] | None) -> MixPlan:
     """Map *path* read-only after checking its header against *key* (None: the header's own) and its size."""
     where = Path(path)
-    fix = f"remove {where} and plan again"
+    shown = short_path(where)
+    fix = f"remove {shown} and plan again"
     header = read_json_header(
-        where, str(where), "mixture plan header", fix, error=StoreError, limit=HEADER_BYTES, padding=b"\0 \n",
+        where, shown, "mixture plan header", fix, error=StoreError, limit=HEADER_BYTES, padding=b"\0 \n",
         missing="no such mixture plan file; plan it with sb.mix(..., plan_dir=) or `streambatch plan`",
     )  # fmt: skip
     if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != VERSION:
-        raise StoreError(f"{where}: not a {FORMAT!r} version {VERSION} file; {fix}")
+        raise StoreError(f"{shown}: not a {FORMAT!r} version {VERSION} file; {fix}")
     found = header.get("key")
     if not isinstance(found, dict) or (key is not None and found != key):
         differ = "" if not isinstance(found, dict) or key is None else ", ".join(k for k in key if found.get(k) != key[k])
-        raise StoreError(f"{where}: a mixture plan for another key ({differ or 'no key'}); it is stale or foreign; {fix}")
+        raise StoreError(f"{shown}: a mixture plan for another key ({differ or 'no key'}); it is stale or foreign; {fix}")
     items, weights, block = header.get("items"), found.get("weights"), found.get("block")
     if not isinstance(items, int) or not isinstance(weights, list) or not isinstance(block, int) or items < 0 or block < 1:
-        raise StoreError(f"{where}: the header's items, weights or block are malformed; {fix}")
+        raise StoreError(f"{shown}: the header's items, weights or block are malformed; {fix}")
     sources = len(weights)
     table, rows, size = _layout(items, sources, block)
     if where.stat().st_size != size:
-        raise StoreError(f"{where}: {where.stat().st_size} bytes but {items} items of {sources} sources need {size}; {fix}")
+        raise StoreError(f"{shown}: {where.stat().st_size} bytes but {items} items of {sources} sources need {size}; {fix}")
     ids = np.memmap(where, dtype=np.uint8, mode="r", offset=HEADER_BYTES, shape=(items,)) if items else np.zeros(0, np.uint8)
     checkpoints = np.memmap(where, dtype="<i8", mode="r", offset=table, shape=(rows, sources))
     return MixPlan(ids.view(np.ndarray), checkpoints.view(np.ndarray), tuple(int(a) for a in weights), block)

@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from ..errors import ConfigError
+from ..io.files import short_path
 from ..io.mixture_file import MixtureSource
 from ..model.documents import Partition
 from .mix_parts import Part
@@ -54,9 +55,13 @@ def as_mixture(
     if not isinstance(source, MixtureSource):
         return None
     if context_length is None:
-        raise ConfigError(f"{source.path}: a mixture needs context_length (-T); pass the number of input tokens per window")
+        raise ConfigError(
+            f"{short_path(source.path)}: a mixture needs context_length (-T); pass the number of input tokens per window"
+        )
     if seed is None:
-        raise ConfigError(f"{source.path}: a mixture needs a seed (--seed): each source's order is its seeded shuffle")
+        raise ConfigError(
+            f"{short_path(source.path)}: a mixture needs a seed (--seed): each source's order is its seeded shuffle"
+        )
     chosen = Partition.TRAIN if partition is None else partition
     if pack:
         if stride is not None:

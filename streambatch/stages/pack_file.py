@@ -33,6 +33,7 @@ import numpy.typing as npt
 from ..errors import ConfigError, StoreError
 from ..io.atomic import atomic_file, exclusive_lock
 from ..io.bounded_json import read_json_header
+from ..io.files import short_path
 from ..model.source import TokenSource
 from .pack import PackedRows, PieceIndex, pack_lengths, packed_rows
 
@@ -71,7 +72,7 @@ def packing_file(
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise StoreError(f"plan_dir={os.fspath(plan_dir)!r}: cannot create it ({err.strerror}); pass a writable folder") from err
+        raise StoreError(f"plan_dir={short_path(plan_dir)!r}: cannot create it ({err.strerror}); pass a writable folder") from err
     path = packing_path(key, directory)
     if not path.exists():
         with exclusive_lock(path.with_suffix(".lock"), what="packing"):
@@ -99,21 +100,22 @@ def _write(path: Path, key: dict[str, Any], rows: PackedRows) -> None:
 
 
 def _open(path: Path, key: dict[str, Any], index: PieceIndex) -> PackedRows:
-    fix = f"remove {path} and pack again (sb.pack(..., plan_dir=...))"
-    header = read_json_header(path, str(path), "packing header", fix, error=StoreError, limit=HEADER_BYTES, padding=b"\0 \n")
+    shown = short_path(path)
+    fix = f"remove {shown} and pack again (sb.pack(..., plan_dir=...))"
+    header = read_json_header(path, shown, "packing header", fix, error=StoreError, limit=HEADER_BYTES, padding=b"\0 \n")
     if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != VERSION:
-        raise StoreError(f"{path}: not a {FORMAT!r} version {VERSION} file; {fix}")
+        raise StoreError(f"{shown}: not a {FORMAT!r} version {VERSION} file; {fix}")
     if header.get("key") != key:
-        raise StoreError(f"{path}: a packing for another key ({header.get('key')!r}, expected {key!r}); {fix}")
+        raise StoreError(f"{shown}: a packing for another key ({header.get('key')!r}, expected {key!r}); {fix}")
     rows, tails = header.get("packed_rows"), header.get("tails")
     expected_tails = int(np.count_nonzero(index.tail_sizes()))
     if not isinstance(rows, int) or not isinstance(tails, int) or rows < 0 or tails != expected_tails:
-        raise StoreError(f"{path}: packed_rows={rows!r}, tails={tails!r} but this corpus has {expected_tails} tails; {fix}")
+        raise StoreError(f"{shown}: packed_rows={rows!r}, tails={tails!r} but this corpus has {expected_tails} tails; {fix}")
     size = HEADER_BYTES + 8 * (rows + 1) + 4 * tails
     if path.stat().st_size != size:
-        raise StoreError(f"{path}: {path.stat().st_size} bytes but its header says {size}: truncated or damaged; {fix}")
+        raise StoreError(f"{shown}: {path.stat().st_size} bytes but its header says {size}: truncated or damaged; {fix}")
     offsets = np.memmap(path, dtype="<i8", mode="r", offset=HEADER_BYTES, shape=(rows + 1,)).view(np.ndarray)
     placed = np.memmap(path, dtype="<u4", mode="r", offset=HEADER_BYTES + 8 * (rows + 1), shape=(tails,)) if tails else None
     if int(offsets[0]) != 0 or int(offsets[-1]) != tails or (rows and int(np.diff(offsets).min()) < 1):
-        raise StoreError(f"{path}: the row offsets do not cover the {tails} tails; {fix}")
+        raise StoreError(f"{shown}: the row offsets do not cover the {tails} tails; {fix}")
     return packed_rows(index, offsets, np.zeros(0, np.uint32) if placed is None else placed.view(np.ndarray))

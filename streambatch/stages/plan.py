@@ -67,6 +67,7 @@ from .._checks import check_seed
 from ..errors import ConfigError, StoreError
 from ..io.atomic import atomic_file, exclusive_lock
 from ..io.bounded_json import read_json_header
+from ..io.files import short_path
 from .items import ShuffleOrder
 from .pack_file import ALGORITHM
 from .rows import Rows
@@ -187,7 +188,7 @@ def build_plan(
                     created = True
         except OSError as err:  # a read-only or full folder: refused, nothing half-written
             raise StoreError(
-                f"plan_dir={os.fspath(plan_dir)!r}: cannot write the plan there ({err.strerror or err}); "
+                f"plan_dir={short_path(plan_dir)!r}: cannot write the plan there ({err.strerror or err}); "
                 "pass a writable folder, or plan it once with `streambatch plan -o` where it can be written"
             ) from None
     plan, header = open_plan(path, key)
@@ -216,7 +217,7 @@ def _write_plan(path: Path, windows: Windows | Rows, key: dict[str, Any], run: d
                 values = np.memmap(handle, dtype=dtype, mode="r+", offset=HEADER_BYTES, shape=(count,))
             except (OSError, MemoryError, ValueError) as err:
                 raise StoreError(
-                    f"{path}: a plan of {count} windows needs {need} bytes of memory or address space, and mapping "
+                    f"{short_path(path)}: a plan of {count} windows needs {need} bytes of memory or address space, and mapping "
                     f"them failed ({err}); raise the memory limit (ulimit -v) or plan on a larger machine"
                 ) from None
             in_file = True
@@ -225,7 +226,7 @@ def _write_plan(path: Path, windows: Windows | Rows, key: dict[str, Any], run: d
             state = permute(values, key["seed"])
         except MemoryError:
             raise StoreError(
-                f"{path}: out of memory while planning {count} windows ({need} bytes); "
+                f"{short_path(path)}: out of memory while planning {count} windows ({need} bytes); "
                 "raise the memory limit (ulimit -v) or plan on a larger machine"
             ) from None
         digest = hashlib.blake2b(values.view(np.uint8).data if values.size else b"", digest_size=32).hexdigest()
@@ -277,10 +278,11 @@ def open_plan(path: PathLike, key: dict[str, Any]) -> tuple[npt.NDArray[Any], di
     Reads the header only.  Any mismatch (format, key, dtype, size) raises `StoreError`.
     """
     where = Path(path)
-    fix = f"remove {where} and plan again (streambatch plan, or Epoch(..., plan_dir=...))"
+    shown = short_path(where)
+    fix = f"remove {shown} and plan again (streambatch plan, or Epoch(..., plan_dir=...))"
     header = read_json_header(
         where,
-        str(where),
+        shown,
         "plan header",
         fix,
         error=StoreError,
@@ -291,31 +293,31 @@ def open_plan(path: PathLike, key: dict[str, Any]) -> tuple[npt.NDArray[Any], di
     try:
         size = where.stat().st_size
     except OSError as err:
-        raise StoreError(f"{where}: unreadable plan file ({err.strerror or err}); {fix}") from err
+        raise StoreError(f"{shown}: unreadable plan file ({err.strerror or err}); {fix}") from err
     if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != VERSION:
-        raise StoreError(f"{where}: not a {FORMAT!r} version {VERSION} file; {fix}")
+        raise StoreError(f"{shown}: not a {FORMAT!r} version {VERSION} file; {fix}")
     found = header.get("key")
     if found != key:
         if not isinstance(found, dict):
-            raise StoreError(f"{where}: the header has no key; {fix}")
+            raise StoreError(f"{shown}: the header has no key; {fix}")
         differ = ", ".join(f"{k}={found.get(k)!r} (expected {v!r})" for k, v in key.items() if found.get(k) != v)
-        raise StoreError(f"{where}: a plan for another key: {differ or 'extra fields'}; it is stale or foreign; {fix}")
+        raise StoreError(f"{shown}: a plan for another key: {differ or 'extra fields'}; it is stale or foreign; {fix}")
     count, dtype = _count(key), np.dtype(key["dtype"])
     expected = HEADER_BYTES + count * dtype.itemsize
     if size != expected:
         state = "truncated" if size < expected else "longer than its header says"
-        raise StoreError(f"{where}: {size} bytes but {count} windows of {dtype.name} need {expected}: {state}; {fix}")
+        raise StoreError(f"{shown}: {size} bytes but {count} windows of {dtype.name} need {expected}: {state}; {fix}")
     state_after = header.get("state_after")
     if not isinstance(state_after, int) or isinstance(state_after, bool) or not 0 <= state_after < 1 << 64:
-        raise StoreError(f"{where}: state_after={state_after!r} is not a 64-bit state; {fix}")
+        raise StoreError(f"{shown}: state_after={state_after!r} is not a 64-bit state; {fix}")
     digest = header.get("digest")
     if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
-        raise StoreError(f"{where}: digest={digest!r} is not a BLAKE2b-256 hex digest; {fix}")
+        raise StoreError(f"{shown}: digest={digest!r} is not a BLAKE2b-256 hex digest; {fix}")
     if not count:
         return np.zeros(0, dtype=dtype), header
     try:
         return np.memmap(where, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(count,)), header
     except (OSError, MemoryError, ValueError) as err:  # e.g. ENOMEM under an address-space limit
         raise StoreError(
-            f"{where}: cannot map the plan's {count * dtype.itemsize} bytes ({err}); raise the memory limit (ulimit -v)"
+            f"{shown}: cannot map the plan's {count * dtype.itemsize} bytes ({err}); raise the memory limit (ulimit -v)"
         ) from None

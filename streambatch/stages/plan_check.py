@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import StoreError
+from ..io.files import short_path
 from .rows import Rows
 from .windows import Windows
 
@@ -43,7 +44,8 @@ def verify_plan(ordered: Windows | Rows, path: str | Path, digest: str) -> None:
     plan = ordered.plan
     assert plan is not None, "a plan-backed Windows"
     count, total = int(plan.size), _total(ordered)
-    fix = f"remove {path} and plan again (streambatch plan, or Epoch(..., plan_dir=...))"
+    shown = short_path(path)
+    fix = f"remove {shown} and plan again (streambatch plan, or Epoch(..., plan_dir=...))"
     hasher = hashlib.blake2b(digest_size=32)
     seen = np.zeros((total + 7) // 8, dtype=np.uint8)
     for lo in range(0, count, BLOCK):
@@ -53,7 +55,7 @@ def verify_plan(ordered: Windows | Rows, path: str | Path, digest: str) -> None:
         bad = np.flatnonzero(numbers < 0)
         if bad.size:
             raise StoreError(
-                f"{path}: entry {lo + int(bad[0])} ({int(block[bad[0]])}) is not a {_noun(ordered)} of this source "
+                f"{shown}: entry {lo + int(bad[0])} ({int(block[bad[0]])}) is not a {_noun(ordered)} of this source "
                 f"and partition; the plan is damaged: {fix}"
             )
         _mark(seen, numbers)
@@ -61,9 +63,9 @@ def verify_plan(ordered: Windows | Rows, path: str | Path, digest: str) -> None:
     if marked != total:  # N valid entries for N items: an item missing means another repeats
         missing = int(np.flatnonzero(np.unpackbits(seen, bitorder="little")[:total] == 0)[0])
         noun = _noun(ordered)
-        raise StoreError(f"{path}: {total - marked} entries repeat other {noun}s ({noun} {missing} never comes); {fix}")
+        raise StoreError(f"{shown}: {total - marked} entries repeat other {noun}s ({noun} {missing} never comes); {fix}")
     if hasher.hexdigest() != digest:
-        raise StoreError(f"{path}: the plan's bytes do not match the digest in its header; it was changed: {fix}")
+        raise StoreError(f"{shown}: the plan's bytes do not match the digest in its header; it was changed: {fix}")
 
 
 def _total(ordered: Windows | Rows) -> int:

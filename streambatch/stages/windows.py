@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import DataError
+from ..io.files import short_path
 from ..model.documents import Partition
 from ..model.source import TokenSource, as_source, partition_documents
 from .items import PlannedItems, ShuffleOrder, from_file
@@ -143,7 +144,7 @@ class Windows(PlannedItems):
         values = self._plan[self._lo : self._hi]
         bad = self._space.index.first_invalid(values, self._space.plan_holds_positions) if from_file(self._plan) else -1
         if bad >= 0:
-            where = self.plan_path or "the plan"
+            where = short_path(self.plan_path) if self.plan_path else "the plan"
             raise DataError(
                 f"{where}: entry {self._lo + bad} ({int(values[bad])}) is not a window of partition "
                 f"{self.partition.value!r} at T={self.context_length}, stride {self.config.stride} of this source; "

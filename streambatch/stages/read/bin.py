@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import ConfigError, DataError
+from ...io.files import short_path
 from ...model.documents import Document, Partition
 from . import inputs as _inputs
 from .blocks import BLOCK_TOKENS, Block, ReadOptions, documents, flat_block, partition_codes, read_options
@@ -27,12 +28,12 @@ def check_bin_separator(path: str, opts: ReadOptions) -> None:
     """Raise `ConfigError` unless .bin files can be split: a separator is set and fits the dtype."""
     if opts.bin_separator is None:
         raise ConfigError(
-            f"{path}: .bin files are split at a separator token, and none is set; pass --bin-separator ID "
+            f"{short_path(path)}: .bin files are split at a separator token, and none is set; pass --bin-separator ID "
             "(e.g. 50256 for GPT-2's <|endoftext|>) or --eos-id"
         )
     if opts.bin_separator > np.iinfo(opts.bin_dtype).max:
         raise ConfigError(
-            f"{path}: the separator (the eos id, {opts.bin_separator}) does not fit {opts.bin_dtype}; "
+            f"{short_path(path)}: the separator (the eos id, {opts.bin_separator}) does not fit {opts.bin_dtype}; "
             "pass --bin-separator ID or --bin-dtype uint32"
         )
 
@@ -48,7 +49,8 @@ def bin_blocks(path: str, name: str, opts: ReadOptions) -> Iterator[Block]:
         size = os.path.getsize(path)
         if size % dtype.itemsize:
             raise DataError(
-                f"{path}: {size} bytes is not a whole number of {opts.bin_dtype} tokens; pass --bin-dtype or check the file"
+                f"{short_path(path)}: {size} bytes is not a whole number of {opts.bin_dtype} tokens; "
+                "pass --bin-dtype or check the file"
             )
         data = np.memmap(path, dtype=dtype, mode="r") if size else np.zeros(0, dtype)
     except OSError as err:
@@ -66,7 +68,8 @@ def bin_blocks(path: str, name: str, opts: ReadOptions) -> Iterator[Block]:
 def _bin_block(data: Any, path: str, name: str, start: int, doc: int, ends: npt.NDArray[Any], opts: ReadOptions) -> Block:
     lengths = np.diff(ends, prepend=start)
     ids = [f"{name}:{k}" for k in range(doc, doc + ends.size)]
-    wheres = [f"{path} document {k}" for k in range(doc, doc + ends.size)]
+    shown = short_path(path)
+    wheres = [f"{shown} document {k}" for k in range(doc, doc + ends.size)]
     return flat_block(
         np.asarray(data[start : int(ends[-1])]), lengths, ids, partition_codes(ends.size, opts.partition), wheres, opts
     )

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from ...errors import ConfigError, DataError
 from ...io.bounded_json import decode_json, decode_record
-from ...io.files import check_regular
+from ...io.files import check_regular, short_path
 from ...model.documents import Document, Partition
 from ...model.store import DocumentStore
 from ...model.validate import check_id, short
@@ -119,9 +119,10 @@ def jsonl_rows(chunk: _inputs.LineChunk, name: str) -> Iterator[tuple[str, int, 
     text = _inputs.decode(chunk.data, name, chunk.offset, what="JSONL")
     if chunk.offset == 0 and text.startswith("\ufeff"):
         text = text[1:]  # a byte-order mark
+    shown = short_path(name)
     for number, line in _inputs.split_lines(text, chunk.first_line):
         if line.strip():
-            where = f"{name}:{number}"
+            where = f"{shown}:{number}"
             yield where, number, _decode(line, where)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import DataError
+from ...io.files import short_path
 from ...model.documents import Document, Partition
 from ...model.validate import check_offsets
 from . import inputs as _inputs
@@ -28,12 +29,14 @@ def _load_npy(path: str, what: str) -> npt.NDArray[Any]:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except Exception as err:
         if _inputs.is_format_error(err):
-            raise DataError(f"{path}: not a .npy array ({err}); check the file, or leave it out (--skip-bad)") from err
+            raise DataError(
+                f"{short_path(path)}: not a .npy array ({err}); check the file, or leave it out (--skip-bad)"
+            ) from err
         raise
     if not isinstance(array, np.ndarray):
-        raise DataError(f"{path}: an .npz archive, not a .npy array; save each array with numpy.save")
+        raise DataError(f"{short_path(path)}: an .npz archive, not a .npy array; save each array with numpy.save")
     if array.ndim != 1 or array.dtype.kind not in "ui":
-        raise DataError(f"{path}: a {array.dtype} array of shape {array.shape}; {what} must be a 1-D integer array")
+        raise DataError(f"{short_path(path)}: a {array.dtype} array of shape {array.shape}; {what} must be a 1-D integer array")
     return np.asarray(array)
 
 
@@ -42,20 +45,20 @@ def npy_blocks(path: str, name: str, opts: ReadOptions) -> Iterator[Block]:
     tokens = _load_npy(path, "a token file")
     index = offsets_path(path)
     if not os.path.exists(index):
-        yield flat_block(tokens, np.array([tokens.size]), [name], partition_codes(1, opts.partition), [path], opts)
+        yield flat_block(tokens, np.array([tokens.size]), [name], partition_codes(1, opts.partition), [short_path(path)], opts)
         return
     offsets = np.asarray(_load_npy(index, "an offsets file"), dtype=np.int64)
     try:
         check_offsets(offsets, int(tokens.size), "offsets")
     except DataError as err:
-        raise DataError(f"{index}: {err}") from err
-    count, k = offsets.size - 1, 0
+        raise DataError(f"{short_path(index)}: {err}") from err
+    count, k, shown = offsets.size - 1, 0, short_path(path)
     while k < count:
         stop = max(k + 1, int(np.searchsorted(offsets, offsets[k] + BLOCK_TOKENS, side="right")) - 1)
         stop = min(stop, count)
         lengths = np.diff(offsets[k : stop + 1])
         ids = [f"{name}:{j}" for j in range(k, stop)]
-        wheres = [f"{path} document {j}" for j in range(k, stop)]
+        wheres = [f"{shown} document {j}" for j in range(k, stop)]
         yield flat_block(
             np.asarray(tokens[offsets[k] : offsets[stop]]), lengths, ids, partition_codes(stop - k, opts.partition), wheres, opts
         )

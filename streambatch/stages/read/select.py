@@ -15,6 +15,7 @@ from typing import Any
 
 from ..._checks import is_integer
 from ...errors import ConfigError, DataError
+from ...io.files import short_path
 from . import inputs as _inputs
 from .hf import is_dataset_folder
 
@@ -84,7 +85,7 @@ def select_inputs(
     directly keeps the path as given.
     """
     if isinstance(inputs, (str, os.PathLike)):
-        raise ConfigError(f"inputs={os.fspath(inputs)!r} is one path; pass a list of files and folders")
+        raise ConfigError(f"inputs={short_path(inputs)!r} is one path; pass a list of files and folders")
     several = len(inputs) > 1
     files: list[InputFile] = []
     for raw in inputs:
@@ -95,9 +96,9 @@ def select_inputs(
         elif path.is_file():
             files.append(InputFile(path, os.fspath(raw), path.name, format_of(path.name)))
         elif path.exists():  # a FIFO, device or socket: never read (it could block or never end)
-            raise DataError(f"input {os.fspath(raw)!r} is not a regular file or a folder; pass files or folders")
+            raise DataError(f"input {short_path(raw)!r} is not a regular file or a folder; pass files or folders")
         else:
-            raise DataError(f"input {os.fspath(raw)!r} does not exist; pass files or folders")
+            raise DataError(f"input {short_path(raw)!r} does not exist; pass files or folders")
     kept = [
         f
         for f in files

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import DataError
+from ...io.files import short_path
 from . import inputs as _inputs
 from .arrow import arrow_blocks
 from .bin import bin_blocks
@@ -76,9 +77,21 @@ def file_tasks(index: int, file: InputFile, opts: ReadOptions) -> Iterator[Task]
                 yield Task(index, kind, path, file.name, part=(lo, min(rows, lo + DATASET_TASK_ROWS)))
         elif kind == "unsupported":
             suffix = Path(_inputs.base_name(path)).suffix
-            yield Task(index, "failed", path, file.name, error=f"{path}: compressed {suffix} files are not read; decompress it")
+            yield Task(
+                index,
+                "failed",
+                path,
+                file.name,
+                error=f"{short_path(path)}: compressed {suffix} files are not read; decompress it",
+            )
         elif kind == "offsets":
-            yield Task(index, "failed", path, file.name, error=f"{path}: an offsets file without {path[:-12]}.npy beside it")
+            yield Task(
+                index,
+                "failed",
+                path,
+                file.name,
+                error=f"{short_path(path)}: an offsets file without {short_path(path[:-12])}.npy beside it",
+            )
         else:
             yield Task(index, kind, path, file.name, size=_size(path))
     except DataError as err:
@@ -120,4 +133,4 @@ def run_task(task: Task, opts: ReadOptions) -> Iterator[Block]:
     elif task.kind == "bin":
         yield from bin_blocks(task.path, task.name, opts)
     elif task.kind != "empty":
-        raise DataError(task.error or f"{task.path}: unknown task kind {task.kind!r}")
+        raise DataError(task.error or f"{short_path(task.path)}: unknown task kind {task.kind!r}")

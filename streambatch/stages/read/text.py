@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
+from ...io.files import short_path
 from ...model.documents import Document, Partition
 from . import inputs as _inputs
 from .blocks import Block, ReadOptions, batches, partition_codes, read_options, text_block
@@ -15,16 +16,17 @@ from .tokenizers import TokenizerSpec
 def text_file_block(path: str, name: str, opts: ReadOptions) -> Block:
     """A whole text file as one document (id *name*)."""
     text = _inputs.decode(_inputs.read_bytes(path, opts.max_document_bytes), path)
-    return text_block([text], [name], [path], partition_codes(1, opts.partition), opts)
+    return text_block([text], [name], [short_path(path)], partition_codes(1, opts.partition), opts)
 
 
 def text_lines_blocks(chunk: _inputs.LineChunk, path: str, name: str, opts: ReadOptions) -> Iterator[Block]:
     """Each non-blank line of a chunk as a document (id ``name:line``), in blocks of at most `BLOCK_DOCUMENTS`."""
     text = _inputs.decode(chunk.data, path, chunk.offset)
     units = ((n, line) for n, line in _inputs.split_lines(text, chunk.first_line) if line.strip())
+    shown = short_path(path)
     for group in batches(units):
         ids = [f"{name}:{n}" for n, _ in group]
-        wheres = [f"{path}:{n}" for n, _ in group]
+        wheres = [f"{shown}:{n}" for n, _ in group]
         yield text_block([line for _, line in group], ids, wheres, partition_codes(len(group), opts.partition), opts)
 
 

@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from ..._checks import is_integer
 from ...errors import ConfigError, DataError, missing_dependency
-from ...io.files import open_regular
+from ...io.files import open_regular, short_path
 from ...model.validate import TOKEN_LIMIT, Labels, check_tokens, check_vocabulary, label_of, short
 from .byte_tokens import BYTE_VOCAB_SIZE
 from .split_text import encode_pieces, splittable
@@ -185,10 +185,12 @@ class HFTokenizer:
                 text = handle.read()
             loaded = tokenizers.Tokenizer.from_str(text.decode("utf-8"))
         except OSError as err:
-            raise ConfigError(f"tokenizer={name!r}: cannot read ({err.strerror}); pass a tokenizer.json file") from err
+            raise ConfigError(
+                f"tokenizer={short_path(name)!r}: cannot read ({err.strerror}); pass a tokenizer.json file"
+            ) from err
         except Exception as err:  # tokenizers raises plain Exception for malformed files
             raise ConfigError(
-                f"tokenizer={name!r} is not a Hugging Face tokenizer.json ({err}); pass a tokenizer.json file"
+                f"tokenizer={short_path(name)!r} is not a Hugging Face tokenizer.json ({err}); pass a tokenizer.json file"
             ) from err
         digest = "blake2b-256:" + hashlib.blake2b(text, digest_size=32).hexdigest()
         return cls(loaded, Path(name).name, digest, eos_id, bos_id)  # type: ignore[arg-type]

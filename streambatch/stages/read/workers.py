@@ -77,7 +77,7 @@ def check_main_guard(workers: int) -> None:
         return  # `python -m package`: spawn never runs a package's __main__ again
     frame = _main_frame(sys._getframe(1))
     if frame is not None and not _guarded(frame):
-        raise ConfigError(f"workers={workers} asked for at the top level of {frame.f_code.co_filename}; {fix}")
+        raise ConfigError(f"workers={workers} asked for at the top level of {short_path(frame.f_code.co_filename)}; {fix}")
 
 
 def check_shareable(opts: ReadOptions, workers: int) -> None:
