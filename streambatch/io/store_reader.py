@@ -212,12 +212,13 @@ def _read_id_files(
     if len(ids) != count:
         raise StoreError(f"{short_path(ids_path)}: {len(ids)} ids but document_count={count}; prepare the store again")
     hashes = np.empty(count, dtype=np.int64) if check_ids else None
+    shown = short_path(ids_path)  # once: a per-id path computation would cost more than the id's check
     try:
         for index, line in enumerate(ids.lines() if hashes is not None else ()):
-            value = decode_string(line, f"{short_path(ids_path)}:{index + 1}", "a document id", error=StoreError)
+            value = decode_string(line, f"{shown}:{index + 1}", "a document id", error=StoreError)
             check_id(value, f"document index {index}")
             hashes[index] = hash(value)  # type: ignore[index]
     except DataError as err:
-        raise StoreError(f"{short_path(ids_path)}: {err}") from err
+        raise StoreError(f"{shown}: {err}") from err
     _check_size(parts_file, root / PARTITIONS_FILE, count, f"{count} partition codes")
     return ids, np.fromfile(parts_file, dtype=np.uint8), hashes
