@@ -103,12 +103,13 @@ def _spawned_workers(parent: int) -> list[int]:
 
 
 def _start_prepare(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int], Path]:
-    """``prepare --workers 2`` over 8 MiB of JSONL, started; returns it once its workers exist."""
+    """``prepare --workers 2`` over 96 MiB of JSONL (seconds of work, even on a fast machine), started; returns it once
+    its workers exist (over 8 MiB, a loaded machine could see the workers only as the run was ending)."""
     folder = tmp_path / "in"
     folder.mkdir()
     line = b'{"tokens": [' + b"7, " * 200 + b"1]}\n"
     for i in range(4):
-        (folder / f"part{i}.jsonl").write_bytes(line * ((2 << 20) // len(line)))
+        (folder / f"part{i}.jsonl").write_bytes(line * ((24 << 20) // len(line)))
     out = tmp_path / "out"
     cpus_needed = ["--workers", "2"]
     process = subprocess.Popen(
