@@ -47,3 +47,13 @@ def killing_tokenizer(text: str) -> list[int]:
     if "KILL" in text:
         os.kill(os.getpid(), signal.SIGKILL)
     return list(text.encode())
+
+
+PEAK_RSS = """import resource
+def peak():  # this process's own peak RSS in bytes (VmHWM: ru_maxrss would inherit the parent's peak across exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+"""
+"""Source of ``peak()`` for a child script (``-c``): the child's own peak RSS in bytes."""

@@ -21,6 +21,8 @@ from streambatch.model import ids as ids_module
 from streambatch.model.ids import IdHashes, IdLines, first_repeat, hashes_of, json_line
 from streambatch.model.store import content_fingerprint
 
+from .hostile import PEAK_RSS
+
 ID = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=6)
 
 
@@ -121,18 +123,16 @@ def test_large_stores_keep_ids_in_one_buffer(tmp_path: Path) -> None:
         sb.open_store(tmp_path / "s", verify=False)
 
 
-_CHILD = """
+_CHILD = (
+    PEAK_RSS
+    + """
 import resource, sys
-def peak():  # this process's own peak RSS in bytes (VmHWM: ru_maxrss would inherit the parent's peak across exec)
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # 2 GiB of address space (the old writer needed ~8 GiB here)
 import streambatch as sb
 sb.prepare_store([sys.argv[1]], sys.argv[2], per_line=True, quiet=True)
 print(peak())
 """
+)
 
 
 def _peak(tmp_path: Path, count: int) -> int:

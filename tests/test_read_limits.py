@@ -22,6 +22,8 @@ from streambatch.stages.read import inputs as _inputs
 from streambatch.stages.read.blocks import read_options
 from streambatch.stages.read.jsonl import iter_jsonl
 
+from .hostile import PEAK_RSS
+
 
 def cli(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
@@ -105,18 +107,16 @@ def test_cli_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
             byte_size(bad)
 
 
-_CHILD = """
+_CHILD = (
+    PEAK_RSS
+    + """
 import resource, sys
-def peak():  # this process's own peak RSS in bytes (VmHWM: ru_maxrss would inherit the parent's peak across exec)
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 from streambatch.cli import main
 code = main(sys.argv[1:])
 print("exit", code, "peak", peak())
 """
+)
 
 
 @pytest.mark.slow

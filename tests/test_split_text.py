@@ -17,6 +17,8 @@ from streambatch.stages.read.tokenizers import HFTokenizer
 tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import Regex, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 
+from .hostile import PEAK_RSS  # noqa: E402
+
 GPT4_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
@@ -115,13 +117,10 @@ def test_unsafe_tokenizers_are_not_cut() -> None:
     assert [prefix.encode(text, add_special_tokens=False).ids] == [a.tolist() for a in HFTokenizer(prefix).encode_batch([text])]
 
 
-_CHILD = """
+_CHILD = (
+    PEAK_RSS
+    + """
 import resource, sys
-def peak():  # this process's own peak RSS in bytes (VmHWM: ru_maxrss would inherit the parent's peak across exec)
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 import numpy as np
 from tokenizers import Tokenizer
 from streambatch.stages.read.tokenizers import HFTokenizer
@@ -134,6 +133,7 @@ growth = peak() - base
 whole = np.array(tok.encode(text, add_special_tokens=False).ids, np.uint32)  # after the peak was read
 print(ids.size, int(np.array_equal(ids, whole)), growth)
 """
+)
 
 
 @pytest.mark.slow

@@ -27,9 +27,8 @@ def _audit(args: argparse.Namespace, out: IO[str]) -> int:
         if mixed["failures"]:
             print(f"streambatch: audit failed: {next(iter(mixed['failures'].items()))}", file=sys.stderr)
         return EXIT_FAILED if mixed["failures"] else 0
-    if epoch.pack:
-        return _audit_packed(args, epoch, out)
-    result = audit_epoch(
+    audit, report = (audit_packed_epoch, format_packed_audit) if epoch.pack else (audit_epoch, format_audit)
+    result = audit(
         epoch,
         other_seed=args.other_seed,
         workers=args.workers,
@@ -39,27 +38,8 @@ def _audit(args: argparse.Namespace, out: IO[str]) -> int:
     if args.json:
         out.write(json.dumps(result.to_dict(), indent=1) + "\n")
     else:
-        out.write(format_audit(result, epoch, args.workers, args.world_size))
+        out.write(report(result, epoch, args.workers, args.world_size))  # type: ignore[arg-type]
     failed = result.first_failure
-    if failed is None:
-        return 0
-    print(f"streambatch: audit failed: {failed[0]}: {failed[1]}", file=sys.stderr)
-    return EXIT_FAILED
-
-
-def _audit_packed(args: argparse.Namespace, epoch: Epoch, out: IO[str]) -> int:
-    packed = audit_packed_epoch(
-        epoch,
-        other_seed=args.other_seed,
-        workers=args.workers,
-        world_size=args.world_size,
-        progress=False if args.quiet else None,
-    )
-    if args.json:
-        out.write(json.dumps(packed.to_dict(), indent=1) + "\n")
-    else:
-        out.write(format_packed_audit(packed, epoch, args.workers, args.world_size))
-    failed = packed.first_failure
     if failed is None:
         return 0
     print(f"streambatch: audit failed: {failed[0]}: {failed[1]}", file=sys.stderr)
