@@ -102,6 +102,12 @@ def _spawned_workers(parent: int) -> list[int]:
     return found
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """SIGINT at its default in the child: an ignored SIGINT is inherited across exec (a test runner started in
+    the background, or under some CI shells, ignores it), and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_prepare(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int], Path]:
     """``prepare --workers 2`` over 96 MiB of JSONL (seconds of work, even on a fast machine), started; returns it once
     its workers exist (over 8 MiB, a loaded machine could see the workers only as the run was ending)."""
@@ -119,6 +125,7 @@ def _start_prepare(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int], Pa
         text=True,
         env=ENV,
         start_new_session=True,
+        preexec_fn=_sigint_as_in_a_terminal,
     )
     deadline = time.monotonic() + TIMEOUT
     workers: list[int] = []
