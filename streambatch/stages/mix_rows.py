@@ -32,7 +32,7 @@ from ..errors import DataError
 from ..model.documents import PARTITIONS, Partition
 from ._pack_gather import id_dtype
 from .mix_batch import SourceArray, present
-from .packed_batch import _SLOTS, PackedBatch, SegmentProvenance
+from .packed_batch import _SLOTS, PackedBatch
 from .rows import RowSpace, emit, row_gatherer
 from .window_index import IntArray
 
@@ -92,21 +92,6 @@ class PackedMixtureBatch(PackedBatch):
         spaces = self.row_spaces
         pairs = zip(self.segment_sources.tolist(), self.document_indices.tolist(), strict=True)
         return [spaces[s].store.ids[d] for s, d in pairs]
-
-    @property
-    def provenance(self) -> tuple[SegmentProvenance, ...]:
-        """Per segment, row by row: document id, index, start, partition, shard, length, row (within its source)."""
-        columns = zip(
-            self.document_ids,
-            self.document_indices.tolist(),
-            self.starts.tolist(),
-            self.partitions,
-            self.shards.tolist(),
-            self.segment_lengths.tolist(),
-            self.segment_rows.tolist(),
-            strict=True,
-        )
-        return tuple(SegmentProvenance(i, d, s, p, k, n, r) for i, d, s, p, k, n, r in columns)
 
     def in_epoch(self, epoch: int) -> PackedMixtureBatch:
         """This batch placed in epoch *epoch* of a run: a new batch sharing the same arrays."""

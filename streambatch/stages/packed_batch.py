@@ -179,8 +179,8 @@ class PackedBatch(MiniBatch):
     @property
     def provenance(self) -> tuple[SegmentProvenance, ...]:
         """Per segment, row by row: document id, index, start, partition, shard, length (targets), row."""
-        ids = self.row_space.store.ids
         columns = zip(
+            self.document_ids,
             self.document_indices.tolist(),
             self.starts.tolist(),
             self.partitions,
@@ -189,7 +189,7 @@ class PackedBatch(MiniBatch):
             self.segment_rows.tolist(),
             strict=True,
         )
-        return tuple(SegmentProvenance(ids[d], d, s, p, k, n, r) for d, s, p, k, n, r in columns)
+        return tuple(SegmentProvenance(i, d, s, p, k, n, r) for i, d, s, p, k, n, r in columns)
 
     def average_token_contributions(self, contributions: Sequence[TokenContribution]) -> TokenMean:
         """Token mean of exactly one contribution per real target, row-major over ``loss_mask``."""
