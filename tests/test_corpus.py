@@ -217,7 +217,7 @@ def test_per_shard_gather_equals_the_spanning_view(monkeypatch: pytest.MonkeyPat
     kwargs: dict[str, Any] = {"context_length": 4, "stride": 2, "batch_size": 16, "seed": 6}
     spanning = sb.Epoch(sb.open_corpus(shards), **kwargs)
     assert spanning.batch(0).space.cache["gather"]._span is not None
-    monkeypatch.setattr(materializing, "_spanning_records", lambda *args: None)
+    monkeypatch.setattr(materializing, "spanning_records", lambda *args: None)
     per_shard = sb.Epoch(sb.open_corpus(shards), **kwargs)
     assert per_shard.batch(0).space.cache["gather"]._span is None
     assert _rows(sb.Epoch(docs, **kwargs)) == _rows(spanning) == _rows(per_shard)

@@ -136,7 +136,7 @@ class ShardedGather:
         self._last = corpus.bases[1:] - (context_length + 1)
         self._ends = corpus.bases[1:-1]  # shard k holds the positions below ends[k] (and at or above ends[k - 1])
         self._record = np.dtype((np.void, context_length * corpus.dtype.itemsize))
-        self._span = _spanning_records(self._tokens, corpus.bases, context_length)
+        self._span = spanning_records(self._tokens, corpus.bases, context_length)
         self._table = None if self._span is None else _ShiftTable(corpus.bases, self._last, self._span[2])
         self._records: npt.NDArray[Any] | None = None if self._span is None else self._span[0]
         self._shifted: Any = None if self._span is None else self._span[1]
@@ -239,7 +239,7 @@ class _ShiftTable:
         return at, None
 
 
-def _spanning_records(
+def spanning_records(
     tokens: tuple[npt.NDArray[Any], ...], bases: npt.NDArray[np.int64], length: int
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.int64]] | None:
     """Record views (inputs, targets) over `spanning_tokens` of the shards, and each shard's shift.

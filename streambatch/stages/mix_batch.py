@@ -26,7 +26,7 @@ from ..model.corpus import Corpus
 from ..model.documents import PARTITIONS, Partition
 from ..model.store import DocumentStore
 from .batch import MiniBatch, WindowProvenance
-from .materialize import RowGather, _spanning_records
+from .materialize import RowGather, spanning_records
 from .reduce import TokenSums
 from .window_index import IntArray
 from .windows import WindowSpace
@@ -84,7 +84,7 @@ class MixGather:
         self._dtype = np.result_type(*(s.tokens.dtype for s in shards))
         self._tokens = tuple(s.tokens for s in shards)  # kept alive with the views below
         self._gathers = [RowGather(s, length) for s in shards]
-        self._span = _spanning_records(self._tokens, self._bases, length)
+        self._span = spanning_records(self._tokens, self._bases, length)
         self._limit = [int(space.store.flat_size) - (length + 1) for space in spaces]  # the last start in each source
         single = all(isinstance(space.store, DocumentStore) for space in spaces)  # one shard per source
         self._direct = None if self._span is None or not single else self._span[2] + self._offsets  # shard s is source s

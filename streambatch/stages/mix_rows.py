@@ -32,7 +32,7 @@ from ..errors import DataError
 from ..model.documents import PARTITIONS, Partition
 from ._pack_gather import id_dtype
 from .mix_batch import SourceArray, present
-from .packed_batch import _SLOTS, PackedBatch
+from .packed_batch import PackedBatch
 from .rows import RowSpace, emit, row_gatherer
 from .window_index import IntArray
 
@@ -93,14 +93,6 @@ class PackedMixtureBatch(PackedBatch):
         pairs = zip(self.segment_sources.tolist(), self.document_indices.tolist(), strict=True)
         return [spaces[s].store.ids[d] for s, d in pairs]
 
-    def in_epoch(self, epoch: int) -> PackedMixtureBatch:
-        """This batch placed in epoch *epoch* of a run: a new batch sharing the same arrays."""
-        twin = object.__new__(PackedMixtureBatch)
-        for name in _MIXED_SLOTS:
-            setattr(twin, name, getattr(self, name))
-        twin.epoch = epoch
-        return twin
-
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PackedMixtureBatch):
             return NotImplemented if not isinstance(other, PackedBatch) else False
@@ -117,7 +109,6 @@ class PackedMixtureBatch(PackedBatch):
         )
 
 
-_MIXED_SLOTS = (*_SLOTS, *PackedMixtureBatch.__slots__)
 _FIELDS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
 
 

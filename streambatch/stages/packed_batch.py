@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -46,6 +46,9 @@ class SegmentProvenance(WindowProvenance):
 
     def __str__(self) -> str:
         return f"{self.document_id}@{self.start}+{self.length}"
+
+
+_Batch = TypeVar("_Batch", bound="PackedBatch")
 
 
 class PackedBatch(MiniBatch):
@@ -116,10 +119,10 @@ class PackedBatch(MiniBatch):
             self.cu_seqlens, self.max_seqlen, self.sequence_is_pad, rows, documents, starts, lengths,
         )  # fmt: skip
 
-    def in_epoch(self, epoch: int) -> PackedBatch:
-        """This batch placed in epoch *epoch* of a run: a new `PackedBatch` sharing the same arrays."""
-        twin = object.__new__(PackedBatch)
-        for name in _SLOTS:
+    def in_epoch(self: _Batch, epoch: int) -> _Batch:
+        """This batch placed in epoch *epoch* of a run: a new batch of the same class sharing the same arrays."""
+        twin = object.__new__(type(self))
+        for name in _slots(type(self)):
             setattr(twin, name, getattr(self, name))
         twin.epoch = epoch
         return twin
@@ -222,4 +225,6 @@ class PackedBatch(MiniBatch):
         return f"PackedBatch({epoch}index={self.index}, shape={self.shape}, target_count={self.target_count})"
 
 
-_SLOTS = tuple(MiniBatch.__slots__) + tuple(PackedBatch.__slots__)
+def _slots(cls: type) -> tuple[str, ...]:
+    """Every slot of *cls* and its bases (a subclass such as a packed mixture batch adds its own)."""
+    return tuple(name for klass in cls.__mro__ for name in getattr(klass, "__slots__", ()))

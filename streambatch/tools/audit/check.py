@@ -39,7 +39,7 @@ def _direct_mean(expected: Expected, bar: Bar) -> TokenMean | None:
     return sums_of_units(units, tokens).mean() if tokens else None
 
 
-def _means_equal(folded: TokenMean | None, direct: TokenMean | None) -> bool:
+def means_equal(folded: TokenMean | None, direct: TokenMean | None) -> bool:
     if folded is None or direct is None:
         return folded is None and direct is None
     return (
@@ -104,7 +104,7 @@ def audit_batches(
     bar.close()
     covered = tally.finish_coverage()
     direct = _direct_mean(ex, _bar(ex.window_count, "direct mean", progress))
-    if not _means_equal(folded, direct):
+    if not means_equal(folded, direct):
         tally.note(
             "accumulation", f"token mean folded from batch raw sums {_show(folded)} != direct over every token {_show(direct)}"
         )

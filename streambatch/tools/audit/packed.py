@@ -27,7 +27,6 @@ numpy over whole arrays, never a Python loop over positions or segments.
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,8 +40,9 @@ from ...epoch import Epoch
 from ...errors import AccumulationError, ConfigError
 from ...stages.reduce import TokenMean, TokenSums, token_mean
 from ..stand_in import span_units, sums_of_units
+from .check import means_equal
 from .pack_tally import PackTally
-from .result import RELATIVE_TOLERANCE
+from .result import Checked
 from .shares import epoch_shares
 
 PACK_CHECKS = (
@@ -62,7 +62,7 @@ PACK_CHECKS = (
 
 
 @dataclass(frozen=True)
-class PackAuditResult:
+class PackAuditResult(Checked):
     """Every check of one packed audit, its counts, and the first offending place of each failed check."""
 
     targets: int
@@ -80,16 +80,6 @@ class PackAuditResult:
     denominator: int
     failures: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """True when every check passed."""
-        return not self.failures
-
-    @property
-    def first_failure(self) -> tuple[str, str] | None:
-        """``(check, message)`` of the first failed check in `PACK_CHECKS` order, or None."""
-        return next(iter(self.failures.items()), None)
 
     def proof_line(self) -> str:
         """``PROOF|mode=pack|targets=N/N|duplicates=0|...``: the packed counterpart of the chapter's line."""
@@ -136,16 +126,6 @@ def _direct_mean(tally: PackTally) -> TokenMean | None:
     docs = np.flatnonzero(included & (tally.lengths >= 2))
     units = int(span_units(8 * (docs % 8) + 1, tally.lengths[docs] - 1).sum())
     return sums_of_units(units, tally.target_count).mean() if tally.target_count else None
-
-
-def _means_equal(folded: TokenMean | None, direct: TokenMean | None) -> bool:
-    if folded is None or direct is None:
-        return folded is None and direct is None
-    return (
-        folded.token_count == direct.token_count
-        and math.isclose(folded.mean_loss, direct.mean_loss, rel_tol=RELATIVE_TOLERANCE, abs_tol=0.0)
-        and bool(np.allclose(folded.mean_gradient, direct.mean_gradient, rtol=RELATIVE_TOLERANCE, atol=0.0))
-    )
 
 
 def _order(chunks: Iterator[Any], rows: int) -> tuple[bytes, Any]:
@@ -207,7 +187,7 @@ def audit_packed_epoch(
     bar.close()
     covered, repeated = tally.finish()
     direct = _direct_mean(tally)
-    if not _means_equal(folded, direct):
+    if not means_equal(folded, direct):
         tally.note("accumulation", f"token mean folded from batch raw sums {folded} != direct over every target {direct}")
 
     mine = tally.digest.digest()

@@ -21,8 +21,24 @@ CHECKS = (  # causes before consequences: a padded row also breaks widths and th
 RELATIVE_TOLERANCE = 1e-12
 
 
+class Checked:
+    """What every audit result answers from its ``failures`` (check -> first offending place, in check order)."""
+
+    failures: dict[str, str]
+
+    @property
+    def ok(self) -> bool:
+        """True when every check passed."""
+        return not self.failures
+
+    @property
+    def first_failure(self) -> tuple[str, str] | None:
+        """``(check, message)`` of the first failed check, in the order the checks run, or None."""
+        return next(iter(self.failures.items()), None)
+
+
 @dataclass(frozen=True)
-class AuditResult:
+class AuditResult(Checked):
     """Every check of one audit, its counts, and the first offending place of each failed check."""
 
     expected_windows: int
@@ -42,16 +58,6 @@ class AuditResult:
     token_count: int
     failures: dict[str, str] = field(default_factory=dict)  # check -> first offending place, in CHECKS order
     seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """True when every check passed."""
-        return not self.failures
-
-    @property
-    def first_failure(self) -> tuple[str, str] | None:
-        """``(check, message)`` of the first failed check in `CHECKS` order, or None."""
-        return next(iter(self.failures.items()), None)
 
     @property
     def replay_matches(self) -> bool:
