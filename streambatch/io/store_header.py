@@ -129,9 +129,14 @@ def fingerprint_files(
     codes: npt.NDArray[np.uint8],
     *,
     id_lines: Iterable[bytes] | None = None,
+    mask_fd: Sequence[int] = (),
 ) -> str:
-    """The content fingerprint of a store's open tokens.bin and offsets.bin, ids (or their JSON lines) and partition codes."""
-    return content_fingerprint(_fd_blocks(tokens_fd), _fd_blocks(offsets_fd), ids, codes, id_lines=id_lines)
+    """The content fingerprint of a store's open tokens.bin and offsets.bin, ids (or their JSON lines) and partition codes.
+
+    *mask_fd*: the open ``loss_mask.bin`` of a store with a mask (one descriptor), else empty.
+    """
+    masks = _fd_blocks(mask_fd[0]) if mask_fd else None
+    return content_fingerprint(_fd_blocks(tokens_fd), _fd_blocks(offsets_fd), ids, codes, id_lines=id_lines, mask_blocks=masks)
 
 
 def _fd_blocks(fd: int) -> Iterator[bytes]:

@@ -36,6 +36,7 @@ from .store_header import (
     listed_files,
     read_header,
 )
+from .store_mask import LOSS_MASK, mask_bytes, mask_entry
 
 OPEN_ATTEMPTS = 20
 
@@ -126,8 +127,12 @@ def open_store_at(dfd: int, root: Path, verify: bool, *, check_ids: bool = True)
         offsets_file = files.enter_context(_open_file(dfd, OFFSETS, root))
         listed = listed_files(header, header_path)
         extra = [files.enter_context(_open_file(dfd, name, root)) for name in listed]
+        mask_name = mask_entry(header, header_path, tokens_count)
+        mask_file = None if mask_name is None else files.enter_context(_open_file(dfd, mask_name, root))
         _check_size(tokens_file, root / TOKENS, tokens_count * dtype.itemsize, f"{tokens_count} tokens of {dtype.name}")
         _check_size(offsets_file, root / OFFSETS, (docs_count + 1) * 8, f"{docs_count + 1} int64 offsets")
+        if mask_file is not None and mask_name is not None:
+            _check_size(mask_file, root / mask_name, mask_bytes(tokens_count), f"a loss mask of {tokens_count} bits")
         offsets = np.fromfile(offsets_file, dtype="<i8")
         try:
             offsets = check_offsets(offsets, tokens_count, "offsets")
@@ -135,7 +140,8 @@ def open_store_at(dfd: int, root: Path, verify: bool, *, check_ids: bool = True)
             raise StoreError(f"{short_path(root / OFFSETS)}: {err}") from err
         ids, codes = _read_documents(root, header, header_path, docs_count, extra, check_ids)
         if verify:
-            actual = fingerprint_files(tokens_file.fileno(), offsets_file.fileno(), ids, codes)
+            masks = [] if mask_file is None else [mask_file.fileno()]
+            actual = fingerprint_files(tokens_file.fileno(), offsets_file.fileno(), ids, codes, mask_fd=masks)
             if actual != fingerprint:
                 raise StoreError(
                     f"{short_path(root)}: fingerprint mismatch (header {short_repr(fingerprint)}, content {actual!r}); "
@@ -147,9 +153,13 @@ def open_store_at(dfd: int, root: Path, verify: bool, *, check_ids: bool = True)
             tokens = map_readonly(tokens_file.fileno(), dtype, tokens_count, os.path.abspath(root / TOKENS))
             status = os.fstat(tokens_file.fileno())
             tokens.identity = (status.st_dev, status.st_ino)  # reopened only if unchanged
+        bits = None
+        if mask_file is not None:
+            size = mask_bytes(tokens_count)
+            bits = map_readonly(mask_file.fileno(), np.dtype(np.uint8), size, str(root / LOSS_MASK)) if size else np.zeros(0, np.uint8)
     tokenizer = header_tokenizer(header, header_path)
     # starts: a view of the offsets (no copy: 8 bytes per document less)
-    return DocumentStore.from_checked(tokens, offsets[:-1], np.diff(offsets), ids, codes, fingerprint, tokenizer)
+    return DocumentStore.from_checked(tokens, offsets[:-1], np.diff(offsets), ids, codes, fingerprint, tokenizer, bits)
 
 
 def _check_size(handle: IO[bytes], path: Path, expected: int, what: str) -> None:

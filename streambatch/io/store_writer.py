@@ -25,6 +25,7 @@ import numpy.typing as npt
 from .._checks import short_repr
 from ..errors import ConfigError, DataError, StoreError
 from ..model.documents import PARTITIONS, Document, Partition
+from ..model.mask import check_loss_mask
 from ..model.store import DocumentStore
 from ..model.validate import check_id, check_tokens, check_vocabulary
 from .atomic import create_temporary_directory, fsync_path, partial_prefix, remove_stale_temporaries
@@ -43,6 +44,7 @@ from .store_header import (
     is_store,
     new_header,
 )
+from .store_mask import LOSS_MASK, MaskStage, mask_header
 from .store_reader import open_store_at
 
 _READ = 1 << 24
@@ -113,6 +115,7 @@ class StoreWriter:
             self._tmp = create_temporary_directory(parent, partial_prefix(self.path))
             self._tokens: IO[bytes] = open(self._tmp / TOKENS, "wb")  # noqa: SIM115 - closed in commit/abort
             self._log = DocumentLog(self._tmp)  # ids, codes, offsets: on disk as they come, not in memory
+            self._mask = MaskStage(self._tmp)  # the loss mask, once a document brings one
         except OSError as err:
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)
@@ -129,16 +132,18 @@ class StoreWriter:
         if not self._done:
             self.abort()
 
-    def add(self, doc_id: str, partition: Partition | str, tokens: Any, *, where: str = "") -> None:
-        """Append one document (validated like `Document`)."""
+    def add(self, doc_id: str, partition: Partition | str, tokens: Any, *, where: str = "", loss_mask: Any = None) -> None:
+        """Append one document (validated like `Document`; *loss_mask*: one bool per token, or None)."""
         label = where or f"document id={doc_id!r}"
         _check_storable_id(doc_id, label)
         hashes = self._log.check([doc_id], [label])
         code = Partition.parse(partition, label).code
         array = _valid_tokens(tokens, label)
+        mask = None if loss_mask is None else check_loss_mask(loss_mask, array.size, label)
         self._check_vocabulary(array, np.array([array.size]), [label])
         self._write(array, label)
         with self._writing():
+            self._mask.add(mask, array.size, self._log.tokens)
             self._log.append([doc_id], [label], bytes([code]), np.array([array.size], np.int64), hashes)
 
     def add_block(
@@ -149,11 +154,13 @@ class StoreWriter:
         partition: Partition | str | npt.NDArray[np.uint8],
         *,
         wheres: Sequence[str] | None = None,
+        loss_mask: npt.NDArray[np.bool_] | None = None,
     ) -> None:
         """Append many documents at once: flat *tokens* split by *lengths* (the fast path of `prepare_store`).
 
         *partition* is one for all documents or an array of partition codes, one per
-        document; *wheres* name each document in errors.  Nothing is added if any check fails.
+        document; *wheres* name each document in errors; *loss_mask* is one bool per
+        token (flat, like *tokens*), or None.  Nothing is added if any check fails.
         """
         try:
             sizes = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths), dtype=np.int64)
@@ -177,9 +184,11 @@ class StoreWriter:
         for name, label in zip(names, labels, strict=True):
             _check_storable_id(name, label)
         hashes = self._log.check(names, labels)
+        mask = None if loss_mask is None else check_loss_mask(loss_mask, array.size, "add_block")
         self._check_vocabulary(array, sizes, labels)
         self._write(array, "add_block")
         with self._writing():
+            self._mask.add(mask, array.size, self._log.tokens)
             self._log.append(names, labels, codes, sizes, hashes)
 
     def set_tokenizer(self, tokenizer: Described | Mapping[str, Any] | None) -> None:
@@ -193,16 +202,17 @@ class StoreWriter:
         if self.tokenizer is not None and isinstance(self.tokenizer.get("vocab_size"), int):
             check_vocabulary(array, lengths, labels, self.tokenizer["vocab_size"], str(self.tokenizer.get("name")))
 
-    def mark(self) -> tuple[Mark, int, str]:
+    def mark(self) -> tuple[Mark, int, str, bool]:
         """A point to `rollback` to (e.g. the start of an input file)."""
-        return self._log.mark(), self._max, self._stage.name
+        return self._log.mark(), self._max, self._stage.name, self._mask.mark()
 
-    def rollback(self, mark: tuple[Mark, int, str]) -> None:
+    def rollback(self, mark: tuple[Mark, int, str, bool]) -> None:
         """Discard every document added after *mark* (and a widening they caused)."""
-        log, top, stage = mark
+        log, top, stage, masked = mark
         self._max = top
         with self._writing():
             self._log.rollback(log)
+            self._mask.rollback(masked, self._log.tokens)
             self._tokens.flush()
             if self._stage.name != stage:  # every id kept fits the narrower staging dtype again
                 self._restage(np.dtype(stage).newbyteorder("<"))
@@ -261,15 +271,18 @@ class StoreWriter:
             count = self._log.tokens
             codes, few = self._log.finish()  # ids.jsonl, partitions.bin and offsets.bin are written
             ids: Sequence[str] = few if few is not None else _Count(self._log.count)
+            targets = self._mask.finish(np.fromfile(tmp / OFFSETS, dtype="<i8")) if self._mask.active else None
             with _directory_fd(tmp) as dfd:
-                tokens_fd = os.open(TOKENS, os.O_RDONLY, dir_fd=dfd)
-                offsets_fd = os.open(OFFSETS, os.O_RDONLY, dir_fd=dfd)
+                fds = [os.open(name, os.O_RDONLY, dir_fd=dfd) for name in (TOKENS, OFFSETS)]
+                if targets is not None:
+                    fds.append(os.open(LOSS_MASK, os.O_RDONLY, dir_fd=dfd))
                 try:
-                    fingerprint = fingerprint_files(tokens_fd, offsets_fd, ids, codes, id_lines=self._log.id_lines())
+                    fingerprint = fingerprint_files(fds[0], fds[1], ids, codes, id_lines=self._log.id_lines(), mask_fd=fds[2:])
                 finally:
-                    os.close(tokens_fd)
-                    os.close(offsets_fd)
-            header = new_header(self._stage, count, ids, codes, fingerprint, self.tokenizer, self.header)
+                    for fd in fds:
+                        os.close(fd)
+            extra = self.header if targets is None else {**self.header, "loss_mask": mask_header(targets)}
+            header = new_header(self._stage, count, ids, codes, fingerprint, self.tokenizer, extra)
             _step("ids")
             if ids_inline(ids):  # in the header instead
                 (tmp / IDS).unlink()
@@ -297,6 +310,7 @@ class StoreWriter:
             self._tokens.close()
         if hasattr(self, "_log"):
             self._log.close()
+            self._mask.close()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
@@ -378,6 +392,7 @@ def write_store(
         )
     with StoreWriter(path, tokenizer=tokenizer) as writer:
         if isinstance(documents, DocumentStore):
+            masked = documents.has_loss_mask
             for i in range(len(documents)):
                 start, length = int(documents.starts[i]), int(documents.lengths[i])
                 writer.add(
@@ -385,8 +400,9 @@ def write_store(
                     documents.partition(i),
                     documents.tokens[start : start + length],
                     where=f"document index {i}",
+                    loss_mask=documents.loss_mask(i) if masked else None,
                 )
         else:
             for i, doc in enumerate(documents):
-                writer.add(doc.id, doc.partition, doc.tokens, where=f"document index {i}")
+                writer.add(doc.id, doc.partition, doc.tokens, where=f"document index {i}", loss_mask=doc.loss_mask)
         return writer.commit()

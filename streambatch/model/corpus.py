@@ -186,6 +186,36 @@ class Corpus:
             out[rows] = self.shards[k].window_tokens(where[rows] - self.bases[k], length)
         return out
 
+    @property
+    def has_loss_mask(self) -> bool:
+        """Whether any shard carries a loss mask (the others then train every target)."""
+        return any(s.has_loss_mask for s in self.shards)
+
+    def loss_mask(self, index: int) -> npt.NDArray[np.bool_]:
+        """Document *index*'s (corpus-wide) effective loss mask."""
+        shard, local = self.locate_document(index)
+        return self.shards[shard].loss_mask(local)
+
+    def target_mask(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[np.bool_] | None:
+        """``(n, length)`` loss-mask bits of the targets of rows at global *positions*, per shard; None without masks.
+
+        >>> a = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"], loss_mask=[0, 1, 0, 1, 1])
+        >>> b = DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])
+        >>> Corpus([a, b]).target_mask([6, 0], 2).astype(int).tolist()
+        [[1, 1], [1, 0]]
+        """
+        if not self.has_loss_mask:
+            return None
+        where = np.asarray(positions, dtype=np.int64)
+        out = np.ones((where.size, length), dtype=np.bool_)
+        shards = np.searchsorted(self.bases, where, side="right") - 1
+        for k in np.unique(shards).tolist():
+            shard = self.shards[k]
+            if shard.has_loss_mask:
+                rows = np.flatnonzero(shards == k)
+                out[rows] = shard.target_mask(where[rows] - self.bases[k], length)
+        return out
+
     def locate_document(self, index: int) -> tuple[int, int]:
         """``(shard, index within the shard)`` of corpus-wide document *index*."""
         shard = int(self.shard_of(index))

@@ -22,6 +22,7 @@ from ..errors import DataError, StoreError
 from .documents import PARTITIONS, Document, Partition
 from .ids import IdLines, json_line
 from .mapped import map_readonly
+from .mask import BitArray, all_trained, check_loss_mask, pack_mask, target_mask, unpack_range
 from .validate import check_id, check_offsets, check_tokens, check_unique
 
 TokenArray = npt.NDArray[np.uint32] | npt.NDArray[np.uint16]
@@ -44,7 +45,9 @@ class DocumentStore:
     ``tokens`` may be an in-memory array or a read-only memory map (see
     `streambatch.open_store`).  A store never copies token data to select or view.
     ``tokenizer`` is what made a prepared store (its header's entry: name, kind,
-    file_hash, vocab_size, eos_id, bos_id), or None.
+    file_hash, vocab_size, eos_id, bos_id), or None.  ``loss_bits`` is the loss
+    mask, one bit per token of the flat token space (`streambatch.model.mask`;
+    a document's first bit always clear), or None: every target trains.
 
     >>> store = DocumentStore.from_arrays([0, 10, 11, 12, 1, 0, 20, 21, 1], [0, 5, 9])
     >>> store.ids, store.lengths.tolist(), store.document(1).tokens.tolist()
@@ -58,6 +61,7 @@ class DocumentStore:
     partition_codes: npt.NDArray[np.uint8]
     fingerprint: str | None = None
     tokenizer: dict[str, Any] | None = None
+    loss_bits: BitArray | None = None
 
     @classmethod
     def from_documents(cls, documents: Iterable[Document]) -> DocumentStore:
@@ -72,6 +76,7 @@ class DocumentStore:
         arrays: list[npt.NDArray[np.uint32]] = []
         ids: list[str] = []
         labels: list[str] = []
+        masks: list[npt.NDArray[np.bool_] | None] = []
         codes = bytearray()
         for index, doc in enumerate(documents):
             if not isinstance(doc, Document):
@@ -79,17 +84,23 @@ class DocumentStore:
                     f"document index {index}: got {type(doc).__name__}; pass streambatch.Document objects or a DocumentStore"
                 )
             arrays.append(doc.tokens)
+            masks.append(doc.loss_mask)
             ids.append(doc.id)
             labels.append(doc.where or f"document index {index}")
             codes.append(doc.partition.code)
         check_unique(ids, labels)
+        bits = None
+        if any(m is not None for m in masks):
+            bits = pack_mask(np.concatenate([all_trained(a.size) if m is None else m for a, m in zip(arrays, masks, strict=True)]))
         lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
         starts = np.zeros(len(arrays), dtype=np.int64)
         if len(arrays) > 1:
             np.cumsum(lengths[:-1], out=starts[1:])
         tokens = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint32)
         partition_codes = np.frombuffer(bytes(codes), dtype=np.uint8).copy()
-        return cls.from_checked(tokens.astype(np.uint32, copy=False), starts, lengths, tuple(ids), partition_codes)
+        return cls.from_checked(
+            tokens.astype(np.uint32, copy=False), starts, lengths, tuple(ids), partition_codes, loss_bits=bits
+        )
 
     @classmethod
     def from_arrays(
@@ -98,12 +109,20 @@ class DocumentStore:
         offsets: Any,
         ids: Sequence[str] | None = None,
         partition: Partition | str | Sequence[Partition | str] = Partition.TRAIN,
+        *,
+        loss_mask: Any = None,
     ) -> DocumentStore:
         """Build a store from a flat token array and ``len(documents) + 1`` offsets.
 
         Document ``i`` is ``tokens[offsets[i]:offsets[i + 1]]``.  *ids* default to
         ``"0", "1", ...``; *partition* is one partition for all or one per document.
         uint16 token arrays stay uint16; every other integer array becomes uint32.
+        *loss_mask* (one bool per token, True = trains as a target) is kept as bits;
+        each document's position 0 is never a target, whatever its entry says.
+
+        >>> store = DocumentStore.from_arrays([0, 5, 6, 7, 0, 8, 9], [0, 4, 7], loss_mask=[1, 0, 1, 1, 1, 1, 0])
+        >>> store.document(0).loss_mask.astype(int).tolist(), store.document(1).loss_mask.astype(int).tolist()
+        ([0, 0, 1, 1], [0, 1, 0])
         """
         token_array = _token_array(tokens)
         offs = np.asarray(offsets)
@@ -138,7 +157,12 @@ class DocumentStore:
                 dtype=np.uint8,
                 count=count,
             )
-        return cls.from_checked(token_array, offs[:-1].copy(), np.diff(offs), id_tuple, codes)
+        bits = None
+        if loss_mask is not None:
+            mask = check_loss_mask(loss_mask, int(token_array.size), "loss_mask")
+            mask[offs[:-1][offs[:-1] < offs[1:]]] = False  # each document's position 0
+            bits = pack_mask(mask)
+        return cls.from_checked(token_array, offs[:-1].copy(), np.diff(offs), id_tuple, codes, loss_bits=bits)
 
     @classmethod
     def from_checked(
@@ -150,13 +174,15 @@ class DocumentStore:
         codes: Any,
         fingerprint: str | None = None,
         tokenizer: dict[str, Any] | None = None,
+        loss_bits: BitArray | None = None,
     ) -> DocumentStore:
         """A store of arrays already checked (by `from_arrays`, or read from a store file), made read-only."""
         for array in (starts, lengths, codes):
             array.flags.writeable = False
-        if isinstance(tokens, np.ndarray) and tokens.flags.writeable and tokens.flags.owndata:
-            tokens.flags.writeable = False
-        return cls(tokens, starts, lengths, ids, codes, fingerprint, tokenizer)
+        for flat in (tokens, loss_bits):
+            if isinstance(flat, np.ndarray) and flat.flags.writeable and flat.flags.owndata:
+                flat.flags.writeable = False
+        return cls(tokens, starts, lengths, ids, codes, fingerprint, tokenizer, loss_bits)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -172,11 +198,11 @@ class DocumentStore:
         # a memory-mapped store pickles as its file name (e.g. for DataLoader workers
         # started with "spawn"), never as a copy of its tokens
         tokens = self.tokens
+        bits = None if self.loss_bits is None else np.asarray(self.loss_bits)
+        fields = (self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint, self.tokenizer, bits)
         if isinstance(tokens, np.memmap) and tokens.filename is not None and tokens.offset == 0:
             spec = (str(tokens.filename), tokens.dtype.str, int(tokens.size), getattr(tokens, "identity", None))
-            fields = (self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint, self.tokenizer)
             return (_reopen_memmap, (spec, *fields))
-        fields = (self.starts, self.lengths, self.ids, self.partition_codes, self.fingerprint, self.tokenizer)
         return (DocumentStore.from_checked, (tokens, *fields))
 
     @property
@@ -202,6 +228,11 @@ class DocumentStore:
         return int(self.tokens.size)
 
     @property
+    def has_loss_mask(self) -> bool:
+        """Whether this store carries a loss mask (without one, every target trains)."""
+        return self.loss_bits is not None
+
+    @property
     def dtype(self) -> np.dtype[Any]:
         """Token dtype (uint16 or uint32): the dtype of every batch gathered from this store."""
         return self.tokens.dtype
@@ -215,6 +246,17 @@ class DocumentStore:
         where = np.asarray(positions, dtype=np.int64)
         rows: npt.NDArray[Any] = np.asarray(self.tokens)[where[:, None] + np.arange(length)]
         return rows
+
+    def target_mask(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[np.bool_] | None:
+        """``(n, length)`` loss-mask bits of the targets of rows starting at flat *positions*; None without a mask.
+
+        >>> store = DocumentStore.from_arrays([0, 5, 6, 7, 8], [0, 5], loss_mask=[0, 0, 1, 1, 0])
+        >>> store.target_mask([0, 1], 3).astype(int).tolist()
+        [[0, 1, 1], [1, 1, 0]]
+        """
+        if self.loss_bits is None:
+            return None
+        return target_mask(self.loss_bits, np.asarray(positions, dtype=np.intp), length)
 
     def shard_of(self, document_indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Shard of each document: always 0 (a store is one shard; see `streambatch.Corpus`)."""
@@ -239,7 +281,7 @@ class DocumentStore:
             np.cumsum(self.lengths, out=offsets[1:])
             dtype = np.dtype(smallest_token_dtype(self._max_token()) if self.tokens.dtype != np.uint16 else np.uint16)
             blocks = (piece.astype(dtype.newbyteorder("<"), copy=False) for piece in self._pieces())
-            known = content_fingerprint(blocks, [offsets], self.ids, self.partition_codes)
+            known = content_fingerprint(blocks, [offsets], self.ids, self.partition_codes, mask_blocks=self._mask_blocks())
             object.__setattr__(self, "_content_fingerprint", known)  # a cache, not a field
         return known
 
@@ -254,6 +296,22 @@ class DocumentStore:
             for lo in range(start, end, _BLOCK):
                 yield self.tokens[lo : min(lo + _BLOCK, end)]
 
+    def _mask_blocks(self) -> list[BitArray] | None:
+        """The mask bits as `write_store` writes them (the documents' tokens, contiguous), for the fingerprint."""
+        if self.loss_bits is None:
+            return None
+        ends = self.starts + self.lengths
+        if not len(self) or (int(self.starts[0]) == 0 and np.array_equal(self.starts[1:], ends[:-1])):
+            return [np.asarray(self.loss_bits[: (int(ends[-1]) + 7) >> 3 if len(self) else 0])]
+        return [pack_mask(np.concatenate([self.loss_mask(i) for i in range(len(self))]))]
+
+    def loss_mask(self, index: int) -> npt.NDArray[np.bool_]:
+        """Document *index*'s effective loss mask (position 0 False; every other True without a store mask)."""
+        start, length = int(self.starts[index]), int(self.lengths[index])
+        mask = unpack_range(self.loss_bits, start, length).copy()
+        mask[:1] = False
+        return mask
+
     def _max_token(self) -> int:
         return max((int(piece.max()) for piece in self._pieces() if piece.size), default=-1)
 
@@ -264,7 +322,8 @@ class DocumentStore:
     def document(self, index: int) -> Document:
         """Document *index* as a `Document` (its tokens copied to uint32)."""
         start, length = int(self.starts[index]), int(self.lengths[index])
-        return Document(self.ids[index], self.partition(index), self.tokens[start : start + length])
+        mask = None if self.loss_bits is None else self.loss_mask(index)
+        return Document(self.ids[index], self.partition(index), self.tokens[start : start + length], mask)
 
     def __iter__(self) -> Iterator[Document]:
         return (self.document(i) for i in range(len(self)))
@@ -286,6 +345,7 @@ class DocumentStore:
             self.partition_codes[keep],
             self.fingerprint,
             self.tokenizer,
+            self.loss_bits,
         )
 
 
@@ -296,8 +356,12 @@ def content_fingerprint(
     codes: npt.NDArray[np.uint8],
     *,
     id_lines: Iterable[bytes] | None = None,
+    mask_blocks: Iterable[Any] | None = None,
 ) -> str:
     """``blake2b-256:`` + BLAKE2b-256 of the token bytes, the offset bytes, then ids and partition codes as JSON.
+
+    A store with a loss mask hashes its packed bits last, after ``,loss_mask:``
+    (*mask_blocks*); a store without one hashes exactly what it always did.
 
     The one definition of a store's fingerprint: `open_store` and `write_store`
     feed it the files' bytes, `DocumentStore.content_fingerprint` an in-memory
@@ -320,6 +384,10 @@ def content_fingerprint(
         text[0::2] = part + ord("0")  # codes are 0, 1, 2: one digit each
         digest.update(text[: -1 if lo + part.size == flat.size else None].data)
     digest.update(b"]]")
+    if mask_blocks is not None:
+        digest.update(b",loss_mask:")
+        for block in mask_blocks:
+            digest.update(np.ascontiguousarray(block).view(np.uint8).data if isinstance(block, np.ndarray) else block)
     return "blake2b-256:" + digest.hexdigest()
 
 
