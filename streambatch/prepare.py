@@ -93,6 +93,7 @@ class _FileCount:
     tokens: int = 0
     tokenized: bool = False
     outside: str | None = None  # the first token input beyond the byte tokenizer's vocabulary
+    untrained: int = 0  # documents left out because their loss mask trains nothing
 
 
 def prepare_store(
@@ -146,7 +147,10 @@ def prepare_store(
                 if totals.outside:
                     raise DataError(totals.outside)
                 writer.set_tokenizer(opts.tokenizer)
+            if totals.untrained:  # recorded: `inspect` shows how many documents the mask left out
+                writer.header["untrained_documents_skipped"] = totals.untrained
             store = writer.commit()
+            untrained = f"{_count_of(totals.untrained, 'untrained document')} left out, " if totals.untrained else ""
     finally:
         progress.close()
     for path, reason in skipped:
@@ -157,7 +161,7 @@ def prepare_store(
         print(
             f"prepare: {_count_of(len(files) - len(skipped), 'file')}, {_count_of(len(store), 'document')}, "
             f"{store.token_count:,} tokens, "
-            f"{len(skipped)} skipped, {seconds:.2f} s ({store.token_count / max(seconds, 1e-9):,.0f} tokens/s)",
+            f"{len(skipped)} skipped, {untrained}{seconds:.2f} s ({store.token_count / max(seconds, 1e-9):,.0f} tokens/s)",
             file=sys.stderr,
         )
     return store
@@ -190,7 +194,7 @@ def _write(
             if isinstance(outcome, str):
                 raise DataError(outcome)
             for block in outcome:
-                writer.add_block(block.tokens, block.lengths, block.ids, block.codes, wheres=block.wheres)
+                writer.add_block(block.tokens, block.lengths, block.ids, block.codes, wheres=block.wheres, loss_mask=block.loss_mask)
                 _count(count, block, opts)
                 progress.add(len(block), int(block.tokens.size))
         except DataError as err:
@@ -209,6 +213,7 @@ def _write(
 def _count(count: _FileCount, block: Block, opts: ReadOptions) -> None:
     count.documents += len(block)
     count.tokens += int(block.tokens.size)
+    count.untrained += block.untrained
     count.tokenized = count.tokenized or block.tokenized > 0
     if count.outside is None and block.tokenized < len(block):
         try:  # without a tokenizer named, token inputs may not exceed the byte tokenizer's vocabulary if text is tokenized too
@@ -220,5 +225,6 @@ def _count(count: _FileCount, block: Block, opts: ReadOptions) -> None:
 def _merge(totals: _FileCount, count: _FileCount) -> None:
     totals.documents += count.documents
     totals.tokens += count.tokens
+    totals.untrained += count.untrained
     totals.tokenized = totals.tokenized or count.tokenized
     totals.outside = totals.outside or count.outside

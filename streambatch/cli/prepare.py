@@ -53,6 +53,10 @@ def _run(args: argparse.Namespace) -> DocumentStore:
         bin_dtype=args.bin_dtype,
         max_line_bytes=args.max_line_bytes,
         max_document_bytes=args.max_document_bytes,
+        prompt_field=args.prompt_field,
+        completion_field=args.completion_field,
+        chat_template=args.chat_template,
+        skip_untrained_documents=args.skip_untrained_documents,
         include=args.include,
         exclude=args.exclude,
         shard=args.shard,
@@ -82,6 +86,18 @@ def register(commands: Any) -> None:
         default=MAX_DOCUMENT_BYTES,
         metavar="SIZE",
         help="refuse a text document (a whole file, or a row's text) larger than this (default 256MiB)",
+    )
+    p.add_argument("--prompt-field", metavar="NAME", help="prompt/completion rows: the prompt's text field (not trained)")
+    p.add_argument("--completion-field", metavar="NAME", help="prompt/completion rows: the completion's text field (trained)")
+    p.add_argument(
+        "--chat-template",
+        metavar="FILE",
+        help="render rows' messages with this Jinja chat template (or tokenizer_config.json); assistant turns train",
+    )
+    p.add_argument(
+        "--skip-untrained-documents",
+        action="store_true",
+        help="leave out (and count) documents whose loss mask trains nothing, instead of refusing them",
     )
     p.add_argument("--include", action="append", default=[], metavar="GLOB", help="keep only matching files (repeatable)")
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="leave matching files out (repeatable)")

@@ -44,6 +44,9 @@ class _TokenRecord(msgspec.Struct):
     partition: Any = msgspec.UNSET
     tokens: Any = msgspec.UNSET
     input_ids: Any = msgspec.UNSET  # Hugging Face rows name their tokens input_ids
+    labels: Any = msgspec.UNSET  # a loss mask: HF labels (-100 = not trained), or 0/1 per token
+    loss_mask: Any = msgspec.UNSET
+    assistant_masks: Any = msgspec.UNSET
 
 
 _ANY = msgspec.json.Decoder()
@@ -91,7 +94,8 @@ def decode_string(data: bytes | str, where: str, what: str, *, error: type[Strea
 
 
 def decode_record(line: bytes | str, where: str) -> dict[str, Any]:
-    """Decode one JSONL token record into a dict of the fields present among ``id``, ``partition``, ``tokens``.
+    """Decode one JSONL token record into a dict of the fields present among ``id``, ``partition``, ``tokens``
+    and the loss-mask fields ``labels``, ``loss_mask``, ``assistant_masks``.
 
     ``input_ids`` stands in for ``tokens`` when ``tokens`` is absent.  Other fields
     are skipped.  The values are not validated here (`Document` does that); only
@@ -109,7 +113,14 @@ def decode_record(line: bytes | str, where: str) -> dict[str, Any]:
         raise
     if record.tokens is msgspec.UNSET and record.input_ids is not msgspec.UNSET:
         record.tokens = record.input_ids
-    fields = {"id": record.id, "partition": record.partition, "tokens": record.tokens}
+    fields = {
+        "id": record.id,
+        "partition": record.partition,
+        "tokens": record.tokens,
+        "labels": record.labels,
+        "loss_mask": record.loss_mask,
+        "assistant_masks": record.assistant_masks,
+    }
     return {key: value for key, value in fields.items() if value is not msgspec.UNSET}
 
 

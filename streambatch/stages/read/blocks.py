@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
@@ -20,8 +21,10 @@ import numpy.typing as npt
 from ..._checks import is_integer
 from ...errors import ConfigError, DataError
 from ...model.documents import PARTITIONS, Document, Partition
+from ...model.mask import untrained_reason
 from ...model.validate import TOKEN_LIMIT, check_vocabulary
 from .inputs import MAX_DOCUMENT_BYTES, MAX_LINE_BYTES
+from .masks import ChatTemplate
 from .tokenizers import AUTO, ByteTokenizer, SpecialId, Tokenizer, TokenizerSpec, as_tokenizer, encode_texts
 
 if TYPE_CHECKING:
@@ -49,6 +52,8 @@ class Block:
     """Consecutive documents packed: flat *tokens*, one length, id, partition code and *where* per document.
 
     *tokenized* counts the documents the tokenizer made (the others came as token ids).
+    *loss_mask* is one bool per token (flat, like *tokens*) or None (every target
+    trains); *untrained* counts documents left out because their mask trained nothing.
     """
 
     tokens: npt.NDArray[Any]
@@ -57,6 +62,8 @@ class Block:
     codes: npt.NDArray[np.uint8]
     wheres: list[str]
     tokenized: int = 0
+    loss_mask: npt.NDArray[np.bool_] | None = None
+    untrained: int = 0
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -70,9 +77,45 @@ class Block:
         """The block's documents, one `Document` each."""
         ends = np.cumsum(self.lengths).tolist()
         start = 0
+        mask = self.loss_mask
         for i, end in enumerate(ends):
-            yield Document(self.ids[i], PARTITIONS[int(self.codes[i])], self.tokens[start:end], where=self.wheres[i])
+            part = None if mask is None else mask[start:end]
+            yield Document(self.ids[i], PARTITIONS[int(self.codes[i])], self.tokens[start:end], part, where=self.wheres[i])
             start = end
+
+    def with_masks(self, skip_untrained: bool) -> Block:
+        """This block with each document's position 0 cleared; a document that trains nothing refused, or left out.
+
+        Nothing to do without a mask.  Left-out documents are counted in `untrained`.
+        """
+        if self.loss_mask is None or not len(self):
+            return self
+        mask = self.loss_mask.copy()
+        ends = np.cumsum(self.lengths)
+        starts = ends - self.lengths
+        mask[starts[self.lengths > 0]] = False
+        running = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])
+        trained = running[ends] - running[starts]
+        bad = np.flatnonzero(trained == 0)
+        if not bad.size:
+            return Block(self.tokens, self.lengths, self.ids, self.codes, self.wheres, self.tokenized, mask, self.untrained)
+        if not skip_untrained:
+            first = int(bad[0])
+            raise DataError(untrained_reason(mask[starts[first] : ends[first]], self.label(first)))
+        keep = np.ones(len(self), dtype=np.bool_)
+        keep[bad] = False
+        tokens_kept = np.repeat(keep, self.lengths)
+        picked = np.flatnonzero(keep).tolist()
+        return Block(
+            self.tokens[tokens_kept],
+            self.lengths[keep],
+            [self.ids[i] for i in picked],
+            self.codes[keep],
+            [self.wheres[i] for i in picked],
+            self.tokenized,
+            mask[tokens_kept],
+            self.untrained + int(bad.size),
+        )
 
 
 @dataclass(frozen=True)
@@ -89,6 +132,10 @@ class ReadOptions:
     named_tokenizer: bool = False  # the user named the tokenizer (then a store records it)
     max_line_bytes: int = MAX_LINE_BYTES  # one line (a JSONL row; a text document with per_line) may hold no more
     max_document_bytes: int = MAX_DOCUMENT_BYTES  # one text document (a whole file, a row's text) may hold no more
+    prompt_field: str | None = None  # with completion_field: rows are prompt/completion text pairs (the completion trains)
+    completion_field: str | None = None
+    chat_template: ChatTemplate | None = None  # rows with "messages" are chats rendered by it (assistant turns train)
+    skip_untrained_documents: bool = False  # leave out (and count) documents whose mask trains nothing, else refuse them
 
 
 class ReadKeywords(TypedDict, total=False):
@@ -103,7 +150,12 @@ class ReadKeywords(TypedDict, total=False):
     (a JSONL row, a text line with *per_line*) / one text document (a whole text
     file, a JSONL/Parquet/Arrow/dataset text) may hold, in UTF-8 bytes; a longer one
     is a `DataError` naming the file (and line); lines and whole files are refused
-    before they are held.
+    before they are held.  Loss masks: *prompt_field*/*completion_field* name the
+    text fields of prompt/completion rows (the completion's tokens train);
+    *chat_template* (a `ChatTemplate`, or a template or tokenizer_config.json file)
+    renders rows' ``messages`` (the assistant turns train); token rows may carry
+    ``labels`` (-100 = not trained), ``loss_mask`` or ``assistant_masks``; a
+    document whose mask trains nothing is refused unless *skip_untrained_documents*.
     """
 
     tokenizer: TokenizerSpec
@@ -116,6 +168,10 @@ class ReadKeywords(TypedDict, total=False):
     bin_dtype: str
     max_line_bytes: int
     max_document_bytes: int
+    prompt_field: str | None
+    completion_field: str | None
+    chat_template: ChatTemplate | str | os.PathLike[str] | None
+    skip_untrained_documents: bool
 
 
 def read_options(**keywords: Unpack[ReadKeywords]) -> ReadOptions:
@@ -142,7 +198,22 @@ def read_options(**keywords: Unpack[ReadKeywords]) -> ReadOptions:
     partition = Partition.parse(keywords.get("partition", Partition.TRAIN))
     per_line = bool(keywords.get("per_line", False))
     limits = {name: byte_limit(keywords.get(name, default), name) for name, default in _LIMITS.items()}
-    return ReadOptions(tok, per_line, partition, column, separator, bin_dtype, tok.vocab_size if named else None, named, **limits)
+    prompt, completion = keywords.get("prompt_field"), keywords.get("completion_field")
+    for field_name, value in (("prompt_field", prompt), ("completion_field", completion)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError(f"{field_name}={value!r} must be a non-empty field name")
+    if (prompt is None) != (completion is None):
+        raise ConfigError(
+            f"prompt_field={prompt!r}, completion_field={completion!r}: pass both (prompt/completion rows) or neither"
+        )
+    template = keywords.get("chat_template")
+    chat = template if template is None or isinstance(template, ChatTemplate) else ChatTemplate.from_file(template)
+    skip = bool(keywords.get("skip_untrained_documents", False))
+    vocab = tok.vocab_size if named else None
+    return ReadOptions(
+        tok, per_line, partition, column, separator, bin_dtype, vocab, named, **limits,
+        prompt_field=prompt, completion_field=completion, chat_template=chat, skip_untrained_documents=skip,
+    )  # fmt: skip
 
 
 _LIMITS = {"max_line_bytes": MAX_LINE_BYTES, "max_document_bytes": MAX_DOCUMENT_BYTES}
@@ -180,10 +251,11 @@ def flat_block(
     codes: npt.NDArray[np.uint8],
     wheres: list[str],
     opts: ReadOptions,
+    loss_mask: npt.NDArray[np.bool_] | None = None,
 ) -> Block:
     """Token inputs already flat: check the dtype, the range [0, 2**32) and the declared vocabulary."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    block = Block(tokens, lengths, ids, codes, wheres)
+    block = Block(tokens, lengths, ids, codes, wheres, loss_mask=loss_mask)
     if tokens.dtype.kind not in "ui":
         raise DataError(f"{block.label(0)}: tokens have dtype {tokens.dtype}; token ids must be integers")
     if not (tokens.dtype.kind == "u" and tokens.dtype.itemsize <= 4) and tokens.size:
@@ -196,7 +268,7 @@ def flat_block(
                 f"{block.label(doc)}: token[{at - int(ends[doc] - lengths[doc])}]={int(tokens[at])} is outside [0, 2**32); "
                 "token ids must fit in uint32"
             )
-        block = Block(tokens.astype(np.uint32), lengths, ids, codes, wheres)
+        block = Block(tokens.astype(np.uint32), lengths, ids, codes, wheres, loss_mask=loss_mask)
     check_vocabulary(block.tokens, lengths, block.label, opts.vocab_size, opts.tokenizer.name)
     return block
 

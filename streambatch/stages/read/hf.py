@@ -66,14 +66,28 @@ def iter_hf(
     tokenizer: TokenizerSpec = None,
     partition: Partition | str = Partition.TRAIN,
     batch_size: int = TABLE_ROWS,
+    prompt_field: str | None = None,
+    completion_field: str | None = None,
+    chat_template: Any = None,
+    skip_untrained_documents: bool = False,
 ) -> Iterator[Document]:
     """One document per row of a Hugging Face ``Dataset`` or ``IterableDataset`` (or any iterable of dicts).
 
     Rows hold token ids (``tokens``/``input_ids``) or text (``text``, or *column*)
     tokenized by *tokenizer* in batches; ``id`` and ``partition`` columns are used
-    when present (ids default to the row number).
+    when present (ids default to the row number).  Loss masks come from ``labels``,
+    ``loss_mask`` or ``assistant_masks`` columns, from *prompt_field*/*completion_field*
+    text pairs, or from ``messages`` rendered by *chat_template* (see `read_options`).
     """
-    opts = read_options(tokenizer=tokenizer, partition=partition, column=column)
+    opts = read_options(
+        tokenizer=tokenizer,
+        partition=partition,
+        column=column,
+        prompt_field=prompt_field,
+        completion_field=completion_field,
+        chat_template=chat_template,
+        skip_untrained_documents=skip_untrained_documents,
+    )
     if hasattr(dataset, "with_format"):
         return _iter_hf_tables(dataset.with_format("arrow").iter(batch_size=batch_size), opts)
     if isinstance(dataset, (str, bytes, Mapping)) or not isinstance(dataset, Iterable):
@@ -84,7 +98,8 @@ def iter_hf(
 def _iter_hf_tables(tables: Iterable[Any], opts: ReadOptions) -> Iterator[Document]:
     first = 0
     for table in tables:
-        yield from table_block(validated(table, "dataset", _WHAT), "", None, first, opts).documents()
+        block = table_block(validated(table, "dataset", _WHAT), "", None, first, opts)
+        yield from block.with_masks(opts.skip_untrained_documents).documents()
         first += table.num_rows
 
 
@@ -93,7 +108,7 @@ def _iter_hf_rows(rows: Iterable[Any], opts: ReadOptions, batch_size: int) -> It
     for index, row in enumerate(rows):
         batch.append((f"row {index}", str(index), row))
         if len(batch) == batch_size:
-            yield from rows_block(batch, opts).documents()
+            yield from rows_block(batch, opts).with_masks(opts.skip_untrained_documents).documents()
             batch = []
     if batch:
-        yield from rows_block(batch, opts).documents()
+        yield from rows_block(batch, opts).with_masks(opts.skip_untrained_documents).documents()

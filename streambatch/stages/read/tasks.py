@@ -115,7 +115,12 @@ def _size(path: str) -> int:
 
 
 def run_task(task: Task, opts: ReadOptions) -> Iterator[Block]:
-    """The blocks of one task (lazily); a failed task raises its `DataError`."""
+    """The blocks of one task (lazily), their loss masks checked (`Block.with_masks`); a failed task raises its `DataError`."""
+    for block in _task_blocks(task, opts):
+        yield block.with_masks(opts.skip_untrained_documents)
+
+
+def _task_blocks(task: Task, opts: ReadOptions) -> Iterator[Block]:
     if task.kind == "text":
         yield text_file_block(task.path, task.name, opts)
     elif task.kind == "lines" and task.chunk is not None:
