@@ -216,6 +216,17 @@ class Corpus:
                 out[rows] = shard.target_mask(where[rows] - self.bases[k], length)
         return out
 
+    def mask_at(self, positions: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """The loss-mask bit of each global token position, read from its shard (True where a shard has no mask)."""
+        where = np.asarray(positions, dtype=np.int64)
+        out = np.ones(where.shape, dtype=np.bool_)
+        shards = np.searchsorted(self.bases, where, side="right") - 1
+        for k in np.unique(shards).tolist():
+            if self.shards[k].has_loss_mask:
+                chosen = shards == k
+                out[chosen] = self.shards[k].mask_at(where[chosen] - self.bases[k])
+        return out
+
     def locate_document(self, index: int) -> tuple[int, int]:
         """``(shard, index within the shard)`` of corpus-wide document *index*."""
         shard = int(self.shard_of(index))

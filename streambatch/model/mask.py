@@ -196,3 +196,14 @@ def document_targets(bits: BitArray | None, starts: npt.NDArray[Any], lengths: n
     counts = prefix_counts(bits, np.concatenate([np.minimum(starts + 1, ends), ends]))
     half = starts.size
     return counts[half:] - counts[:half]
+
+
+def bits_at(bits: BitArray, positions: npt.NDArray[Any]) -> BoolArray:
+    """The mask bit of each flat position (any shape).
+
+    >>> bits_at(pack_mask(np.array([1, 0, 1], dtype=bool)), np.array([[2, 1]])).tolist()
+    [[True, False]]
+    """
+    where = np.asarray(positions, dtype=np.intp)
+    found: BoolArray = ((np.asarray(bits)[where >> 3] >> (where & 7).astype(np.uint8)) & 1).astype(np.bool_)
+    return found

@@ -22,7 +22,7 @@ from ..errors import DataError, StoreError
 from .documents import PARTITIONS, Document, Partition
 from .ids import IdLines, json_line
 from .mapped import map_readonly
-from .mask import BitArray, all_trained, check_loss_mask, pack_mask, target_mask, unpack_range
+from .mask import BitArray, all_trained, bits_at, check_loss_mask, pack_mask, target_mask, unpack_range
 from .validate import check_id, check_offsets, check_tokens, check_unique
 
 TokenArray = npt.NDArray[np.uint32] | npt.NDArray[np.uint16]
@@ -257,6 +257,11 @@ class DocumentStore:
         if self.loss_bits is None:
             return None
         return target_mask(self.loss_bits, np.asarray(positions, dtype=np.intp), length)
+
+    def mask_at(self, positions: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """The loss-mask bit of each flat token position (all True without a mask)."""
+        where = np.asarray(positions, dtype=np.intp)
+        return np.ones(where.shape, np.bool_) if self.loss_bits is None else bits_at(self.loss_bits, where)
 
     def shard_of(self, document_indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Shard of each document: always 0 (a store is one shard; see `streambatch.Corpus`)."""

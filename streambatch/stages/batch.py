@@ -40,10 +40,12 @@ class MiniBatch:
     dtype (uint16 or uint32).  ``positions`` holds each row's first token in the
     store; provenance (document index, start, id) is resolved from it on demand.
     ``(epoch, index)`` is the batch's place in a run (`streambatch.Run`); a batch
-    of a lone `Epoch` has ``epoch`` 0.
+    of a lone `Epoch` has ``epoch`` 0.  ``loss_mask`` is ``(width, T)`` bool, True
+    at the targets that train, when the store has a loss mask; None otherwise
+    (every target trains, and nothing more is made).
     """
 
-    __slots__ = ("_located", "epoch", "index", "inputs", "positions", "space", "targets")
+    __slots__ = ("_located", "epoch", "index", "inputs", "loss_mask", "positions", "space", "targets")
 
     def __init__(
         self,
@@ -53,6 +55,7 @@ class MiniBatch:
         positions: npt.NDArray[Any],
         space: WindowSpace,
         epoch: int = 0,
+        loss_mask: npt.NDArray[np.bool_] | None = None,
     ) -> None:
         self.epoch = epoch
         self.index = index
@@ -60,11 +63,12 @@ class MiniBatch:
         self.targets = targets
         self.positions = positions
         self.space = space  # the store and window numbering the rows come from
+        self.loss_mask = loss_mask  # (w, T) bool, or None: every target trains
         self._located: tuple[IntArray, IntArray] | None = None
 
     def in_epoch(self, epoch: int) -> MiniBatch:
         """This batch placed in epoch *epoch* of a run: a new `MiniBatch` sharing the same arrays."""
-        return MiniBatch(self.index, self.inputs, self.targets, self.positions, self.space, epoch)
+        return MiniBatch(self.index, self.inputs, self.targets, self.positions, self.space, epoch, self.loss_mask)
 
     def _locate(self) -> tuple[IntArray, IntArray]:
         if self._located is None:
@@ -120,8 +124,9 @@ class MiniBatch:
 
     @property
     def token_count(self) -> int:
-        """Target tokens in this batch: ``width * T``; the token-mean denominator."""
-        return int(self.targets.size)
+        """Counted targets in this batch, the token-mean denominator: ``width * T``, or ``loss_mask.sum()``."""
+        mask = self.loss_mask
+        return int(self.targets.size) if mask is None else int(np.count_nonzero(mask))
 
     @property
     def document_ids(self) -> list[str]:
@@ -151,7 +156,7 @@ class MiniBatch:
         return self._row(self.targets, row)
 
     def average_token_contributions(self, contributions: Sequence[TokenContribution]) -> TokenMean:
-        """Token mean of exactly one contribution per target token, in row-major order."""
+        """Token mean of exactly one contribution per counted target, in row-major order."""
         items = list(contributions)
         if len(items) != self.token_count:
             raise AccumulationError(
@@ -169,6 +174,7 @@ class MiniBatch:
             and self.partitions == other.partitions
             and np.array_equal(self.inputs, other.inputs)
             and np.array_equal(self.targets, other.targets)
+            and _same_mask(self.loss_mask, other.loss_mask)
             and np.array_equal(self.document_indices, other.document_indices)
             and np.array_equal(self.starts, other.starts)
             and self.document_ids == other.document_ids
@@ -179,3 +185,10 @@ class MiniBatch:
     def __repr__(self) -> str:
         epoch = f"epoch={self.epoch}, " if self.epoch else ""
         return f"MiniBatch({epoch}index={self.index}, shape={self.shape})"
+
+
+def _same_mask(a: npt.NDArray[np.bool_] | None, b: npt.NDArray[np.bool_] | None) -> bool:
+    """Masks equal, None meaning every target trains."""
+    if a is None or b is None:
+        return a is b or bool(np.all(b if a is None else a))
+    return bool(np.array_equal(a, b))

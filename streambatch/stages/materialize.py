@@ -289,9 +289,18 @@ def materialize_one(windows: Windows | Items, index: int | None = None) -> MiniB
             raise ConfigError(f"chunk={windows!r} is not a streambatch.Windows; chunk windows with sb.chunk(windows, batch_size)")
         return view((windows.batch_index or 0) if index is None else index)  # type: ignore[no-any-return]
     positions = windows.positions()
-    inputs, targets = row_gather(windows.space)(positions)
+    space = windows.space
+    inputs, targets = row_gather(space)(positions)
     number = (windows.batch_index or 0) if index is None else index
-    return MiniBatch(number, inputs, targets, positions, windows.space)
+    return MiniBatch(number, inputs, targets, positions, space, loss_mask=window_mask(space.store, positions, inputs.shape[1]))
+
+
+def window_mask(store: Any, positions: npt.NDArray[Any], length: int) -> npt.NDArray[np.bool_] | None:
+    """The ``(w, T)`` loss mask of window rows at *positions* of *store* (a store or corpus); None without a mask."""
+    if not getattr(store, "has_loss_mask", False):
+        return None
+    mask: npt.NDArray[np.bool_] | None = store.target_mask(positions, length)
+    return mask
 
 
 class Batches(Sequence[MiniBatch]):
@@ -348,6 +357,8 @@ def _iter_blocks(chunks: Chunks[Any]) -> Iterator[MiniBatch]:
     space, total = windows.space, len(windows)
     gather = row_gather(space)
     take = gather.take
+    store, length = space.store, space.config.context_length
+    masked = bool(getattr(store, "has_loss_mask", False))  # decided once: the unmasked path makes nothing more
     per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
@@ -357,7 +368,8 @@ def _iter_blocks(chunks: Chunks[Any]) -> Iterator[MiniBatch]:
         for batch in group:
             lo = (batch - group[0]) * size
             inputs, targets = take(rows[lo : lo + size])
-            yield MiniBatch(batch, inputs, targets, positions[lo : lo + size], space)
+            at = positions[lo : lo + size]
+            yield MiniBatch(batch, inputs, targets, at, space, loss_mask=store.target_mask(at, length) if masked else None)
 
 
 @overload

@@ -138,6 +138,21 @@ class MixGather:
         return inputs, targets
 
 
+def mixture_mask(
+    spaces: Sequence[WindowSpace], sources: SourceArray, positions: npt.NDArray[Any], length: int
+) -> npt.NDArray[np.bool_] | None:
+    """The ``(w, T)`` loss mask of a mixture's window rows, each read from its own source; None when no source has one."""
+    if not any(getattr(s.store, "has_loss_mask", False) for s in spaces):
+        return None
+    out = np.ones((sources.size, length), dtype=np.bool_)
+    for s in present(sources):
+        store = spaces[s].store
+        if getattr(store, "has_loss_mask", False):
+            rows = sources == s
+            out[rows] = store.target_mask(positions[rows], length)
+    return out
+
+
 class MixtureBatch(MiniBatch):
     """A `MiniBatch` of a mixture: ``sources[r]`` is row *r*'s source, ``positions[r]`` its start in that source.
 
@@ -158,15 +173,18 @@ class MixtureBatch(MiniBatch):
         spaces: tuple[WindowSpace, ...],
         names: tuple[str, ...],
         epoch: int = 0,
+        loss_mask: npt.NDArray[np.bool_] | None = None,
     ) -> None:
-        super().__init__(index, inputs, targets, positions, spaces[0], epoch)
+        super().__init__(index, inputs, targets, positions, spaces[0], epoch, loss_mask)
         self.sources = sources
         self.spaces = spaces
         self.names = names
 
     def in_epoch(self, epoch: int) -> MixtureBatch:
         """This batch placed in epoch *epoch* of a run: a new batch sharing the same arrays."""
-        return MixtureBatch(self.index, self.inputs, self.targets, self.positions, self.sources, self.spaces, self.names, epoch)
+        return MixtureBatch(
+            self.index, self.inputs, self.targets, self.positions, self.sources, self.spaces, self.names, epoch, self.loss_mask
+        )
 
     def _per_source(self, values: Callable[[WindowSpace, npt.NDArray[Any], npt.NDArray[np.bool_]], Any], dtype: Any) -> Any:
         out = np.zeros(self.sources.size, dtype=dtype)

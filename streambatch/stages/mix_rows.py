@@ -32,7 +32,7 @@ from ..errors import DataError
 from ..model.documents import PARTITIONS, Partition
 from ._pack_gather import id_dtype
 from .mix_batch import SourceArray, present
-from .packed_batch import PackedBatch
+from .packed_batch import PackedBatch, mask_pieces
 from .rows import RowSpace, emit, row_gatherer
 from .window_index import IntArray
 
@@ -148,7 +148,9 @@ class RowsGather:
                 f"{err}; the rows do not belong to their sources' packings (remove the plan files and plan again)"
             ) from None
         *arrays, cu_seqlens, provenance, count, longest = made
-        return self._batch(arrays, (count, cu_seqlens, longest), provenance, sources, numbers, index)
+        batch = self._batch(arrays, (count, cu_seqlens, longest), provenance, sources, numbers, index)
+        mask_pieces(batch, [space.store for space in self.spaces], sources)
+        return batch
 
     def _by_source(self, sources: SourceArray, numbers: IntArray, index: int) -> PackedMixtureBatch:
         """Each source's rows by `emit`, placed at their rows; each source's sequence ends and segment rows moved

@@ -53,7 +53,7 @@ from ..errors import ConfigError, OutOfRangeError
 from .chunk import Chunks
 from .materialize import materialize_one
 from .mix import MixPlan, integer_weights, plan_mix
-from .mix_batch import MixtureBatch, SourceArray, present
+from .mix_batch import MixtureBatch, SourceArray, mixture_mask, present
 from .mix_parts import Part, check_names, check_parts
 from .mix_rows import PackedMixtureBatch
 from .mix_space import MixItem, MixSpace
@@ -232,7 +232,8 @@ class Mixture:
         sources, positions, rows = self._space.rows(self._lo, self._hi)
         inputs, targets = self._space.gather().take(rows)
         spaces = self._space.window_spaces
-        return MixtureBatch(index, inputs, targets, positions, sources, spaces, self._space.names)
+        mask = mixture_mask(spaces, sources, positions, inputs.shape[1])
+        return MixtureBatch(index, inputs, targets, positions, sources, spaces, self._space.names, loss_mask=mask)
 
     def materialize_chunks(self, chunks: Chunks[Mixture]) -> Iterator[MixtureBatch | PackedMixtureBatch]:
         """Every batch of *chunks* (of this mixture), consecutive batches located and checked a block at a time.
@@ -249,6 +250,7 @@ class Mixture:
             yield from self._packed_chunks(size, batches)
             return
         gather, spaces = space.gather(), space.window_spaces
+        masked = any(getattr(s.store, "has_loss_mask", False) for s in spaces)  # decided once
         per = max(1, _BLOCK_ROWS // size)
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
@@ -258,7 +260,9 @@ class Mixture:
                 first = batch * size - lo
                 cut = slice(first, min(first + size, hi - lo))
                 inputs, targets = gather.take((rows[0][cut],) if len(rows) == 1 else tuple(r[cut] for r in rows))
-                yield MixtureBatch(batch, inputs, targets, positions[cut], sources[cut], spaces, space.names)
+                at, of = positions[cut], sources[cut]
+                mask = mixture_mask(spaces, of, at, inputs.shape[1]) if masked else None
+                yield MixtureBatch(batch, inputs, targets, at, of, spaces, space.names, loss_mask=mask)
 
     def _packed_chunks(self, size: int, batches: range) -> Iterator[PackedMixtureBatch]:
         """Consecutive packed batches: sources and row numbers located a block of batches at a time."""

@@ -61,7 +61,6 @@ class PackedBatch(MiniBatch):
     __slots__ = (
         "_segments",
         "cu_seqlens",
-        "loss_mask",
         "max_seqlen",
         "position_ids",
         "row_space",
@@ -228,3 +227,30 @@ class PackedBatch(MiniBatch):
 def _slots(cls: type) -> tuple[str, ...]:
     """Every slot of *cls* and its bases (a subclass such as a packed mixture batch adds its own)."""
     return tuple(name for klass in cls.__mro__ for name in getattr(klass, "__slots__", ()))
+
+
+def mask_pieces(batch: PackedBatch, stores: Sequence[Any], sources: npt.NDArray[Any] | None = None) -> PackedBatch:
+    """AND *batch*'s ``loss_mask`` with its documents' loss masks at every real target, and recount (in place).
+
+    *stores* are the sources' stores (one for a packing of one source); *sources*
+    the source of each row (a mixture).  Nothing happens when no store has a mask.
+    """
+    if not any(getattr(store, "has_loss_mask", False) for store in stores):
+        return batch
+    rows, documents, starts, _ = batch._provenance()
+    width = batch.inputs.shape[0]
+    real_rows, real_cols = np.nonzero(batch.loss_mask)
+    first = np.searchsorted(rows, np.arange(width), side="left")  # each row's first segment (provenance is row by row)
+    segment = first[real_rows] + batch.segment_ids[real_rows, real_cols].astype(np.int64)
+    offset = starts[segment] + batch.position_ids[real_rows, real_cols].astype(np.int64) + 1  # the target, in its document
+    keep = np.ones(real_rows.size, dtype=np.bool_)
+    owner = np.zeros(real_rows.size, dtype=np.int64) if sources is None else np.asarray(sources)[real_rows]
+    for s, store in enumerate(stores):
+        if getattr(store, "has_loss_mask", False):
+            chosen = owner == s
+            keep[chosen] = store.mask_at(store.starts[documents[segment[chosen]]] + offset[chosen])
+    mask = np.array(batch.loss_mask, dtype=np.bool_)  # a fresh array: the kernel's may be shared or read-only
+    mask[real_rows[~keep], real_cols[~keep]] = False
+    batch.loss_mask = mask
+    batch.target_count = int(real_rows.size - np.count_nonzero(~keep))
+    return batch

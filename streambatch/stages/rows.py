@@ -30,7 +30,7 @@ from ._pack_gather import PackedArrays, gather_segments
 from .items import PlannedItems
 from .pack import PackedRows, PackReport, pack_lengths
 from .pack_file import packing_file
-from .packed_batch import PackedBatch
+from .packed_batch import PackedBatch, mask_pieces
 from .span import spanning_tokens
 from .window_index import IntArray, WindowConfig
 
@@ -147,8 +147,8 @@ def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
             arrays = gather_rows(space, numbers)
         except OutOfRangeError as err:  # the same refusal as the C gather's
             raise _refused(err) from None
-        return PackedBatch(index, arrays, numbers, space)
-    return PackedBatch.from_kernel(index, _gather(gatherer, numbers), numbers, space)
+        return mask_pieces(PackedBatch(index, arrays, numbers, space), (space.store,))
+    return mask_pieces(PackedBatch.from_kernel(index, _gather(gatherer, numbers), numbers, space), (space.store,))
 
 
 def row_gatherer(space: RowSpace) -> Any:
@@ -184,6 +184,8 @@ def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[Packed
     gatherer = row_gatherer(space)
     per = max(1, _BLOCK_ROWS // batch_size) if batches.step == 1 else 1
     make = PackedBatch.from_kernel
+    stores = (space.store,)
+    masked = bool(getattr(space.store, "has_loss_mask", False))  # decided once: the unmasked path does nothing more
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
         base = group[0] * batch_size
@@ -191,13 +193,14 @@ def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[Packed
         for at, batch in zip(range(0, numbers.size, batch_size), group, strict=True):
             chunk = numbers[at : at + batch_size]
             if gatherer is False:
-                yield PackedBatch(batch, gather_rows(space, chunk), chunk, space)
-                continue
-            try:
-                outputs = gatherer.gather(chunk)
-            except ValueError as err:
-                raise _refused(err) from None
-            yield make(batch, outputs, chunk, space)
+                made = PackedBatch(batch, gather_rows(space, chunk), chunk, space)
+            else:
+                try:
+                    outputs = gatherer.gather(chunk)
+                except ValueError as err:
+                    raise _refused(err) from None
+                made = make(batch, outputs, chunk, space)
+            yield mask_pieces(made, stores) if masked else made
 
 
 def _gatherer(space: RowSpace) -> Any:
