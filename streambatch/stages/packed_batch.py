@@ -238,19 +238,26 @@ def mask_pieces(batch: PackedBatch, stores: Sequence[Any], sources: npt.NDArray[
     if not any(getattr(store, "has_loss_mask", False) for store in stores):
         return batch
     rows, documents, starts, _ = batch._provenance()
-    width = batch.inputs.shape[0]
-    real_rows, real_cols = np.nonzero(batch.loss_mask)
+    width, length = batch.inputs.shape
+    mask = np.array(batch.loss_mask, dtype=np.bool_).reshape(-1)  # a fresh array: the kernel's may be shared or read-only
+    real = np.flatnonzero(mask)
     first = np.searchsorted(rows, np.arange(width), side="left")  # each row's first segment (provenance is row by row)
-    segment = first[real_rows] + batch.segment_ids[real_rows, real_cols].astype(np.int64)
-    offset = starts[segment] + batch.position_ids[real_rows, real_cols].astype(np.int64) + 1  # the target, in its document
-    keep = np.ones(real_rows.size, dtype=np.bool_)
-    owner = np.zeros(real_rows.size, dtype=np.int64) if sources is None else np.asarray(sources)[real_rows]
+    segment = first[real // length] + batch.segment_ids.reshape(-1)[real]
+    owner = None if sources is None else np.asarray(sources)[rows]  # each segment's source
+    keep = np.ones(real.size, dtype=np.bool_)
     for s, store in enumerate(stores):
-        if getattr(store, "has_loss_mask", False):
-            chosen = owner == s
-            keep[chosen] = store.mask_at(store.starts[documents[segment[chosen]]] + offset[chosen])
-    mask = np.array(batch.loss_mask, dtype=np.bool_)  # a fresh array: the kernel's may be shared or read-only
-    mask[real_rows[~keep], real_cols[~keep]] = False
-    batch.loss_mask = mask
-    batch.target_count = int(real_rows.size - np.count_nonzero(~keep))
+        if not getattr(store, "has_loss_mask", False):
+            continue
+        if owner is None:
+            base = store.starts[documents] + starts + 1  # each segment's first target, in the flat token space
+            keep[:] = store.mask_at(base[segment] + batch.position_ids.reshape(-1)[real])
+            continue
+        mine = owner == s
+        base = np.zeros(documents.size, dtype=np.int64)
+        base[mine] = store.starts[documents[mine]] + starts[mine] + 1
+        chosen = mine[segment]
+        keep[chosen] = store.mask_at(base[segment[chosen]] + batch.position_ids.reshape(-1)[real[chosen]])
+    mask[real[~keep]] = False
+    batch.loss_mask = mask.reshape(width, length)
+    batch.target_count = int(real.size - np.count_nonzero(~keep))
     return batch

@@ -5,7 +5,9 @@ A packed batch (`streambatch.stages.packed_batch.PackedBatch`) becomes a
 ``position_ids``, ``cu_seqlens`` and ``max_seqlen``; converted to a signed
 dtype (the default ``torch.long``) its targets hold `IGNORE_INDEX` (-100,
 ``cross_entropy``'s default ``ignore_index``) at padding, so a summed loss and
-the token count (``token_count``: real targets) never include padding.
+the token count (``token_count``: real targets) never include padding.  A
+batch with a loss mask (window or packed) holds `IGNORE_INDEX` at its masked
+targets too, and carries ``loss_mask``.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ IGNORE_INDEX = -100
 def as_tensors(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) -> tuple[torch.Tensor, torch.Tensor]:
     """``(inputs, targets)`` as tensors.
 
-    Packed batches: with a signed *dtype* the targets hold `IGNORE_INDEX` at
-    padding.  With ``dtype=None`` the tensors share memory with the batch's numpy buffers
+    With a signed *dtype* the targets hold `IGNORE_INDEX` wherever ``loss_mask``
+    is False (packed padding, masked targets).  With ``dtype=None`` the tensors share memory with the batch's numpy buffers
     (zero-copy, in the store's dtype: torch.uint16 or torch.uint32).  The default
     ``dtype=torch.long`` is the one explicit conversion embedding layers and
     ``cross_entropy`` need; it copies once.
@@ -35,8 +37,9 @@ def as_tensors(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) -> t
     if dtype is None:
         return inputs, targets
     inputs, targets = inputs.to(dtype), targets.to(dtype)
-    if isinstance(batch, PackedBatch) and dtype.is_signed and batch.pad_count:
-        targets.masked_fill_(~torch.from_numpy(batch.loss_mask), IGNORE_INDEX)
+    mask = batch.loss_mask
+    if mask is not None and dtype.is_signed and batch.token_count < mask.size:
+        targets.masked_fill_(~torch.from_numpy(mask), IGNORE_INDEX)
     return inputs, targets
 
 
@@ -49,8 +52,8 @@ class TensorBatch:
     targets: torch.Tensor
     positions: torch.Tensor
     epoch: int = 0
+    loss_mask: torch.Tensor | None = None  # packed batches, and batches of a store with a loss mask
     # packed batches only (None in window mode): see streambatch.stages.packed_batch
-    loss_mask: torch.Tensor | None = None
     segment_ids: torch.Tensor | None = None
     position_ids: torch.Tensor | None = None
     cu_seqlens: torch.Tensor | None = None
@@ -61,8 +64,8 @@ class TensorBatch:
 
     @property
     def packed(self) -> bool:
-        """True for a packed batch (it has a loss mask, segment and position ids)."""
-        return self.loss_mask is not None
+        """True for a packed batch (it has segment and position ids)."""
+        return self.segment_ids is not None
 
     @property
     def width(self) -> int:
@@ -71,7 +74,7 @@ class TensorBatch:
 
     @property
     def token_count(self) -> int:
-        """Real target tokens present: ``width * T``, or ``loss_mask.sum()`` for a packed batch."""
+        """Counted targets present: ``width * T``, or ``loss_mask.sum()`` (packed, or masked)."""
         return int(self.targets.numel()) if self.loss_mask is None else int(self.loss_mask.sum())
 
     def _map(self, move: str, **options: object) -> TensorBatch:
@@ -100,7 +103,7 @@ def tensor_batch(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) ->
     mixed = None if sources is None else torch.from_numpy(np.array(sources))  # a copy: w bytes, and writable
     wrapped = TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch, sources=mixed)
     if not isinstance(batch, PackedBatch):
-        return wrapped
+        return wrapped if batch.loss_mask is None else replace(wrapped, loss_mask=torch.from_numpy(batch.loss_mask))
     return replace(
         wrapped,
         loss_mask=torch.from_numpy(batch.loss_mask),

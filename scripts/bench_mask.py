@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Loss masks: what they cost, measured in one interleaved run (medians of the repeats).
+
+    python scripts/bench_mask.py                 # ~8M tokens, 5 repeats
+    python scripts/bench_mask.py --tokens 2e6 --repeats 3
+
+1. Emission: window and packed batches of the same store with and without a loss
+   mask (random, ~half the targets), unmasked and masked runs interleaved repeat
+   by repeat; reported as target tokens/s and masked / unmasked.
+2. Store growth: the bytes a mask adds to a store on disk, in bits per token.
+3. prepare of prompt/completion JSONL with a BPE tokenizer (trained here, offline,
+   with the tokenizers library) against prepare of the same texts as plain
+   ``text`` rows (no mask); reported as tokens/s and masked / unmasked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import streambatch as sb
+
+WORDS = "the of and to in is was for on that with as by at from his her it an be this which or are had not but".split()
+
+
+def _corpus(tokens: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.lognormal(np.log(1500), 1.0, size=tokens // 1000 + 1).astype(np.int64), 2, 50_000)
+    lengths = lengths[np.cumsum(lengths) <= tokens]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    flat = rng.integers(0, 50_257, int(offsets[-1]), dtype=np.uint16)
+    mask = rng.random(flat.size) < 0.5
+    return flat, offsets, mask
+
+
+def _emit(make: Callable[[], object]) -> tuple[float, int]:
+    start = time.perf_counter()
+    count = 0
+    for batch in sb.materialize(make()):  # type: ignore[call-overload]
+        count += batch.targets.size
+        _ = batch.loss_mask
+    return time.perf_counter() - start, count
+
+
+def emission(tokens: int, repeats: int, T: int, B: int) -> dict[str, float]:
+    flat, offsets, mask = _corpus(tokens, 1)
+    plain = sb.DocumentStore.from_arrays(flat, offsets)
+    masked = sb.DocumentStore.from_arrays(flat, offsets, loss_mask=mask)
+    out: dict[str, float] = {}
+    for kind in ("windows", "packed"):
+        items = {}
+        for name, store in (("unmasked", plain), ("masked", masked)):
+            if kind == "windows":
+                items[name] = sb.shuffle(sb.windows(store, context_length=T, stride=T), seed=7)
+            else:
+                items[name] = sb.shuffle(sb.pack(store, context_length=T), seed=7)
+        times: dict[str, list[float]] = {"unmasked": [], "masked": []}
+        counts = {}
+        for _ in range(repeats):
+            for name in ("unmasked", "masked"):  # interleaved, same order each repeat
+                seconds, counts[name] = _emit(lambda n=name: sb.chunk(items[n], B))  # type: ignore[misc]
+                times[name].append(seconds)
+        rates = {n: counts[n] / statistics.median(times[n]) for n in times}
+        out[f"{kind} unmasked tokens/s"] = rates["unmasked"]
+        out[f"{kind} masked tokens/s"] = rates["masked"]
+        out[f"{kind} masked/unmasked"] = rates["masked"] / rates["unmasked"]
+    return out
+
+
+def growth(folder: Path, tokens: int) -> dict[str, float]:
+    flat, offsets, mask = _corpus(tokens, 2)
+    sb.write_store(folder / "plain", sb.DocumentStore.from_arrays(flat, offsets))
+    sb.write_store(folder / "masked", sb.DocumentStore.from_arrays(flat, offsets, loss_mask=mask))
+    size = {n: sum(f.stat().st_size for f in (folder / n).iterdir()) for n in ("plain", "masked")}
+    return {"store growth bits/token": 8 * (size["masked"] - size["plain"]) / flat.size}
+
+
+def _texts(count: int, seed: int) -> list[tuple[str, str]]:
+    rng = np.random.default_rng(seed)
+    words = np.array(WORDS)
+    pairs = []
+    for _ in range(count):
+        prompt = " ".join(words[rng.integers(0, words.size, int(rng.integers(20, 80)))])
+        completion = " ".join(words[rng.integers(0, words.size, int(rng.integers(40, 200)))])
+        pairs.append((prompt, completion))
+    return pairs
+
+
+def prepare_rates(folder: Path, count: int, repeats: int) -> dict[str, float]:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    pairs = _texts(count, 3)
+    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["[UNK]", "<eos>"])
+    tokenizer.train_from_iterator((p + " " + c for p, c in pairs[:2000]), trainer)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    with open(folder / "pc.jsonl", "w") as handle:
+        for p, c in pairs:
+            handle.write(json.dumps({"prompt": p, "completion": " " + c}) + "\n")
+    with open(folder / "text.jsonl", "w") as handle:
+        for p, c in pairs:
+            handle.write(json.dumps({"text": p + " " + c}) + "\n")
+    common = {"tokenizer": str(folder / "tokenizer.json"), "bos_id": None, "eos_id": 1, "quiet": True}
+    times: dict[str, list[float]] = {"unmasked": [], "masked": []}
+    tokens = {}
+    for _ in range(repeats):
+        start = time.perf_counter()
+        store = sb.prepare_store([folder / "text.jsonl"], folder / "s-text", **common)  # type: ignore[arg-type]
+        times["unmasked"].append(time.perf_counter() - start)
+        tokens["unmasked"] = store.token_count
+        start = time.perf_counter()
+        store = sb.prepare_store(
+            [folder / "pc.jsonl"], folder / "s-pc", prompt_field="prompt", completion_field="completion", **common  # type: ignore[arg-type]
+        )
+        times["masked"].append(time.perf_counter() - start)
+        tokens["masked"] = store.token_count
+    rates = {n: tokens[n] / statistics.median(times[n]) for n in times}
+    return {
+        "prepare unmasked tokens/s": rates["unmasked"],
+        "prepare prompt/completion tokens/s": rates["masked"],
+        "prepare masked/unmasked": rates["masked"] / rates["unmasked"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=float, default=8e6, help="tokens of the emission corpus")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--context-length", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--documents", type=int, default=20_000, help="prompt/completion rows for prepare")
+    args = parser.parse_args()
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        results.update(emission(int(args.tokens), args.repeats, args.context_length, args.batch_size))
+        results.update(growth(folder, int(args.tokens) // 4))
+        results.update(prepare_rates(folder, args.documents, args.repeats))
+    for key, value in results.items():
+        print(f"{key:40s} {value:,.3f}" if value < 100 else f"{key:40s} {value:,.0f}")
+
+
+if __name__ == "__main__":
+    main()
