@@ -1,4 +1,4 @@
-"""Tests for loss masks from readers (`streambatch.stages.read.masks`): labels, 0/1 masks, prompt/completion, chats."""
+"""Tests for loss masks from readers (`streambatch.read.masks`): labels, 0/1 masks, prompt/completion, chats."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import streambatch as sb
-from streambatch.stages.read.hf import iter_hf
-from streambatch.stages.read.jsonl import iter_records
-from streambatch.stages.read.masks import ChatTemplate
+from streambatch.read.hf import iter_hf
+from streambatch.read.jsonl import iter_records
+from streambatch.read.masks import ChatTemplate
 
 TEMPLATE = (  # no {% generation %}: the mask comes from rendering prefixes
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"
