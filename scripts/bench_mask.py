@@ -27,7 +27,7 @@ import numpy as np
 
 import streambatch as sb
 
-WORDS = "the of and to in is was for on that with as by at from his her it an be this which or are had not but".split()
+WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "it", "an", "be"]
 
 
 def _corpus(tokens: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -65,7 +65,7 @@ def emission(tokens: int, repeats: int, T: int, B: int) -> dict[str, float]:
         counts = {}
         for _ in range(repeats):
             for name in ("unmasked", "masked"):  # interleaved, same order each repeat
-                seconds, counts[name] = _emit(lambda n=name: sb.chunk(items[n], B))  # type: ignore[misc]
+                seconds, counts[name] = _emit(lambda n=name, i=items: sb.chunk(i[n], B))  # type: ignore[misc]
                 times[name].append(seconds)
         rates = {n: counts[n] / statistics.median(times[n]) for n in times}
         out[f"{kind} unmasked tokens/s"] = rates["unmasked"]
@@ -118,7 +118,11 @@ def prepare_rates(folder: Path, count: int, repeats: int) -> dict[str, float]:
         tokens["unmasked"] = store.token_count
         start = time.perf_counter()
         store = sb.prepare_store(
-            [folder / "pc.jsonl"], folder / "s-pc", prompt_field="prompt", completion_field="completion", **common  # type: ignore[arg-type]
+            [folder / "pc.jsonl"],
+            folder / "s-pc",
+            prompt_field="prompt",
+            completion_field="completion",
+            **common,  # type: ignore[arg-type]
         )
         times["masked"].append(time.perf_counter() - start)
         tokens["masked"] = store.token_count

@@ -194,7 +194,9 @@ def _write(
             if isinstance(outcome, str):
                 raise DataError(outcome)
             for block in outcome:
-                writer.add_block(block.tokens, block.lengths, block.ids, block.codes, wheres=block.wheres, loss_mask=block.loss_mask)
+                writer.add_block(
+                    block.tokens, block.lengths, block.ids, block.codes, wheres=block.wheres, loss_mask=block.loss_mask
+                )
                 _count(count, block, opts)
                 progress.add(len(block), int(block.tokens.size))
         except DataError as err:

@@ -64,7 +64,13 @@ def test_prompt_completion_pairs(tmp_path: Path) -> None:
     """The completion's tokens (and eos) train; the prompt's and bos never do."""
     rows = [{"q": "ab", "a": "cde"}]
     store = sb.prepare_store(
-        [_write(tmp_path / "p.jsonl", rows)], tmp_path / "s", prompt_field="q", completion_field="a", bos_id=1, eos_id=2, quiet=True
+        [_write(tmp_path / "p.jsonl", rows)],
+        tmp_path / "s",
+        prompt_field="q",
+        completion_field="a",
+        bos_id=1,
+        eos_id=2,
+        quiet=True,
     )
     assert store.document(0).tokens.tolist() == [1, 97, 98, 99, 100, 101, 2]
     assert store.loss_mask(0).tolist() == [False, False, False, True, True, True, True]
@@ -79,7 +85,9 @@ def test_chat_template_mask_equals_one_by_hand(tmp_path: Path) -> None:
         [_write(tmp_path / "c.jsonl", rows)], tmp_path / "s", chat_template=str(template), bos_id=None, eos_id=None, quiet=True
     )
     text = bytes(store.document(0).tokens.astype(np.uint8)).decode()
-    expected_text = "<s><|system|>be brief<|end|>\n<|user|>hi<|end|>\n<|assistant|>hello<|end|>\n<|user|>2+2?<|end|>\n<|assistant|>4<|end|>\n"
+    expected_text = (
+        "<s><|system|>be brief<|end|>\n<|user|>hi<|end|>\n<|assistant|>hello<|end|>\n<|user|>2+2?<|end|>\n<|assistant|>4<|end|>\n"
+    )
     assert text == expected_text
     by_hand = np.zeros(len(text), bool)
     for answer in ("hello<|end|>\n", "4<|end|>\n"):

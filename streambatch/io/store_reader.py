@@ -156,7 +156,11 @@ def open_store_at(dfd: int, root: Path, verify: bool, *, check_ids: bool = True)
         bits = None
         if mask_file is not None:
             size = mask_bytes(tokens_count)
-            bits = map_readonly(mask_file.fileno(), np.dtype(np.uint8), size, str(root / LOSS_MASK)) if size else np.zeros(0, np.uint8)
+            bits = (
+                map_readonly(mask_file.fileno(), np.dtype(np.uint8), size, str(root / LOSS_MASK))
+                if size
+                else np.zeros(0, np.uint8)
+            )
     tokenizer = header_tokenizer(header, header_path)
     # starts: a view of the offsets (no copy: 8 bytes per document less)
     return DocumentStore.from_checked(tokens, offsets[:-1], np.diff(offsets), ids, codes, fingerprint, tokenizer, bits)

@@ -45,9 +45,7 @@ def check_loss_mask(mask: Any, length: int, where: str) -> BoolArray:
     except (TypeError, ValueError) as err:
         raise DataError(f"{where}: loss_mask is not a flat sequence of bools ({err}); pass one bool per token") from None
     if array.ndim != 1 or (array.size and array.dtype.kind not in "biu"):
-        raise DataError(
-            f"{where}: loss_mask has dtype {array.dtype} and shape {array.shape}; pass one bool (or 0/1) per token"
-        )
+        raise DataError(f"{where}: loss_mask has dtype {array.dtype} and shape {array.shape}; pass one bool (or 0/1) per token")
     if array.size != length:
         raise DataError(f"{where}: loss_mask has {array.size} entries for {length} tokens; pass one bool per token")
     if array.dtype.kind != "b" and array.size:
@@ -143,7 +141,8 @@ def target_mask(bits: BitArray, positions: npt.NDArray[Any], length: int) -> Boo
     size = int(bits.size)
     if size < span:  # a store of very few tokens: unpack it all
         flat = np.unpackbits(np.asarray(bits), bitorder="little").view(np.bool_)
-        return flat[first[:, None] + np.arange(length)]
+        small: BoolArray = flat[first[:, None] + np.arange(length)]
+        return small
     start = np.minimum(first >> 3, size - span)  # rows near the end read the last `span` bytes
     shift = first - (start << 3)
     record = np.dtype((np.void, span))
@@ -153,7 +152,8 @@ def target_mask(bits: BitArray, positions: npt.NDArray[Any], length: int) -> Boo
     width = 8 * span
     offsets = width - length + 1
     shifted = np.lib.stride_tricks.as_strided(unpacked, shape=(n, offsets, length), strides=(width, 1, 1), writeable=False)
-    return shifted[np.arange(n), shift].view(np.bool_)
+    found: BoolArray = shifted[np.arange(n), shift].view(np.bool_)
+    return found
 
 
 def prefix_counts(bits: BitArray, positions: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
@@ -190,12 +190,14 @@ def document_targets(bits: BitArray | None, starts: npt.NDArray[Any], lengths: n
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if bits is None:
-        return np.maximum(lengths - 1, 0)
+        whole: npt.NDArray[np.int64] = np.maximum(lengths - 1, 0)
+        return whole
     starts = np.asarray(starts, dtype=np.int64)
     ends = starts + lengths
     counts = prefix_counts(bits, np.concatenate([np.minimum(starts + 1, ends), ends]))
     half = starts.size
-    return counts[half:] - counts[:half]
+    targets: npt.NDArray[np.int64] = counts[half:] - counts[:half]
+    return targets
 
 
 def bits_at(bits: BitArray, positions: npt.NDArray[Any]) -> BoolArray:

@@ -91,7 +91,9 @@ class DocumentStore:
         check_unique(ids, labels)
         bits = None
         if any(m is not None for m in masks):
-            bits = pack_mask(np.concatenate([all_trained(a.size) if m is None else m for a, m in zip(arrays, masks, strict=True)]))
+            bits = pack_mask(
+                np.concatenate([all_trained(a.size) if m is None else m for a, m in zip(arrays, masks, strict=True)])
+            )
         lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
         starts = np.zeros(len(arrays), dtype=np.int64)
         if len(arrays) > 1:
@@ -261,7 +263,10 @@ class DocumentStore:
     def mask_at(self, positions: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """The loss-mask bit of each flat token position (all True without a mask)."""
         where = np.asarray(positions, dtype=np.intp)
-        return np.ones(where.shape, np.bool_) if self.loss_bits is None else bits_at(self.loss_bits, where)
+        found: npt.NDArray[np.bool_] = (
+            np.ones(where.shape, np.bool_) if self.loss_bits is None else bits_at(self.loss_bits, where)
+        )
+        return found
 
     def shard_of(self, document_indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Shard of each document: always 0 (a store is one shard; see `streambatch.Corpus`)."""
@@ -313,7 +318,7 @@ class DocumentStore:
     def loss_mask(self, index: int) -> npt.NDArray[np.bool_]:
         """Document *index*'s effective loss mask (position 0 False; every other True without a store mask)."""
         start, length = int(self.starts[index]), int(self.lengths[index])
-        mask = unpack_range(self.loss_bits, start, length).copy()
+        mask: npt.NDArray[np.bool_] = unpack_range(self.loss_bits, start, length).copy()
         mask[:1] = False
         return mask
 

@@ -182,10 +182,10 @@ def _compile(source: str, name: str) -> Any:
     from jinja2.ext import Extension
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    class Generation(Extension):  # type: ignore[misc]
+    class Generation(Extension):
         """HF's ``{% generation %}`` tag: renders its body (the mask comes from prefixes anyway)."""
 
-        tags = {"generation"}
+        tags = {"generation"}  # noqa: RUF012 - jinja2 declares it a set
 
         def parse(self, parser: Any) -> Any:
             lineno = next(parser.stream).lineno
@@ -195,7 +195,9 @@ def _compile(source: str, name: str) -> Any:
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
-    def tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False) -> str:
+    def tojson(
+        value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
+    ) -> str:
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, "jinja2.ext.loopcontrols"])

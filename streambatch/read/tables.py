@@ -78,7 +78,6 @@ def _text_rows(names: list[str], opts: ReadOptions) -> bool:
 def _rows_block(table: Any, names: list[str], path: str, name: str | None, first_row: int, opts: ReadOptions) -> Block:
     """The table's rows as dicts of the fields a text row uses, through `rows_block`."""
 
-
     fields = [f for f in ("id", "partition", "messages", opts.prompt_field, opts.completion_field) if f and f in names]
     rows = table.select(fields).to_pylist()
     shown = short_path(path) if path else ""
@@ -103,7 +102,9 @@ def _mask_column(table: Any, names: list[str], lengths: Any, wheres: list[str], 
     sizes = values.value_lengths().to_numpy(zero_copy_only=False)
     if not np.array_equal(sizes, lengths):
         at = int(np.argmax(sizes != lengths))
-        raise DataError(f"{wheres[at]}: {key} has {int(sizes[at])} entries for {int(lengths[at])} tokens; align it with the tokens")
+        raise DataError(
+            f"{wheres[at]}: {key} has {int(sizes[at])} entries for {int(lengths[at])} tokens; align it with the tokens"
+        )
     flat = values.flatten().to_numpy(zero_copy_only=False)
     ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
     where = wheres[0] if wheres else key

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
+import numpy as np
+import numpy.typing as npt
+
 from ..errors import ConfigError
 from ..items.pack.rows import Rows, iter_batches
 from ..items.protocol import Items

@@ -146,7 +146,7 @@ def mixture_mask(
         return None
     out = np.ones((sources.size, length), dtype=np.bool_)
     for s in present(sources):
-        store = spaces[s].store
+        store: Any = spaces[s].store
         if getattr(store, "has_loss_mask", False):
             rows = sources == s
             out[rows] = store.target_mask(positions[rows], length)

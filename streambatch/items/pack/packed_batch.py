@@ -58,6 +58,8 @@ class PackedBatch(MiniBatch):
     (one pass of the C gather, or the numpy gather); ``sequence_is_pad`` is read from them on use.
     """
 
+    loss_mask: npt.NDArray[np.bool_]  # always made: True at real targets
+
     __slots__ = (
         "_segments",
         "cu_seqlens",
