@@ -79,12 +79,14 @@ def test_an_output_far_larger_than_the_corpus_is_announced_with_the_stride_hint(
     estimate = re.search(r"\(([\d.]+) (kB|B|MB) as jsonl\)", warning)
     assert estimate is not None
     size = out.stat().st_size
-    assert re.fullmatch(rf"streambatch: wrote \d+ batches \(.*\) to .*x\.jsonl", summary)
+    assert re.fullmatch(r"streambatch: wrote \d+ batches \(.*\) to .*x\.jsonl", summary)
     shown = float(estimate[1]) * {"B": 1, "kB": 1e3, "MB": 1e6}[estimate[2]]
     assert 0.5 * size <= shown <= 2 * size  # the estimate is the first record's size times the batches
 
 
-def test_non_overlapping_windows_write_without_a_warning(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_non_overlapping_windows_write_without_a_warning(
+    source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "x.jsonl"
     status, _, err = _run(["epoch", str(source), "-T", "3", "--stride", "3", "-B", "2", "--seed", "1", "-o", str(out)], capsys)
     assert status == 0
@@ -107,7 +109,7 @@ def test_arrow_output_holds_the_json_records_fields(
     assert len(got) == len(expected)
     for record, want in zip(got, expected, strict=True):
         assert list(record) == list(want)  # the same fields, in the same order
-        assert {k: v for k, v in record.items()} == want
+        assert record == want
     table = ipc.open_stream(str(arrow)).read_all()
     flat = table.column("inputs").combine_chunks().flatten().flatten().to_numpy()
     assert flat.dtype.kind == "u"  # the store's token dtype, no Python object per token
