@@ -12,7 +12,7 @@ import pytest
 
 import streambatch as sb
 from streambatch.cli import main
-from streambatch.stages.read.select import select_inputs
+from streambatch.read.select import select_inputs
 
 
 @pytest.fixture

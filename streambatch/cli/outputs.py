@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..stages.batch import MiniBatch
-from ..stages.read.tokenizers import require
+from ..read.tokenizers import require
 from .records import batch_line, batch_record, record_arrays
 
 FORMATS = ("jsonl", "arrow")
