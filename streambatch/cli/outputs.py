@@ -27,8 +27,8 @@ from typing import IO, Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..stages.batch import MiniBatch
 from ..read.tokenizers import require
+from ..stages.batch import MiniBatch
 from .records import batch_line, batch_record, record_arrays
 
 FORMATS = ("jsonl", "arrow")
