@@ -32,7 +32,7 @@ from .model.store import DocumentStore
 from .model.validate import check_vocabulary, short
 from .read.bin import check_bin_separator
 from .read.blocks import Block, ReadKeywords, ReadOptions, documents, read_options
-from .read.select import InputFile, parse_shard, select_inputs
+from .read.select import InputFile, Selected, parse_shard, select_inputs
 from .read.tasks import Task, file_tasks, run_task
 from .read.workers import Outcome, capped_workers, check_main_guard, check_shareable, run_tasks
 
@@ -73,7 +73,7 @@ def _selected(
     exclude: Sequence[str],
     shard: str | tuple[int, int] | None,
     opts: ReadOptions,
-) -> list[InputFile]:
+) -> Selected:
     files = select_inputs(inputs, include=include, exclude=exclude, shard=shard)
     first_bin = next((f for f in files if f.kind == "bin"), None)
     if first_bin is not None:  # before any work, not at the first .bin
@@ -161,10 +161,18 @@ def prepare_store(
         print(
             f"prepare: {_count_of(len(files) - len(skipped), 'file')}, {_count_of(len(store), 'document')}, "
             f"{store.token_count:,} tokens, "
-            f"{len(skipped)} skipped, {untrained}{seconds:.2f} s ({store.token_count / max(seconds, 1e-9):,.0f} tokens/s)",
+            f"{len(skipped)} skipped, {untrained}{_left_out(files)}{seconds:.2f} s "
+            f"({store.token_count / max(seconds, 1e-9):,.0f} tokens/s)",
             file=sys.stderr,
         )
     return store
+
+
+def _left_out(files: Selected) -> str:
+    """The summary's note of binary files a folder walk passed over (none: nothing)."""
+    if not files.left_out:
+        return ""
+    return f"{_count_of(len(files.left_out), 'binary file')} in folders left out (e.g. {short_path(files.left_out[0])}), "
 
 
 def _count_of(count: int, noun: str) -> str:
