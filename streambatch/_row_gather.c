@@ -26,8 +26,11 @@
  * position (4 for the tokens, 2 + 2 for the ids, 1 for the mask) where a
  * window batch writes 4.
  *
- * Gatherer(tokens, starts, lengths, full_docs, full_ends, offsets, tails, T, full_rows, pad_id)
- *     holds read-only buffers of the source and the packing (made once per packing);
+ * Gatherer(tokens, starts, lengths, full_docs, full_ends, offsets, tails, T, full_rows, pad_id[, bits])
+ *     holds read-only buffers of the source and the packing (made once per packing); bits (uint8, or None) is
+ *     the source's loss mask, one bit per token of `tokens` (little-endian in each byte, as
+ *     streambatch.model.mask packs it): loss_mask is then also False at every target whose bit is clear, and
+ *     target_count counts only the set ones (the numpy path: streambatch.items.pack.packed_batch.mask_pieces);
  * Gatherer.gather(rows)
  *     returns (inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance,
  *     target_count, max_seqlen): provenance is int64 (4, segments).
@@ -36,6 +39,9 @@
  *     read by the Gatherer sources[kinds[i]] (a tuple of 1 to 256 Gatherers sharing this one's T, token size
  *     and pad id: checked); the same passes over the batch, each row (and each segment) read through its
  *     own source's views; provenance's documents are each row's source's.
+ * window_mask(bits, T, positions)
+ *     the window mode's mask: (n, T) bool, row i holding bits [positions[i] + 1, positions[i] + T + 1) of bits
+ *     (the targets of the window at flat position positions[i]; numpy: streambatch.model.mask.target_mask).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -44,6 +50,9 @@
 #include <numpy/arrayobject.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 enum { TOKENS, STARTS, LENGTHS, FULL_DOCS, FULL_ENDS, OFFSETS, TAILS, HELD };
 
@@ -58,7 +67,105 @@ typedef struct {
     int16_t *iota16;      /* the same as int16 (T < 2**15): int16 position ids are copied from it */
     int64_t iota_size;
     int64_t *bucket;      /* bucket[k]: the full piece holding full row k << BUCKET_SHIFT (a start for a short scan) */
+    Py_buffer bits;       /* the loss mask, one bit per token (held when has_bits) */
+    int has_bits;
 } Gatherer;
+
+/* 8 mask bits (a byte, lowest bit first) as 8 bytes of 0/1: the byte copied into each byte lane by one multiply
+ * (no carries: b < 256), each lane keeping its own bit, then that bit moved to the lane's bit 0 by adding 0x7f (a
+ * lane holding its bit overflows into bit 7, no lane carries out).  Stored lane j = bit j on little-endian
+ * hosts; a big-endian host reverses the lanes first. */
+static inline uint64_t spread8(uint8_t b) {
+    uint64_t x = ((uint64_t)b * 0x0101010101010101ULL) & 0x8040201008040201ULL;
+    x = ((x + 0x7f7f7f7f7f7f7f7fULL) >> 7) & 0x0101010101010101ULL;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    x = __builtin_bswap64(x);
+#endif
+    return x;
+}
+
+/* out[0..n) = bits p .. p + n - 1 of `bits` (0/1 bytes); returns how many are set when `count` (else 0).  Whole
+ * bytes of bits become 8 positions at a time (spread8); the unaligned head and the tail go bit by bit.  The count
+ * sums the 8 lanes of each spread word (at most 8 each: a multiply adds them into the top lane). */
+static inline int64_t unpack_bits(const uint8_t *bits, int64_t p, int64_t n, uint8_t *out, int count) {
+    int64_t total = 0;
+    while (n > 0 && (p & 7)) {
+        uint8_t bit = (uint8_t)((bits[p >> 3] >> (p & 7)) & 1);
+        *out++ = bit;
+        total += bit;
+        p++;
+        n--;
+    }
+#if defined(__SSE2__)
+    { /* 32 positions per step: 4 bytes of bits copied into 8-byte lanes, each lane byte keeping its own bit; the
+       * count sums the 0/1 bytes (psadbw) */
+        const __m128i select = _mm_set_epi8((char)0x80, 64, 32, 16, 8, 4, 2, 1, (char)0x80, 64, 32, 16, 8, 4, 2, 1);
+        const __m128i one = _mm_set1_epi8(1), zero = _mm_setzero_si128();
+        __m128i sums = zero;
+        for (; n >= 32; n -= 32, p += 32, out += 32) {
+            uint32_t word;
+            __m128i v, w, pairs, quads;
+            memcpy(&word, bits + (p >> 3), 4);
+            v = _mm_cvtsi32_si128((int)word);
+            pairs = _mm_unpacklo_epi8(v, v);
+            quads = _mm_unpacklo_epi16(pairs, pairs);
+            v = _mm_unpacklo_epi32(quads, quads);
+            v = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(v, select), select), one);
+            w = _mm_unpackhi_epi32(quads, quads);
+            w = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(w, select), select), one);
+            _mm_storeu_si128((__m128i *)out, v);
+            _mm_storeu_si128((__m128i *)(out + 16), w);
+            if (count) {
+                sums = _mm_add_epi64(sums, _mm_sad_epu8(_mm_add_epi8(v, w), zero));
+            }
+        }
+        if (count) {
+            total += (int64_t)_mm_cvtsi128_si64(sums) + (int64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(sums, sums));
+        }
+    }
+#endif
+    {
+        const uint8_t *from = bits + (p >> 3);
+        int64_t whole = n >> 3, j;
+        if (count) {
+            for (j = 0; j < whole; j++) {
+                uint64_t x = spread8(from[j]);
+                memcpy(out + 8 * j, &x, 8);
+                total += (int64_t)((x * 0x0101010101010101ULL) >> 56);
+            }
+        } else {
+            for (j = 0; j < whole; j++) {
+                uint64_t x = spread8(from[j]);
+                memcpy(out + 8 * j, &x, 8);
+            }
+        }
+        out += 8 * whole;
+        p += 8 * whole;
+        n -= 8 * whole;
+    }
+    while (n > 0) {
+        uint8_t bit = (uint8_t)((bits[p >> 3] >> (p & 7)) & 1);
+        *out++ = bit;
+        total += bit;
+        p++;
+        n--;
+    }
+    return count ? total : 0;
+}
+
+/* Ask for the cache lines of bits [p, p + n) (a hint). */
+static inline void prefetch_bits(const uint8_t *bits, int64_t p, int64_t n) {
+#if defined(__GNUC__) || defined(__clang__)
+    const uint8_t *begin = bits + (p >> 3), *end = bits + ((p + n + 7) >> 3);
+    for (; begin < end; begin += 64) {
+        __builtin_prefetch(begin, 0, 1);
+    }
+#else
+    (void)bits;
+    (void)p;
+    (void)n;
+#endif
+}
 
 #define BUCKET_SHIFT 6
 
@@ -78,6 +185,10 @@ static void gatherer_release(Gatherer *self) {
         PyBuffer_Release(&self->views[k]);
     }
     self->held = 0;
+    if (self->has_bits) {
+        PyBuffer_Release(&self->bits);
+        self->has_bits = 0;
+    }
 }
 
 static void gatherer_dealloc(Gatherer *self) {
@@ -105,13 +216,13 @@ static int64_t full_index(const int64_t *ends, int64_t count, int64_t r) {
 
 static int gatherer_init(Gatherer *self, PyObject *args, PyObject *kwargs) {
     static const char *names[HELD] = {"tokens", "starts", "lengths", "full_docs", "full_ends", "offsets", "tails"};
-    PyObject *objects[HELD];
+    PyObject *objects[HELD], *bits = Py_None;
     long long T, full_rows, pad;
     int64_t k;
     (void)kwargs;
     gatherer_release(self);
-    if (!PyArg_ParseTuple(args, "OOOOOOOLLL", &objects[0], &objects[1], &objects[2], &objects[3], &objects[4],
-                          &objects[5], &objects[6], &T, &full_rows, &pad)) {
+    if (!PyArg_ParseTuple(args, "OOOOOOOLLL|O", &objects[0], &objects[1], &objects[2], &objects[3], &objects[4],
+                          &objects[5], &objects[6], &T, &full_rows, &pad, &bits)) {
         return -1;
     }
     for (k = 0; k < HELD; k++) {
@@ -146,6 +257,18 @@ static int gatherer_init(Gatherer *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_ValueError, "Gatherer: inconsistent packing (T, full_rows, pad_id or array sizes)");
         gatherer_release(self);
         return -1;
+    }
+    if (bits != Py_None) {
+        if (PyObject_GetBuffer(bits, &self->bits, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            gatherer_release(self);
+            return -1;
+        }
+        self->has_bits = 1;
+        if (!kind_is(&self->bits, "B", 1) || self->bits.len * 8 < self->counts[TOKENS]) {
+            PyErr_SetString(PyExc_ValueError, "Gatherer: bits must be uint8 with one bit per token");
+            gatherer_release(self);
+            return -1;
+        }
     }
     self->T = T;
     self->full_rows = full_rows;
@@ -381,6 +504,9 @@ static void put_tokens(const sources_t *s, const outputs *o, char *out, int64_t 
                 const Gatherer *h = s->kinds ? source_of(s, in_row[a]) : g; /* the source of the segment ahead */
                 const int64_t *ahead = h == g ? starts : (const int64_t *)h->views[STARTS].buf;
                 prefetch(h, ahead[documents[a]] + begins[a], lengths[a] + 1);
+                if (h->has_bits) { /* its mask bits too: pass 5 reads them */
+                    prefetch_bits((const uint8_t *)h->bits.buf, ahead[documents[a]] + begins[a] + 1, lengths[a]);
+                }
             }
             memcpy(row + column * size, tokens + (starts[documents[k]] + begins[k] + shift) * size, (size_t)(n * size));
             column += n;
@@ -407,21 +533,30 @@ static inline void put_sequence(outputs *o, int64_t *sequence, int64_t at, int64
     }
 }
 
-/* Pass 5: loss mask, segment and position ids, cu_seqlens, per segment then for each row's padding. */
-static void put_ids_and_masks(const Gatherer *g, outputs *o, int64_t width, const int64_t *used) {
-    const int64_t *lengths = o->provenance[3];
+/* Pass 5: loss mask, segment and position ids, cu_seqlens, per segment then for each row's padding.  A row of a
+ * source with mask bits takes its targets' bits (a segment's first target is token starts[d] + start + 1). */
+static void put_ids_and_masks(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
+    const int64_t *documents = o->provenance[1], *begins = o->provenance[2], *lengths = o->provenance[3];
+    const Gatherer *g = s->gs[0]; /* T and the position template: every source's alike */
     int64_t T = g->T, k = 0, sequence = 0, i, column;
     o->cu[0] = 0;
     for (i = 0; i < width; i++) {
+        const Gatherer *h = source_of(s, i);
+        const int64_t *starts = (const int64_t *)h->views[STARTS].buf;
+        const uint8_t *bits = h->has_bits ? (const uint8_t *)h->bits.buf : NULL;
         int64_t at = i * T;
         int32_t id = 0;
         for (column = 0; column < used[i]; k++, id++) {
             int64_t n = lengths[k];
-            memset(o->mask + at + column, 1, (size_t)n);
+            if (bits != NULL) {
+                o->target_count += unpack_bits(bits, starts[documents[k]] + begins[k] + 1, n, o->mask + at + column, 1);
+            } else {
+                memset(o->mask + at + column, 1, (size_t)n);
+                o->target_count += n;
+            }
             put_ids(o->segment_ids, o->idsize, at + column, n, id);
             put_positions(g, o->position_ids, o->idsize, at + column, n);
             put_sequence(o, &sequence, at + column, n);
-            o->target_count += n;
             column += n;
         }
         if (column < T) {
@@ -436,7 +571,7 @@ static void put_ids_and_masks(const Gatherer *g, outputs *o, int64_t width, cons
 static void fill(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
     put_tokens(s, o, o->inputs, 0, width, used);
     put_tokens(s, o, o->targets, 1, width, used);
-    put_ids_and_masks(s->gs[0], o, width, used); /* T and the position template: every source's alike */
+    put_ids_and_masks(s, o, width, used);
 }
 
 /* A new C-contiguous numpy array of `type` and shape (d0) or (d0, d1) (d1 < 0: one dimension). */
@@ -638,6 +773,85 @@ done:
     return result;
 }
 
+/* Rows of window_mask: every row's bits asked for first (their misses overlap), then each row unpacked. */
+static void unpack_rows(const uint8_t *bits, const int64_t *rows, int64_t width, int64_t T, uint8_t *mask) {
+    int64_t i;
+    for (i = 0; i < width; i++) {
+        prefetch_bits(bits, rows[i] + 1, T);
+    }
+    for (i = 0; i < width; i++) {
+        unpack_bits(bits, rows[i] + 1, T, mask + i * T, 0);
+    }
+}
+
+/* window_mask(bits, T, positions): see the top of this file. */
+static PyObject *window_mask(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer bits_view, rows_view;
+    const void *data = NULL;
+    const int64_t *rows;
+    int rows_viewed = 0;
+    int64_t width, T, i;
+    PyObject *out = NULL;
+    (void)module;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "window_mask() takes 3 arguments (bits, T, positions), got %zd", nargs);
+        return NULL;
+    }
+    T = (int64_t)PyLong_AsLongLong(args[1]);
+    if (T == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (T < 0) {
+        PyErr_SetString(PyExc_ValueError, "window_mask(): T must be >= 0");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &bits_view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    if (!kind_is(&bits_view, "B", 1)) {
+        PyErr_SetString(PyExc_TypeError, "window_mask(): bits must be uint8");
+        goto done;
+    }
+    if (vector_of(args[2], NPY_INT64, "qlQL", 8, "positions must be int64", &rows_view, &rows_viewed, &data, &width) < 0) {
+        goto done;
+    }
+    rows = (const int64_t *)data;
+    for (i = 0; i < width; i++) {
+        if (rows[i] < 0 || rows[i] + 1 + T > (int64_t)bits_view.len * 8) {
+            PyErr_Format(PyExc_ValueError, "window_mask(): row %lld at position %lld reads past the mask's %lld bits",
+                         (long long)i, (long long)rows[i], (long long)bits_view.len * 8);
+            goto done;
+        }
+    }
+    out = new_array((npy_intp)width, (npy_intp)T, NPY_BOOL);
+    if (out == NULL) {
+        goto done;
+    }
+    {
+        const uint8_t *bits = (const uint8_t *)bits_view.buf;
+        uint8_t *mask = (uint8_t *)ARRAY_DATA(out);
+        if (width * T >= GIL_POSITIONS) {
+            Py_BEGIN_ALLOW_THREADS
+            unpack_rows(bits, rows, width, T, mask);
+            Py_END_ALLOW_THREADS
+        } else {
+            unpack_rows(bits, rows, width, T, mask);
+        }
+    }
+done:
+    if (rows_viewed) {
+        PyBuffer_Release(&rows_view);
+    }
+    PyBuffer_Release(&bits_view);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"window_mask", (PyCFunction)(void (*)(void))window_mask, METH_FASTCALL,
+     "window_mask(bits, T, positions) -> (n, T) bool: row i holds bits positions[i] + 1 .. positions[i] + T of bits"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMethodDef gatherer_methods[] = {
     {"gather", (PyCFunction)(void (*)(void))gatherer_gather, METH_FASTCALL,
      "gather(rows[, kinds, sources]) -> (inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance, "
@@ -650,7 +864,7 @@ static PyTypeObject GathererType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "streambatch._row_gather.Gatherer",
     .tp_basicsize = sizeof(Gatherer),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Gatherer(tokens, starts, lengths, full_docs, full_ends, offsets, tails, T, full_rows, pad_id)",
+    .tp_doc = "Gatherer(tokens, starts, lengths, full_docs, full_ends, offsets, tails, T, full_rows, pad_id[, bits])",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)gatherer_init,
     .tp_dealloc = (destructor)gatherer_dealloc,
@@ -660,13 +874,13 @@ static PyTypeObject GathererType = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "streambatch._row_gather",
     "The packed mode's gather in C: packed rows into inputs, targets, ids, masks and cu_seqlens in one pass.",
-    -1, NULL, NULL, NULL, NULL, NULL,
+    -1, module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__row_gather(void) {
     PyObject *module;
     import_array();
-    if (PyType_Ready(&GathererType) < 0) {
+        if (PyType_Ready(&GathererType) < 0) {
         return NULL;
     }
     module = PyModule_Create(&module_def);

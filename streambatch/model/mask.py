@@ -13,13 +13,20 @@ without a mask trains every target.  Bits are packed little-endian
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
+from functools import partial
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import DataError
+
+_c_window_mask: Any
+try:
+    from .._row_gather import window_mask as _c_window_mask
+except ImportError:  # built without a C compiler: numpy unpacks (the same arrays)
+    _c_window_mask = None
 
 BoolArray = npt.NDArray[np.bool_]
 BitArray = npt.NDArray[np.uint8]
@@ -127,6 +134,31 @@ def unpack_range(bits: BitArray | None, start: int, length: int) -> BoolArray:
 
 def target_mask(bits: BitArray, positions: npt.NDArray[Any], length: int) -> BoolArray:
     """``(n, length)`` mask bits of the targets of rows starting at flat *positions* (tokens ``p + 1 .. p + length``).
+
+    The C kernel (``streambatch._row_gather.window_mask``) unpacks each row's
+    bits straight into the row; `target_mask_numpy` makes the same array.
+    """
+    rows = np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
+    if _c_window_mask is None or not isinstance(bits, np.ndarray) or bits.dtype != np.uint8:
+        return target_mask_numpy(bits, rows, length)
+    found: BoolArray = _c_window_mask(bits, length, rows)
+    return found
+
+
+def target_reader(bits: BitArray, length: int) -> Callable[[npt.NDArray[np.intp]], BoolArray]:
+    """`target_mask` of *bits* and *length* as one callable of int64 positions (the C kernel bound: no wrapper per
+    batch, the emission's hot path).
+
+    >>> target_reader(pack_mask(np.array([0, 1, 0, 1], dtype=bool)), 2)(np.array([1, 0])).astype(int).tolist()
+    [[0, 1], [1, 0]]
+    """
+    if _c_window_mask is not None and isinstance(bits, np.ndarray) and bits.dtype == np.uint8 and bits.flags.c_contiguous:
+        return partial(_c_window_mask, bits, length)
+    return lambda positions: target_mask(bits, positions, length)
+
+
+def target_mask_numpy(bits: BitArray, positions: npt.NDArray[Any], length: int) -> BoolArray:
+    """`target_mask` in numpy.
 
     One record gather of whole bytes per row, one unpack, one copy at each row's
     bit offset: no per-row Python and no index array of ``n * length``.

@@ -8,7 +8,7 @@ per-window staging copy.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
@@ -19,6 +19,8 @@ from ..items.pack.rows import Rows, iter_batches
 from ..items.protocol import Items
 from ..items.windows.gather import row_gather
 from ..items.windows.windows import Windows
+from ..model.mask import target_reader
+from ..model.store import DocumentStore
 from .batch import MiniBatch
 from .chunk import Chunks
 
@@ -49,6 +51,16 @@ def window_mask(store: Any, positions: npt.NDArray[Any], length: int) -> npt.NDA
         return None
     mask: npt.NDArray[np.bool_] | None = store.target_mask(positions, length)
     return mask
+
+
+def mask_reader(store: Any, length: int) -> Callable[[npt.NDArray[np.intp]], npt.NDArray[np.bool_]] | None:
+    """What makes the ``(w, T)`` loss mask of window rows at positions of *store*: a store's bits bound to the C
+    kernel (`streambatch.model.mask.target_reader`), a corpus's per-shard read, or None without a mask."""
+    if not getattr(store, "has_loss_mask", False):
+        return None
+    if isinstance(store, DocumentStore) and store.loss_bits is not None:
+        return target_reader(store.loss_bits, length)
+    return lambda positions: store.target_mask(positions, length)  # type: ignore[no-any-return]
 
 
 class Batches(Sequence[MiniBatch]):
@@ -105,8 +117,7 @@ def _iter_blocks(chunks: Chunks[Any]) -> Iterator[MiniBatch]:
     space, total = windows.space, len(windows)
     gather = row_gather(space)
     take = gather.take
-    store, length = space.store, space.config.context_length
-    masked = bool(getattr(store, "has_loss_mask", False))  # decided once: the unmasked path makes nothing more
+    unpack = mask_reader(space.store, space.config.context_length)  # decided once: None makes nothing more
     per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
@@ -117,7 +128,7 @@ def _iter_blocks(chunks: Chunks[Any]) -> Iterator[MiniBatch]:
             lo = (batch - group[0]) * size
             inputs, targets = take(rows[lo : lo + size])
             at = positions[lo : lo + size]
-            yield MiniBatch(batch, inputs, targets, at, space, loss_mask=store.target_mask(at, length) if masked else None)
+            yield MiniBatch(batch, inputs, targets, at, space, loss_mask=None if unpack is None else unpack(at))
 
 
 @overload

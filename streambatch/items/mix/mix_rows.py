@@ -32,7 +32,7 @@ from ...errors import DataError
 from ...model.documents import PARTITIONS, Partition
 from ..pack._pack_gather import id_dtype
 from ..pack.packed_batch import PackedBatch, mask_pieces
-from ..pack.rows import RowSpace, emit, row_gatherer
+from ..pack.rows import RowSpace, emit, masked_after, row_gatherer
 from ..windows.window_index import IntArray
 from .mix_batch import SourceArray, present
 
@@ -149,7 +149,7 @@ class RowsGather:
             ) from None
         *arrays, cu_seqlens, provenance, count, longest = made
         batch = self._batch(arrays, (count, cu_seqlens, longest), provenance, sources, numbers, index)
-        mask_pieces(batch, [space.store for space in self.spaces], sources)
+        mask_pieces(batch, [space.store if masked_after(space) else None for space in self.spaces], sources)
         return batch
 
     def _by_source(self, sources: SourceArray, numbers: IntArray, index: int) -> PackedMixtureBatch:

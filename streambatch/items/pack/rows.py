@@ -148,7 +148,8 @@ def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
         except OutOfRangeError as err:  # the same refusal as the C gather's
             raise _refused(err) from None
         return mask_pieces(PackedBatch(index, arrays, numbers, space), (space.store,))
-    return mask_pieces(PackedBatch.from_kernel(index, _gather(gatherer, numbers), numbers, space), (space.store,))
+    made = PackedBatch.from_kernel(index, _gather(gatherer, numbers), numbers, space)
+    return mask_pieces(made, (space.store,)) if masked_after(space) else made
 
 
 def row_gatherer(space: RowSpace) -> Any:
@@ -185,7 +186,7 @@ def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[Packed
     per = max(1, _BLOCK_ROWS // batch_size) if batches.step == 1 else 1
     make = PackedBatch.from_kernel
     stores = (space.store,)
-    masked = bool(getattr(space.store, "has_loss_mask", False))  # decided once: the unmasked path does nothing more
+    masked = masked_after(space)  # decided once: the unmasked path, and a mask the kernel read, do nothing more
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
         base = group[0] * batch_size
@@ -224,7 +225,23 @@ def _gatherer(space: RowSpace) -> Any:
         return False
     full_docs, full_ends = rows.index.full_pieces()
     args = (tokens, starts, store.lengths, full_docs, full_ends, rows.offsets, rows.tails)
-    return _CGatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id)
+    bits = kernel_bits(store)
+    return _CGatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id, bits)
+
+
+def kernel_bits(store: Any) -> Any:
+    """The loss-mask bits the C gatherer reads for *store* (a `DocumentStore`'s), or None: no mask, or a `Corpus`
+    (its shards' bits are ANDed in afterwards by `mask_pieces`)."""
+    bits = store.loss_bits if isinstance(store, DocumentStore) else None
+    return None if bits is None else np.ascontiguousarray(bits, dtype=np.uint8)
+
+
+def masked_after(space: RowSpace) -> bool:
+    """Whether *space*'s batches need `mask_pieces` after the gather: a mask the C gatherer did not read."""
+    store: Any = space.store
+    if not getattr(store, "has_loss_mask", False):
+        return False
+    return row_gatherer(space) is False or kernel_bits(store) is None
 
 
 def gather_rows(space: RowSpace, numbers: IntArray) -> PackedArrays:
