@@ -150,7 +150,10 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=20_000, help="prompt/completion rows for prepare")
     parser.add_argument("--only", choices=("emission", "growth", "prepare"), help="run one of the three parts")
     parser.add_argument(
-        "--clock", choices=("cpu", "wall"), default="cpu", help="time this process's CPU (default: the machine is shared) or the wall"
+        "--clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="time this process's CPU (default: the machine is shared) or the wall",
     )
     args = parser.parse_args()
     global CLOCK

@@ -22,6 +22,7 @@ from .errors import ConfigError
 from .items.mix.mix_source import as_mixture
 from .items.mix.mixture import Mixture
 from .items.pack.rows import Rows, pack
+from .items.untrained import natural
 from .items.windows.window_index import WindowConfig, WindowIndex
 from .items.windows.windows import Windows, windows
 from .model.documents import Partition
@@ -46,12 +47,19 @@ def epoch_windows(
     keep_partition: bool,
     packed: bool = False,
     plan_dir: str | os.PathLike[str] | None = None,
+    skip_untrained: bool = False,
 ) -> Windows | Rows:
     """The items a façade reads: ``sb.windows(source, ...)`` (``sb.pack`` when *packed*), or *source* itself.
 
-    Given `Windows` (or `Rows`), the window arguments may be left out; given, they must agree.
+    Given `Windows` (or `Rows`), the window arguments may be left out; given, they must agree.  *skip_untrained*
+    drops the items with no counted target (`streambatch.items.untrained`).
     """
     if isinstance(source, Windows | Rows):
+        if skip_untrained and source.untrained is None:
+            raise ConfigError(
+                "skip_untrained=True but the windows passed keep every window; pass the source itself, or build them "
+                "with skip_untrained=True"
+            )
         if packed and isinstance(source, Windows):
             raise ConfigError("pack=True but the source passed is windows; pass the source itself, or sb.pack(source, ...)")
         given = {"context_length": context_length, "stride": stride}
@@ -68,13 +76,17 @@ def epoch_windows(
         if stride is not None:
             raise ConfigError(f"stride={stride!r} with pack=True; packing cuts pieces at stride T: leave stride out")
         chosen = Partition.TRAIN if partition is None else partition
-        return pack(source, context_length=context_length, partition=chosen, keep_partition=keep_partition, plan_dir=plan_dir)
+        return pack(
+            source, context_length=context_length, partition=chosen, keep_partition=keep_partition, plan_dir=plan_dir,
+            skip_untrained=skip_untrained,
+        )  # fmt: skip
     return windows(
         source,
         context_length=context_length,
         stride=1 if stride is None else stride,
         partition=Partition.TRAIN if partition is None else partition,
         keep_partition=keep_partition,
+        skip_untrained=skip_untrained,
     )
 
 
@@ -90,8 +102,8 @@ NO_SEED = (
 
 
 def _unordered(given: Windows | Rows) -> Windows | Rows:
-    """The same items in document (row) order."""
-    return Rows(given.space) if isinstance(given, Rows) else Windows(given.space)
+    """The same items in document (row) order (the kept ones of ``skip_untrained``)."""
+    return natural(given)
 
 
 class Epoch:
@@ -117,6 +129,10 @@ class Epoch:
     parts, or a mixture file with ``pack=True``) the batches are packed batches
     carrying ``sources`` (`streambatch.items.mix.mix_rows.PackedMixtureBatch`).
 
+    ``skip_untrained=True`` drops the windows (packed rows) with no counted target
+    under the source's loss mask (``epoch.windows.untrained`` counts them); by
+    default they are kept, so a masked epoch holds the unmasked epoch's items.
+
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),
     ...         sb.Document("train-b", "train", [0, 20, 21, 1])]
@@ -141,6 +157,7 @@ class Epoch:
         verify_plan: bool = False,
         documents: Any = None,
         pack: bool = False,
+        skip_untrained: bool = False,
     ) -> None:
         if documents is not None:
             if source is not None:
@@ -153,8 +170,12 @@ class Epoch:
             source, context_length=context_length, stride=stride, partition=partition,
             keep_partition=keep_partition, seed=given_seed, plan_dir=plan_dir, pack=pack,
         )  # fmt: skip
+        if mixture is not None and skip_untrained:
+            raise ConfigError(
+                "skip_untrained=True over a mixture: a mixture reads every item of each source; leave skip_untrained out"
+            )
         given = (
-            epoch_windows(source, context_length, stride, partition, keep_partition, pack, plan_dir)
+            epoch_windows(source, context_length, stride, partition, keep_partition, pack, plan_dir, skip_untrained)
             if mixture is None
             else mixture
         )

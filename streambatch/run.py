@@ -83,6 +83,7 @@ class Run:
         plan_dir: str | os.PathLike[str] | None = None,
         verify_plan: bool = False,
         pack: bool = False,
+        skip_untrained: bool = False,
     ) -> None:
         self._epochs = (
             None if epochs is None else check_non_negative(epochs, "epochs", "the number of epochs, or None for an endless run")
@@ -90,6 +91,7 @@ class Run:
         first = Epoch(
             source, context_length=context_length, batch_size=batch_size, stride=stride, seed=seed,
             partition=partition, keep_partition=keep_partition, plan_dir=plan_dir, verify_plan=verify_plan, pack=pack,
+            skip_untrained=skip_untrained,
         )  # fmt: skip
         self._seed = first.seed
         self._current: tuple[int, Epoch] = (0, first)

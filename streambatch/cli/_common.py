@@ -90,6 +90,11 @@ def add_source(parser: Any, *, required_window: bool, stride_default: int | None
         action="store_true",
         help="packed rows: every target of every document, pieces at stride T packed best-fit into rows of T positions",
     )
+    parser.add_argument(
+        "--skip-untrained",
+        action="store_true",
+        help="drop the windows (packed rows) with no counted target under the store's loss mask (default: keep them)",
+    )
 
 
 def add_order(parser: Any, *, sequential: bool = True) -> None:
@@ -116,6 +121,8 @@ def args_epoch(args: argparse.Namespace, source: Any, **more: Any) -> Epoch:
     if packed:
         check_pack(args)
         more["pack"] = True
+    if getattr(args, "skip_untrained", False):
+        more["skip_untrained"] = True
     return Epoch(
         source,
         context_length=args.context_length,

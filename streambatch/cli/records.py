@@ -19,12 +19,18 @@ from ..model.corpus import Corpus
 from ..stages.batch import MiniBatch
 
 ARRAY_FIELDS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
-"""The record's per-position arrays, in record order (a window record holds the first two)."""
+"""The record's per-position arrays, in record order (a window record holds the first two, and ``loss_mask`` when
+its store has a loss mask)."""
 
 
 def record_arrays(batch: MiniBatch) -> dict[str, Any]:
     """The per-position arrays the record of *batch* holds (numpy ``(w, T)``), by field name."""
-    names = ARRAY_FIELDS if isinstance(batch, PackedBatch) else ARRAY_FIELDS[:2]
+    if isinstance(batch, PackedBatch):
+        names: tuple[str, ...] = ARRAY_FIELDS
+    elif batch.loss_mask is not None:  # a masked window batch: True at the targets that train
+        names = (*ARRAY_FIELDS[:2], "loss_mask")
+    else:
+        names = ARRAY_FIELDS[:2]
     return {name: getattr(batch, name) for name in names}
 
 
@@ -40,7 +46,9 @@ def batch_record(batch: MiniBatch, *, arrays: bool = True) -> dict[str, Any]:
     targets (a mixture's row also names its ``source``, and its ``row`` is its
     number in that source's packing); ``segment_ids`` (-1 at padding),
     ``position_ids`` and ``loss_mask`` follow the targets.  Padding positions hold the pad id in
-    inputs and targets, with ``loss_mask`` false.
+    inputs and targets, with ``loss_mask`` false.  A window batch of a store with a
+    loss mask carries ``loss_mask`` after its targets (true at the targets that
+    train); its ``token_count`` counts those.
     """
     record = _packed_record(batch) if isinstance(batch, PackedBatch) else _window_record(batch)
     if arrays:

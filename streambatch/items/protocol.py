@@ -139,6 +139,11 @@ class PlannedItems(Sequence[int]):
         return self._space
 
     @property
+    def untrained(self) -> Any:
+        """The `streambatch.items.untrained.UntrainedReport` of ``skip_untrained`` (kept and dropped items), or None."""
+        return getattr(self._space, "untrained", None)
+
+    @property
     def store(self) -> TokenSource:
         """The store (or corpus) the items read."""
         return self._space.store  # type: ignore[no-any-return]

@@ -71,6 +71,7 @@ from ..io.files import short_path
 from ..items.pack.pack_file import ALGORITHM
 from ..items.pack.rows import Rows
 from ..items.protocol import ShuffleOrder
+from ..items.untrained import is_whole
 from ..items.windows.windows import Windows
 from .shuffle import permute
 
@@ -107,6 +108,7 @@ def plan_key(windows: Windows | Rows, seed: int) -> dict[str, Any]:
             "rows": count,
             "holds": "rows",
             "dtype": np.dtype(windows.space.plan_dtype(count)).newbyteorder("<").str,
+            **_filter_key(windows),
         }
     space = windows.space
     return {
@@ -118,7 +120,14 @@ def plan_key(windows: Windows | Rows, seed: int) -> dict[str, Any]:
         "windows": count,
         "holds": "positions" if space.plan_holds_positions else "window_numbers",
         "dtype": np.dtype(space.plan_dtype(count)).newbyteorder("<").str,
+        **_filter_key(windows),
     }
+
+
+def _filter_key(windows: Windows | Rows) -> dict[str, Any]:
+    """What a plan of items filtered by ``skip_untrained`` adds to its key (nothing for unfiltered items: their keys,
+    and so their files' names, are unchanged)."""
+    return {} if windows.untrained is None else {"skip_untrained": True, "dropped": windows.untrained.dropped}
 
 
 def plan_path(windows: Windows | Rows, seed: int, plan_dir: PathLike) -> Path:
@@ -135,7 +144,7 @@ def _check_whole(windows: Windows | Rows) -> None:
     if not isinstance(windows, Windows | Rows):
         raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
     total = len(windows.packed) if isinstance(windows, Rows) else windows.window_index.window_count
-    if not windows.is_sequential or len(windows) != total:
+    if not is_whole(windows, total):
         raise ConfigError(
             f"windows={windows!r} is a view or already ordered; a plan file orders every window of a source: "
             "pass sb.windows(source, ...) itself"
@@ -264,7 +273,9 @@ def _count(key: dict[str, Any]) -> int:
 
 def _fill(values: npt.NDArray[Any], windows: Windows | Rows) -> None:
     """Write every item's plan entry (document order) into *values*, in bounded blocks."""
-    if isinstance(windows, Windows) and windows.space.plan_holds_positions:
+    if windows.untrained is not None:  # the kept items of skip_untrained
+        values[:] = windows.untrained.entries
+    elif isinstance(windows, Windows) and windows.space.plan_holds_positions:
         windows.space.index.all_positions(values.dtype, out=values)
     else:
         for lo in range(0, values.size, _BLOCK):

@@ -18,6 +18,7 @@ from ..model.corpus import Corpus
 from ..model.documents import Partition
 from ..model.source import Source, as_source
 from ..stages.chunk import batch_count
+from .inspect_mask import mask_rows, mask_summary
 from .inspect_pack import MODES, mode_summaries
 
 
@@ -78,6 +79,8 @@ def inspect_source(
     }
     if isinstance(source, Source):
         summary = {"path": source.path, "kind": source.kind, "verified": source.verified, **summary}
+    if store.has_loss_mask:
+        summary["loss_mask"] = True  # the per-partition summaries say what it trains
     if isinstance(store, Corpus):
         summary["shards"] = [
             {"path": path, "documents": len(shard), "tokens": shard.token_count}
@@ -98,6 +101,8 @@ def inspect_source(
         parts[part.value] = _partition_summary(lengths[mask], T, B, s, store.flat_size)
         if pack and T is not None:
             parts[part.value]["modes"] = mode_summaries(lengths[mask], T, B)
+        if store.has_loss_mask:
+            parts[part.value]["loss_mask"] = mask_summary(store, part, T, s, pack)
     summary["partitions"] = parts
     return summary
 
@@ -189,6 +194,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(("fingerprint", f"{summary['fingerprint']} ({checked})"))
     if summary["tokenizer"] is not None:
         lines.append(("tokenizer", format_tokenizer(summary["tokenizer"])))
+    if summary.get("loss_mask"):
+        lines.append(("loss mask", "yes: only targets whose bit is set train (1 bit per token)"))
     text = _aligned(lines)
     parts = summary["partitions"]
     if not parts:
@@ -215,6 +222,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         ]
     if T is not None:
         rows.append(("plan (shuffled)", [format_bytes(p["plan_bytes"]) for p in parts.values()]))
+    rows += mask_rows(parts)
     text += "\n" + _table(corner, list(parts), rows)
     if T is not None and summary.get("pack"):
         names, pack_rows = _pack_rows(parts, T)

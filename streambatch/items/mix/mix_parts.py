@@ -67,6 +67,11 @@ def _check_whole(s: int, part: Part) -> None:
     else:
         whole = part.is_sequential and len(part) == part.window_index.window_count
         call = "sb.windows(source, ...)"
+    if part.untrained is not None:
+        raise ConfigError(
+            f"parts[{s}] dropped its untrained items (skip_untrained=True); a mixture reads every item of each source: "
+            f"pass {call} without skip_untrained"
+        )
     if not whole:
         raise ConfigError(f"parts[{s}] is a view or already shuffled; the mixture orders each source itself: pass {call}")
     if not len(part):

@@ -28,6 +28,7 @@ from ...model.source import TokenSource, as_source, partition_documents
 from ...model.store import DocumentStore
 from ...stages.span import spanning_tokens
 from ..protocol import PlannedItems
+from ..untrained import drop_untrained
 from ..windows.window_index import IntArray, WindowConfig
 from ._pack_gather import PackedArrays, gather_segments
 from .pack import PackedRows, PackReport, pack_lengths
@@ -47,7 +48,7 @@ GATHER_BACKEND: Literal["c", "numpy"] = "c" if _CGatherer is not None else "nump
 class RowSpace:
     """What every view of one packing shares: the source, the packed rows, the partition (and caches, never pickled)."""
 
-    __slots__ = ("cache", "pad_id", "partition", "rows", "store")
+    __slots__ = ("cache", "pad_id", "partition", "rows", "store", "untrained")
 
     def __init__(self, store: TokenSource, rows: PackedRows, partition: Partition, pad_id: int = 0) -> None:
         self.store = store
@@ -55,12 +56,14 @@ class RowSpace:
         self.partition = partition
         self.pad_id = pad_id
         self.cache: dict[str, Any] = {}
+        self.untrained: Any = None  # an UntrainedReport when skip_untrained dropped rows (streambatch.items.untrained)
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return (self.store, self.rows, self.partition, self.pad_id)
+        return (self.store, self.rows, self.partition, self.pad_id, self.untrained)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.store, self.rows, self.partition, self.pad_id = state
+        self.store, self.rows, self.partition, self.pad_id = state[:4]
+        self.untrained = state[4] if len(state) > 4 else None
         self.cache = {}
 
     def plan_dtype(self, count: int) -> Any:
@@ -262,6 +265,7 @@ def pack(
     keep_partition: bool = False,
     pad_id: int = 0,
     plan_dir: str | os.PathLike[str] | None = None,
+    skip_untrained: bool = False,
 ) -> Rows:
     """Every target of *partition* in *source*, in pieces packed into rows of ``T`` positions, in row order.
 
@@ -275,6 +279,8 @@ def pack(
     token; deterministic for a given corpus and ``T``.  With *plan_dir* the
     packing is computed once into a packing file there and memory-mapped by
     every later call, in any process (`streambatch.items.pack.pack_file`).
+    With *skip_untrained* the rows with no counted target under the source's
+    loss mask are dropped (``rows.untrained`` counts them): `streambatch.items.untrained`.
 
     >>> import streambatch as sb
     >>> rows = sb.pack([sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 1])],
@@ -293,4 +299,5 @@ def pack(
         packed = pack_lengths(store.lengths, context_length, include=include)
     else:
         packed = packing_file(store, context_length, chosen.value, include, plan_dir)
-    return Rows(RowSpace(store, packed, chosen, int(pad_id)))
+    rows = Rows(RowSpace(store, packed, chosen, int(pad_id)))
+    return drop_untrained(rows) if skip_untrained else rows

@@ -22,6 +22,7 @@ from ...io.files import short_path
 from ...model.documents import Partition
 from ...model.source import TokenSource, as_source, partition_documents
 from ..protocol import PlannedItems, ShuffleOrder, from_file
+from ..untrained import drop_untrained
 from .window_index import IntArray, WindowConfig, WindowIndex, in_blocks
 
 __all__ = ["POSITION_LIMIT", "ShuffleOrder", "WindowSpace", "Windows", "windows"]
@@ -38,7 +39,7 @@ class WindowSpace:
     pickled (it views the tokens).
     """
 
-    __slots__ = ("cache", "config", "index", "partition", "plan_holds_positions", "store")
+    __slots__ = ("cache", "config", "index", "partition", "plan_holds_positions", "store", "untrained")
 
     def __init__(
         self, store: TokenSource, config: WindowConfig, partition: Partition, include: npt.NDArray[np.bool_] | None = None
@@ -49,12 +50,14 @@ class WindowSpace:
         self.index = WindowIndex(store.lengths, config, store.starts, include)
         self.plan_holds_positions = store.flat_size < POSITION_LIMIT
         self.cache: dict[str, Any] = {}
+        self.untrained: Any = None  # an UntrainedReport when skip_untrained dropped windows (streambatch.items.untrained)
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return (self.store, self.config, self.partition, self.index, self.plan_holds_positions)
+        return (self.store, self.config, self.partition, self.index, self.plan_holds_positions, self.untrained)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.store, self.config, self.partition, self.index, self.plan_holds_positions = state
+        self.store, self.config, self.partition, self.index, self.plan_holds_positions = state[:5]
+        self.untrained = state[5] if len(state) > 5 else None
         self.cache = {}
 
     def plan_dtype(self, count: int) -> Any:
@@ -203,6 +206,7 @@ def windows(
     stride: int = 1,
     partition: Partition | str = Partition.TRAIN,
     keep_partition: bool = False,
+    skip_untrained: bool = False,
 ) -> Windows:
     """Every complete window of *partition* in *source*, in document order.
 
@@ -210,7 +214,10 @@ def windows(
     `Corpus` of several stores, what `open_source` returns, or an iterable of
     `Document`.  A document of another partition is refused (`PartitionError`)
     unless *keep_partition* skips it: `streambatch.model.source.partition_documents`.
-    Holds a few integers per document and nothing per window.
+    Holds a few integers per document and nothing per window.  With
+    *skip_untrained* the windows with no counted target under the source's loss
+    mask are dropped (a plan of the kept ones; ``windows.untrained`` counts
+    them): `streambatch.items.untrained`.
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]), sb.Document("train-b", "train", [0, 20, 21, 1])]
@@ -222,4 +229,4 @@ def windows(
     store = as_source(source)
     chosen = Partition.parse(partition, "windows")
     space = WindowSpace(store, config, chosen, partition_documents(store, chosen, keep_partition=keep_partition))
-    return Windows(space)
+    return drop_untrained(Windows(space)) if skip_untrained else Windows(space)

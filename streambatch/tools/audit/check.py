@@ -17,6 +17,7 @@ from ...errors import AccumulationError, ConfigError
 from ...stages.reduce import TokenMean, TokenSums, token_mean
 from ..stand_in import sums_of_units, window_loss_units
 from .expected import Expected
+from .masks import MASK_CHECKS
 from .order import OrderPass
 from .result import CHECKS, RELATIVE_TOLERANCE, AuditResult
 from .shares import epoch_shares
@@ -28,9 +29,9 @@ _DIRECT_BLOCK = 1 << 22
 def _direct_mean(expected: Expected, bar: Bar) -> TokenMean | None:
     """The stand-in token mean over every window of the epoch in document order, in closed form per window."""
     units = 0
-    count = expected.window_count
+    count = expected.item_count
     for lo in range(0, count, _DIRECT_BLOCK):
-        numbers = np.arange(lo, min(lo + _DIRECT_BLOCK, count), dtype=np.int64)
+        numbers = expected.numbers(lo, min(lo + _DIRECT_BLOCK, count))
         documents, starts = expected.locate(numbers)
         units += window_loss_units(documents, starts, expected.context_length)
         bar.update(numbers.size)
@@ -89,7 +90,7 @@ def audit_batches(
     started = time.perf_counter()
     ex = Expected(expected)
     tally = Tally(ex)
-    bar = _bar(ex.window_count, "audit", progress)
+    bar = _bar(ex.item_count, "audit", progress)
 
     def audited() -> Iterator[TokenSums]:
         for piece in batches:
@@ -103,7 +104,7 @@ def audit_batches(
         folded = None
     bar.close()
     covered = tally.finish_coverage()
-    direct = _direct_mean(ex, _bar(ex.window_count, "direct mean", progress))
+    direct = _direct_mean(ex, _bar(ex.item_count, "direct mean", progress))
     if not means_equal(folded, direct):
         tally.note(
             "accumulation", f"token mean folded from batch raw sums {_show(folded)} != direct over every token {_show(direct)}"
@@ -111,20 +112,20 @@ def audit_batches(
 
     replay_state = "unchecked"
     if replay is not None:
-        again = OrderPass(ex, membership=False).run(replay, _bar(ex.window_count, "replay", progress))
+        again = OrderPass(ex, membership=False).run(replay, _bar(ex.item_count, "replay", progress))
         replay_state = "same" if again.digest.digest() == tally.order.digest.digest() else "different"
         if replay_state != "same":
             tally.note("replay", f"a second pass of the same seed gave a different order ({again.rows} rows vs {tally.rows})")
 
     different = "unchecked"
     if other is not None:
-        changed = OrderPass(ex, membership=True).run(other, _bar(ex.window_count, "other seed", progress))
+        changed = OrderPass(ex, membership=True).run(other, _bar(ex.item_count, "other seed", progress))
         assert changed.seen is not None
         same_windows = changed.rows == tally.rows and bool(np.array_equal(changed.seen, tally.stamps != 0))
         if not same_windows:
             different = "windows_changed"
             tally.note("different_seed", "another seed changed which windows the epoch holds, not just their order")
-        elif ex.window_count < 2:
+        elif ex.item_count < 2:
             different = "n/a"  # one window has one order
         elif changed.digest.digest() == tally.order.digest.digest():
             different = "same"
@@ -134,8 +135,9 @@ def audit_batches(
 
     duplicates = tally.valid_rows - covered
     failures = {check: tally.first[check] for check in CHECKS if check in tally.first}
+    failures.update((check, tally.masks.first[check]) for check in MASK_CHECKS if check in tally.masks.first)
     return AuditResult(
-        expected_windows=ex.window_count,
+        expected_windows=ex.item_count,
         covered_windows=covered,
         rows=tally.rows,
         batches=tally.pieces,
@@ -152,6 +154,8 @@ def audit_batches(
         token_count=tally.token_count,
         failures=failures,
         seconds=time.perf_counter() - started,
+        mask=tally.masks.fields(),
+        mask_proof=tally.masks.proof_fields(),
     )
 
 

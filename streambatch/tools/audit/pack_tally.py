@@ -22,6 +22,7 @@ from ...epoch import Epoch
 from ...stages.chunk import batch_widths
 from ...stages.reduce import TokenSums
 from ..stand_in import sums_of_units, target_units
+from .masks import MaskTally, counted_units
 
 IntArray = npt.NDArray[np.int64]
 
@@ -39,12 +40,18 @@ class PackTally:
         targets = np.where(included, np.maximum(self.lengths - 1, 0), 0)
         self.target_first: IntArray = np.cumsum(targets) - targets  # global number of each document's first target
         self.target_count = int(targets.sum())
-        self.row_count = len(epoch.windows)
+        self.row_count = len(epoch.windows)  # the epoch's rows (the kept ones under skip_untrained)
+        self.row_total = len(epoch.windows.packed)  # every row of the packing
         self.widths = np.asarray(batch_widths(self.row_count, self.batch_size), dtype=np.int64)
         self.rows_per_batch = np.zeros(self.widths.size, dtype=np.int64)
-        self.row_seen = np.zeros(self.row_count, dtype=bool)
+        self.row_seen = np.zeros(self.row_total, dtype=bool)
         self.digest = hashlib.blake2b(digest_size=16)  # (batch index, rows, row numbers) of each batch, in order
         self.kept: list[tuple[IntArray, IntArray]] = []  # (first global target, length) of each valid segment
+        self.masked = bool(getattr(store, "has_loss_mask", False))
+        self.counted_units = 0  # stand-in units over every counted target (a masked store)
+        self.dropped = np.zeros(self.row_total, dtype=bool)  # rows skip_untrained dropped: seen, their targets tiled
+        self._drop(epoch.windows)
+        self.masks = MaskTally(store, self.T, self._counted(included))
         self.first: dict[str, str] = {}
         self.counts = dict.fromkeys(
             ("content", "segments", "positions", "padding", "cross_document", "cross_partition", "duplicate_rows"), 0
@@ -53,6 +60,27 @@ class PackTally:
 
     def note(self, check: str, message: str) -> None:
         self.first.setdefault(check, message)
+
+    def _drop(self, rows: Any) -> None:
+        """Under skip_untrained: the dropped rows count as seen (one emitted is a duplicate), and their segments
+        as tiled (the tiling then proves emitted and dropped rows hold every target once)."""
+        report = rows.untrained
+        if report is None:
+            return
+        self.dropped[:] = True
+        self.dropped[np.asarray(report.entries, dtype=np.int64)] = False
+        numbers = np.flatnonzero(self.dropped)
+        self.row_seen[numbers] = True
+        seg = rows.space.rows.segments(numbers)
+        self.kept.append((self.target_first[seg.documents] + seg.starts, seg.lengths.astype(np.int64)))
+
+    def _counted(self, included: npt.NDArray[np.bool_]) -> int:
+        """Counted targets of the partition (every target without a mask): what the batches must count in all."""
+        if not self.masked:
+            return self.target_count
+        docs = np.flatnonzero(included & (self.lengths >= 2)).astype(np.int64)
+        self.counted_units, counted = counted_units(self.store, docs)
+        return counted
 
     def _count(self, check: str, key: str, bad: npt.NDArray[np.bool_], message: str) -> None:
         count = int(np.count_nonzero(bad))
@@ -127,9 +155,11 @@ class PackTally:
             position_ids.reshape(-1)[flat] != offset,
             f"batch {index} real position {{at}}: position id does not restart at 0 at its segment and count up by 1",
         )
-        pad_wrong = (loss_mask.reshape(-1) != real) | (
+        pad_wrong = (~real & loss_mask.reshape(-1)) | (
             ~real & ((inputs.reshape(-1) != self.pad_id) | (targets.reshape(-1) != self.pad_id))
         )
+        if not self.masked:  # no mask: every real target counts (a masked store's are the mask checks')
+            pad_wrong |= real & ~loss_mask.reshape(-1)
         self._count(
             "padding",
             "padding",
@@ -137,13 +167,18 @@ class PackTally:
             f"batch {index} position {{at}}: loss_mask or pad id wrong (padding is pad_id, masked)",
         )
         claimed = int(batch.token_count)
-        if claimed != owner.size or int(getattr(batch, "target_count", claimed)) != owner.size:
-            self.counts["padding"] += 1
-            self.note("padding", f"batch {index}: denominator {claimed} but {owner.size} real targets; padding never counts")
-
         self._where(index, docs, starts, lengths)
         inside = self._inside(docs, starts, lengths)
         ok_pos = inside[owner]
+        trained = real.copy()  # the store's bit at each real target (recomputed from the provenance)
+        if self.masked and ok_pos.any():
+            at = self.store.starts[docs[owner[ok_pos]]] + starts[owner[ok_pos]] + offset[ok_pos] + 1
+            trained[flat[ok_pos]] = self.store.mask_at(at)
+        counted = int(np.count_nonzero(trained))
+        if not self.masked and (claimed != counted or int(getattr(batch, "target_count", claimed)) != counted):
+            self.counts["padding"] += 1
+            self.note("padding", f"batch {index}: denominator {claimed} but {counted} counted targets; padding never counts")
+        self.masks.packed(index, batch, loss_mask.astype(np.bool_), trained.reshape(width, T))
         if ok_pos.any():
             src = self.store.starts[docs[owner[ok_pos]]] + starts[owner[ok_pos]] + offset[ok_pos]
             pair = self.store.window_tokens(src, 2)  # input and target token, read from the store independently
@@ -170,7 +205,7 @@ class PackTally:
             self.rows_per_batch[index] += width
         else:
             self.note("widths", f"batch index {index} is outside the epoch's {self.rows_per_batch.size} batches")
-        known = (numbers >= 0) & (numbers < self.row_count)
+        known = (numbers >= 0) & (numbers < self.row_total)
         ok = numbers[known]
         repeats = int(np.count_nonzero(self.row_seen[ok])) + ok.size - int(np.unique(ok).size)
         if repeats or not known.all():
@@ -202,6 +237,7 @@ class PackTally:
 
     def finish(self) -> tuple[int, int]:
         """``(covered targets, targets seen more than once)`` from the tiling; notes coverage and widths failures."""
+        self.masks.finish()
         firsts = np.concatenate([k[0] for k in self.kept]) if self.kept else np.zeros(0, dtype=np.int64)
         sizes = np.concatenate([k[1] for k in self.kept]) if self.kept else np.zeros(0, dtype=np.int64)
         order = np.argsort(firsts, kind="stable")

@@ -41,6 +41,7 @@ from ...errors import AccumulationError, ConfigError
 from ...stages.reduce import TokenMean, TokenSums, token_mean
 from ..stand_in import span_units, sums_of_units
 from .check import means_equal
+from .masks import MASK_CHECKS
 from .pack_tally import PackTally
 from .result import Checked
 from .shares import epoch_shares
@@ -80,6 +81,8 @@ class PackAuditResult(Checked):
     denominator: int
     failures: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    mask: dict[str, Any] = field(default_factory=dict)  # the loss-mask checks' counts (streambatch.tools.audit.masks)
+    mask_proof: str = ""  # their PROOF fields: empty for a store without a loss mask
 
     def proof_line(self) -> str:
         """``PROOF|mode=pack|targets=N/N|duplicates=0|...``: the packed counterpart of the chapter's line."""
@@ -89,7 +92,7 @@ class PackAuditResult(Checked):
             f"|duplicates={self.repeated_targets + c['duplicate_rows']}|cross_document={c['cross_document']}"
             f"|cross_partition={c['cross_partition']}|content={c['content']}|segments={c['segments']}"
             f"|positions={c['positions']}|padding={c['padding']}|replay={self.replay}|different_seed={self.different_seed}"
-            f"|accumulation={'different' if 'accumulation' in self.failures else 'equal'}"
+            f"|accumulation={'different' if 'accumulation' in self.failures else 'equal'}{self.mask_proof}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,12 +120,16 @@ class PackAuditResult(Checked):
             "denominator": self.denominator,
             "failures": dict(self.failures),
             "seconds": self.seconds,
+            **({"loss_mask": dict(self.mask)} if self.mask.get("masked") else {}),
         }
 
 
 def _direct_mean(tally: PackTally) -> TokenMean | None:
     """The stand-in mean over every target of the partition, in closed form per document."""
     included = tally.store.partition_codes == tally.code
+    if tally.masked:  # over the counted targets only
+        counted = tally.masks.expected_counted
+        return sums_of_units(tally.counted_units, counted).mean() if counted else None
     docs = np.flatnonzero(included & (tally.lengths >= 2))
     units = int(span_units(8 * (docs % 8) + 1, tally.lengths[docs] - 1).sum())
     return sums_of_units(units, tally.target_count).mean() if tally.target_count else None
@@ -195,12 +202,12 @@ def audit_packed_epoch(
     def chunks(seed: int | None) -> Iterator[Any]:  # row chunks of a fresh plan: nothing gathered
         return epoch_shares(epoch.reseeded(seed), workers=workers, world_size=world_size, gather=False)
 
-    again, _ = _order(chunks(epoch.seed), tally.row_count)
+    again, _ = _order(chunks(epoch.seed), tally.row_total)
     replay = "same" if again == mine else "different"
     if replay != "same":
         tally.note("replay", "a second pass of the same seed (planned afresh) gave other rows or another order")
-    other_order, other_rows = _order(chunks(other), tally.row_count)
-    if not np.array_equal(other_rows, tally.row_seen):
+    other_order, other_rows = _order(chunks(other), tally.row_total)
+    if not np.array_equal(other_rows | tally.dropped, tally.row_seen):
         different = "rows_changed"
         tally.note("different_seed", "another seed changed which rows the epoch holds, not just their order")
     elif tally.row_count < 2:
@@ -224,6 +231,11 @@ def audit_packed_epoch(
         direct_mean=direct,
         real_positions=tally.real_positions,
         denominator=tally.denominator,
-        failures={check: tally.first[check] for check in PACK_CHECKS if check in tally.first},
+        failures={
+            **{check: tally.first[check] for check in PACK_CHECKS if check in tally.first},
+            **{check: tally.masks.first[check] for check in MASK_CHECKS if check in tally.masks.first},
+        },
         seconds=time.perf_counter() - started,
+        mask=tally.masks.fields(),
+        mask_proof=tally.masks.proof_fields(),
     )

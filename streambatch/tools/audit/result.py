@@ -58,6 +58,8 @@ class AuditResult(Checked):
     token_count: int
     failures: dict[str, str] = field(default_factory=dict)  # check -> first offending place, in CHECKS order
     seconds: float = 0.0
+    mask: dict[str, Any] = field(default_factory=dict)  # the loss-mask checks' counts (streambatch.tools.audit.masks)
+    mask_proof: str = ""  # their PROOF fields: empty for a store without a loss mask
 
     @property
     def replay_matches(self) -> bool:
@@ -85,6 +87,7 @@ class AuditResult(Checked):
             f"|replay={self.replay}|different_seed={self.different_seed}"
             f"|accumulation={'equal' if self.accumulation_equal else 'different'}"
         )
+        line += self.mask_proof
         return line + f"|cross_document={self.cross_document_windows}" if cross_document else line
 
     def to_dict(self) -> dict[str, Any]:
@@ -113,4 +116,5 @@ class AuditResult(Checked):
             "token_count": self.token_count,
             "failures": dict(self.failures),
             "seconds": self.seconds,
+            **({"loss_mask": dict(self.mask)} if self.mask.get("masked") else {}),
         }

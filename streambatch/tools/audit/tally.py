@@ -10,6 +10,7 @@ import numpy.typing as npt
 from ...stages.reduce import TokenSums
 from ..stand_in import loss_units, sums_of_units
 from .expected import Expected, Rows, provenance
+from .masks import MaskTally
 from .order import OrderPass
 
 _STAMP_BLOCK = (1 << 16) - 1  # rows per stamp block: stamps 1..65535 fit uint16, 0 means "never seen"
@@ -20,6 +21,7 @@ class Tally:
 
     def __init__(self, expected: Expected) -> None:
         self.expected = expected
+        self.masks = MaskTally(expected.store, expected.context_length, expected.counted_targets)
         self.stamps = np.zeros(expected.window_count, dtype=np.uint16)
         self.rows_per_batch = np.zeros(expected.widths.size, dtype=np.int64)
         self.order = OrderPass(expected, membership=False)
@@ -43,6 +45,7 @@ class Tally:
         self._shape(index, width, inputs, targets)
         self._where(index, rows)
         self._content(index, rows, inputs, targets)
+        self._masks(index, piece, rows, inputs)
         self._stamp(index, rows)
         units = int(loss_units(documents, starts, ex.context_length).sum())
         self.token_count += int(targets.size)
@@ -108,6 +111,15 @@ class Tally:
                 "padding", f"batch {index} row {at}: {origin}: ids differ from the document's tokens (padding or altered ids)"
             )
 
+    def _masks(self, index: int, piece: Any, rows: Rows, inputs: npt.NDArray[Any]) -> None:
+        """The loss-mask checks at the rows that are windows (`streambatch.tools.audit.masks`)."""
+        ex = self.expected
+        if inputs.ndim != 2 or inputs.shape[0] < rows.documents.size or inputs.shape[1] != ex.context_length:
+            return  # reported under widths
+        picked = np.flatnonzero(rows.window)
+        positions = ex.store.starts[rows.documents[picked]] + rows.starts[picked]
+        self.masks.windows(index, piece, positions.astype(np.int64), picked)
+
     def _stamp(self, index: int, rows: Rows) -> None:
         picked = np.flatnonzero(rows.window)
         self.valid_rows += picked.size
@@ -127,13 +139,23 @@ class Tally:
                 self.note("duplicates", f"batch {index} row {at}: window {origin} appears more than once")
 
     def finish_coverage(self) -> int:
-        covered = int(np.count_nonzero(self.stamps))
         ex = self.expected
-        if covered < ex.window_count:
-            missing = np.flatnonzero(self.stamps == 0)
+        if ex.kept is not None:  # skip_untrained: a dropped window must never appear, and counts as not expected
+            shown = self.stamps != 0
+            emitted = shown & ~ex.kept
+            if emitted.any():
+                documents, starts = ex.locate(np.flatnonzero(emitted)[:1].astype(np.int64))
+                origin = ex.origin(int(documents[0]), int(starts[0]))
+                self.note("coverage", f"window {origin} has no counted target but appears (skip_untrained dropped it)")
+            self.stamps[~ex.kept] = 0
+            self.foreign += int(np.count_nonzero(emitted))
+        covered = int(np.count_nonzero(self.stamps))
+        self.masks.finish()
+        if covered < ex.item_count:
+            missing = np.flatnonzero((self.stamps == 0) if ex.kept is None else (self.stamps == 0) & ex.kept)
             documents, starts = ex.locate(missing[:1].astype(np.int64))
             origin = ex.origin(int(documents[0]), int(starts[0]))
-            self.note("coverage", f"{missing.size} of {ex.window_count} windows never appeared; the first is {origin}")
+            self.note("coverage", f"{missing.size} of {ex.item_count} windows never appeared; the first is {origin}")
         wrong = np.flatnonzero(self.rows_per_batch != ex.widths)
         if wrong.size:
             self.width_errors += int(wrong.size)
