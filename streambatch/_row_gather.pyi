@@ -21,6 +21,7 @@ class Gatherer:
         context_length: int,
         full_rows: int,
         pad_id: int,
+        bits: ReadableBuffer | None = None,
         /,
     ) -> None: ...
     def gather(
@@ -47,3 +48,6 @@ class Gatherer:
         ``(4, segments)`` (row in the batch, document, start, targets).  A mixture passes *kinds* (uint8, one
         per row) and *sources* (Gatherers of one T, token size and pad id): row i is read by ``sources[kinds[i]]``.
         """
+
+def window_mask(bits: ReadableBuffer, context_length: int, positions: ReadableBuffer, /) -> npt.NDArray[np.bool_]:
+    """``(n, T)`` bool: row i holds mask bits ``positions[i] + 1 .. positions[i] + T`` (the window's targets)."""

@@ -108,7 +108,8 @@ def drop_untrained(items: _I) -> _I:
     (2, [2, 3], UntrainedReport(kept=2, dropped=2))
     """
     trained = item_targets(items) > 0
-    entries = items.plan_values()[trained]
+    kind: Any = items  # Windows or Rows: each kind says what its plan entries are
+    entries = kind.plan_values()[trained]
     space = copy.copy(items.space)  # the same store, index and packing; its own caches and report
     space.cache = {}
     space.untrained = UntrainedReport(int(entries.size), int(trained.size - entries.size), entries)

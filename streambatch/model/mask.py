@@ -24,7 +24,9 @@ from ..errors import DataError
 
 _c_window_mask: Any
 try:
-    from .._row_gather import window_mask as _c_window_mask
+    from .. import _row_gather
+
+    _c_window_mask = _row_gather.window_mask
 except ImportError:  # built without a C compiler: numpy unpacks (the same arrays)
     _c_window_mask = None
 

@@ -60,7 +60,7 @@ def mask_reader(store: Any, length: int) -> Callable[[npt.NDArray[np.intp]], npt
         return None
     if isinstance(store, DocumentStore) and store.loss_bits is not None:
         return target_reader(store.loss_bits, length)
-    return lambda positions: store.target_mask(positions, length)  # type: ignore[no-any-return]
+    return lambda positions: store.target_mask(positions, length)
 
 
 class Batches(Sequence[MiniBatch]):

@@ -9,8 +9,8 @@ import numpy.typing as npt
 
 from ...epoch import Epoch
 from ...errors import ConfigError
-from ...items.windows.window_index import window_counts
 from ...items.untrained import item_targets
+from ...items.windows.window_index import window_counts
 from ...items.windows.windows import Windows, windows
 from ...stages.chunk import batch_widths
 
@@ -53,14 +53,15 @@ class Expected:
         self.window_count = int(self.cumulative[-1]) if self.cumulative.size else 0
         self.kept: npt.NDArray[np.bool_] | None = None  # skip_untrained: the windows with a counted target
         self.counted_targets = self.window_count * self.context_length
-        if getattr(self.store, "has_loss_mask", False) or epoch.windows.untrained is not None:
+        untrained = getattr(epoch.windows, "untrained", None)  # a mixture's epoch is audited elsewhere
+        if getattr(self.store, "has_loss_mask", False) or untrained is not None:
             every = windows(
                 self.store, context_length=self.context_length, stride=self.stride, partition=epoch.partition,
                 keep_partition=True,
             )  # fmt: skip
             per = item_targets(every)  # counted targets of each window, from the store's bits
             self.counted_targets = int(per.sum())
-            if epoch.windows.untrained is not None:
+            if untrained is not None:
                 self.kept = per > 0
         self.item_count = self.window_count if self.kept is None else int(np.count_nonzero(self.kept))
         self.widths = np.asarray(batch_widths(self.item_count, self.batch_size), dtype=np.int64)

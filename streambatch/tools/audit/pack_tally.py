@@ -41,7 +41,8 @@ class PackTally:
         self.target_first: IntArray = np.cumsum(targets) - targets  # global number of each document's first target
         self.target_count = int(targets.sum())
         self.row_count = len(epoch.windows)  # the epoch's rows (the kept ones under skip_untrained)
-        self.row_total = len(epoch.windows.packed)  # every row of the packing
+        rows: Any = epoch.windows  # packed Rows
+        self.row_total = len(rows.packed)  # every row of the packing
         self.widths = np.asarray(batch_widths(self.row_count, self.batch_size), dtype=np.int64)
         self.rows_per_batch = np.zeros(self.widths.size, dtype=np.int64)
         self.row_seen = np.zeros(self.row_total, dtype=bool)
@@ -173,7 +174,8 @@ class PackTally:
         trained = real.copy()  # the store's bit at each real target (recomputed from the provenance)
         if self.masked and ok_pos.any():
             at = self.store.starts[docs[owner[ok_pos]]] + starts[owner[ok_pos]] + offset[ok_pos] + 1
-            trained[flat[ok_pos]] = self.store.mask_at(at)
+            source: Any = self.store  # a store or a corpus
+            trained[flat[ok_pos]] = source.mask_at(at)
         counted = int(np.count_nonzero(trained))
         if not self.masked and (claimed != counted or int(getattr(batch, "target_count", claimed)) != counted):
             self.counts["padding"] += 1

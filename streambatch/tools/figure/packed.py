@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ...epoch import Epoch
 from ...errors import ConfigError
 from ...io.atomic import atomic_text
 from ...items.pack.packed_batch import PackedBatch
 from ..inspect import format_count
-from .svg import FONT, INK, MARGIN, MONO, MUTED, PALETTE, Canvas, xml_text
+from .svg import FONT, INK, MARGIN, MASKED_FILL, MONO, MUTED, PALETTE, Canvas, xml_text
 
 MAX_ROWS = 64
 ROW_WIDTH = 720.0
@@ -44,6 +46,18 @@ def _colour(document: int) -> str:
     return PALETTE[document % len(PALETTE)]
 
 
+def _grey_masked(canvas: Canvas, batch: Any, r: int, column: int, n: int, x0: float, y: float, scale: float) -> None:
+    """Grey the runs of a segment's targets (positions ``column .. column + n - 1`` of row *r*) the loss mask leaves
+    out (inside a segment ``loss_mask`` is False only there; nothing for a store without a mask)."""
+    trained = np.asarray(batch.loss_mask[r, column : column + n], dtype=np.int8)
+    edges = np.flatnonzero(np.diff(np.concatenate([[1], trained, [1]])))  # where a masked run starts or ends
+    for lo, hi in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+        canvas.open(class_="masked", data_column=column + lo, data_positions=hi - lo)
+        canvas.title(f"masked: {hi - lo} targets the loss mask leaves out, in no denominator")
+        canvas.rect(x0 + (column + lo) * scale, y, (hi - lo) * scale, 24, fill=MASKED_FILL, fill_opacity=0.85)
+        canvas.close()
+
+
 def _draw_row(canvas: Canvas, batch: Any, r: int, y: float, scale: float, T: int) -> None:
     pick = batch.segment_rows == r
     docs, starts, lengths = batch.document_indices[pick], batch.starts[pick], batch.segment_lengths[pick]
@@ -58,6 +72,7 @@ def _draw_row(canvas: Canvas, batch: Any, r: int, y: float, scale: float, T: int
         canvas.open(class_="segment", data_document=name, data_document_index=d, data_start=s, data_length=n, data_column=column)
         canvas.title(f"{label}: targets {s + 1}..{s + n} of {name}, positions {column}..{column + n - 1}")
         canvas.rect(x, y, w, 24, rx=3, fill=_colour(d), stroke="#ffffff", stroke_width=1)
+        _grey_masked(canvas, batch, r, column, n, x0, y, scale)
         if 7.2 * len(label) + 8 <= w:
             canvas.text(x + 4, y + 16, label, size=11, fill="#ffffff", font_family=MONO)
         canvas.close()

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from ...epoch import Epoch
-from .svg import INK, INPUT_FILL, MARGIN, MONO, MUTED, PALETTE, TARGET_FILL, Canvas
+from .svg import INK, INPUT_FILL, MARGIN, MASKED_FILL, MONO, MUTED, PALETTE, TARGET_FILL, Canvas
 
 MAX_IDS = 8  # ids drawn per input or target row; the rest are counted
 
@@ -16,12 +16,19 @@ class _Row:
     origin: str
     inputs: list[int]
     targets: list[int]
+    trained: list[bool] | None = None  # the row's loss mask (a masked store): False greys the target
 
 
 def _batch_rows(epoch: Epoch) -> list[list[_Row]]:
+    """Each batch's rows; a row of a masked store carries its loss mask."""
     return [
         [
-            _Row(str(origin), batch.input_row(r).tolist(), batch.target_row(r).tolist())
+            _Row(
+                str(origin),
+                batch.input_row(r).tolist(),
+                batch.target_row(r).tolist(),
+                None if batch.loss_mask is None else batch.loss_mask[r].tolist(),
+            )
             for r, origin in enumerate(batch.provenance)
         ]
         for batch in epoch
@@ -83,9 +90,15 @@ def draw_rows(canvas: Canvas, epoch: Epoch, y: float) -> float:
     for b, batch in enumerate(batches):
         color = PALETTE[b % len(PALETTE)]
         width = len(batch)
-        canvas.open(class_="batch", data_index=b, data_width=width, data_shape=f"[{width}, {T}]", data_denominator=width * T)
+        counted = _counted(batch, T)
+        canvas.open(class_="batch", data_index=b, data_width=width, data_shape=f"[{width}, {T}]", data_denominator=counted)
         canvas.text(MARGIN, y + 14, f"B{b}", size=14, fill=color, font_weight="bold")
-        canvas.text(MARGIN + 34, y + 14, f"shape [{width}, {T}] · denominator {width} × {T} = {width * T} target tokens", size=13)
+        words = (
+            f"denominator {width} × {T} = {width * T} target tokens"
+            if counted == width * T and all(row.trained is None for row in batch)
+            else f"denominator {counted} counted targets (masked ones grey)"
+        )
+        canvas.text(MARGIN + 34, y + 14, f"shape [{width}, {T}] · {words}", size=13)
         y += 24
         for r, row in enumerate(batch):
             canvas.open(class_="row", data_row=r, data_origin=row.origin)
@@ -93,7 +106,7 @@ def draw_rows(canvas: Canvas, epoch: Epoch, y: float) -> float:
             canvas.text(MARGIN + 8, y + 18, f"row {r}", size=11, fill=MUTED)
             canvas.text(x_origin, y + 18, _clip(row.origin, int(origin_w / 7.8)), size=13, font_family=MONO)
             _cells(canvas, x_inputs, y + 4, cell, row.inputs, INPUT_FILL, "input")
-            _cells(canvas, x_targets, y + 4, cell, row.targets, TARGET_FILL, "target")
+            _cells(canvas, x_targets, y + 4, cell, row.targets, TARGET_FILL, "target", row.trained)
             canvas.close()
             y += 32
         if width < B:
@@ -113,11 +126,24 @@ def draw_rows(canvas: Canvas, epoch: Epoch, y: float) -> float:
     return _draw_final(canvas, epoch, y + 12)
 
 
-def _cells(canvas: Canvas, x: float, y: float, cell: float, values: list[int], fill: str, kind: str) -> None:
+def _counted(batch: list[_Row], T: int) -> int:
+    """Counted targets of a batch's rows: ``width * T`` without a mask."""
+    return sum(T if row.trained is None else sum(row.trained) for row in batch)
+
+
+def _cells(
+    canvas: Canvas, x: float, y: float, cell: float, values: list[int], fill: str, kind: str, trained: list[bool] | None = None
+) -> None:
+    """One row of id cells; a target whose *trained* entry is False is grey (masked: never counted)."""
     for i, shown in enumerate(_ids_shown(values)):
         left = x + i * (cell + 3)
-        canvas.rect(left, y, cell, 20, rx=3, fill=fill, stroke="#9a9a9a", stroke_width=0.5, class_=kind)
-        canvas.text(left + cell / 2, y + 14, shown, size=12, font_family=MONO, text_anchor="middle")
+        masked = trained is not None and i < len(trained) and not trained[i] and not shown.startswith("+")
+        canvas.rect(
+            left, y, cell, 20, rx=3, fill=MASKED_FILL if masked else fill, stroke="#9a9a9a", stroke_width=0.5,
+            class_=f"{kind} masked" if masked else kind,
+        )  # fmt: skip
+        grey = {"fill": MUTED} if masked else {}
+        canvas.text(left + cell / 2, y + 14, shown, size=12, font_family=MONO, text_anchor="middle", **grey)
 
 
 def _draw_final(canvas: Canvas, epoch: Epoch, y: float) -> float:

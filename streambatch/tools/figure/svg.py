@@ -11,6 +11,7 @@ FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
 MONO = "DejaVu Sans Mono, Menlo, Consolas, monospace"
 PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 INPUT_FILL, TARGET_FILL, TAIL_FILL, INK, MUTED = "#dbe8f6", "#fde3cf", "#e7d9b0", "#222222", "#666666"
+MASKED_FILL = "#d4d4d4"  # a target the loss mask leaves out (never counted)
 MARGIN = 24
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
