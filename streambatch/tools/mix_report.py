@@ -1,4 +1,6 @@
-"""Mixtures in the commands: what ``inspect`` shows, what ``audit`` proves and what ``trace`` draws for a mixture.
+"""Mixtures in the commands: what ``inspect`` shows, what ``audit`` proves, for a mixture.
+
+``trace`` draws it: `streambatch.tools.figure.mixture`.
 
 `inspect_mixture`: per source, its items in the mixture, weight, effective
 share, source epochs consumed and tokens (the counts do not depend on the seed:
@@ -8,7 +10,6 @@ Tijdeman's order does not).  `audit_mixture` iterates an epoch of a mixture
 integers), each source's rows in its exact order (the concatenation of
 ``shuffle(part_s, source_epoch_seed(seed, s, e))`` over its epochs ``e``), no
 window twice inside one source epoch, and every row's tokens read from its own
-source.  `mixture_svg` draws one strip per batch, one cell per row coloured by
 source.
 """
 
@@ -22,7 +23,6 @@ import numpy as np
 
 from ..epoch import Epoch
 from ..errors import ConfigError
-from ..io.atomic import atomic_text
 from ..io.mixture_file import MixtureSource
 from ..items.mix.mix import source_order
 from ..items.mix.mix_batch import MixtureBatch
@@ -30,10 +30,7 @@ from ..items.mix.mix_rows import PackedMixtureBatch
 from ..items.mix.mix_source import as_mixture
 from ..items.mix.mixture import Mixture
 from ..items.pack.rows import Rows
-from .figure import xml_text
 from .mix_audit_rows import check_packed_rows, check_source_targets
-
-COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
 
 
 def inspect_mixture(
@@ -205,28 +202,3 @@ def format_mixture_audit(result: dict[str, Any]) -> str:
     )
     lines.append(f"time: {result['seconds']:.2f} s")
     return "\n".join(lines) + "\n"
-
-
-def mixture_svg(epoch: Epoch, path: str) -> None:
-    """Write an SVG: one strip per batch, one cell per row coloured by its source, and a legend."""
-    mixture = epoch.order
-    assert isinstance(mixture, Mixture)
-    B, cell = epoch.batch_size, 10
-    batches = min(epoch.batch_count, 400)
-    width, height = 60 + B * cell, 40 + batches * cell + 20 * len(mixture.names)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">']
-    parts.append(f'<text x="4" y="16">{xml_text(repr(mixture))}</text>')
-    for b in range(batches):
-        for r, s in enumerate(mixture[b * B : (b + 1) * B].sources().tolist()):
-            colour = COLOURS[s % len(COLOURS)]
-            parts.append(
-                f'<rect class="row" data-batch="{b}" data-source="{s}" x="{50 + r * cell}" y="{30 + b * cell}" '
-                f'width="{cell - 1}" height="{cell - 1}" fill="{colour}"/>'
-            )
-    for s, name in enumerate(mixture.names):
-        y = 40 + batches * cell + 20 * s
-        parts.append(f'<rect x="4" y="{y - 9}" width="10" height="10" fill="{COLOURS[s % len(COLOURS)]}"/>')
-        parts.append(f'<text x="20" y="{y}">{xml_text(name)}</text>')
-    parts.append("</svg>\n")
-    with atomic_text(path) as handle:
-        handle.write("\n".join(parts))
