@@ -54,17 +54,20 @@ def test_trace_html_of_a_mixture_draws_every_batch_with_its_legend(tmp_path: Pat
     status, text = _run(["trace", str(mixture), "-T", "8", "-B", "8", "--seed", "3", "--svg", str(svg), "--html", str(page)])
     assert status == 0
     epoch = sb.Epoch(sb.open_source(mixture), context_length=8, batch_size=8, seed=3)
-    assert text.count("wrote ") == 2 and "every batch" in text
+    assert text.count("wrote ") == 2
+    assert "every batch" in text
     drawn = svg.read_text()
     assert epoch.batch_count <= MAX_STRIPS
     assert drawn.count('class="row"') == len(epoch.order)  # one cell per row of every batch
     cells = re.findall(r'class="row" data-batch="(\d+)" data-source="(\d+)"', drawn)
     assert [int(s) for _, s in cells] == epoch.order.sources().tolist()
     for name in ("web-crawl-english", "code", "math"):
-        assert name in drawn and name in page.read_text()
+        assert name in drawn
+        assert name in page.read_text()
     assert "one strip per batch" in drawn
     _inside(drawn)
-    assert page.read_text().startswith("<!DOCTYPE html>") and "<svg" in page.read_text()
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    assert "<svg" in page.read_text()
 
 
 def test_a_long_mixture_epoch_draws_every_batch_in_groups_and_says_so(tmp_path: Path) -> None:
