@@ -51,7 +51,8 @@ def _direct_window_targets(docs: list[sb.Document], T: int, stride: int) -> list
 def test_skip_untrained_windows(docs: list[sb.Document], T: int, stride: int, size: int, seed: int) -> None:
     counted = _direct_window_targets(docs, T, stride)
     every = sb.windows(docs, context_length=T, stride=stride)
-    assert len(every) == len(counted) and every.untrained is None  # kept by default: the unmasked epoch's items
+    assert len(every) == len(counted)
+    assert every.untrained is None
     kept = sb.windows(docs, context_length=T, stride=stride, skip_untrained=True)
     report = kept.untrained
     assert report.kept + report.dropped == len(every) == len(counted)
@@ -77,7 +78,8 @@ def test_skip_untrained_rows(docs: list[sb.Document], T: int, size: int, seed: i
     assert kept.numbers().tolist() == np.flatnonzero(per_row > 0).tolist()
     epoch = sb.Epoch(kept, batch_size=size, seed=seed)
     for batch in epoch:
-        assert batch.loss_mask.any(axis=1).all() and batch.token_count == int(batch.loss_mask.sum())
+        assert batch.loss_mask.any(axis=1).all()
+        assert batch.token_count == int(batch.loss_mask.sum())
     assert sum(b.token_count for b in epoch) == int(per_row.sum())
 
 
@@ -101,7 +103,8 @@ def test_skip_untrained_through_plans_runs_and_the_cli(tmp_path: Path) -> None:
     out = io.StringIO()
     status = main(["epoch", str(store), "-T", "4", "-B", "2", "--stride", "4", "--seed", "3", "--skip-untrained"], out)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert status == 0 and sum(len(r["inputs"]) for r in records) == 3
+    assert status == 0
+    assert sum(len(r["inputs"]) for r in records) == 3
     assert all(any(row) for r in records for row in r["loss_mask"])  # epoch records carry the mask
     out = io.StringIO()
     assert main(["audit", str(store), "-T", "4", "-B", "2", "--stride", "4", "--seed", "3", "--skip-untrained", "-q"], out) == 0
@@ -125,7 +128,8 @@ def test_inspect_shows_the_mask(tmp_path: Path) -> None:
     assert summary["partitions"]["validation"]["loss_mask"]["counted_share"] == 1.0
     out = io.StringIO()
     assert main(["inspect", str(tmp_path / "s")], out) == 0
-    assert "loss mask" in out.getvalue() and "counted targets" in out.getvalue()
+    assert "loss mask" in out.getvalue()
+    assert "counted targets" in out.getvalue()
 
 
 @settings(max_examples=80, deadline=None)
@@ -141,7 +145,8 @@ def test_window_kernel_equals_numpy(mask: list[bool], T: int, picks: list[float]
         return
     positions = np.array([int(p * room) for p in picks], dtype=np.int64)
     fast, slow = target_mask(bits, positions, T), target_mask_numpy(bits, positions.astype(np.intp), T)
-    assert fast.dtype == np.bool_ and fast.shape == slow.shape == (positions.size, T)
+    assert fast.dtype == np.bool_
+    assert fast.shape == slow.shape == (positions.size, T)
     assert np.array_equal(fast, slow)
     for row, p in enumerate(positions.tolist()):
         assert fast[row].tolist() == mask[p + 1 : p + T + 1]
@@ -156,7 +161,8 @@ def test_packed_kernel_reads_the_bits_as_numpy_does(docs: list[sb.Document], T: 
         patch.setattr(rows_module, "_CGatherer", None)  # the numpy gather, then mask_pieces
         slow = list(sb.materialize(sb.chunk(sb.pack(store, context_length=T), size)))
     for a, b in zip(fast, slow, strict=True):
-        assert np.array_equal(a.loss_mask, b.loss_mask) and a.target_count == b.target_count == int(a.loss_mask.sum())
+        assert np.array_equal(a.loss_mask, b.loss_mask)
+        assert a.target_count == b.target_count == int(a.loss_mask.sum())
 
 
 def test_audit_catches_a_wrong_mask_and_a_wrong_denominator() -> None:
@@ -189,7 +195,8 @@ def test_audit_catches_a_wrong_mask_and_a_wrong_denominator() -> None:
     assert "denominator" in audit_batches(lied, epoch).failures
     packed = sb.Epoch(docs, context_length=8, batch_size=4, seed=3, pack=True, skip_untrained=True)
     result = audit_packed_epoch(packed, workers=2, world_size=2)
-    assert result.ok and f"|counted={result.mask['expected_counted_targets']}/" in result.proof_line()
+    assert result.ok
+    assert f"|counted={result.mask['expected_counted_targets']}/" in result.proof_line()
 
 
 def test_trace_svg_greys_masked_targets() -> None:
