@@ -50,8 +50,8 @@
 #include <numpy/arrayobject.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
+#if defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
 #endif
 
 enum { TOKENS, STARTS, LENGTHS, FULL_DOCS, FULL_ENDS, OFFSETS, TAILS, HELD };
@@ -84,6 +84,71 @@ static inline uint64_t spread8(uint8_t b) {
     return x;
 }
 
+#if defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_SPREAD32 1
+/* `words` steps of 32 positions from whole bytes of bits at `from` (each step 4 bytes): 0/1 bytes to `out`, their
+ * count added to *total when `count`; returns the positions written.  SSE2 (every x86-64): each of the 4 bytes copied
+ * into an 8-byte lane by three unpacks, each lane byte keeping its own bit (and, compare, and 1); the count sums the
+ * bytes (psadbw).  AVX2 (chosen at import when the CPU has it): one shuffle spreads the 4 bytes over 32 lanes. */
+static int64_t spread32_sse2(const uint8_t *from, int64_t words, uint8_t *out, int count, int64_t *total) {
+    const __m128i select = _mm_set_epi8((char)0x80, 64, 32, 16, 8, 4, 2, 1, (char)0x80, 64, 32, 16, 8, 4, 2, 1);
+    const __m128i one = _mm_set1_epi8(1), zero = _mm_setzero_si128();
+    __m128i sums = zero;
+    int64_t k;
+    for (k = 0; k < words; k++, out += 32) {
+        uint32_t word;
+        __m128i v, w, pairs, quads;
+        memcpy(&word, from + 4 * k, 4);
+        v = _mm_cvtsi32_si128((int)word);
+        pairs = _mm_unpacklo_epi8(v, v);
+        quads = _mm_unpacklo_epi16(pairs, pairs);
+        v = _mm_unpacklo_epi32(quads, quads);
+        v = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(v, select), select), one);
+        w = _mm_unpackhi_epi32(quads, quads);
+        w = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(w, select), select), one);
+        _mm_storeu_si128((__m128i *)out, v);
+        _mm_storeu_si128((__m128i *)(out + 16), w);
+        if (count) {
+            sums = _mm_add_epi64(sums, _mm_sad_epu8(_mm_add_epi8(v, w), zero));
+        }
+    }
+    if (count) {
+        *total += (int64_t)_mm_cvtsi128_si64(sums) + (int64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(sums, sums));
+    }
+    return 32 * words;
+}
+
+__attribute__((target("avx2"))) static int64_t spread32_avx2(const uint8_t *from, int64_t words, uint8_t *out, int count,
+                                                              int64_t *total) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                            3, 3, 3, 3, 3, 3);
+    const __m256i select = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i one = _mm256_set1_epi8(1), zero = _mm256_setzero_si256();
+    __m256i sums = zero;
+    int64_t k;
+    for (k = 0; k < words; k++, out += 32) {
+        uint32_t word;
+        __m256i v;
+        memcpy(&word, from + 4 * k, 4);
+        v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)word), spread); /* lane byte j: bits byte j / 8 */
+        v = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, select), select), one);
+        _mm256_storeu_si256((__m256i *)out, v);
+        if (count) {
+            sums = _mm256_add_epi64(sums, _mm256_sad_epu8(v, zero));
+        }
+    }
+    if (count) {
+        __m128i half = _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+        *total += (int64_t)_mm_cvtsi128_si64(half) + (int64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(half, half));
+    }
+    return 32 * words;
+}
+
+static int use_avx2; /* set at import: the CPU runs AVX2 */
+#else
+#define HAVE_SPREAD32 0
+#endif
+
 /* out[0..n) = bits p .. p + n - 1 of `bits` (0/1 bytes); returns how many are set when `count` (else 0).  Whole
  * bytes of bits become 8 positions at a time (spread8); the unaligned head and the tail go bit by bit.  The count
  * sums the 8 lanes of each spread word (at most 8 each: a multiply adds them into the top lane). */
@@ -96,32 +161,12 @@ static inline int64_t unpack_bits(const uint8_t *bits, int64_t p, int64_t n, uin
         p++;
         n--;
     }
-#if defined(__SSE2__)
-    { /* 32 positions per step: 4 bytes of bits copied into 8-byte lanes, each lane byte keeping its own bit; the
-       * count sums the 0/1 bytes (psadbw) */
-        const __m128i select = _mm_set_epi8((char)0x80, 64, 32, 16, 8, 4, 2, 1, (char)0x80, 64, 32, 16, 8, 4, 2, 1);
-        const __m128i one = _mm_set1_epi8(1), zero = _mm_setzero_si128();
-        __m128i sums = zero;
-        for (; n >= 32; n -= 32, p += 32, out += 32) {
-            uint32_t word;
-            __m128i v, w, pairs, quads;
-            memcpy(&word, bits + (p >> 3), 4);
-            v = _mm_cvtsi32_si128((int)word);
-            pairs = _mm_unpacklo_epi8(v, v);
-            quads = _mm_unpacklo_epi16(pairs, pairs);
-            v = _mm_unpacklo_epi32(quads, quads);
-            v = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(v, select), select), one);
-            w = _mm_unpackhi_epi32(quads, quads);
-            w = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(w, select), select), one);
-            _mm_storeu_si128((__m128i *)out, v);
-            _mm_storeu_si128((__m128i *)(out + 16), w);
-            if (count) {
-                sums = _mm_add_epi64(sums, _mm_sad_epu8(_mm_add_epi8(v, w), zero));
-            }
-        }
-        if (count) {
-            total += (int64_t)_mm_cvtsi128_si64(sums) + (int64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(sums, sums));
-        }
+#if HAVE_SPREAD32
+    if (n >= 32) {
+        int64_t done = (use_avx2 ? spread32_avx2 : spread32_sse2)(bits + (p >> 3), n >> 5, out, count, &total);
+        out += done;
+        p += done;
+        n -= done;
     }
 #endif
     {
@@ -504,9 +549,6 @@ static void put_tokens(const sources_t *s, const outputs *o, char *out, int64_t 
                 const Gatherer *h = s->kinds ? source_of(s, in_row[a]) : g; /* the source of the segment ahead */
                 const int64_t *ahead = h == g ? starts : (const int64_t *)h->views[STARTS].buf;
                 prefetch(h, ahead[documents[a]] + begins[a], lengths[a] + 1);
-                if (h->has_bits) { /* its mask bits too: pass 5 reads them */
-                    prefetch_bits((const uint8_t *)h->bits.buf, ahead[documents[a]] + begins[a] + 1, lengths[a]);
-                }
             }
             memcpy(row + column * size, tokens + (starts[documents[k]] + begins[k] + shift) * size, (size_t)(n * size));
             column += n;
@@ -533,10 +575,13 @@ static inline void put_sequence(outputs *o, int64_t *sequence, int64_t at, int64
     }
 }
 
+#define MASK_AHEAD 4 /* segments: a segment's mask bits are asked for while the ones before it are unpacked */
+
 /* Pass 5: loss mask, segment and position ids, cu_seqlens, per segment then for each row's padding.  A row of a
  * source with mask bits takes its targets' bits (a segment's first target is token starts[d] + start + 1). */
 static void put_ids_and_masks(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
-    const int64_t *documents = o->provenance[1], *begins = o->provenance[2], *lengths = o->provenance[3];
+    const int64_t *in_row = o->provenance[0], *documents = o->provenance[1], *begins = o->provenance[2];
+    const int64_t *lengths = o->provenance[3];
     const Gatherer *g = s->gs[0]; /* T and the position template: every source's alike */
     int64_t T = g->T, k = 0, sequence = 0, i, column;
     o->cu[0] = 0;
@@ -548,6 +593,14 @@ static void put_ids_and_masks(const sources_t *s, outputs *o, int64_t width, con
         int32_t id = 0;
         for (column = 0; column < used[i]; k++, id++) {
             int64_t n = lengths[k];
+            if (k + MASK_AHEAD < o->segments) { /* the mask bits of the segment MASK_AHEAD on, asked for now */
+                const Gatherer *a = source_of(s, in_row[k + MASK_AHEAD]);
+                if (a->has_bits) {
+                    const int64_t *at = (const int64_t *)a->views[STARTS].buf;
+                    prefetch_bits((const uint8_t *)a->bits.buf, at[documents[k + MASK_AHEAD]] + begins[k + MASK_AHEAD] + 1,
+                                  lengths[k + MASK_AHEAD]);
+                }
+            }
             if (bits != NULL) {
                 o->target_count += unpack_bits(bits, starts[documents[k]] + begins[k] + 1, n, o->mask + at + column, 1);
             } else {
@@ -773,13 +826,14 @@ done:
     return result;
 }
 
-/* Rows of window_mask: every row's bits asked for first (their misses overlap), then each row unpacked. */
+/* Rows of window_mask: each row unpacked while the bits of the row MASK_AHEAD on are fetched (asking for every
+ * row's bits first measured slower: the lines were evicted again before their row was unpacked). */
 static void unpack_rows(const uint8_t *bits, const int64_t *rows, int64_t width, int64_t T, uint8_t *mask) {
     int64_t i;
     for (i = 0; i < width; i++) {
-        prefetch_bits(bits, rows[i] + 1, T);
-    }
-    for (i = 0; i < width; i++) {
+        if (i + MASK_AHEAD < width) { /* the bits MASK_AHEAD rows on, asked for now */
+            prefetch_bits(bits, rows[i + MASK_AHEAD] + 1, T);
+        }
         unpack_bits(bits, rows[i] + 1, T, mask + i * T, 0);
     }
 }
