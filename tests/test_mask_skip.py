@@ -127,6 +127,11 @@ def test_inspect_shows_the_mask(tmp_path: Path) -> None:
     assert (train["windows"], train["untrained_windows"], train["untrained_rows"]) == (9, 6, 6)
     assert summary["partitions"]["validation"]["loss_mask"]["counted_share"] == 1.0
     out = io.StringIO()
+    assert main(["inspect", str(tmp_path / "s"), "-T", "4", "--pack", "--skip-untrained", "--json"], out) == 0
+    kept = json.loads(out.getvalue())["partitions"]["train"]["loss_mask"]
+    assert (kept["kept_windows"], kept["kept_rows"]) == (9 - 6, 10 - 6)
+    assert main(["inspect", str(tmp_path / "s"), "--skip-untrained"], io.StringIO()) == 2  # needs -T
+    out = io.StringIO()
     assert main(["inspect", str(tmp_path / "s")], out) == 0
     assert "loss mask" in out.getvalue()
     assert "counted targets" in out.getvalue()

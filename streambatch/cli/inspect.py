@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import IO, Any
 
+from ..errors import ConfigError
 from ..io.mixture_file import MixtureSource
 from ..tools.inspect import format_summary, inspect_source
 from ..tools.mix_report import format_mixture, inspect_mixture
@@ -14,7 +15,11 @@ from ._common import add_source, check_stride, open_args_source
 
 def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
     check_stride(args)
+    if args.skip_untrained and args.context_length is None:
+        raise ConfigError("--skip-untrained needs --context-length: it counts the windows (rows) an epoch keeps; pass -T")
     source = open_args_source(args)
+    if isinstance(source, MixtureSource) and args.skip_untrained:
+        raise ConfigError("--skip-untrained over a mixture: a mixture reads every item of each source; leave it out")
     if isinstance(source, MixtureSource):  # per source: items, weight, effective share, source epochs, tokens (--pack: rows)
         mixed = inspect_mixture(
             source, context_length=args.context_length, batch_size=args.batch_size,
@@ -29,6 +34,7 @@ def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
         stride=1 if args.stride is None else args.stride,
         partition=args.partition,
         pack=args.pack,
+        skip_untrained=args.skip_untrained,
     )
     out.write(json.dumps(summary, indent=1) + "\n" if args.json else format_summary(summary))
 

@@ -39,6 +39,7 @@ def inspect_source(
     stride: int = 1,
     partition: Partition | str | None = None,
     pack: bool = False,
+    skip_untrained: bool = False,
 ) -> dict[str, Any]:
     """Summarize *source* (a `Source`, a store or documents) and, given ``T`` (and ``B``), its epochs.
 
@@ -49,7 +50,9 @@ def inspect_source(
     width, actual denominator (``width * T``) and capacity (``B * T``).  With
     *pack* (needs *context_length*, and stride ``T`` or none): per partition,
     ``modes`` holds the window mode at stride ``T`` and packing side by side
-    (`streambatch.tools.inspect_pack`).
+    (`streambatch.tools.inspect_pack`).  A store with a loss mask adds, per
+    partition, ``loss_mask`` (`streambatch.tools.inspect_mask`); with
+    *skip_untrained* it also counts the windows and rows an epoch then keeps.
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]), sb.Document("train-b", "train", [0, 20, 21, 1])]
@@ -90,6 +93,8 @@ def inspect_source(
         summary.update(context_length=T, stride=s)
         if pack:
             summary["pack"] = True
+        if skip_untrained:
+            summary["skip_untrained"] = True
         if B is not None:
             summary["batch_size"] = B
     wanted = [Partition.parse(partition)] if partition is not None else list(Partition)
@@ -102,7 +107,7 @@ def inspect_source(
         if pack and T is not None:
             parts[part.value]["modes"] = mode_summaries(lengths[mask], T, B)
         if store.has_loss_mask:
-            parts[part.value]["loss_mask"] = mask_summary(store, part, T, s, pack)
+            parts[part.value]["loss_mask"] = mask_summary(store, part, T, s, pack, skip_untrained)
     summary["partitions"] = parts
     return summary
 

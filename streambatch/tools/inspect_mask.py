@@ -19,8 +19,11 @@ from ..items.windows.windows import windows
 from ..model.documents import Partition
 
 
-def mask_summary(store: Any, part: Partition, T: int | None, stride: int, packed: bool) -> dict[str, Any]:
-    """The loss-mask summary of partition *part* of *store* (which has a mask).
+def mask_summary(
+    store: Any, part: Partition, T: int | None, stride: int, packed: bool, skip_untrained: bool = False
+) -> dict[str, Any]:
+    """The loss-mask summary of partition *part* of *store* (which has a mask); with *skip_untrained* the windows
+    (and rows) an epoch with ``skip_untrained=True`` keeps.
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("a", "train", [0, 1, 2, 3, 4], loss_mask=[0, 0, 0, 1, 1]),
@@ -46,9 +49,13 @@ def mask_summary(store: Any, part: Partition, T: int | None, stride: int, packed
     items = windows(store, context_length=T, stride=stride, partition=part, keep_partition=True)
     per = item_targets(items)
     out.update(windows=int(per.size), untrained_windows=int(np.count_nonzero(per == 0)))
+    if skip_untrained:
+        out["kept_windows"] = int(np.count_nonzero(per))
     if packed:
         rows = item_targets(pack(store, context_length=T, partition=part, keep_partition=True))
         out.update(rows=int(rows.size), untrained_rows=int(np.count_nonzero(rows == 0)))
+        if skip_untrained:
+            out["kept_rows"] = int(np.count_nonzero(rows))
     return out
 
 
@@ -66,6 +73,10 @@ def mask_rows(parts: dict[str, Any]) -> list[tuple[str, list[str]]]:
         rows.append(("windows training nothing", [str(m.get("untrained_windows", "-")) for m in cells]))
     if any("untrained_rows" in m for m in cells):
         rows.append(("packed rows training nothing", [str(m.get("untrained_rows", "-")) for m in cells]))
+    if any("kept_windows" in m for m in cells):
+        rows.append(("windows kept (--skip-untrained)", [str(m.get("kept_windows", "-")) for m in cells]))
+    if any("kept_rows" in m for m in cells):
+        rows.append(("packed rows kept (--skip-untrained)", [str(m.get("kept_rows", "-")) for m in cells]))
     return rows
 
 
