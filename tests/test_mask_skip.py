@@ -218,3 +218,18 @@ def test_trace_svg_greys_masked_targets() -> None:
     packed = sb.Epoch(docs, context_length=4, batch_size=2, seed=None, pack=True)
     runs = packed_svg(packed).count('class="masked"')
     assert runs == 2  # targets 1-2 and 5-6 of the document: one grey run each
+
+
+def test_audit_hook_checks_a_global_count_against_the_shares() -> None:
+    from streambatch.tools.audit.masks import MaskTally
+
+    class Share:
+        def __init__(self, index: int, width: int, said: int) -> None:
+            self.index, self.targets, self.global_token_count = index, np.zeros((width, 2)), said
+
+    tally = MaskTally(sb.DocumentStore.from_arrays([0, 1, 2], [0, 3]), 2, 0)
+    for piece in (Share(0, 1, 4), Share(0, 1, 4), Share(1, 1, 3)):  # batch 1's shares count 2, not 3
+        tally.windows(piece.index, piece, np.zeros(0, np.int64), np.zeros(0, np.intp))
+    tally.finish()
+    assert list(tally.first) == ["global_count"]
+    assert "batch 1: global_token_count=3 but its shares count 2" in tally.first["global_count"]

@@ -13,8 +13,8 @@ Three things are proved for a store with a loss mask (`MASK_CHECKS`):
 
 ``global_count`` is the hook for the global count (issue 23, item 4): when a
 batch carries ``global_token_count`` it must equal the counted targets of the
-whole batch over every share (`MaskTally.global_count`; masked stores only
-until the batches carry it).
+whole batch over every share (`MaskTally.global_count`, masked or not: it
+runs as soon as the batches carry the attribute).
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ class MaskTally:
     def windows(self, index: int, piece: Any, positions: npt.NDArray[np.int64], rows: npt.NDArray[np.intp]) -> None:
         """Check the window rows *rows* of *piece* (starting at flat *positions*) against the store's bits."""
         if not self.masked:  # every target counts: the window checks' denominators are the batch's targets
+            if getattr(piece, "global_token_count", None) is not None:
+                self.global_count(index, piece, int(np.size(piece.targets)))
             return
         T = self.context_length
         expected = self.store.target_mask(positions, T) if self.masked else np.ones((positions.size, T), np.bool_)
@@ -63,6 +65,8 @@ class MaskTally:
     def packed(self, index: int, piece: Any, mask: npt.NDArray[np.bool_], expected: npt.NDArray[np.bool_]) -> None:
         """Check a packed piece's ``loss_mask`` against *expected* (the store's bits at its real targets)."""
         if not self.masked:  # the packed checks prove padding masked and the real targets counted
+            if getattr(piece, "global_token_count", None) is not None:
+                self.global_count(index, piece, int(np.count_nonzero(mask)))
             return
         self._compare(index, mask, expected, np.arange(mask.shape[0]))
         self.counted += int(np.count_nonzero(expected))
