@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from ._checks import check_non_negative, check_positive, check_seed
 from .errors import ConfigError
+from .io.keyed_file import check_plan_dir
 from .model.documents import Partition
 from .model.source import TokenSource
 from .stages.batch import MiniBatch
@@ -26,7 +27,7 @@ from .stages.chunk import Chunks, batch_count, batch_widths, chunk
 from .stages.materialize import Batches, materialize
 from .stages.mix_source import as_mixture
 from .stages.mixture import Mixture
-from .stages.plan import check_plan_dir, plan_file
+from .stages.plan import plan_file
 from .stages.rows import Rows, pack
 from .stages.share import share
 from .stages.shuffle import shuffle

@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from .._checks import check_non_negative, check_positive, check_seed, is_integer, short_repr
 from ..errors import ConfigError, OutOfRangeError
+from ..io.keyed_file import check_blocks
 from ._mix_order import (
     BACKEND,
     KERNEL_LIMIT,
@@ -138,9 +139,15 @@ class MixPlan:
             raise OutOfRangeError(f"n={n} is beyond the mixture's {len(self)} items; pass a prefix length up to {len(self)}")
         row = n // self.block
         start = row * self.block
-        extra = np.bincount(self.sources[start:n], minlength=self.source_count).astype(np.int64)
+        extra = np.bincount(self.ids(start, n), minlength=self.source_count).astype(np.int64)
+        check_blocks(self.checkpoints, row * self.source_count, (row + 1) * self.source_count)  # flat entries of a row
         result: CountArray = self.checkpoints[row] + extra
         return result
+
+    def ids(self, lo: int, hi: int) -> SourceArray:
+        """The source ids of items ``lo .. hi - 1`` (a view; from a plan file, its blocks checked on first read)."""
+        check_blocks(self.sources, lo, hi)
+        return self.sources[lo:hi]
 
     def truncated(self, length: int) -> MixPlan:
         """The first *length* items (a view): Tijdeman's order does not depend on the total length."""
@@ -166,8 +173,11 @@ class MixPlan:
         """
         scalar = is_integer(positions)
         where = self._check_positions(positions)
-        sources = self.sources[where]
         rows = where // self.block
+        for row in np.unique(rows).tolist():  # a plan file's blocks behind each position: checked on first read
+            self.ids(row * self.block, min((row + 1) * self.block, len(self)))
+            check_blocks(self.checkpoints, row * self.source_count, (row + 1) * self.source_count)
+        sources = self.sources[where]
         indices = self.checkpoints[rows, sources]
         full = len(self) // self.block
         blocks = self.sources[: full * self.block].reshape(full, self.block)

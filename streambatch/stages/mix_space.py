@@ -126,7 +126,7 @@ class MixSpace:
         pieces = []
         for epoch in range(first // size, (stop - 1) // size + 1):
             ordered = self.order(source, epoch)
-            values = ordered.plan_values()[max(first - epoch * size, 0) : min(stop - epoch * size, size)]
+            values = ordered.view(max(first - epoch * size, 0), min(stop - epoch * size, size)).plan_values()
             space = ordered.space
             if isinstance(space, WindowSpace) and not space.plan_holds_positions:  # window numbers: their starts
                 values = space.index.positions(values)
@@ -139,7 +139,7 @@ class MixSpace:
         The items are contiguous, so each source's are a contiguous run of its stream:
         the counts before *lo*, then one slice of its epoch's plan per source (no search per item).
         """
-        sources = self.plan.sources[lo:hi]
+        sources = self.plan.ids(lo, hi)
         before, after = self.plan.counts(lo).tolist(), self.plan.counts(hi).tolist()  # a checkpoint row and a block each
         positions = np.empty(hi - lo, dtype=np.intp)
         gather = self.gather()
@@ -152,7 +152,7 @@ class MixSpace:
 
     def numbers(self, lo: int, hi: int) -> tuple[SourceArray, IntArray]:
         """Sources and row numbers (each within its source's packing) of items ``lo .. hi - 1`` of a packed mixture."""
-        sources = self.plan.sources[lo:hi]
+        sources = self.plan.ids(lo, hi)
         before, after = self.plan.counts(lo).tolist(), self.plan.counts(hi).tolist()
         numbers = np.empty(hi - lo, dtype=np.int64)
         for s, (first, stop) in enumerate(zip(before, after, strict=True)):

@@ -50,6 +50,7 @@ import numpy.typing as npt
 
 from .._checks import check_seed, is_integer
 from ..errors import ConfigError, OutOfRangeError
+from ..io.keyed_file import check_plan_dir
 from .chunk import Chunks
 from .materialize import materialize_one
 from .mix import MixPlan, integer_weights, plan_mix
@@ -57,7 +58,6 @@ from .mix_batch import MixtureBatch, SourceArray, present
 from .mix_parts import Part, check_names, check_parts
 from .mix_rows import PackedMixtureBatch
 from .mix_space import MixItem, MixSpace
-from .plan import check_plan_dir
 from .rows import Rows
 
 IntArray = npt.NDArray[np.int64]
@@ -184,7 +184,7 @@ class Mixture:
     # -- where each item comes from -----------------------------------------------------
     def sources(self) -> SourceArray:
         """The source of each item of this view."""
-        return self._space.plan.sources[self._lo : self._hi]
+        return self._space.plan.ids(self._lo, self._hi)
 
     def locate(self) -> tuple[SourceArray, IntArray]:
         """``(source, index within that source's stream)`` of each item, without replaying the order.
@@ -193,7 +193,7 @@ class Mixture:
         block), then each source's items numbered in order.
         """
         plan = self._space.plan
-        sources = plan.sources[self._lo : self._hi]
+        sources = plan.ids(self._lo, self._hi)
         before = plan.counts(self._lo).tolist()
         indices = np.empty(sources.size, dtype=np.int64)
         for s in present(sources):

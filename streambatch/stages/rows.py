@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from .._checks import is_integer
 from ..errors import ConfigError, DataError, OutOfRangeError
+from ..io.keyed_file import check_blocks
 from ..model.corpus import Corpus
 from ..model.documents import Partition
 from ..model.source import TokenSource, as_source, partition_documents
@@ -115,6 +116,7 @@ class Rows(PlannedItems):
     def plan_values(self) -> npt.NDArray[Any]:
         """This view's row numbers as plan entries (uint32, int64 beyond 2**32 rows): a view of the plan, or fresh."""
         if self._plan is not None:
+            check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
             return self._plan[self._lo : self._hi]
         return np.arange(self._lo, self._hi, dtype=self._space.plan_dtype(len(self._space.rows)))
 
@@ -122,6 +124,7 @@ class Rows(PlannedItems):
         """Row number of each item of this view."""
         if self._plan is None:
             return np.arange(self._lo, self._hi, dtype=np.int64)
+        check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
         return self._plan[self._lo : self._hi].astype(np.int64)
 
     def materialize_view(self, index: int) -> PackedBatch:
@@ -220,7 +223,7 @@ def _gatherer(space: RowSpace) -> Any:
     else:
         return False
     full_docs, full_ends = rows.index.full_pieces()
-    args = (tokens, starts, store.lengths, full_docs, full_ends, rows.offsets, rows.tails)
+    args = (tokens, starts, rows.index.lengths, full_docs, full_ends, rows.offsets, rows.tails)  # the partition's lengths
     return _CGatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id)
 
 

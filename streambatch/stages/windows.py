@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from ..errors import DataError
 from ..io.files import short_path
+from ..io.keyed_file import check_blocks
 from ..model.documents import Partition
 from ..model.source import TokenSource, as_source, partition_documents
 from .items import PlannedItems, ShuffleOrder, from_file
@@ -128,6 +129,7 @@ class Windows(PlannedItems):
         """
         space = self._space
         if self._plan is not None:
+            check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
             return self._plan[self._lo : self._hi]
         dtype = space.plan_dtype(len(self))
         if space.plan_holds_positions:  # built in bounded blocks: no per-window temporary beyond the result
@@ -141,6 +143,7 @@ class Windows(PlannedItems):
         about as much as gathering a short row.
         """
         assert self._plan is not None
+        check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
         values = self._plan[self._lo : self._hi]
         bad = self._space.index.first_invalid(values, self._space.plan_holds_positions) if from_file(self._plan) else -1
         if bad >= 0:
