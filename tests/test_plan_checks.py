@@ -34,9 +34,10 @@ from streambatch.cli import main
 from streambatch.errors import DataError, StoreError
 from streambatch.io.files import short_path
 from streambatch.io.store import write_store
-from streambatch.stages.plan import HEADER_BYTES, build_plan, plan_path
+from streambatch.stages.plan import build_plan, plan_path
 from streambatch.stages.splitmix import derive_seed
 
+from . import keyed
 from .hostile import ENV
 from .strategies import configs, documents
 
@@ -63,12 +64,11 @@ def _windows(path: Path) -> sb.Windows:
 
 
 def _body(path: Path) -> np.memmap[Any, Any]:
-    count = (path.stat().st_size - HEADER_BYTES) // 4
-    return np.memmap(path, dtype="<u4", mode="r+", offset=HEADER_BYTES, shape=(count,))
+    return keyed.body(path, "plan")
 
 
 def _tamper(plan: Path, store: Path, how: str, redigest: bool = False) -> None:
-    """Damage one entry of *plan* the way *how* says; with *redigest* the header's digest matches the new body."""
+    """Damage one entry of *plan* the way *how* says; with *redigest* the block digests match the new body."""
     opened = sb.open_store(store)
     body = _body(plan)
     if how == "duplicate":
@@ -83,10 +83,7 @@ def _tamper(plan: Path, store: Path, how: str, redigest: bool = False) -> None:
     body.flush()
     del body
     if redigest:
-        data = plan.read_bytes()
-        header = json.loads(data[:HEADER_BYTES])
-        fresh = hashlib.blake2b(data[HEADER_BYTES:], digest_size=32).hexdigest()
-        plan.write_bytes(data[:HEADER_BYTES].replace(header["digest"].encode(), fresh.encode()) + data[HEADER_BYTES:])
+        keyed.redigest(plan)
 
 
 def _planned(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -118,9 +115,12 @@ USE_MESSAGE = r"entry \d+ \(\d+\) is not a window of partition 'train' at T=2, s
 
 @pytest.mark.parametrize("how", ["crossing", "partition", "beyond"])
 def test_a_tampered_entry_is_refused_where_it_is_used(tmp_path: Path, how: str) -> None:
-    """API: the batch holding the damaged entry raises DataError naming the plan; no row crossing documents comes out."""
+    """API: the batch holding the damaged entry raises DataError naming the plan; no row crossing documents comes out.
+
+    The digests are forged to match: the entry check where it is used is what refuses it.
+    """
     store, plans, plan = _planned(tmp_path)
-    _tamper(plan, store, how)
+    _tamper(plan, store, how, redigest=True)
     epoch = sb.Epoch(sb.open_store(store), context_length=T, batch_size=B, seed=SEED, keep_partition=True, plan_dir=plans)
     with pytest.raises(DataError, match=re.escape(str(plan)) + ": " + USE_MESSAGE):
         epoch[0]
@@ -143,8 +143,8 @@ def test_verify_refuses_every_tampered_plan(tmp_path: Path, how: str, redigest: 
         "partition": r"entry 0 \(\d+\) is not a window of this source and partition",
         "beyond": r"entry 0 \(1000000000\) is not a window of this source and partition",
     }[how]
-    if not redigest and how == "duplicate":
-        expected = "repeat other windows|do not match the digest"
+    if not redigest:  # the block's digest refuses it first
+        expected = r"block 0 of its plan \(entries 0\.\.\d+\) does not match its digest"
     with pytest.raises(StoreError, match=re.escape(str(plan)) + ": .*(" + expected + ")"):
         sb.plan_file(_windows(store), SEED, plans, verify=True)
     with pytest.raises(StoreError, match=expected):
@@ -182,7 +182,7 @@ def test_a_digest_mismatch_alone_is_refused(tmp_path: Path) -> None:
     body[0], body[1] = int(body[1]), int(body[0])
     body.flush()
     del body
-    with pytest.raises(StoreError, match="the plan's bytes do not match the digest in its header; it was changed"):
+    with pytest.raises(StoreError, match="block 0 of its plan .* does not match its digest: the file is damaged or was edited"):
         sb.plan_file(_windows(store), SEED, plans, verify=True)
 
 
@@ -204,6 +204,7 @@ def test_window_number_plans_are_checked_too(tmp_path: Path, monkeypatch: pytest
     body[2] = len(order)
     body.flush()
     del body, order
+    keyed.redigest(plan)  # forged digests: the entry check refuses it
     with pytest.raises(DataError, match=r"entry 2 \(\d+\) is not a window"):
         sb.Epoch(
             sb.open_store(store), context_length=T, batch_size=B, seed=SEED, keep_partition=True, plan_dir=tmp_path / "plans"
@@ -427,6 +428,7 @@ def test_a_corpus_plan_entry_across_a_shard_boundary_is_refused(tmp_path: Path) 
     body[0] = int(corpus.bases[1]) - 2  # the last shard's first token is one of its targets
     body.flush()
     del body, epoch
+    keyed.redigest(plan)  # forged digests: the entry check refuses it
     again = sb.Epoch(
         sb.open_corpus(tmp_path / "corpus.json"), context_length=T, batch_size=B, seed=SEED, plan_dir=tmp_path / "plans"
     )
