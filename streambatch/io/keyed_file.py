@@ -233,6 +233,8 @@ class KeyedFile:
         self.header = header
         self.sections = {s.name: s for s in sections}
         self.fix = fix
+        self.validate: Callable[[str, npt.NDArray[Any]], str | None] | None = None
+        """The kind's check of a block's entries once its digest matched (section name, entries): a complaint or None."""
         self._table = table
         self._checked = np.zeros(len(table), dtype=bool)
 
@@ -278,13 +280,15 @@ class KeyedFile:
                     size = min(BLOCK, section.entries - entry) * section.dtype.itemsize
                     handle.seek(section.offset + entry * section.dtype.itemsize)
                     data = handle.read(size)
+                    where = f"block {number - section.first_block} of its {section.name} (entries {entry}.."
+                    where += f"{entry + max(len(data) // section.dtype.itemsize, 1) - 1})"
                     if len(data) != size or block_digest(data, number) != self._table[number].tobytes():
-                        end = entry + size // section.dtype.itemsize
                         raise StoreError(
-                            f"{self.shown}: block {number - section.first_block} of its {section.name} (entries "
-                            f"{entry}..{max(entry, end - 1)}) does not match its digest: the file is damaged or was "
-                            f"edited; {self.fix}"
+                            f"{self.shown}: {where} does not match its digest: the file is damaged or was edited; {self.fix}"
                         )
+                    complaint = None if self.validate is None else self.validate(section.name, np.frombuffer(data, section.dtype))
+                    if complaint:
+                        raise StoreError(f"{self.shown}: {where}: {complaint}; the file is damaged: {self.fix}")
                     self._checked[number] = True
         except (OSError, NotRegularFileError) as err:
             raise StoreError(f"{self.shown}: unreadable ({err.strerror or err}); {self.fix}") from None
@@ -333,7 +337,14 @@ def _describe(memmap: np.memmap[Any, Any], buffer: mmap.mmap) -> _Mapped:
 
 
 def open_keyed(
-    path: PathLike, fmt: str | None, version: int | None, key: dict[str, Any] | None, fix: str, *, what: str = "file", missing: str | None = None
+    path: PathLike,
+    fmt: str | None,
+    version: int | None,
+    key: dict[str, Any] | None,
+    fix: str,
+    *,
+    what: str = "file",
+    missing: str | None = None,
 ) -> KeyedFile:
     """Open the keyed file *path*: check its layout, kind (*fmt*, *version*), *key* and sizes; read its digest table.
 

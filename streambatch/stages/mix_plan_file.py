@@ -30,6 +30,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from ..errors import StoreError
 from ..io.files import short_path
 from ..io.keyed_file import computed_once, file_name, open_keyed, write_keyed
@@ -104,6 +107,16 @@ def open_mix_plan(path: PathLike, key: dict[str, Any] | None) -> MixPlan:
         rows * sources,
     ):
         raise StoreError(f"{shown}: its sections are not {items} items and {rows} checkpoint rows of {sources} sources; {fix}")
+    keyed.validate = lambda name, values: _complaint(name, values, sources, items)
     ids = keyed.array("sources")
     checkpoints = keyed.array("checkpoints").reshape(rows, sources)
     return MixPlan(ids, checkpoints, tuple(int(a) for a in weights), block)
+
+
+def _complaint(name: str, values: npt.NDArray[np.integer], sources: int, items: int) -> str | None:
+    """What is wrong with a block of *name* whose digest matched (a forged file): a source id or count out of range."""
+    if name == "sources" and values.size and int(values.max()) >= sources:
+        return f"a source id {int(values.max())}, but the mixture has {sources} sources"
+    if name == "checkpoints" and values.size and (int(values.min()) < 0 or int(values.max()) > items):
+        return f"a checkpoint count outside 0..{items}"
+    return None

@@ -3,7 +3,8 @@
 `inspect_mixture`: per source, its items in the mixture, weight, effective
 share, source epochs consumed and tokens (the counts do not depend on the seed:
 Tijdeman's order does not).  `audit_mixture` iterates an epoch of a mixture
-(through the workers' and ranks' shares) and proves: the prefix bound
+(through the workers' and ranks' shares) and proves: every row's source is
+Tijdeman's order recomputed from the weights (a plan file is not trusted), the prefix bound
 ``|c_s(n) - w_s n| <= 1 - 1/(2k-2)`` at every batch boundary (in exact
 integers), each source's rows in its exact order (the concatenation of
 ``shuffle(part_s, source_epoch_seed(seed, s, e))`` over its epochs ``e``), no
@@ -24,7 +25,7 @@ from ..epoch import Epoch
 from ..errors import ConfigError
 from ..io.atomic import atomic_text
 from ..io.mixture_file import MixtureSource
-from ..stages.mix import source_order
+from ..stages.mix import plan_mix, source_order
 from ..stages.mix_batch import MixtureBatch
 from ..stages.mix_rows import PackedMixtureBatch
 from ..stages.mix_source import as_mixture
@@ -133,6 +134,7 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
         failures["coverage"] = f"item {int(np.argmax(seen != 1))} was handed out {int(seen[np.argmax(seen != 1)])} times"
     if not np.array_equal(sources, mixture.sources()):
         failures["sources"] = f"row {int(np.argmax(sources != mixture.sources()))} is not of the plan's source"
+    _check_tijdeman(mixture, sources, failures)
     _check_prefix(mixture, B, failures)
     _check_order(mixture, sources, windows, failures)
     if mixture.packed:
@@ -162,6 +164,21 @@ def _check_tokens(batch: MixtureBatch, failures: dict[str, str]) -> None:
         tokens = batch.spaces[s].store.window_tokens(batch.positions[rows], batch.context_length + 1)
         if not (np.array_equal(batch.inputs[rows], tokens[:, :-1]) and np.array_equal(batch.targets[rows], tokens[:, 1:])):
             failures.setdefault("tokens", f"batch {batch.index}: rows of source {s} are not their windows' tokens")
+
+
+def _check_tijdeman(mixture: Mixture, sources: Any, failures: dict[str, str]) -> None:
+    """The rows' sources and the plan's checkpoints are Tijdeman's order recomputed from the weights (no file trusted)."""
+    plan = mixture.plan
+    fresh = plan_mix(plan.integer_weights, len(plan), block=plan.block)
+    mine = fresh.sources[: sources.size]
+    if not np.array_equal(sources, mine):
+        at = int(np.argmax(sources != mine))
+        failures["tijdeman"] = (
+            f"item {at} is of source {int(sources[at])}; Tijdeman's order recomputed from the weights gives {int(mine[at])}"
+        )
+    elif not np.array_equal(np.asarray(plan.checkpoints), fresh.checkpoints):
+        row = int(np.argmax((np.asarray(plan.checkpoints) != fresh.checkpoints).any(axis=1)))
+        failures["tijdeman"] = f"checkpoint row {row} of the plan is not the counts of Tijdeman's order"
 
 
 def _check_prefix(mixture: Mixture, batch_size: int, failures: dict[str, str]) -> None:
@@ -194,7 +211,7 @@ def _check_order(mixture: Mixture, sources: Any, windows: Any, failures: dict[st
 def format_mixture_audit(result: dict[str, Any]) -> str:
     """One PROOF line, one FAIL line per failed check, then the counts."""
     ok = not result["failures"]
-    checks = "prefix_bound,source_order,no_repeat_in_source_epoch,coverage,tokens"
+    checks = "tijdeman_order,prefix_bound,source_order,no_repeat_in_source_epoch,coverage,tokens"
     checks += ",every_target_once_per_source_epoch,padding_masked" if result.get("mode") == "pack" else ""
     kind = "mixture|pack" if result.get("mode") == "pack" else "mixture"
     lines = [f"PROOF|{kind}|{'pass' if ok else 'FAIL'}|items={result['items']}|sources={result['sources']}|checks={checks}"]
