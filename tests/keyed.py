@@ -44,7 +44,7 @@ def section_bytes(path: Path) -> list[tuple[int, int]]:
 
 
 def redigest(path: Path) -> None:
-    """Recompute every block digest, the table's and the header's digests and write them: the forgery the entry checks must still catch."""
+    """Recompute every block digest, the table's and the header's digests: a forgery the kinds' own checks must catch."""
     data = bytearray(Path(path).read_bytes())
     head = header(path)
     table_at, blocks, old = head["digests"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
 import os
@@ -104,7 +103,8 @@ def test_header_records_key_count_dtype_and_state(tmp_path: Path) -> None:
     ((dtype, entries, offset),) = keyed.sections(Path(str(order.plan_path))).values()
     table_at, blocks, _ = header["digests"]
     assert ("<u4", len(order), 1) == (dtype, entries, blocks)
-    assert offset + 4 * len(order) <= table_at and table_at + 16 == os.path.getsize(str(order.plan_path))
+    assert offset + 4 * len(order) <= table_at
+    assert table_at + 16 == os.path.getsize(str(order.plan_path))
     body = Path(str(order.plan_path)).read_bytes()[offset : offset + 4 * len(order)]
     assert block_digest(body, 0) == Path(str(order.plan_path)).read_bytes()[table_at:]
 

@@ -10,7 +10,6 @@ its digest, every entry and that no window repeats.
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import json
 import os
@@ -182,7 +181,7 @@ def test_a_digest_mismatch_alone_is_refused(tmp_path: Path) -> None:
     body[0], body[1] = int(body[1]), int(body[0])
     body.flush()
     del body
-    with pytest.raises(StoreError, match="block 0 of its plan .* does not match its digest: the file is damaged or was edited"):
+    with pytest.raises(StoreError, match=r"block 0 of its plan .* does not match its digest: the file is damaged or was edited"):
         sb.plan_file(_windows(store), SEED, plans, verify=True)
 
 

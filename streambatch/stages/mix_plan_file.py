@@ -110,7 +110,7 @@ def open_mix_plan(path: PathLike, key: dict[str, Any] | None) -> MixPlan:
     keyed.validate = lambda name, values: _complaint(name, values, sources, items)
     ids = keyed.array("sources")
     checkpoints = keyed.array("checkpoints").reshape(rows, sources)
-    return MixPlan(ids, checkpoints, tuple(int(a) for a in weights), block)
+    return MixPlan(ids, checkpoints, tuple(int(a) for a in weights), block, shown)
 
 
 def _complaint(name: str, values: npt.NDArray[np.integer], sources: int, items: int) -> str | None:

@@ -139,8 +139,7 @@ class MixSpace:
         The items are contiguous, so each source's are a contiguous run of its stream:
         the counts before *lo*, then one slice of its epoch's plan per source (no search per item).
         """
-        sources = self.plan.ids(lo, hi)
-        before, after = self.plan.counts(lo).tolist(), self.plan.counts(hi).tolist()  # a checkpoint row and a block each
+        sources, before, after = self.plan.span(lo, hi)  # a checkpoint row and a block each
         positions = np.empty(hi - lo, dtype=np.intp)
         gather = self.gather()
         for s, (first, stop) in enumerate(zip(before, after, strict=True)):
@@ -152,8 +151,7 @@ class MixSpace:
 
     def numbers(self, lo: int, hi: int) -> tuple[SourceArray, IntArray]:
         """Sources and row numbers (each within its source's packing) of items ``lo .. hi - 1`` of a packed mixture."""
-        sources = self.plan.ids(lo, hi)
-        before, after = self.plan.counts(lo).tolist(), self.plan.counts(hi).tolist()
+        sources, before, after = self.plan.span(lo, hi)
         numbers = np.empty(hi - lo, dtype=np.int64)
         for s, (first, stop) in enumerate(zip(before, after, strict=True)):
             if stop > first:

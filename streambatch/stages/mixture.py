@@ -193,8 +193,7 @@ class Mixture:
         block), then each source's items numbered in order.
         """
         plan = self._space.plan
-        sources = plan.ids(self._lo, self._hi)
-        before = plan.counts(self._lo).tolist()
+        sources, before, _ = plan.span(self._lo, self._hi)
         indices = np.empty(sources.size, dtype=np.int64)
         for s in present(sources):
             rows = sources == s
