@@ -12,9 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..items.mix.mix_batch import MixtureBatch
-from ..items.mix.mix_rows import PackedMixtureBatch
-from ..items.pack.packed_batch import PackedBatch
 from ..model.corpus import Corpus
 from ..stages.batch import MiniBatch
 
@@ -33,9 +30,9 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
     ``position_ids`` and ``loss_mask`` follow the targets.  Padding positions hold the pad id in
     inputs and targets, with ``loss_mask`` false.
     """
-    if isinstance(batch, PackedBatch):
+    if batch.packed:
         return _packed_record(batch)
-    mixed = batch.source_names if isinstance(batch, MixtureBatch) else None
+    mixed = batch.source_names
     sharded = mixed is not None or isinstance(batch.space.store, Corpus)
     return {
         "epoch": batch.epoch,
@@ -58,12 +55,12 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
     }
 
 
-def _packed_record(batch: PackedBatch) -> dict[str, Any]:
-    sharded = isinstance(batch.row_space.store, Corpus)
-    rows: list[dict[str, Any]] = [{"row": number, "segments": []} for number in batch.rows.tolist()]
-    if isinstance(batch, PackedMixtureBatch):  # a mixture of packed rows: each row names its source
-        sharded = sharded or any(isinstance(space.store, Corpus) for space in batch.row_spaces)
-        for row, name in zip(rows, batch.source_names, strict=True):
+def _packed_record(batch: MiniBatch) -> dict[str, Any]:
+    sharded = any(isinstance(space.store, Corpus) for space in batch.spaces)
+    rows: list[dict[str, Any]] = [{"row": number, "segments": []} for number in batch.row_numbers.tolist()]
+    names = batch.source_names
+    if names is not None:  # a mixture of packed rows: each row names its source
+        for row, name in zip(rows, names, strict=True):
             row["source"] = name
     for p in batch.provenance:
         rows[p.row]["segments"].append(
@@ -86,9 +83,9 @@ def _packed_record(batch: PackedBatch) -> dict[str, Any]:
         "rows": rows,
         "inputs": batch.inputs.tolist(),
         "targets": batch.targets.tolist(),
-        "segment_ids": batch.segment_ids.tolist(),
-        "position_ids": batch.position_ids.tolist(),
-        "loss_mask": batch.loss_mask.tolist(),
+        "segment_ids": batch.segment_ids.tolist(),  # type: ignore[union-attr]
+        "position_ids": batch.position_ids.tolist(),  # type: ignore[union-attr]
+        "loss_mask": batch.loss_mask.tolist(),  # type: ignore[union-attr]
     }
 
 

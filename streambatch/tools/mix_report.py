@@ -25,11 +25,7 @@ from ..errors import ConfigError
 from ..io.atomic import atomic_text
 from ..io.mixture_file import MixtureSource
 from ..items.mix.mix import source_order
-from ..items.mix.mix_batch import MixtureBatch
-from ..items.mix.mix_rows import PackedMixtureBatch
 from ..items.mix.mix_source import as_mixture
-from ..items.mix.mixture import Mixture
-from ..items.pack.rows import Rows
 from .figure import xml_text
 from .mix_audit_rows import check_packed_rows, check_source_targets
 
@@ -69,7 +65,7 @@ def inspect_mixture(
     for row, count, size, epochs, part in zip(rows, counts, mixture.sizes, mixture.source_epochs(), mixture.parts, strict=True):
         row.update(windows=size, items=count, effective_share=count / len(mixture), source_epochs=epochs)
         row["item_tokens"] = count * context_length
-        if isinstance(part, Rows):  # per source epoch: every target of the source once, in its rows
+        if mixture.packed:  # per source epoch: every target of the source once, in its rows
             row.update(rows=size, targets=part.report.targets, pad_share=part.report.pad_share)
     summary.update(context_length=context_length, stride=stride, items=len(mixture), plan_bytes=mixture.plan_nbytes)
     if pack:
@@ -108,8 +104,7 @@ def format_mixture(summary: dict[str, Any]) -> str:
 
 def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dict[str, Any]:
     """Iterate *epoch* (of a mixture) through every share and check the mixture's four claims; failures by name."""
-    mixture = epoch.order
-    assert isinstance(mixture, Mixture)
+    mixture: Any = epoch.order  # a mixture's epoch (the CLI checks)
     started = time.perf_counter()
     k, length, B = len(mixture.parts), len(mixture), epoch.batch_size
     sources = np.empty(length, dtype=np.uint8)
@@ -122,10 +117,9 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
             for batch in epoch.batches(worker=worker, workers=workers, rank=rank, world_size=world_size):
                 lo = batch.index * B + _row_offset(batch.index, B, length, rank, world_size)
                 rows = slice(lo, lo + batch.width)
-                if isinstance(batch, PackedMixtureBatch):
+                if batch.packed:
                     targets[rows] = check_packed_rows(batch, failures)
                 else:
-                    assert isinstance(batch, MixtureBatch)
                     _check_tokens(batch, failures)
                 sources[rows], windows[rows] = batch.sources, batch.window_numbers
                 seen[rows] += 1
@@ -155,7 +149,7 @@ def _row_offset(index: int, batch_size: int, length: int, rank: int, world: int)
     return row_share(min(batch_size, length - index * batch_size), rank, world)[0]
 
 
-def _check_tokens(batch: MixtureBatch, failures: dict[str, str]) -> None:
+def _check_tokens(batch: Any, failures: dict[str, str]) -> None:
     """Every row's inputs and targets are its window's tokens, read from its own source with a plain gather."""
     for s in np.flatnonzero(np.bincount(batch.sources, minlength=len(batch.spaces))).tolist():
         rows = batch.sources == s
@@ -164,7 +158,7 @@ def _check_tokens(batch: MixtureBatch, failures: dict[str, str]) -> None:
             failures.setdefault("tokens", f"batch {batch.index}: rows of source {s} are not their windows' tokens")
 
 
-def _check_prefix(mixture: Mixture, batch_size: int, failures: dict[str, str]) -> None:
+def _check_prefix(mixture: Any, batch_size: int, failures: dict[str, str]) -> None:
     """``|a_s n - A c_s(n)| * (2k - 2) <= A (2k - 3)`` at every batch boundary, in integers."""
     ints = mixture.plan.integer_weights
     k, total = len(ints), sum(ints)
@@ -177,7 +171,7 @@ def _check_prefix(mixture: Mixture, batch_size: int, failures: dict[str, str]) -
                 failures.setdefault("prefix", f"after {n} items source {s} holds {c}, beyond w n +- (1 - 1/(2k-2))")
 
 
-def _check_order(mixture: Mixture, sources: Any, windows: Any, failures: dict[str, str]) -> None:
+def _check_order(mixture: Any, sources: Any, windows: Any, failures: dict[str, str]) -> None:
     """Each source's rows are its epochs' exact shuffles, concatenated; no window twice inside one source epoch."""
     for s, part in enumerate(mixture.parts):
         got = windows[sources == s]
@@ -209,8 +203,7 @@ def format_mixture_audit(result: dict[str, Any]) -> str:
 
 def mixture_svg(epoch: Epoch, path: str) -> None:
     """Write an SVG: one strip per batch, one cell per row coloured by its source, and a legend."""
-    mixture = epoch.order
-    assert isinstance(mixture, Mixture)
+    mixture: Any = epoch.order  # a mixture's epoch (the CLI checks)
     B, cell = epoch.batch_size, 10
     batches = min(epoch.batch_count, 400)
     width, height = 60 + B * cell, 40 + batches * cell + 20 * len(mixture.names)

@@ -50,14 +50,10 @@ import numpy.typing as npt
 
 from ..._checks import check_seed, is_integer
 from ...errors import ConfigError, OutOfRangeError
-from ...stages.chunk import Chunks
-from ...stages.materialize import materialize_one
+from ...stages.batch import MiniBatch, SourceArray, present
 from ...stages.plan import check_plan_dir
-from ..pack.rows import Rows
 from .mix import MixPlan, integer_weights, plan_mix
-from .mix_batch import MixtureBatch, SourceArray, present
 from .mix_parts import Part, check_names, check_parts
-from .mix_rows import PackedMixtureBatch
 from .mix_space import MixItem, MixSpace
 
 IntArray = npt.NDArray[np.int64]
@@ -69,10 +65,15 @@ class Mixture:
     """A blend of several sources' windows at exact weights: a sized, sliceable sequence of `MixItem`.
 
     Made by `mix`.  Slicing gives a view; ``view(lo, hi, batch_index=)`` is what
-    `chunk` takes; ``materialize_view`` gathers a view into a `MixtureBatch`.
+    `chunk` takes; ``gather`` gathers a view into a `MiniBatch` with ``sources``.
     """
 
     __slots__ = ("_batch_index", "_hi", "_lo", "_space")
+    orders_itself = True  # its order is its plan and its sources' epochs, never one shuffle
+
+    def unordered(self) -> Mixture:
+        """The mixture itself: it has no other order."""
+        return self
 
     def __init__(self, space: MixSpace, lo: int = 0, hi: int | None = None, *, batch_index: int | None = None) -> None:
         self._space = space
@@ -147,11 +148,6 @@ class Mixture:
         return self._space.parts[0].partition
 
     @property
-    def store(self) -> Mixture:
-        """The mixture itself: what façades record as the source (its `fingerprint`)."""
-        return self
-
-    @property
     def fingerprint(self) -> str:
         """What the order depends on besides the seed: every source's fingerprint and window count, the weights, the length."""
         known: str | None = self._space.cache.get("fingerprint")
@@ -224,46 +220,46 @@ class Mixture:
         counts = self.counts().tolist()
         return [self._space.order(s, e) for s, n in enumerate(counts) for e in range(-(-n // int(self._space.sizes[s])))]
 
-    def materialize_view(self, index: int) -> MixtureBatch | PackedMixtureBatch:
-        """Gather this view's rows into a `MixtureBatch` (packed: `PackedMixtureBatch`) numbered *index*."""
+    def gather(self, index: int) -> MiniBatch:
+        """Gather this view's rows into a `MiniBatch` with ``sources`` (packed parts: a packed one) numbered *index*."""
         if self._space.packed:
             sources, numbers = self._space.numbers(self._lo, self._hi)
-            return self._space.row_gather()(sources, numbers, index)
-        sources, positions, rows = self._space.rows(self._lo, self._hi)
+            return self._space.packed_gather()(sources, numbers, index)
+        sources, positions, rows = self._space.window_rows(self._lo, self._hi)
         inputs, targets = self._space.gather().take(rows)
-        spaces = self._space.window_spaces
-        return MixtureBatch(index, inputs, targets, positions, sources, spaces, self._space.names)
+        return MiniBatch(index, inputs, targets, positions, self._space.spaces, sources=sources, names=self._space.names)
 
-    def materialize_chunks(self, chunks: Chunks[Mixture]) -> Iterator[MixtureBatch | PackedMixtureBatch]:
-        """Every batch of *chunks* (of this mixture), consecutive batches located and checked a block at a time.
+    def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
+        """Batches *batches* of this mixture chunked by *batch_size*, consecutive ones located and checked a block at a time.
 
         What ``iter(sb.materialize(chunks))`` runs: per batch only the gather remains,
-        as for one source (`streambatch.stages.materialize`).  Shares of workers
-        (strided) and ranks gather batch by batch.
+        as for one source (`streambatch.stages.materialize`).  A strided share (workers)
+        gathers batch by batch.
         """
-        if chunks.world_size > 1 or chunks.batches.step != 1:
-            yield from map(materialize_one, chunks)
+        size, space = batch_size, self._space
+        if batches.step != 1:
+            for b in batches:
+                yield self.view(b * size, min((b + 1) * size, len(self)), batch_index=b).gather(b)
             return
-        size, batches, space = chunks.batch_size, chunks.batches, self._space
         if space.packed:
             yield from self._packed_chunks(size, batches)
             return
-        gather, spaces = space.gather(), space.window_spaces
+        gather, spaces = space.gather(), space.spaces
         per = max(1, _BLOCK_ROWS // size)
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
             lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
-            sources, positions, rows = space.rows(self._lo + lo, self._lo + hi)
+            sources, positions, rows = space.window_rows(self._lo + lo, self._lo + hi)
             for batch in group:
                 first = batch * size - lo
                 cut = slice(first, min(first + size, hi - lo))
                 inputs, targets = gather.take((rows[0][cut],) if len(rows) == 1 else tuple(r[cut] for r in rows))
-                yield MixtureBatch(batch, inputs, targets, positions[cut], sources[cut], spaces, space.names)
+                yield MiniBatch(batch, inputs, targets, positions[cut], spaces, sources=sources[cut], names=space.names)
 
-    def _packed_chunks(self, size: int, batches: range) -> Iterator[PackedMixtureBatch]:
+    def _packed_chunks(self, size: int, batches: range) -> Iterator[MiniBatch]:
         """Consecutive packed batches: sources and row numbers located a block of batches at a time."""
         space, per = self._space, max(1, _BLOCK_ROWS // size)
-        gather = space.row_gather()
+        gather = space.packed_gather()
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
             lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
@@ -313,7 +309,7 @@ def mixture_fingerprint(parts: Sequence[Part], plan: MixPlan, length: int) -> st
 
     A mixture of packed rows adds ``"rows"`` and ``T`` (a mixture of windows keeps its fingerprint).
     """
-    rows = [["rows", parts[0].context_length]] if isinstance(parts[0], Rows) else []
+    rows = [["rows", parts[0].context_length]] if parts[0].packed else []
     key = [
         FORMAT,
         *rows,
