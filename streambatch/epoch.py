@@ -156,7 +156,7 @@ class Epoch:
     @property
     def config(self) -> WindowConfig:
         """Context length and stride."""
-        return self.windows.config
+        return self.windows.config  # type: ignore[no-any-return]
 
     @property
     def index(self) -> WindowIndex:
@@ -220,12 +220,12 @@ class Epoch:
     @property
     def shuffle_state_after(self) -> int | None:
         """SplitMix64 state after the shuffle; ``None`` for sequential order."""
-        return self.order.shuffle_state_after
+        return self.order.shuffle_state_after  # type: ignore[no-any-return]
 
     @property
     def plan_nbytes(self) -> int:
         """Bytes held for the epoch's order (0 for sequential order)."""
-        return self.order.plan_nbytes
+        return self.order.plan_nbytes  # type: ignore[no-any-return]
 
     def chunks(self) -> Chunks[Any]:
         """``chunk(order, batch_size)``: the epoch's batches as lazy window (or row) views."""
@@ -233,15 +233,15 @@ class Epoch:
 
     def batches(self, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Batches:
         """``materialize(share(chunks, ...))``: a lazy sequence of this worker's batches, this rank's rows of each."""
-        return materialize(share(self.chunks(), worker=worker, workers=workers, rank=rank, world_size=world_size))
+        return materialize(share(self.chunks(), worker=worker, workers=workers, rank=rank, world_size=world_size))  # type: ignore[no-any-return]
 
     def window_order(self) -> npt.NDArray[np.integer[Any]]:
         """Global window numbers in epoch order (materialized on request only)."""
-        return self.order.numbers()
+        return self.order.numbers()  # type: ignore[no-any-return]
 
     def batch_windows(self, index: int) -> npt.NDArray[np.integer[Any]]:
         """Window numbers of batch *index*."""
-        return self.chunks()[check_index(index, self.batch_count)].numbers()
+        return self.chunks()[check_index(index, self.batch_count)].numbers()  # type: ignore[no-any-return]
 
     def batch(self, index: int) -> MiniBatch:
         """Materialize batch *index* alone."""

@@ -53,7 +53,8 @@ def rows_in_order(mixture: Mixture, batch_size: int, workers: int, world: int) -
         for worker in range(workers):
             chunks = sb.share(sb.chunk(mixture, batch_size), worker=worker, workers=workers, rank=rank, world_size=world)
             for view, batch in zip(chunks, sb.materialize(chunks), strict=True):
-                assert isinstance(batch, sb.MiniBatch) and batch.sources is not None
+                assert isinstance(batch, sb.MiniBatch)
+                assert batch.sources is not None
                 lo = view._lo  # the view's place in the mixture
                 assert (windows[lo : lo + batch.width] == -1).all()  # every row in exactly one share
                 sources[lo : lo + batch.width] = batch.sources

@@ -27,8 +27,8 @@ from streambatch.errors import ConfigError, StateError
 from streambatch.items.mix.mix import integer_weights, source_order
 from streambatch.items.mix.mix_batch import source_sums
 from streambatch.items.mix.mixture import MixItem, Mixture, mix
-from streambatch.stages.batch import MiniBatch
 from streambatch.items.pack.rows import GATHER_BACKEND
+from streambatch.stages.batch import MiniBatch
 
 from .test_mixture import WEIGHT, check_prefix_bound
 
@@ -67,7 +67,9 @@ def rows_in_order(mixture: Mixture, batch_size: int, workers: int, world: int) -
         for worker in range(workers):
             chunks = sb.share(sb.chunk(mixture, batch_size), worker=worker, workers=workers, rank=rank, world_size=world)
             for view, batch in zip(chunks, sb.materialize(chunks), strict=True):
-                assert isinstance(batch, MiniBatch) and batch.packed and batch.sources is not None
+                assert isinstance(batch, MiniBatch)
+                assert batch.packed
+                assert batch.sources is not None
                 check_batch(batch)
                 lo = view._lo  # the view's place in the mixture
                 assert (numbers[lo : lo + batch.width] == -1).all()  # every row in exactly one share
@@ -163,7 +165,9 @@ def _mixture(**more: Any) -> Mixture:
 def test_packed_mixture_batches_are_each_sources_packed_rows() -> None:
     mixture = _mixture()
     for batch in sb.materialize(sb.chunk(mixture, 3)):
-        assert isinstance(batch, MiniBatch) and batch.packed and batch.sources is not None
+        assert isinstance(batch, MiniBatch)
+        assert batch.packed
+        assert batch.sources is not None
         for s in range(2):  # the rows of source s are that source's own packed rows
             rows = batch.sources == s
             alone = sb.materialize(sb.chunk(mixture.parts[s][:], len(mixture.parts[s])))[0]
@@ -176,7 +180,9 @@ def test_packed_mixture_batches_are_each_sources_packed_rows() -> None:
     assert list(sb.materialize(sb.chunk(twin, 3))) == list(sb.materialize(sb.chunk(mixture, 3)))
     first = sb.materialize(sb.chunk(mixture, 3))[1]
     moved = first.in_epoch(4)
-    assert isinstance(moved, MiniBatch) and moved.packed and moved.sources is not None
+    assert isinstance(moved, MiniBatch)
+    assert moved.packed
+    assert moved.sources is not None
     assert (moved.epoch, moved.sources.tolist(), moved.document_ids) == (4, first.sources.tolist(), first.document_ids)
 
 
@@ -227,7 +233,9 @@ def test_the_one_pass_gather_and_the_gather_by_source_agree(one_pass: bool, monk
     assert len(batches) == 9
     alone = sb.materialize(sb.chunk(parts[0][:], 3))[0]  # one source's own packed batch: the arrays to match
     for batch in batches:
-        assert isinstance(batch, MiniBatch) and batch.packed and batch.sources is not None
+        assert isinstance(batch, MiniBatch)
+        assert batch.packed
+        assert batch.sources is not None
         got = [getattr(batch, name).tolist() for name in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")]
         assert [*got, batch.cu_seqlens.tolist(), [batch.target_count]] == expected_fields(mixture, batch)
         for name in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask", "cu_seqlens"):
@@ -279,7 +287,9 @@ def test_mixed_dtypes_and_corpora_are_widened() -> None:
     same = mix([packed_source(0, [9, 5], T=3), corpus], [1, 1], seed=2)  # one dtype: the one-pass gather over a corpus
     assert same.space.packed_gather().one_pass == (GATHER_BACKEND == "c")
     for batch in sb.materialize(sb.chunk(same, 4)):
-        assert isinstance(batch, MiniBatch) and batch.packed and batch.sources is not None
+        assert isinstance(batch, MiniBatch)
+        assert batch.packed
+        assert batch.sources is not None
         assert [*(getattr(batch, n).tolist() for n in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")),
                 batch.cu_seqlens.tolist(), [batch.target_count]] == expected_fields(same, batch)  # fmt: skip
 
@@ -287,7 +297,9 @@ def test_mixed_dtypes_and_corpora_are_widened() -> None:
 def test_per_source_token_sums_count_real_targets_only() -> None:
     mixture = _mixture()
     batch = sb.materialize(sb.chunk(mixture, 6))[0]
-    assert isinstance(batch, MiniBatch) and batch.packed and batch.sources is not None
+    assert isinstance(batch, MiniBatch)
+    assert batch.packed
+    assert batch.sources is not None
     assert batch.pad_count > 0  # padding is there, and never counted
     losses = (batch.loss_mask * 0.5).sum(axis=1)  # 0.5 per real target
     sums = sb.token_mean([source_sums(batch, losses)])

@@ -35,7 +35,8 @@ def test_worked_example() -> None:
     r = rows.report
     assert (len(rows), r.full_rows, r.packed_rows, r.targets, r.skipped_pieces, r.pad_positions) == (4, 2, 2, 15, 1, 1)
     batch = sb.materialize(sb.chunk(rows, 4))[0]
-    assert isinstance(batch, MiniBatch) and batch.packed
+    assert isinstance(batch, MiniBatch)
+    assert batch.packed
     assert batch.shape == (4, 4)
     assert batch.inputs.tolist() == [[0, 10, 11, 12], [13, 14, 15, 16], [0, 30, 31, 0], [17, 18, 0, 40]]
     assert batch.targets.tolist() == [[10, 11, 12, 13], [14, 15, 16, 17], [30, 31, 1, 0], [18, 1, 40, 1]]

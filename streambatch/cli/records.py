@@ -62,7 +62,8 @@ def _packed_record(batch: MiniBatch) -> dict[str, Any]:
     if names is not None:  # a mixture of packed rows: each row names its source
         for row, name in zip(rows, names, strict=True):
             row["source"] = name
-    for p in batch.provenance:
+    segments: Any = batch.provenance  # SegmentProvenance: a packed batch's
+    for p in segments:
         rows[p.row]["segments"].append(
             {
                 "document": p.document_id,

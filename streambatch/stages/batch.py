@@ -238,12 +238,14 @@ class MiniBatch:
     @property
     def segment_rows(self) -> IntArray:
         """Per segment: its row in this batch."""
-        return self._table()[0]
+        found: IntArray = self._table()[0]
+        return found
 
     @property
     def segment_lengths(self) -> IntArray:
         """Per segment: its targets (positions occupied; ``T`` for a window)."""
-        return self._table()[3]
+        found: IntArray = self._table()[3]
+        return found
 
     @property
     def segment_sources(self) -> SourceArray:
@@ -256,12 +258,14 @@ class MiniBatch:
     @property
     def document_indices(self) -> IntArray:
         """Per segment: its document's index within its source (windows: per row)."""
-        return self._table()[1]
+        found: IntArray = self._table()[1]
+        return found
 
     @property
     def starts(self) -> IntArray:
         """Per segment: where it starts in its document."""
-        return self._table()[2]
+        found: IntArray = self._table()[2]
+        return found
 
     @property
     def shards(self) -> IntArray:
@@ -319,7 +323,8 @@ class MiniBatch:
         columns = (self.document_ids, self.document_indices.tolist(), self.starts.tolist(), self.partitions)
         shards = self.shards.tolist()
         if not self.packed:
-            return tuple(WindowProvenance(*fields, k) for *fields, k in zip(*columns, shards, strict=True))
+            rows = zip(*columns, shards, strict=True)
+            return tuple(WindowProvenance(i, d, s, p, k) for i, d, s, p, k in rows)
         rest = (shards, self.segment_lengths.tolist(), self.segment_rows.tolist())
         return tuple(SegmentProvenance(*fields) for fields in zip(*columns, *rest, strict=True))
 

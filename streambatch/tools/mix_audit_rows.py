@@ -24,8 +24,9 @@ from ..stages.batch import MiniBatch, present
 __all__ = ["check_packed_rows", "check_source_targets"]
 
 
-def check_packed_rows(batch: MiniBatch, failures: dict[str, str]) -> npt.NDArray[np.int64]:
+def check_packed_rows(packed: MiniBatch, failures: dict[str, str]) -> npt.NDArray[np.int64]:
     """Check every row against its source's packing (failures by name); return each row's real targets."""
+    batch: Any = packed  # a packed mixture's batch: every packed column and sources are set
     mask = batch.loss_mask
     for s in present(batch.sources):
         rows = batch.sources == s

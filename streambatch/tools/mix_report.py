@@ -66,7 +66,8 @@ def inspect_mixture(
         row.update(windows=size, items=count, effective_share=count / len(mixture), source_epochs=epochs)
         row["item_tokens"] = count * context_length
         if mixture.packed:  # per source epoch: every target of the source once, in its rows
-            row.update(rows=size, targets=part.report.targets, pad_share=part.report.pad_share)
+            report: Any = part.report  # type: ignore[union-attr]
+            row.update(rows=size, targets=report.targets, pad_share=report.pad_share)
     summary.update(context_length=context_length, stride=stride, items=len(mixture), plan_bytes=mixture.plan_nbytes)
     if pack:
         summary.update(mode="pack", stride=context_length)
@@ -121,7 +122,7 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
                     targets[rows] = check_packed_rows(batch, failures)
                 else:
                     _check_tokens(batch, failures)
-                sources[rows], windows[rows] = batch.sources, batch.window_numbers
+                sources[rows], windows[rows] = batch.sources, batch.window_numbers  # type: ignore[assignment]
                 seen[rows] += 1
     if (seen != 1).any():
         failures["coverage"] = f"item {int(np.argmax(seen != 1))} was handed out {int(seen[np.argmax(seen != 1)])} times"

@@ -28,11 +28,11 @@ def check_parts(parts: Any) -> tuple[Part, ...]:
     """*parts* as a tuple of whole `Windows` (or whole packed `Rows`) in document order sharing one configuration."""
     if isinstance(parts, (str, bytes)) or not isinstance(parts, Sequence) or hasattr(parts, "gather_batches"):
         raise ConfigError(f"parts={short_repr(parts)} must be a list of sb.windows(...) or of sb.pack(...), one per source")
-    found = tuple(parts)
+    found: tuple[Any, ...] = tuple(parts)
     if not 1 <= len(found) <= MAX_SOURCES:
         raise ConfigError(f"parts has {len(found)} entries; a mixture takes 1 to {MAX_SOURCES} sources")
     for s, part in enumerate(found):
-        if not isinstance(part, PlannedItems):
+        if not isinstance(found[s], PlannedItems):
             raise ConfigError(
                 f"parts[{s}]={short_repr(part)} is neither streambatch.Windows nor packed Rows; "
                 "pass sb.windows(source, ...) or sb.pack(source, ...)"
@@ -57,8 +57,8 @@ def check_parts(parts: Any) -> tuple[Part, ...]:
     return found
 
 
-def _kind(part: Part) -> str:
-    return part.KIND
+def _kind(part: Any) -> str:
+    return str(part.KIND)
 
 
 def _check_whole(s: int, part: Part) -> None:

@@ -83,7 +83,7 @@ class PackedMixGather:
         to its rows."""
         found, spaces = present(sources), self.spaces
         if len(found) <= 1:  # one source: its own batch, no copy
-            part = emit(spaces[found[0] if found else 0], numbers, index)
+            part: Any = emit(spaces[found[0] if found else 0], numbers, index)
             arrays = [getattr(part, name) for name in _FIELDS]
             varlen = (part.target_count, part.cu_seqlens, part.max_seqlen)
             return self._batch(arrays, varlen, part._table(), sources, numbers, index)
@@ -95,7 +95,7 @@ class PackedMixGather:
         target_count = longest = 0
         for s in found:
             picked = np.flatnonzero(sources == s)
-            part = emit(spaces[s], numbers[picked], index)
+            part = emit(spaces[s], numbers[picked], index)  # a packed batch: its columns are set
             for out, name in zip(outputs, _FIELDS, strict=True):
                 out[picked] = getattr(part, name)
             cu = part.cu_seqlens[1:].astype(np.int64)

@@ -14,12 +14,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from ...stages.batch import SourceArray, present
 from ...stages.plan import plan_file
 from ...stages.shuffle import shuffle
 from ..pack.rows import Rows
 from ..windows.windows import Windows, WindowSpace
 from .mix import MixPlan, source_epoch_seed
-from .mix_batch import MixGather, SourceArray, present
+from .mix_batch import MixGather
 from .mix_rows import PackedMixGather
 
 IntArray = npt.NDArray[np.int64]

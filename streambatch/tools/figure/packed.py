@@ -31,7 +31,7 @@ def packed_title(epoch: Epoch) -> str:
 
 
 def _subtitle(epoch: Epoch) -> str:
-    report = epoch.windows.report  # type: ignore[union-attr]
+    report = epoch.windows.report
     order = "row order" if epoch.seed is None else f"seed {epoch.seed}"
     return (
         f"T = {epoch.context_length} · B = {epoch.batch_size} · {order} · partition {epoch.partition.value} · "
