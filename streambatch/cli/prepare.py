@@ -6,13 +6,13 @@ import argparse
 import sys
 from typing import IO, Any
 
+from ..errors import WorkerLostError
 from ..io.files import short_path
 from ..model.documents import Partition
 from ..model.store import DocumentStore
 from ..prepare import prepare_store
 from ..read.inputs import MAX_DOCUMENT_BYTES
-from ..read.tokenizers import AUTO, SpecialId
-from ..read.workers import WorkerLostError
+from ..read.text.tokenizers import AUTO, SpecialId
 from ._common import add_max_line, byte_size
 
 
