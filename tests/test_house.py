@@ -202,3 +202,14 @@ def test_one_version_everywhere() -> None:
     assert found is not None
     cli = subprocess.run([sys.executable, "-m", "streambatch", "--version"], capture_output=True, text=True, check=True)
     assert found.group(1) == sb.__version__ == cli.stdout.split()[-1]
+
+
+def test_the_kernels_share_one_buffer_header() -> None:
+    """Every C kernel checks its buffers with ``_buffers.h``, which the build depends on and the package ships."""
+    kernels = sorted(PACKAGE.glob("_*.c"))
+    assert kernels
+    assert [] == [k.name for k in kernels if '#include "_buffers.h"' not in k.read_text(encoding="utf-8")]
+    setup = (PACKAGE.parent / "setup.py").read_text(encoding="utf-8")
+    assert setup.count("depends=HEADERS") == len(kernels)
+    assert '"streambatch/_buffers.h"' in setup
+    assert '"*.h"' in (PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")

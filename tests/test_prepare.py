@@ -250,9 +250,7 @@ def test_shard_through_the_cli(tmp_path: Path) -> None:
     for i in range(3):
         assert (
             0
-            == cli("prepare", str(corpus), "-o", str(tmp_path / f"part-{i}"), "--part", f"{i}/3", "--bin-separator", "0", "-q")[
-                0
-            ]
+            == cli("prepare", str(corpus), "-o", str(tmp_path / f"part-{i}"), "--part", f"{i}/3", "--bin-separator", "0", "-q")[0]
         )
     assert 0 == cli("prepare", str(corpus), "-o", str(tmp_path / "whole"), "--bin-separator", "0", "-q")[0]
     parts = [_docs(sb.open_store(tmp_path / f"part-{i}")) for i in range(3)]
@@ -264,7 +262,8 @@ def test_the_old_shard_flag_is_refused_with_its_new_name(tmp_path: Path, capsys:
     corpus = _corpus(tmp_path / "c")
     assert 2 == cli("prepare", str(corpus), "-o", str(tmp_path / "p"), "--shard", "0/3", "-q")[0]
     err = capsys.readouterr().err
-    assert "--shard 0/3 is now --part 0/3" in err and err.count("\n") == 1
+    assert "--shard 0/3 is now --part 0/3" in err
+    assert err.count("\n") == 1
     assert not (tmp_path / "p").exists()
 
 

@@ -27,7 +27,9 @@ def _special(text: str) -> SpecialId:
 
 def _prepare(args: argparse.Namespace, out: IO[str]) -> int:
     if args.old_shard is not None:  # a shard is one store of a corpus; this flag picks a part of the input list
-        raise ConfigError(f"--shard {args.old_shard} is now --part {args.old_shard}: pass --part I/N (a shard is a store of a corpus)")
+        raise ConfigError(
+            f"--shard {args.old_shard} is now --part {args.old_shard}: pass --part I/N (a shard is a store of a corpus)"
+        )
     try:
         store = _run(args)
     except WorkerLostError as err:  # not a refusal: the run failed (exit 1)
