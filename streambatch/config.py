@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
-from .items.mix.mix_source import as_mixture
+from .items.mix.source import as_mixture
 from .items.pack.rows import pack
 from .items.protocol import Items, check_agrees
 from .items.windows.windows import windows

@@ -1,7 +1,7 @@
 """Reference code for tests/test_mix.py: a mixture's items computed the slow, obvious way (not used by the package).
 
 `plan_items` maps plan positions to ``(source, item)`` through each source's epoch orders
-(`seeded_orders`), as `streambatch.items.mix.mix_space.MixSpace` does with plan files and blocks.
+(`seeded_orders`), as `streambatch.items.mix.space.MixSpace` does with plan files and blocks.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from streambatch._checks import check_non_negative, check_positive, check_seed, is_integer, short_repr
 from streambatch.errors import ConfigError
-from streambatch.items.mix.mix import MixPlan, source_order
+from streambatch.items.mix.plan import MixPlan, source_order
 from streambatch.stages.shuffle import IndexArray
 
 __all__ = ["EpochOrder", "plan_items", "seeded_orders", "source_items", "source_position"]
@@ -92,7 +92,7 @@ def plan_items(
 ) -> tuple[Any, IntArray]:
     """``(source, item number within its source)`` of each position; ``orders[s]`` as for `source_items`.
 
-    >>> from streambatch.items.mix.mix import plan_mix
+    >>> from streambatch.items.mix.plan import plan_mix
     >>> plan = plan_mix([1, 1], length=6)
     >>> sources, items = plan_items(plan, np.arange(6), [2, 3], seeded_orders([2, 3], seed=7))
     >>> sources.tolist(), items.tolist()

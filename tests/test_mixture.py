@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch.errors import ConfigError, DataError, StateError, StoreError, StreamBatchError
-from streambatch.items.mix.mix import integer_weights, source_order
-from streambatch.items.mix.mix_batch import source_sums
+from streambatch.items.mix.gather import source_sums
 from streambatch.items.mix.mixture import MixItem, Mixture, mix
+from streambatch.items.mix.plan import integer_weights, source_order
 from streambatch.stages.splitmix import derive_seed
 
 WEIGHT = st.one_of(

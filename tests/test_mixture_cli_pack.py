@@ -91,7 +91,7 @@ def test_audit_proves_a_packed_mixture(mixture: Path, workers: int, world: int) 
 
 
 def test_audit_finds_rows_that_are_not_their_sources(mixture: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from streambatch.items.mix.mix_rows import PackedMixGather
+    from streambatch.items.mix.packed_gather import PackedMixGather
 
     real = PackedMixGather.__call__
 

@@ -1,4 +1,4 @@
-"""Tests for mixtures of packed rows (`streambatch.items.mix.mix_rows`): ``sb.mix`` of ``sb.pack`` parts.
+"""Tests for mixtures of packed rows (`streambatch.items.mix.packed_gather`): ``sb.mix`` of ``sb.pack`` parts.
 
 The hypothesis property is the mixture property (tests/test_mixture.py) over
 packed parts: the prefix bound at every n, each source's rows as the
@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch.errors import ConfigError, StateError
-from streambatch.items.mix.mix import integer_weights, source_order
-from streambatch.items.mix.mix_batch import source_sums
+from streambatch.items.mix.gather import source_sums
 from streambatch.items.mix.mixture import MixItem, Mixture, mix
+from streambatch.items.mix.plan import integer_weights, source_order
 from streambatch.items.pack.rows import GATHER_BACKEND
 from streambatch.stages.batch import MiniBatch
 

@@ -24,8 +24,8 @@ from ..epoch import Epoch
 from ..errors import ConfigError
 from ..io.atomic import atomic_text
 from ..io.mixture_file import MixtureSource
-from ..items.mix.mix import source_order
-from ..items.mix.mix_source import as_mixture
+from ..items.mix.plan import source_order
+from ..items.mix.source import as_mixture
 from .figure import xml_text
 from .mix_audit_rows import check_packed_rows, check_source_targets
 

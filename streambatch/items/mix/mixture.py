@@ -7,10 +7,10 @@ whose item ``i`` is ``(source, window)``.  `chunk`, `share`, `split_rows` and
 `materialize` take it unchanged; its batches are `MixtureBatch` es carrying
 ``sources``, one per row.  Parts may instead all be packed `Rows`
 (``sb.pack(source, context_length=T)`` of each source): the items are then
-``(source, row)`` and the batches `streambatch.items.mix.mix_rows.PackedMixtureBatch`
-es, packed batches carrying ``sources`` (`streambatch.items.mix.mix_rows`).
+``(source, row)`` and the batches `streambatch.items.mix.packed_gather.PackedMixtureBatch`
+es, packed batches carrying ``sources`` (`streambatch.items.mix.packed_gather`).
 
-The order is `streambatch.items.mix.mix`'s: Tijdeman's chairman assignment over the
+The order is `streambatch.items.mix.plan`'s: Tijdeman's chairman assignment over the
 sources (after every prefix of ``n`` items source ``s`` holds within
 ``1 - 1/(2k-2)`` of ``w_s n``), and within source ``s`` its windows in the
 chapter's exact SplitMix64 order, source epoch after source epoch: source epoch
@@ -25,7 +25,7 @@ table, 1.375 bytes per item for three sources) gives any position's source and
 index within that source; the source's epoch order (a plan of its own, the
 same as a single-source epoch's) gives the window.  With ``plan_dir`` both are
 plan files, computed once and memory-mapped by every process
-(`streambatch.items.mix.mix_plan_file`).
+(`streambatch.items.mix.plan_file`).
 
 >>> import streambatch as sb
 >>> web = sb.windows([sb.Document("w", "train", range(12))], context_length=2)
@@ -52,9 +52,9 @@ from ..._checks import check_seed, is_integer
 from ...errors import ConfigError, OutOfRangeError
 from ...stages.batch import MiniBatch, SourceArray, present
 from ...stages.plan import check_plan_dir
-from .mix import MixPlan, integer_weights, plan_mix
-from .mix_parts import Part, check_names, check_parts
-from .mix_space import MixItem, MixSpace
+from .parts import Part, check_names, check_parts
+from .plan import MixPlan, integer_weights, plan_mix
+from .space import MixItem, MixSpace
 
 IntArray = npt.NDArray[np.int64]
 FORMAT = "streambatch.mixture"
@@ -336,7 +336,7 @@ def mix(
     *weights* are positive finite numbers (normalised to sum 1, exactly);
     ``length=None`` passes the largest source once at its weight.  With
     *plan_dir* the plan and every source epoch's order are plan files shared by
-    every process (see `streambatch.items.mix.mix_plan_file`).
+    every process (see `streambatch.items.mix.plan_file`).
     """
     found = check_parts(parts)
     ints = integer_weights(weights)
@@ -354,7 +354,7 @@ def mix(
                 f"{list(weights)}); pass a smaller length="
             ) from None
         return Mixture(MixSpace(found, chosen, plan, seed, None))
-    from .mix_plan_file import mix_plan_file
+    from .plan_file import mix_plan_file
 
     directory = check_plan_dir(plan_dir)
     plan, path = mix_plan_file(found, ints, length, directory)

@@ -22,8 +22,8 @@ from ...io.mixture_file import MixtureSource
 from ...model.documents import Partition
 from ..pack.rows import pack as pack_rows
 from ..windows.windows import windows
-from .mix_parts import Part
 from .mixture import Mixture, mix
+from .parts import Part
 
 
 def as_mixture(

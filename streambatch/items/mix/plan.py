@@ -35,7 +35,7 @@ from ..._checks import check_non_negative, check_positive, check_seed, is_intege
 from ...errors import ConfigError, OutOfRangeError
 from ...stages.shuffle import IndexArray, shuffled_order
 from ...stages.splitmix import splitmix64_draws
-from ._mix_order import (
+from .order import (
     BACKEND,
     KERNEL_LIMIT,
     MAX_SOURCES,

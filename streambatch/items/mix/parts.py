@@ -17,7 +17,7 @@ from ...errors import ConfigError
 from ..pack.rows import Rows
 from ..protocol import PlannedItems
 from ..windows.windows import Windows
-from .mix import MAX_SOURCES
+from .plan import MAX_SOURCES
 
 __all__ = ["check_names", "check_parts"]
 

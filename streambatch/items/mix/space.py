@@ -19,9 +19,9 @@ from ...stages.plan import plan_file
 from ...stages.shuffle import shuffle
 from ..pack.rows import Rows
 from ..windows.windows import Windows, WindowSpace
-from .mix import MixPlan, source_epoch_seed
-from .mix_batch import MixGather
-from .mix_rows import PackedMixGather
+from .gather import MixGather
+from .packed_gather import PackedMixGather
+from .plan import MixPlan, source_epoch_seed
 
 IntArray = npt.NDArray[np.int64]
 
@@ -73,7 +73,7 @@ class MixSpace:
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         parts, names, plan, seed, plan_dir, plan_path = state
         if plan is None:
-            from .mix_plan_file import reopen_mix_plan
+            from .plan_file import reopen_mix_plan
 
             plan = reopen_mix_plan(plan_path)
         self.__init__(parts, names, plan, seed, plan_dir, plan_path)  # type: ignore[misc]
