@@ -148,10 +148,9 @@ class Epoch:
     def reseeded(self, seed: int | None) -> Epoch:
         """The same windows and batching over the same source, in the order of *seed*."""
         if self.windows.orders_itself:  # a mixture's epochs: the same plan, source orders of *seed*
-            return Epoch(self.windows.reseeded(self.windows.seed if seed is None else seed), batch_size=self.batch_size)
-        if seed is None:
-            return Epoch(self.windows, batch_size=self.batch_size, seed=None)
-        return Epoch(self.windows, batch_size=self.batch_size, seed=seed, plan_dir=self.plan_dir, verify_plan=self.verify_plan)
+            mixture = self.windows.reseeded(self.windows.seed if seed is None else seed)
+            return Epoch.from_config(mixture, replace(self.settings, seed=mixture.seed))
+        return Epoch.from_config(self.windows, replace(self.settings, seed=seed))
 
     @property
     def config(self) -> WindowConfig:

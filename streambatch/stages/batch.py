@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import AccumulationError, RowIndexError
+from ..errors import AccumulationError, ConfigError, RowIndexError
 from ..model.documents import PARTITIONS, Partition
 from .reduce import TokenContribution, TokenMean, token_mean
 
@@ -97,23 +97,16 @@ class MiniBatch:
     mixture adds ``sources`` and ``names``.
     """
 
-    __slots__ = (
-        "_segments",
-        "cu_seqlens",
-        "epoch",
-        "index",
-        "inputs",
-        "loss_mask",
-        "max_seqlen",
-        "names",
-        "position_ids",
-        "positions",
-        "segment_ids",
-        "sources",
-        "spaces",
-        "target_count",
-        "targets",
-    )
+    __slots__ = ("__dict__", "_segments", "epoch", "index", "inputs", "positions", "spaces", "target_count", "targets")
+
+    # the optional columns: None unless given (a batch of windows sets none of them, so its hot path stores none)
+    sources: SourceArray | None = None  # a mixture's: each row's source
+    names: tuple[str, ...] | None = None  # a mixture's: the sources' names
+    loss_mask: npt.NDArray[np.bool_] | None = None  # packed: True at real targets, False at padding
+    segment_ids: npt.NDArray[Any] | None = None  # packed: 0, 1, ... by segment within each row; -1 at padding
+    position_ids: npt.NDArray[Any] | None = None  # packed: 0 at each segment's first position, +1 along it
+    cu_seqlens: npt.NDArray[np.int32] | None = None  # packed: int32 varlen boundaries over the flattened w * T positions
+    max_seqlen: int | None = None  # packed: the longest sequence of cu_seqlens
 
     def __init__(
         self,
@@ -140,15 +133,16 @@ class MiniBatch:
         self.targets = targets
         self.positions = positions
         self.spaces: tuple[Any, ...] = space if type(space) is tuple else (space,)  # one item space per source
-        self.sources = sources  # a mixture's: each row's source
-        self.names = names  # a mixture's: the sources' names
-        self.loss_mask = loss_mask  # packed: True at real targets, False at padding
-        self.segment_ids = segment_ids  # packed: 0, 1, ... by segment within each row; -1 at padding
-        self.position_ids = position_ids  # packed: 0 at each segment's first position, +1 along it
-        self.cu_seqlens = cu_seqlens  # packed: int32 varlen boundaries over the flattened w * T positions
-        self.max_seqlen = max_seqlen  # packed: the longest sequence of cu_seqlens
         self._segments = segments  # int64 (4, n): row, document, start, length; None: one window per row, resolved on use
-        self.target_count = int(targets.size) if target_count is None else target_count
+        self.target_count = targets.size if target_count is None else target_count
+        if sources is not None:
+            self.sources, self.names = sources, names
+        if loss_mask is not None:
+            self.loss_mask = loss_mask
+        if segment_ids is not None:
+            self.segment_ids, self.position_ids = segment_ids, position_ids
+        if cu_seqlens is not None:
+            self.cu_seqlens, self.max_seqlen = cu_seqlens, max_seqlen
 
     def in_epoch(self, epoch: int) -> MiniBatch:
         """This batch placed in epoch *epoch* of a run: a new `MiniBatch` sharing the same arrays."""
@@ -309,12 +303,16 @@ class MiniBatch:
 
     @property
     def window_numbers(self) -> IntArray:
-        """Global window number of each row, within its source (a packed batch's items are rows: `item_numbers`)."""
+        """Global window number of each row, within its source (a packed batch's items are rows: `row_numbers`)."""
+        if self.packed:
+            raise ConfigError("a packed batch's rows are packed rows, not windows; use batch.row_numbers (or item_numbers)")
         return self.item_numbers
 
     @property
     def row_numbers(self) -> IntArray:
-        """A packed batch's rows: each row's number in its source's packing (`item_numbers`)."""
+        """A packed batch's rows: each row's number in its source's packing (a batch of windows: `window_numbers`)."""
+        if not self.packed:
+            raise ConfigError("a batch of windows has window numbers, not packed rows; use batch.window_numbers")
         return self.item_numbers
 
     @property

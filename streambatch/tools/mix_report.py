@@ -122,7 +122,7 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
                     targets[rows] = check_packed_rows(batch, failures)
                 else:
                     _check_tokens(batch, failures)
-                sources[rows], windows[rows] = batch.sources, batch.window_numbers  # type: ignore[assignment]
+                sources[rows], windows[rows] = batch.sources, batch.item_numbers  # type: ignore[assignment]
                 seen[rows] += 1
     if (seen != 1).any():
         failures["coverage"] = f"item {int(np.argmax(seen != 1))} was handed out {int(seen[np.argmax(seen != 1)])} times"
