@@ -15,8 +15,17 @@ from typing import Any
 from ..model.corpus import Corpus
 from ..stages.batch import MiniBatch
 
+ARRAY_FIELDS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
+"""The record's per-position arrays, in record order (a window record holds the first two)."""
 
-def batch_record(batch: MiniBatch) -> dict[str, Any]:
+
+def record_arrays(batch: MiniBatch) -> dict[str, Any]:
+    """The per-position arrays the record of *batch* holds (numpy ``(w, T)``), by field name."""
+    names = ARRAY_FIELDS if batch.packed else ARRAY_FIELDS[:2]
+    return {name: getattr(batch, name) for name in names}
+
+
+def batch_record(batch: MiniBatch, *, arrays: bool = True) -> dict[str, Any]:
     """One batch as the JSON object ``streambatch epoch`` writes (a corpus row names its shard, a mixture row its source).
 
     A packed batch (``--pack``) has the same ``epoch``, ``index``, ``shape``,
@@ -30,8 +39,13 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
     ``position_ids`` and ``loss_mask`` follow the targets.  Padding positions hold the pad id in
     inputs and targets, with ``loss_mask`` false.
     """
-    if batch.packed:
-        return _packed_record(batch)
+    record = _packed_record(batch) if batch.packed else _window_record(batch)
+    if arrays:
+        record.update((name, values.tolist()) for name, values in record_arrays(batch).items())
+    return record
+
+
+def _window_record(batch: MiniBatch) -> dict[str, Any]:
     mixed = batch.source_names
     sharded = mixed is not None or isinstance(batch.space.store, Corpus)
     return {
@@ -50,8 +64,6 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
             }
             for r, p in enumerate(batch.provenance)
         ],
-        "inputs": batch.inputs.tolist(),
-        "targets": batch.targets.tolist(),
     }
 
 
@@ -82,13 +94,9 @@ def _packed_record(batch: MiniBatch) -> dict[str, Any]:
         "pack": True,
         "pad_positions": batch.pad_count,
         "rows": rows,
-        "inputs": batch.inputs.tolist(),
-        "targets": batch.targets.tolist(),
-        "segment_ids": batch.segment_ids.tolist(),  # type: ignore[union-attr]
-        "position_ids": batch.position_ids.tolist(),  # type: ignore[union-attr]
-        "loss_mask": batch.loss_mask.tolist(),  # type: ignore[union-attr]
     }
 
 
 def batch_line(batch: MiniBatch) -> bytes:
+    """The record of *batch* as one line of JSON (the ``jsonl`` format)."""
     return (json.dumps(batch_record(batch), separators=(",", ":")) + "\n").encode()

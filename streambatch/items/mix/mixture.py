@@ -4,11 +4,11 @@
 own store or corpus, all with the same context length and stride, in document
 order) and gives a `Mixture`: a sized, sliceable `streambatch.items.protocol.Items`
 whose item ``i`` is ``(source, window)``.  `chunk`, `share`, `split_rows` and
-`materialize` take it unchanged; its batches are `MixtureBatch` es carrying
+`materialize` take it unchanged; its batches are `streambatch.MiniBatch` es carrying
 ``sources``, one per row.  Parts may instead all be packed `Rows`
 (``sb.pack(source, context_length=T)`` of each source): the items are then
-``(source, row)`` and the batches `streambatch.items.mix.packed_gather.PackedMixtureBatch`
-es, packed batches carrying ``sources`` (`streambatch.items.mix.packed_gather`).
+``(source, row)`` and the batches packed `streambatch.MiniBatch` es
+carrying ``sources`` (`streambatch.items.mix.packed_gather`).
 
 The order is `streambatch.items.mix.plan`'s: Tijdeman's chairman assignment over the
 sources (after every prefix of ``n`` items source ``s`` holds within
