@@ -39,7 +39,7 @@ def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> 
     >>> open_regular("/dev/zero")
     Traceback (most recent call last):
     ...
-    streambatch.io.files.NotRegularFileError: [Errno 22] not a regular file (a character device): '/dev/zero'
+    streambatch.errors.NotRegularFileError: [Errno 22] not a regular file (a character device): '/dev/zero'
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
