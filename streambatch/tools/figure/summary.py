@@ -112,9 +112,7 @@ def _draw_batch_widths(canvas: Canvas, epoch: Epoch, y: float) -> float:
         canvas.close()
         y += 36 if inside else 52
     else:
-        canvas.text(
-            MARGIN, y + 14, f"{format_count(epoch.item_count)} windows fill every batch: no smaller final batch", size=13
-        )
+        canvas.text(MARGIN, y + 14, f"{format_count(epoch.item_count)} windows fill every batch: no smaller final batch", size=13)
         y += 26
     shuffled = plan_bytes(epoch.item_count, epoch.store.flat_size)
     canvas.text(
