@@ -26,6 +26,7 @@ from .stages.chunk import Chunks, batch_count, batch_widths, chunk
 from .stages.materialize import Batches, materialize
 from .stages.mix_source import as_mixture
 from .stages.mixture import Mixture
+from .stages.pack import check_emittable
 from .stages.plan import check_plan_dir, plan_file
 from .stages.rows import Rows, pack
 from .stages.share import share
@@ -171,6 +172,10 @@ class Epoch:
         self.windows: Windows | Rows | Mixture = given if given.order is None or isinstance(given, Mixture) else _unordered(given)
         self.pack = isinstance(given, Rows) or (isinstance(given, Mixture) and given.packed)  # packed rows (sb.pack)
         self.partition: Partition = self.windows.partition
+        if self.pack:  # refuse a batch that cannot be emitted now, not at the first batch
+            stores = [p.store for p in given.parts] if isinstance(given, Mixture) else [given.store]
+            widest = max((s.dtype for s in stores), key=lambda d: np.dtype(d).itemsize)
+            check_emittable(min(self.batch_size, len(given)), self.context_length, widest, batch_size=self.batch_size)
 
     @property
     def store(self) -> TokenSource:

@@ -47,7 +47,7 @@ from ..model.source import Source
 from ..run import Run
 from ..state import decode, encode
 from ._common import add_order, add_source, args_epoch, open_args_source
-from .records import batch_line
+from .records import record_pieces
 
 _BLOCK = 1 << 20
 
@@ -115,10 +115,17 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
         with writing(args.output):
             _write_saving_state(run, epoch, args.output, state_path, None)
     elif args.output in (None, "-"):
-        out.writelines(line.decode() for line in map(batch_line, run))
+        _write_records(run, out)
     else:
         with _locked_for_replacing(args.output), atomic_text(args.output) as handle:
-            handle.writelines(line.decode() for line in map(batch_line, run))
+            _write_records(run, handle)
+
+
+def _write_records(run: Run, out: IO[str]) -> None:
+    """Every batch of *run* as one line of *out*, a piece at a time (memory: the batch and one piece)."""
+    for batch in run:
+        for piece in record_pieces(batch):
+            out.write(piece.decode())
 
 
 def _source_files(source: Source | MixtureSource) -> set[tuple[int, int]]:
@@ -328,11 +335,12 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
         save(length, written)  # the state file first: an unwritable one fails before the output is touched
         handle.truncate(length)  # drop whatever was written after the last saved state
         handle.seek(length)
-        for line in map(batch_line, run):
-            handle.write(line)
+        for batch in run:
+            for piece in record_pieces(batch):
+                handle.write(piece)
+                digest.update(piece)
             handle.flush()
             os.fsync(handle.fileno())
-            digest.update(line)
             written += 1
             save(handle.tell(), written)
             if _identity(output) != (held.st_dev, held.st_ino):  # renamed over by a writer that ignores the lock

@@ -5,18 +5,29 @@ row's provenance, and the ``inputs``/``targets`` rows.  A packed batch's record
 (``--pack``) adds ``pack``, ``pad_positions``, ``segment_ids``, ``position_ids``
 and ``loss_mask``, and each of its ``rows`` lists its segments; ``token_count``
 counts real targets only.
+
+A record is written in pieces (`record_pieces`) of at most about a megabyte, so
+writing one never holds more than the batch itself and a piece: the arrays are
+turned into text a slice at a time, never into one Python list of every token.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from ..model.corpus import Corpus
 from ..stages.batch import MiniBatch
 from ..stages.mix_batch import MixtureBatch
 from ..stages.mix_rows import PackedMixtureBatch
 from ..stages.packed_batch import PackedBatch
+
+
+_ARRAYS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
+_PIECE = 1 << 16  # numbers turned into text at a time: about a megabyte of JSON
 
 
 def batch_record(batch: MiniBatch) -> dict[str, Any]:
@@ -33,8 +44,21 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
     ``position_ids`` and ``loss_mask`` follow the targets.  Padding positions hold the pad id in
     inputs and targets, with ``loss_mask`` false.
     """
+    record = _head(batch)
+    for name in _arrays(batch):
+        record[name] = getattr(batch, name).tolist()
+    return record
+
+
+def _arrays(batch: MiniBatch) -> tuple[str, ...]:
+    """The token-sized fields of *batch*'s record, in record order (they come last)."""
+    return _ARRAYS if isinstance(batch, PackedBatch) else _ARRAYS[:2]
+
+
+def _head(batch: MiniBatch) -> dict[str, Any]:
+    """The record without its arrays: what is per batch, row or segment."""
     if isinstance(batch, PackedBatch):
-        return _packed_record(batch)
+        return _packed_head(batch)
     mixed = batch.source_names if isinstance(batch, MixtureBatch) else None
     sharded = mixed is not None or isinstance(batch.space.store, Corpus)
     return {
@@ -53,12 +77,10 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
             }
             for r, p in enumerate(batch.provenance)
         ],
-        "inputs": batch.inputs.tolist(),
-        "targets": batch.targets.tolist(),
     }
 
 
-def _packed_record(batch: PackedBatch) -> dict[str, Any]:
+def _packed_head(batch: PackedBatch) -> dict[str, Any]:
     sharded = isinstance(batch.row_space.store, Corpus)
     rows: list[dict[str, Any]] = [{"row": number, "segments": []} for number in batch.rows.tolist()]
     if isinstance(batch, PackedMixtureBatch):  # a mixture of packed rows: each row names its source
@@ -84,13 +106,32 @@ def _packed_record(batch: PackedBatch) -> dict[str, Any]:
         "pack": True,
         "pad_positions": batch.pad_count,
         "rows": rows,
-        "inputs": batch.inputs.tolist(),
-        "targets": batch.targets.tolist(),
-        "segment_ids": batch.segment_ids.tolist(),
-        "position_ids": batch.position_ids.tolist(),
-        "loss_mask": batch.loss_mask.tolist(),
     }
 
 
-def batch_line(batch: MiniBatch) -> bytes:
-    return (json.dumps(batch_record(batch), separators=(",", ":")) + "\n").encode()
+def record_pieces(batch: MiniBatch) -> Iterator[bytes]:
+    """One batch as one line of JSON (`batch_record`, then a newline), in pieces: an array `_PIECE` numbers at a time.
+
+    >>> import streambatch as sb
+    >>> epoch = sb.Epoch([sb.Document("a", "train", range(6))], context_length=2, batch_size=2, seed=None)
+    >>> batch = next(iter(epoch))
+    >>> import json
+    >>> json.loads(b"".join(record_pieces(batch))) == batch_record(batch)
+    True
+    """
+    yield json.dumps(_head(batch), separators=(",", ":"))[:-1].encode()
+    for name in _arrays(batch):
+        array = np.asarray(getattr(batch, name))
+        if array.size <= _PIECE:  # the usual batch: one piece per array
+            yield f',"{name}":{json.dumps(array.tolist(), separators=(",", ":"))}'.encode()
+            continue
+        yield f',"{name}":['.encode()
+        for r, row in enumerate(array):
+            yield b"[" if r == 0 else b",["
+            for at in range(0, row.size, _PIECE):
+                text = json.dumps(row[at : at + _PIECE].tolist(), separators=(",", ":"))[1:-1]
+                yield (text if at == 0 else "," + text).encode()
+            yield b"]"
+        yield b"]"
+    yield b"}\n"
+

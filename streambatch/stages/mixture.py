@@ -50,6 +50,7 @@ import numpy.typing as npt
 
 from .._checks import check_seed, is_integer
 from ..errors import ConfigError, OutOfRangeError
+from ._pack_gather import check_emittable
 from .chunk import Chunks
 from .materialize import materialize_one
 from .mix import MixPlan, integer_weights, plan_mix
@@ -264,6 +265,7 @@ class Mixture:
         """Consecutive packed batches: sources and row numbers located a block of batches at a time."""
         space, per = self._space, max(1, _BLOCK_ROWS // size)
         gather = space.row_gather()
+        check_emittable(min(size, len(self)), gather.spaces[0].rows.context_length, gather.dtype, batch_size=size)
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
             lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
