@@ -58,12 +58,14 @@ def batch_bytes(width: int, context_length: int, token_dtype: npt.DTypeLike) -> 
     return int(width) * T * (2 * np.dtype(token_dtype).itemsize + 2 * id_dtype(T).itemsize + 1)
 
 
-def check_emittable(width: int, context_length: int, token_dtype: npt.DTypeLike, *, batch_size: int | None = None) -> None:
+def check_emittable(
+    width: int, context_length: int, token_dtype: npt.DTypeLike, *, batch_size: int | None = None, memory: bool = True
+) -> None:
     """Refuse, before any work, a packed batch of *width* rows of ``T`` positions that cannot be emitted.
 
     Its ``width * T`` positions must be fewer than ``2**31`` (``cu_seqlens`` is
-    int32), and its arrays (`batch_bytes`) must fit the process's address-space
-    limit (``RLIMIT_AS``) when one is set.
+    int32), and (with *memory*) its arrays (`batch_bytes`) must fit the
+    process's address-space limit (``RLIMIT_AS``) when one is set.
 
     >>> check_emittable(1 << 11, 1 << 20, np.uint16, batch_size=4096)
     Traceback (most recent call last):
@@ -78,7 +80,7 @@ def check_emittable(width: int, context_length: int, token_dtype: npt.DTypeLike,
         raise ConfigError(f"a packed batch of {rows} holds {int(width) * T} positions, 2**31 or more (int32 cu_seqlens); {fix}")
     need = batch_bytes(width, T, token_dtype)
     limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-    if limit != resource.RLIM_INFINITY and need >= limit:
+    if memory and limit != resource.RLIM_INFINITY and need >= limit:
         raise ConfigError(
             f"a packed batch of {rows} needs {need} bytes ({need / 2**30:.1f} GiB) of arrays, more than the "
             f"address-space limit of {limit} bytes ({limit / 2**30:.1f} GiB); pass {smaller}"

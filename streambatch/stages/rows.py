@@ -275,7 +275,8 @@ def pack(
     top = int(np.iinfo(store.dtype).max)
     if not is_integer(pad_id) or not 0 <= int(pad_id) <= top:
         raise ConfigError(f"pad_id={pad_id!r} does not fit the source's {store.dtype}; pass a token id in [0, {top}]")
-    check_emittable(1, check_positive(context_length, "context_length", "the positions of one row (T)"), store.dtype)
+    T = check_positive(context_length, "context_length", "the positions of one row (T)")
+    check_emittable(1, T, store.dtype, memory=False)  # a row of 2**31 positions can never be emitted
     if plan_dir is None:
         packed = pack_lengths(store.lengths, context_length, include=include)
     else:
