@@ -45,7 +45,9 @@ from ..io.mixture_file import MixtureSource
 from ..model.corpus import Corpus
 from ..model.source import Source
 from ..run import Run
+from ..stages.mixture import Mixture
 from ..state import decode, encode
+from ..tools.mix_report import repeat_notes
 from ._common import add_order, add_source, args_epoch, open_args_source
 from .records import record_pieces
 
@@ -71,6 +73,9 @@ def _run(args: argparse.Namespace, source: Source | MixtureSource, epoch: int) -
             f"has the T + 1 = {first.context_length + 1} tokens one window needs",
             file=sys.stderr,
         )
+    if isinstance(source, MixtureSource) and isinstance(first.windows, Mixture):  # a repeated source is never silent
+        for note in repeat_notes(source.spec.names, first.windows.source_epochs(), default=source.spec.length is None):
+            print(f"streambatch: note: {short_path(source.path)}: {note}", file=sys.stderr)
     return Run.from_epoch(first, epochs=epoch + 1)
 
 

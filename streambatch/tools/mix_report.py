@@ -72,11 +72,36 @@ def inspect_mixture(
         if isinstance(part, Rows):  # per source epoch: every target of the source once, in its rows
             row.update(rows=size, targets=part.report.targets, pad_share=part.report.pad_share)
     summary.update(context_length=context_length, stride=stride, items=len(mixture), plan_bytes=mixture.plan_nbytes)
+    notes = repeat_notes(spec.names, mixture.source_epochs(), default=spec.length is None)
+    if notes:
+        summary["notes"] = notes
     if pack:
         summary.update(mode="pack", stride=context_length)
     if batch_size is not None:
         summary.update(batch_size=batch_size, batches=-(-len(mixture) // batch_size))
     return summary
+
+
+def repeat_notes(names: Any, source_epochs: list[float], *, default: bool) -> list[str]:
+    """One note per source that one pass of the mixture repeats (more than one source epoch).
+
+    >>> repeat_notes(["web", "code"], [1.0, 3.5], default=True)
+    ["source 'code' repeats: 3.500 source epochs per pass of the mixture (each of its items comes 3 or 4 times); the default length passes the largest source once: set a length, or other weights, to change that"]
+    """
+    why = (
+        "; the default length passes the largest source once: set a length, or other weights, to change that"
+        if default
+        else ""
+    )
+    notes = []
+    for name, epochs in zip(names, source_epochs, strict=True):
+        if epochs > 1:
+            low, high = int(epochs), -(-epochs // 1)
+            times = f"{low} times" if low == high else f"{low} or {int(high)} times"
+            notes.append(
+                f"source {name!r} repeats: {epochs:.3f} source epochs per pass of the mixture (each of its items comes {times}){why}"
+            )
+    return notes
 
 
 def format_mixture(summary: dict[str, Any]) -> str:
@@ -103,6 +128,7 @@ def format_mixture(summary: dict[str, Any]) -> str:
     lines += [
         "  ".join(cell.rjust(w) if c else cell.ljust(w) for c, (cell, w) in enumerate(zip(r, widths, strict=True))) for r in table
     ]
+    lines += [f"note: {note}" for note in summary.get("notes", ())]
     return "\n".join(lines) + "\n"
 
 
