@@ -19,8 +19,8 @@ from streambatch.cli import batch_record, main
 from streambatch.cli import records
 from streambatch.cli.records import record_pieces
 from streambatch.errors import ConfigError
-from streambatch.stages import pack
-from streambatch.stages.pack import best_fit_decreasing
+from streambatch.items.pack import pack
+from streambatch.items.pack.pack import best_fit_decreasing
 
 from .hostile import ENV, PEAK_RSS
 from .pack_reference import old_best_fit

@@ -15,7 +15,7 @@ import pytest
 import streambatch as sb
 from streambatch._signals import stops_deferred, terminate_as_interrupt
 from streambatch.errors import Terminated
-from streambatch.stages.read.workers import available_cpus
+from streambatch.read.workers import available_cpus
 
 from .hostile import ENV
 from .test_hostile_hangs import TIMEOUT, _finish, _start_prepare, _state

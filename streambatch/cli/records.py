@@ -6,7 +6,7 @@ row's provenance, and the ``inputs``/``targets`` rows.  A packed batch's record
 and ``loss_mask``, and each of its ``rows`` lists its segments; ``token_count``
 counts real targets only.
 
-A record is written in pieces (`record_pieces`) of at most about a megabyte, so
+A record is made in pieces (`record_pieces`) of at most about a megabyte, so
 writing one never holds more than the batch itself and a piece: the arrays are
 turned into text a slice at a time, never into one Python list of every token.
 """
@@ -19,18 +19,24 @@ from typing import Any
 
 import numpy as np
 
+from ..items.mix.mix_batch import MixtureBatch
+from ..items.mix.mix_rows import PackedMixtureBatch
+from ..items.pack.packed_batch import PackedBatch
 from ..model.corpus import Corpus
 from ..stages.batch import MiniBatch
-from ..stages.mix_batch import MixtureBatch
-from ..stages.mix_rows import PackedMixtureBatch
-from ..stages.packed_batch import PackedBatch
 
-
-_ARRAYS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
 _PIECE = 1 << 16  # numbers turned into text at a time: about a megabyte of JSON
+ARRAY_FIELDS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
+"""The record's per-position arrays, in record order (a window record holds the first two)."""
 
 
-def batch_record(batch: MiniBatch) -> dict[str, Any]:
+def record_arrays(batch: MiniBatch) -> dict[str, Any]:
+    """The per-position arrays the record of *batch* holds (numpy ``(w, T)``), by field name."""
+    names = ARRAY_FIELDS if isinstance(batch, PackedBatch) else ARRAY_FIELDS[:2]
+    return {name: getattr(batch, name) for name in names}
+
+
+def batch_record(batch: MiniBatch, *, arrays: bool = True) -> dict[str, Any]:
     """One batch as the JSON object ``streambatch epoch`` writes (a corpus row names its shard, a mixture row its source).
 
     A packed batch (``--pack``) has the same ``epoch``, ``index``, ``shape``,
@@ -44,21 +50,13 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
     ``position_ids`` and ``loss_mask`` follow the targets.  Padding positions hold the pad id in
     inputs and targets, with ``loss_mask`` false.
     """
-    record = _head(batch)
-    for name in _arrays(batch):
-        record[name] = getattr(batch, name).tolist()
+    record = _packed_record(batch) if isinstance(batch, PackedBatch) else _window_record(batch)
+    if arrays:
+        record.update((name, values.tolist()) for name, values in record_arrays(batch).items())
     return record
 
 
-def _arrays(batch: MiniBatch) -> tuple[str, ...]:
-    """The token-sized fields of *batch*'s record, in record order (they come last)."""
-    return _ARRAYS if isinstance(batch, PackedBatch) else _ARRAYS[:2]
-
-
-def _head(batch: MiniBatch) -> dict[str, Any]:
-    """The record without its arrays: what is per batch, row or segment."""
-    if isinstance(batch, PackedBatch):
-        return _packed_head(batch)
+def _window_record(batch: MiniBatch) -> dict[str, Any]:
     mixed = batch.source_names if isinstance(batch, MixtureBatch) else None
     sharded = mixed is not None or isinstance(batch.space.store, Corpus)
     return {
@@ -80,7 +78,7 @@ def _head(batch: MiniBatch) -> dict[str, Any]:
     }
 
 
-def _packed_head(batch: PackedBatch) -> dict[str, Any]:
+def _packed_record(batch: PackedBatch) -> dict[str, Any]:
     sharded = isinstance(batch.row_space.store, Corpus)
     rows: list[dict[str, Any]] = [{"row": number, "segments": []} for number in batch.rows.tolist()]
     if isinstance(batch, PackedMixtureBatch):  # a mixture of packed rows: each row names its source
@@ -110,18 +108,17 @@ def _packed_head(batch: PackedBatch) -> dict[str, Any]:
 
 
 def record_pieces(batch: MiniBatch) -> Iterator[bytes]:
-    """One batch as one line of JSON (`batch_record`, then a newline), in pieces: an array `_PIECE` numbers at a time.
+    """The record of *batch* as one line of JSON (the ``jsonl`` format), in pieces: an array `_PIECE` numbers at a time.
 
     >>> import streambatch as sb
     >>> epoch = sb.Epoch([sb.Document("a", "train", range(6))], context_length=2, batch_size=2, seed=None)
     >>> batch = next(iter(epoch))
-    >>> import json
     >>> json.loads(b"".join(record_pieces(batch))) == batch_record(batch)
     True
     """
-    yield json.dumps(_head(batch), separators=(",", ":"))[:-1].encode()
-    for name in _arrays(batch):
-        array = np.asarray(getattr(batch, name))
+    yield json.dumps(batch_record(batch, arrays=False), separators=(",", ":"))[:-1].encode()
+    for name, values in record_arrays(batch).items():
+        array = np.asarray(values)
         if array.size <= _PIECE:  # the usual batch: one piece per array
             yield f',"{name}":{json.dumps(array.tolist(), separators=(",", ":"))}'.encode()
             continue
@@ -135,3 +132,7 @@ def record_pieces(batch: MiniBatch) -> Iterator[bytes]:
         yield b"]"
     yield b"}\n"
 
+
+def batch_line(batch: MiniBatch) -> bytes:
+    """The record of *batch* as one line of JSON (the ``jsonl`` format): `record_pieces` joined."""
+    return b"".join(record_pieces(batch))
