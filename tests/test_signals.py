@@ -62,10 +62,10 @@ def test_stops_are_deferred_to_the_end_of_the_block() -> None:
 def test_sigterm_during_epoch_output_leaves_no_temporary(tmp_path: Path) -> None:
     """``epoch -o F`` killed by SIGTERM mid-write: exit 143, one line, no ``.streambatch-PID.tmp``, no F."""
     store = tmp_path / "store"
-    sb.write_store(store, [sb.Document(f"d{i}", "train", np.arange(20_000) % 500) for i in range(40)])
+    sb.write_store(store, [sb.Document(f"d{i}", "train", np.arange(200_000) % 500) for i in range(40)])
     out = tmp_path / "out.jsonl"
     process = subprocess.Popen(
-        [sys.executable, "-m", "streambatch", "epoch", str(store), "-T", "64", "-B", "32", "--seed", "1", "-o", str(out)],
+        [sys.executable, "-m", "streambatch", "epoch", str(store), "-T", "64", "--stride", "64", "-B", "32", "--seed", "1", "-o", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
