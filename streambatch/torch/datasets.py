@@ -101,6 +101,13 @@ class _RunShare(IterableDataset[TensorBatch]):
         self._shared.set(number, start, True)
         self.run.epoch(number).shuffle_state_after  # noqa: B018 - plan in the parent process
 
+    def resume_at(self, epoch: int, batch: int) -> None:
+        """Start the next iteration at batch *batch* of *epoch* as given (``batch`` may be the epoch's batch count:
+        the epoch consumed, an empty iteration of an `EpochDataset`); `streambatch.torch.loader` checked it."""
+        self._shared.set(epoch, batch, True)
+        self._restored = None
+        self.run.epoch(epoch).shuffle_state_after  # noqa: B018 - plan in the parent process
+
     @property
     def position(self) -> tuple[int, int]:
         """``(epoch, batch)`` where the next iteration starts."""
@@ -159,7 +166,7 @@ class _RunShare(IterableDataset[TensorBatch]):
         if list(found["worker"]) != share:
             raise StateError(
                 f"state worker={found['worker']!r} but this is worker {share} ([id, num_workers]); resume with the same "
-                "num_workers, or resume the run itself (Run.load_state_dict of RunDataset.state_dict_after(batch)) for another"
+                "num_workers, or load the state with streambatch.torch.StatefulDataLoader (any num_workers)"
             )
         stop, last = self._step(found["stop"], "stop"), self._step(found["last"], "last")
         if last is not None and (last < origin + share[0] or (last - origin - share[0]) % share[1]):
@@ -220,6 +227,8 @@ class BatchesDataset(IterableDataset[TensorBatch]):
             raise OutOfRangeError(f"start_batch={self.start_batch} is beyond the source's {len(batches)} batches")
         self._last: int | None = None
         self._restored: int | None = None
+        self._begin: int | None = None  # set by resume_at: where the next iteration starts (the start_batch otherwise)
+        self._began: int | None = None  # where the current iteration began
         self._share = (0, 1)
 
     def __len__(self) -> int:
@@ -227,9 +236,14 @@ class BatchesDataset(IterableDataset[TensorBatch]):
 
     def __iter__(self) -> Iterator[TensorBatch]:
         worker, workers = _worker_share()
-        steps = _after(share(range(self.start_batch, len(self.batches)), worker=worker, workers=workers), self._restored)
-        self._restored, self._share, self._last = None, (worker, workers), None
+        begin = self.start_batch if self._begin is None else self._begin
+        steps = _after(share(range(begin, len(self.batches)), worker=worker, workers=workers), self._restored)
+        self._restored, self._share, self._last, self._began = None, (worker, workers), None, begin
         return self._iter(steps)
+
+    def resume_at(self, index: int) -> None:
+        """Start the next iteration at batch *index* (what `streambatch.torch.loader` found in a loader state)."""
+        self._begin, self._restored = index, None
 
     def _iter(self, steps: range) -> Iterator[TensorBatch]:
         for index in steps:
@@ -239,7 +253,11 @@ class BatchesDataset(IterableDataset[TensorBatch]):
 
     def state_dict(self) -> dict[str, Any]:
         """This worker's place for ``StatefulDataLoader``: a `streambatch.state` of kind ``batches``."""
-        return encode("batches", length=len(self.batches), start=self.start_batch, worker=list(self._share), last=self._last)
+        begin = self._began if self._began is not None else self._begin
+        moved = {} if begin is None or begin == self.start_batch else {"begin": begin}
+        return encode(
+            "batches", length=len(self.batches), start=self.start_batch, worker=list(self._share), last=self._last, **moved
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue after the state's last batch at the next iteration; a foreign state is a `StateError`."""
@@ -254,7 +272,7 @@ class BatchesDataset(IterableDataset[TensorBatch]):
         last = found["last"]
         if last is not None and not last < len(self.batches):
             raise StateError(f"state last={last!r} is not a batch index of this source; pass a state_dict() unchanged")
-        self._restored = last
+        self._restored, self._begin = last, found.get("begin")
 
 
 class EpochDataset(_RunShare):
@@ -362,7 +380,8 @@ class RunDataset(_RunShare):
     global batch.  Batches carry ``(epoch, index)``; `state_after` gives the run
     state after a batch, the same on every rank and for any worker count (the
     elastic checkpoint).  ``StatefulDataLoader`` works as is through
-    `state_dict`/`load_state_dict` (same worker count).  Load a run's state before
+    `state_dict`/`load_state_dict` (same worker count); `streambatch.torch.StatefulDataLoader`
+    resumes its state under any worker count and world size.  Load a run's state before
     building its dataset, or move the dataset with `set_position`.
 
     >>> import streambatch as sb, streambatch.torch as sbt
