@@ -70,5 +70,5 @@ def stops_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for number, handler in handlers.items():
             signal.signal(number, handler)
-    for number in dict.fromkeys(caught):
-        signal.raise_signal(number)
+    for caught_number in dict.fromkeys(caught):
+        signal.raise_signal(caught_number)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +31,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 def refused(status: int, err: str, *words: str) -> None:
     """Exit 2, one line on stderr naming *words*, no traceback."""
     assert status == 2, err
-    assert err.count("\n") == 1 and err.startswith("streambatch: error: "), err
+    assert err.count("\n") == 1, err
+    assert err.startswith("streambatch: error: "), err
     assert "Traceback" not in err
     for word in words:
         assert word in err, err
@@ -62,7 +63,10 @@ def entry(name: str, path: str, weight: str = "1") -> str:
         ('{"sources": [' + entry("a", "big", "Infinity") + "]}", "invalid JSON"),
         ('{"sources": [' + entry("a", "big", "1e309") + "]}", "Number out of range"),
         ('{"sources": [' + entry("a", "big") + ",]}", "trailing comma"),
-        ('{"sources": [' + entry("a", "big") + '], "pad": "' + "x" * (1 << 20) + '"}', "more than a mixture file may have (1 MiB)"),
+        (
+            '{"sources": [' + entry("a", "big") + '], "pad": "' + "x" * (1 << 20) + '"}',
+            "more than a mixture file may have (1 MiB)",
+        ),
     ],
     ids=["nan", "infinity", "1e309", "trailing-comma", "over-1-mib"],
 )
@@ -76,7 +80,8 @@ def test_a_broken_mixture_file_is_refused_as_a_mixture_file(
     message = str(caught.value)
     for word in ("mixture.json", "mixture file", rule, "strict JSON", "1 MiB"):
         assert word in message
-    assert "corpus" not in message and "write_corpus" not in message
+    assert "corpus" not in message
+    assert "write_corpus" not in message
     out = folder / "out.jsonl"
     status, _, err = run(["epoch", str(path), *ARGS, "-o", str(out)], capsys)
     refused(status, err, "mixture.json", "mixture file", rule)
@@ -87,7 +92,7 @@ def test_a_broken_mixture_file_is_refused_as_a_mixture_file(
 def test_a_mixture_file_that_is_not_a_regular_file(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = folder / "mixture.json"
     os.mkfifo(path)
-    with pytest.raises(ConfigError, match="mixture.json: not a regular file; a mixture file is strict JSON"):
+    with pytest.raises(ConfigError, match=r"mixture\.json: not a regular file; a mixture file is strict JSON"):
         sb.open_source(path)
     status, _, err = run(["inspect", str(path)], capsys)
     refused(status, err, "not a regular file", "mixture file")
@@ -101,7 +106,8 @@ def test_a_default_length_too_large_names_the_file_and_the_weights(folder: Path,
         sb.Epoch(source, context_length=4, batch_size=2, seed=1)
     message = str(caught.value)
     assert "mixture.json: the default length passes the largest source 'big' (396 items) once" in message
-    assert "{'big': 1e-12, 'small': 1}" in message and "give the mixture a length" in message
+    assert "{'big': 1e-12, 'small': 1}" in message
+    assert "give the mixture a length" in message
     assert "length=" not in message
     out = folder / "out.jsonl"
     status, _, err = run(["epoch", str(path), *ARGS, "-o", str(out)], capsys)
@@ -138,13 +144,16 @@ def test_a_repeated_source_is_said_by_inspect_and_epoch(folder: Path, capsys: py
     assert "the default length passes the largest source once" in text
     assert "'big' repeats" not in text
     status, text, _ = run(["inspect", str(path), "-T", "4", "--json"], capsys)
-    assert status == 0 and len(json.loads(text)["notes"]) == 1
+    assert status == 0
+    assert len(json.loads(text)["notes"]) == 1
     status, _, err = run(["epoch", str(path), *ARGS, "-o", str(folder / "out.jsonl")], capsys)
     assert status == 0
-    assert err.startswith("streambatch: note: ") and "mixture.json: source 'small' repeats: 10.972 source epochs" in err
+    assert err.startswith("streambatch: note: ")
+    assert "mixture.json: source 'small' repeats: 10.972 source epochs" in err
     once = mixture(folder, '{"sources": [' + entry("big", "big") + ", " + entry("small", "small") + '], "length": 20}', "m2.json")
     status, text, _ = run(["inspect", str(once), "-T", "4"], capsys)
-    assert status == 0 and "note:" not in text
+    assert status == 0
+    assert "note:" not in text
 
 
 def test_parts_with_different_tokenizers_are_refused(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -159,7 +168,7 @@ def test_parts_with_different_tokenizers_are_refused(folder: Path, capsys: pytes
     status, _, err = run(["inspect", str(folder / "corpus.json")], capsys)
     refused(status, err, "bpe.json", "bytes", "the same --tokenizer")
     parts = [sb.windows(sb.open_store(folder / n), context_length=4) for n in ("big", "bpe")]
-    with pytest.raises(DataError, match="source 'bpe' was tokenized by 'bpe.json'.* but source 'big' by 'bytes'"):
+    with pytest.raises(DataError, match=r"source 'bpe' was tokenized by 'bpe\.json'.* but source 'big' by 'bytes'"):
         sb.mix(parts, [1, 1], seed=1, names=["big", "bpe"])
     path = mixture(folder, '{"sources": [' + entry("big", "big") + ", " + entry("bpe", "bpe") + "]}")
     out = folder / "out.jsonl"
@@ -172,7 +181,9 @@ def test_a_corpus_reports_its_tokenizer(folder: Path, capsys: pytest.CaptureFixt
     """Shards of one tokenizer (or none recorded): the corpus, and inspect, report it."""
     sb.write_store(folder / "plain", [sb.Document("q", "train", [1, 2, 3])])  # token ids: no tokenizer recorded
     corpus = write_corpus(folder / "corpus.json", [folder / "big", folder / "plain", folder / "small"])
-    assert corpus.tokenizer is not None and corpus.tokenizer["name"] == "bytes"
+    assert corpus.tokenizer is not None
+    assert corpus.tokenizer["name"] == "bytes"
     status, text, _ = run(["inspect", str(folder / "corpus.json")], capsys)
     assert status == 0
-    assert "tokenizer" in text and "bytes" in text
+    assert "tokenizer" in text
+    assert "bytes" in text

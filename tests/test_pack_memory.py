@@ -15,8 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch.cli import batch_record, main
-from streambatch.cli import records
+from streambatch.cli import batch_record, main, records
 from streambatch.cli.records import record_pieces
 from streambatch.errors import ConfigError
 from streambatch.items.pack import pack
@@ -90,12 +89,12 @@ def test_sb_pack_at_huge_T_is_small() -> None:
     ],
 )
 def test_unemittable_batches_are_refused_before_packing(T: int, batch_size: int, match: str) -> None:
-    """width * T >= 2**31 cannot be emitted (int32 cu_seqlens): refused by `sb.pack`/`sb.Epoch` (so by `sb.mix` of packed parts), not at a batch."""
+    """width * T >= 2**31 cannot be emitted (int32 cu_seqlens): refused by `sb.pack`/`sb.Epoch` (so by `sb.mix` of
+    packed parts), not at a batch."""
     with pytest.raises(ConfigError, match=match):
         sb.Epoch(SHORT, context_length=T, batch_size=batch_size, pack=True, seed=None)
     with pytest.raises(ConfigError, match=match):
         sb.pack(SHORT, context_length=T)
-
 
 
 def test_cli_refuses_unemittable_T(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -103,11 +102,15 @@ def test_cli_refuses_unemittable_T(tmp_path: Path, capsys: pytest.CaptureFixture
     sb.write_store(store, SHORT)
     assert main(["epoch", str(store), "--pack", "-T", str(1 << 40), "-B", "1", "--sequential", "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "2**31 or more" in err and "Traceback" not in err
+    assert err.count("\n") == 1
+    assert "2**31 or more" in err
+    assert "Traceback" not in err
     assert not out.exists()
 
 
-LIMITED = PEAK_RSS + """
+LIMITED = (
+    PEAK_RSS
+    + """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 import numpy as np
@@ -125,6 +128,7 @@ status = main(["epoch", sys.argv[1], "--pack", "-T", str(1 << 30), "-B", "1", "-
 print("peak", peak(), file=sys.stderr)
 sys.exit(status)
 """
+)
 
 
 def test_epoch_pack_at_2_30_under_a_4_gib_address_limit(tmp_path: Path) -> None:
@@ -138,9 +142,11 @@ def test_epoch_pack_at_2_30_under_a_4_gib_address_limit(tmp_path: Path) -> None:
     assert lines[0].startswith("api: a packed batch of 1 row of T=1073741824 needs")
     assert "address-space limit of 4294967296 bytes (4.0 GiB); pass a smaller T or batch_size" in lines[0]
     assert lines[1].startswith("streambatch: error: a packed batch of 1 row of T=1073741824 needs")
-    assert "Traceback" not in done.stderr and "MemoryError" not in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "MemoryError" not in done.stderr
     assert int(lines[2].split()[1]) < 1 << 30
-    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
 
 
 @given(lengths=st.lists(st.integers(0, 30), min_size=1, max_size=12), T=st.integers(1, 8), packed=st.booleans())
@@ -153,7 +159,8 @@ def test_record_pieces_join_to_the_record(lengths: list[int], T: int, packed: bo
         return  # no document long enough for one window
     for batch in epoch:
         line = b"".join(record_pieces(batch))
-        assert line.endswith(b"}\n") and line.count(b"\n") == 1
+        assert line.endswith(b"}\n")
+        assert line.count(b"\n") == 1
         assert json.loads(line) == batch_record(batch)
 
 

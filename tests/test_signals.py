@@ -38,24 +38,34 @@ def _alive(pids: list[int]) -> list[int]:
     return [pid for pid in pids if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"]
 
 
+def _terminated_in_block() -> None:
+    with terminate_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # interrupted at once
+
+
+def _terminated_while_deferred(reached: list[str]) -> None:
+    with terminate_as_interrupt():
+        with stops_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            reached.append("end of block")
+        reached.append("after")  # never: delivered at the end of the block
+
+
 def test_sigterm_raises_terminated_inside_the_block_only() -> None:
     """In the block SIGTERM is a `Terminated` (a KeyboardInterrupt); after it, the previous handler is back."""
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(Terminated), terminate_as_interrupt():
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)  # interrupted at once
+    with pytest.raises(Terminated):
+        _terminated_in_block()
     assert issubclass(Terminated, KeyboardInterrupt)
     assert signal.getsignal(signal.SIGTERM) == before
 
 
 def test_stops_are_deferred_to_the_end_of_the_block() -> None:
     """A SIGTERM while a worker starts is delivered when the block ends, not lost."""
-    reached = []
-    with pytest.raises(Terminated), terminate_as_interrupt():
-        with stops_deferred():
-            os.kill(os.getpid(), signal.SIGTERM)
-            reached.append("end of block")
-        reached.append("after")  # never: delivered at the end of the block
+    reached: list[str] = []
+    with pytest.raises(Terminated):
+        _terminated_while_deferred(reached)
     assert reached == ["end of block"]
 
 
@@ -65,7 +75,23 @@ def test_sigterm_during_epoch_output_leaves_no_temporary(tmp_path: Path) -> None
     sb.write_store(store, [sb.Document(f"d{i}", "train", np.arange(200_000) % 500) for i in range(40)])
     out = tmp_path / "out.jsonl"
     process = subprocess.Popen(
-        [sys.executable, "-m", "streambatch", "epoch", str(store), "-T", "64", "--stride", "64", "-B", "32", "--seed", "1", "-o", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "streambatch",
+            "epoch",
+            str(store),
+            "-T",
+            "64",
+            "--stride",
+            "64",
+            "-B",
+            "32",
+            "--seed",
+            "1",
+            "-o",
+            str(out),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -105,7 +105,9 @@ def read_mixture_file(path: PathLike) -> MixtureSpec:
     where = os.fspath(path)
     shown = short_path(where)
     fix = "see the mixture.json schema in the README (Mixtures)"
-    strict = f"a mixture file is strict JSON (finite numbers: no NaN, Infinity or 1e309; no trailing comma) of at most 1 MiB; {fix}"
+    strict = (
+        f"a mixture file is strict JSON (finite numbers: no NaN, Infinity or 1e309; no trailing comma) of at most 1 MiB; {fix}"
+    )
     data = read_json_header(path, shown, "mixture file", strict, error=ConfigError, limit=LIMIT, missing="no such mixture file")
     if not isinstance(data, dict):
         raise ConfigError(f"{shown}: the top level must be an object with 'sources' (and optional 'length'); {fix}")

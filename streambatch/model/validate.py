@@ -199,7 +199,7 @@ def check_one_tokenizer(labels: Sequence[str], tokenizers: Sequence[dict[str, An
     >>> check_one_tokenizer(["a", "b"], [byte, {"name": "bpe.json", "kind": "huggingface", "vocab_size": 8192}], "a corpus")
     Traceback (most recent call last):
     ...
-    streambatch.errors.DataError: b was tokenized by 'bpe.json' (huggingface, vocab_size=8192) but a by 'bytes' (bytes, vocab_size=256); a corpus mixes the token ids of one tokenizer: prepare every part with the same --tokenizer
+    streambatch.errors.DataError: b was tokenized by 'bpe.json' (huggingface, vocab_size=8192) but a by 'bytes' (bytes, ...); ...
     """
     first: tuple[str, dict[str, Any]] | None = None
     for label, tokenizer in zip(labels, tokenizers, strict=True):

@@ -12,14 +12,12 @@ the command line turns SIGTERM into the same stop (`streambatch._signals`).
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import multiprocessing
 import os
 import pickle
 import signal
 import sys
-import threading
 from collections import deque
 from collections.abc import Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor

@@ -84,20 +84,17 @@ def repeat_notes(names: Any, source_epochs: list[float], *, default: bool) -> li
     """One note per source that one pass of the mixture repeats (more than one source epoch).
 
     >>> repeat_notes(["web", "code"], [1.0, 3.5], default=True)
-    ["source 'code' repeats: 3.500 source epochs per pass of the mixture (each of its items comes 3 or 4 times); the default length passes the largest source once: set a length, or other weights, to change that"]
+    ["source 'code' repeats: 3.500 source epochs per pass of the mixture (each of its items comes 3 or 4 times); ..."]
     """
-    why = (
-        "; the default length passes the largest source once: set a length, or other weights, to change that"
-        if default
-        else ""
-    )
+    why = "; the default length passes the largest source once: set a length, or other weights, to change that" if default else ""
     notes = []
     for name, epochs in zip(names, source_epochs, strict=True):
         if epochs > 1:
             low, high = int(epochs), -(-epochs // 1)
             times = f"{low} times" if low == high else f"{low} or {int(high)} times"
             notes.append(
-                f"source {name!r} repeats: {epochs:.3f} source epochs per pass of the mixture (each of its items comes {times}){why}"
+                f"source {name!r} repeats: {epochs:.3f} source epochs per pass of the mixture "
+                f"(each of its items comes {times}){why}"
             )
     return notes
 

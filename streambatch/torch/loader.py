@@ -39,9 +39,12 @@ def _dataset_states(state: Any) -> tuple[list[Any], int]:
         workers = state[_SNAPSHOT].get(_WORKERS) if isinstance(state[_SNAPSHOT], dict) else None
         if not isinstance(workers, dict) or not workers:
             raise StateError("loader state has no worker snapshots; pass StatefulDataLoader.state_dict() unchanged")
-        found = [workers.get(f"worker_{k}") for k in range(len(workers))]
-        if any(not isinstance(w, dict) for w in found):
-            raise StateError(f"loader state names workers {sorted(workers)}; pass StatefulDataLoader.state_dict() unchanged")
+        found: list[dict[str, Any]] = []
+        for k in range(len(workers)):
+            entry = workers.get(f"worker_{k}")
+            if not isinstance(entry, dict):
+                raise StateError(f"loader state names workers {sorted(workers)}; pass StatefulDataLoader.state_dict() unchanged")
+            found.append(entry)
         since = state.get(_SINCE, 0)
         return [w.get("dataset_state") for w in found], since if isinstance(since, int) and since >= 0 else -1
     if "dataset_state" in state:  # saved with num_workers=0
@@ -91,7 +94,8 @@ def loader_position(dataset: Any, state: Any) -> tuple[int, int]:
         if last is not None and (last < origin + k or (last - origin - k) % count):
             raise StateError(f"loader state last={last!r} is not a batch of worker {k} of {count}; pass it unchanged")
         nexts.append(origin + k if last is None else last + count)
-    assert begin is not None and end is not None
+    assert begin is not None
+    assert end is not None
     return min(min(nexts) + since, end), begin
 
 
@@ -134,5 +138,5 @@ if _Loader is not None:
 
 else:  # pragma: no cover
 
-    def StatefulDataLoader(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - the class's name, where torchdata is missing
+    def StatefulDataLoader(*args: Any, **kwargs: Any) -> Any:  # type: ignore[no-redef]
         raise missing_dependency("streambatch.torch.StatefulDataLoader", "torchdata", "torch")

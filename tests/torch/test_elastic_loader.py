@@ -99,7 +99,7 @@ def test_another_world_size_resumes_through_the_position() -> None:
         resumed = _loader(sbt.RunDataset(_run("windows"), rank=rank, world_size=3), 1)
         resumed.load_state_dict(state)
         later.append([(b.epoch, b.index, b.inputs.tolist()) for b in resumed])
-    whole = [b for b in sbt.RunDataset(_run("windows"))][3:]
+    whole = list(sbt.RunDataset(_run("windows")))[3:]
     assert first == [(0, 0), (0, 1), (0, 2)]
     for k, batch in enumerate(whole):
         rows = [row for rank in range(3) for row in later[rank][k][2]]
@@ -117,8 +117,8 @@ def test_a_state_that_cannot_resume_is_refused_when_loaded() -> None:
         other.load_state_dict(state)
     damaged = {**state, "_snapshot": {**state["_snapshot"], "_worker_snapshots": {"worker_0": None}}}
     target = sbt.RunDataset(_run("windows"))
-    with pytest.raises(StateError, match="pass StatefulDataLoader.state_dict"):
+    with pytest.raises(StateError, match=r"pass StatefulDataLoader\.state_dict"):
         _loader(target, 3).load_state_dict(damaged)
     assert target.position == (0, 0)
-    with pytest.raises(StateError, match="pass StatefulDataLoader.state_dict"):
+    with pytest.raises(StateError, match=r"pass StatefulDataLoader\.state_dict"):
         sbt.loader_position(target, [1, 2])

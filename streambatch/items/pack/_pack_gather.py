@@ -70,7 +70,7 @@ def check_emittable(
     >>> check_emittable(1 << 11, 1 << 20, np.uint16, batch_size=4096)
     Traceback (most recent call last):
     ...
-    streambatch.errors.ConfigError: a packed batch of 2048 rows of T=1048576 holds 2147483648 positions, 2**31 or more (int32 cu_seqlens); pass batch_size <= 2047
+    streambatch.errors.ConfigError: a packed batch of 2048 rows of T=1048576 holds ...; pass batch_size <= 2047
     """
     T = int(context_length)
     rows = f"{width} row{'' if width == 1 else 's'} of T={T}"

@@ -29,7 +29,8 @@ Rows (`PackedRows`, built by `pack_lengths`)
     per tail plus one int64 per packed row.  One call packs fewer than 2**32 documents.
 
 The packing kernel is the C extension ``streambatch._best_fit`` (`BACKEND`
-``"c"``), O(n log n) time and O(n) memory for n tails, nothing sized by ``T``; without a compiler a pure Python fallback (``"python"``)
+``"c"``), O(n log n) time and O(n) memory for n tails, nothing sized by ``T``;
+without a compiler a pure Python fallback (``"python"``)
 gives identical rows, slowly.  Gathering tokens for rows: `gather_segments`.
 """
 
