@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from multiprocessing.context import get_spawning_popen
-from multiprocessing.sharedctypes import RawArray
 from typing import Any
 
 import torch
@@ -24,40 +22,8 @@ from ..run import Run
 from ..stages.batch import MiniBatch
 from ..stages.share import share
 from ..state import check_position, decode, encode
+from ._shared import SharedPosition
 from .tensors import TensorBatch, tensor_batch
-
-
-class _SharedPosition:
-    """``(epoch, batch, pending)`` in shared memory, made once by a dataset's constructor.
-
-    DataLoader workers get this very memory (inherited when forked, passed as a file
-    descriptor while a worker is spawned), so what the main process sets reaches
-    persistent workers at their next iteration.  Pickled any other way (a deep
-    copy, say) it becomes a private snapshot.
-    """
-
-    __slots__ = ("_values",)
-
-    def __init__(self, epoch: int, batch: int, pending: bool) -> None:
-        self._values = RawArray("q", [epoch, batch, int(pending)])
-
-    def get(self) -> tuple[int, int, bool]:
-        epoch, batch, pending = self._values
-        return int(epoch), int(batch), bool(pending)
-
-    def set(self, epoch: int, batch: int, pending: bool) -> None:
-        self._values[0], self._values[1], self._values[2] = epoch, batch, int(pending)
-
-    def clear_pending(self) -> None:
-        self._values[2] = 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        if get_spawning_popen() is not None:  # starting a worker process: share the memory itself
-            return {"shared": self._values}
-        return {"snapshot": list(self._values)}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._values = state["shared"] if "shared" in state else RawArray("q", state["snapshot"])
 
 
 class _RunShare(IterableDataset[TensorBatch]):
@@ -66,7 +32,7 @@ class _RunShare(IterableDataset[TensorBatch]):
     DataLoader worker ``k`` of ``W`` yields global batches ``s + k, s + k + W, ...``
     from the start ``s``; the DataLoader takes one item from each worker in turn,
     so they arrive in the run's order for any number of workers.  The start lives
-    in shared memory (`_SharedPosition`), read at each iteration, so it reaches
+    in shared memory (`SharedPosition`), read at each iteration, so it reaches
     persistent workers too.  ``state_dict``/``load_state_dict`` give each worker's
     exact place (the global batch it yielded last) to torchdata's
     ``StatefulDataLoader``.
@@ -84,7 +50,7 @@ class _RunShare(IterableDataset[TensorBatch]):
         self.run = run
         self.rank, self.world_size = rank, world_size
         self.dtype = dtype
-        self._shared = _SharedPosition(epoch, batch, pending)
+        self._shared = SharedPosition(epoch, batch, pending)
         self._restored: tuple[int, int | None, int | None] | None = None
         self._origin: int | None = None
         self._stop: int | None = None
