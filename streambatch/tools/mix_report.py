@@ -15,6 +15,7 @@ source.
 
 from __future__ import annotations
 
+import sys
 import time
 from fractions import Fraction
 from typing import Any
@@ -23,6 +24,7 @@ import numpy as np
 
 from ..epoch import Epoch
 from ..errors import ConfigError
+from ..io.files import short_path
 from ..io.mixture_file import MixtureSource
 from ..items.mix.mix import source_order
 from ..items.mix.mix_batch import MixtureBatch
@@ -97,6 +99,13 @@ def repeat_notes(names: Any, source_epochs: list[float], *, default: bool) -> li
                 f"(each of its items comes {times}){why}"
             )
     return notes
+
+
+def note_repeats(source: Any, items: Any) -> None:
+    """Print `repeat_notes` on stderr when *source* is a mixture file and *items* its `Mixture` (else nothing)."""
+    if isinstance(source, MixtureSource) and isinstance(items, Mixture):
+        for note in repeat_notes(source.spec.names, items.source_epochs(), default=source.spec.length is None):
+            print(f"streambatch: note: {short_path(source.path)}: {note}", file=sys.stderr)
 
 
 def format_mixture(summary: dict[str, Any]) -> str:
