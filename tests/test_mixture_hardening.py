@@ -181,6 +181,7 @@ def test_a_corpus_reports_its_tokenizer(folder: Path, capsys: pytest.CaptureFixt
     """Shards of one tokenizer (or none recorded): the corpus, and inspect, report it."""
     sb.write_store(folder / "plain", [sb.Document("q", "train", [1, 2, 3])])  # token ids: no tokenizer recorded
     corpus = write_corpus(folder / "corpus.json", [folder / "big", folder / "plain", folder / "small"])
+    assert json.loads((folder / "corpus.json").read_text())["tokenizer"] == BYTES
     assert corpus.tokenizer is not None
     assert corpus.tokenizer["name"] == "bytes"
     status, text, _ = run(["inspect", str(folder / "corpus.json")], capsys)

@@ -18,6 +18,8 @@ A manifest (``corpus.json``) lists shard store directories relative to itself::
     {"format": "streambatch.corpus", "version": 1, "fingerprint": "blake2b-256:...",
      "shards": [{"path": "shard-0", "fingerprint": "blake2b-256:..."}, ...]}
 
+(plus ``"tokenizer"`` when the shards record one: they never record two, `check_one_tokenizer`)
+
 (an entry may also be a plain path string); `write_corpus` writes one,
 `open_corpus` reads one (or takes a list of stores or their paths).
 """
