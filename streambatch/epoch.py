@@ -21,6 +21,7 @@ import numpy.typing as npt
 from ._checks import check_non_negative, check_positive, check_seed
 from .config import EpochConfig, items_of
 from .errors import ConfigError
+from .items.pack.pack import check_emittable
 from .items.windows.window_index import WindowConfig, WindowIndex
 from .items.windows.windows import Windows
 from .model.documents import Partition
@@ -132,6 +133,10 @@ class Epoch:
         self.windows: Any = given if given.order is None else given.unordered()  # a mixture is its own order
         self.pack: bool = given.packed  # packed rows (sb.pack), alone or mixed
         self.partition: Partition = self.windows.partition
+        if self.pack:  # refuse a batch that cannot be emitted now, not at the first batch
+            stores = [p.store for p in (given.parts if given.orders_itself else (given,))]  # a mixture: its sources'
+            widest = max((s.dtype for s in stores), key=lambda d: np.dtype(d).itemsize)
+            check_emittable(min(self.batch_size, len(given)), self.context_length, widest, batch_size=self.batch_size)
 
     @property
     def store(self) -> TokenSource:

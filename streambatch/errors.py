@@ -55,6 +55,13 @@ class StateError(StreamBatchError):
     """A saved run position is malformed or belongs to another run (corpus, configuration, seed, version)."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises `KeyboardInterrupt` (`streambatch._signals`), so the same cleanup runs.
+
+    Not a `StreamBatchError`: like Ctrl-C it is a request to stop, not a bad input.
+    """
+
+
 class NotRegularFileError(OSError):
     """A path names a FIFO, device, socket or directory where a regular file is expected (an `OSError`:
     the store and file readers turn it into a `StoreError` or `DataError` naming the path)."""

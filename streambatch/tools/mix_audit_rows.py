@@ -1,6 +1,6 @@
 """What ``audit`` proves of a mixture of packed rows beyond a mixture's own claims (`streambatch.tools.mix_report`).
 
-`check_packed_rows`: every row of a `PackedMixtureBatch` holds exactly what its
+`check_packed_rows`: every row of a packed mixture's batch holds exactly what its
 own source's packing puts there, read apart from the batch's gather (the packed
 mode's numpy rule, `streambatch.items.pack.rows.gather_rows`, per source): tokens,
 segment and position ids, the loss mask (False at every padding position), and

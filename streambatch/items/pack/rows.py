@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ..._checks import is_integer
+from ..._checks import check_positive, is_integer
 from ...errors import ConfigError, DataError, OutOfRangeError
 from ...model.corpus import Corpus
 from ...model.documents import Partition
@@ -30,7 +30,7 @@ from ...stages.batch import MiniBatch
 from ...stages.span import spanning_tokens
 from ..protocol import PlannedItems
 from ..windows.window_index import IntArray, WindowConfig
-from ._pack_gather import PackedArrays, gather_segments
+from ._pack_gather import PackedArrays, batch_bytes, check_emittable, gather_segments
 from .pack import PackedRows, PackReport, pack_lengths
 from .pack_file import packing_file
 from .packed_batch import from_arrays, from_kernel
@@ -157,17 +157,25 @@ def emit(space: RowSpace, numbers: IntArray, index: int) -> MiniBatch:
     source blocks): rows that do not belong to the packing are a `DataError` on both backends.
     """
     gatherer = packed_gatherer(space)
-    if gatherer is False:
-        try:
-            arrays = gather_rows(space, numbers)
-        except OutOfRangeError as err:  # the same refusal as the C gather's
-            raise _refused(err) from None
-        return from_arrays(index, arrays, numbers, space)
     try:
-        outputs = gatherer.gather(numbers)
-    except ValueError as err:
-        raise _refused(err) from None
-    return from_kernel(index, outputs, numbers, space)
+        if gatherer is False:
+            try:
+                arrays = gather_rows(space, numbers)
+            except OutOfRangeError as err:  # the same refusal as the C gather's
+                raise _refused(err) from None
+            return from_arrays(index, arrays, numbers, space)
+        try:
+            outputs = gatherer.gather(numbers)
+        except ValueError as err:
+            raise _refused(err) from None
+        return from_kernel(index, outputs, numbers, space)
+    except MemoryError:
+        T, dtype = space.packing.context_length, space.store.dtype
+        need = batch_bytes(numbers.size, T, dtype)
+        raise ConfigError(
+            f"out of memory gathering a packed batch of {numbers.size} rows of T={T} (its arrays alone take "
+            f"{need} bytes, {need / 2**30:.1f} GiB); pass a smaller T or batch_size"
+        ) from None
 
 
 def packed_gatherer(space: RowSpace) -> Any:
@@ -191,6 +199,7 @@ def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[MiniBa
     The per-batch work is the gather and the batch object (`emit`: one call of the C gather when built).
     """
     space, total = rows.space, len(rows)
+    check_emittable(min(batch_size, total), space.packing.context_length, space.store.dtype, batch_size=batch_size)
     per = max(1, _BLOCK_ROWS // batch_size) if batches.step == 1 else 1
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
@@ -276,6 +285,8 @@ def pack(
     top = int(np.iinfo(store.dtype).max)
     if not is_integer(pad_id) or not 0 <= int(pad_id) <= top:
         raise ConfigError(f"pad_id={pad_id!r} does not fit the source's {store.dtype}; pass a token id in [0, {top}]")
+    T = check_positive(context_length, "context_length", "the positions of one row (T)")
+    check_emittable(1, T, store.dtype, memory=False)  # a row of 2**31 positions can never be emitted
     if plan_dir is None:
         packed = pack_lengths(store.lengths, context_length, include=include)
     else:
