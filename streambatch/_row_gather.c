@@ -1,6 +1,6 @@
 /* Gather packed rows into their final arrays: the packed mode's emission kernel.
  *
- * The rule is streambatch.stages._pack_gather.gather_segments (its numpy fallback,
+ * The rule is streambatch.items.pack._pack_gather.gather_segments (its numpy fallback,
  * which tests/test_rows.py checks this kernel against): row r of the packing
  * holds, left to right from position 0, either one full piece (r < full_rows:
  * the r-th full piece in document order, found by a short scan from a table of
@@ -40,6 +40,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "_buffers.h"
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 #include <stdint.h>
@@ -65,11 +67,7 @@ typedef struct {
 #define IOTA_LIMIT (1 << 16)
 
 static int kind_is(const Py_buffer *view, const char *kinds, Py_ssize_t itemsize) {
-    const char *format = view->format ? view->format : "B";
-    if (*format == '<' || *format == '=' || *format == '@') {
-        format++;
-    }
-    return view->itemsize == itemsize && format[0] != '\0' && format[1] == '\0' && strchr(kinds, format[0]) != NULL;
+    return sb_buffer_is(view, kinds, itemsize);
 }
 
 static void gatherer_release(Gatherer *self) {

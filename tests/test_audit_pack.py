@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import streambatch as sb
 from streambatch.cli import main
 from streambatch.errors import ConfigError
-from streambatch.stages.read.jsonl import read_jsonl
+from streambatch.read.jsonl import read_jsonl
 from streambatch.tools.audit.packed import audit_packed_epoch
 from streambatch.tools.audit.shares import epoch_shares
 
@@ -55,7 +55,7 @@ def copy(batch: Any, **changes: Any) -> SimpleNamespace:
     fields = {
         name: np.array(getattr(batch, name))
         for name in (
-            "rows",
+            "row_numbers",
             "inputs",
             "targets",
             "segment_ids",

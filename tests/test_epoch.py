@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-import streambatch.stages.windows as windowing
+import streambatch.items.windows.windows as windowing
 from streambatch import ConfigError
 from streambatch.errors import DuplicateIdError, PartitionError
 from streambatch.stages.chunk import batch_widths
@@ -163,8 +163,10 @@ def test_invalid_epoch_arguments(kwargs: dict[str, Any], error: type[Exception],
 
 def test_errors_are_value_errors() -> None:
     """Every library error is a StreamBatchError, itself a ValueError."""
+    import streambatch.errors as errors
+
     for name in ("ConfigError", "DataError", "PartitionError", "DuplicateIdError", "StoreError", "AccumulationError"):
-        assert issubclass(getattr(sb, name), sb.StreamBatchError)
+        assert issubclass(getattr(errors, name), sb.StreamBatchError)
     assert issubclass(sb.StreamBatchError, ValueError)
 
 

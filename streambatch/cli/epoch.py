@@ -28,9 +28,9 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import itertools
 import json
 import os
-import re
 import stat
 import sys
 from collections.abc import Iterator
@@ -45,9 +45,14 @@ from ..io.mixture_file import MixtureSource
 from ..model.corpus import Corpus
 from ..model.source import Source
 from ..run import Run
+from ..stages.batch import MiniBatch
 from ..state import decode, encode
+from ..tools.mix_report import note_repeats
 from ._common import add_order, add_source, args_epoch, open_args_source
-from .records import batch_line
+from .outputs import FORMATS, ArrowStream, JsonLines, Shown, counted, format_of, output_format, token_dtype, warn_size, write_all
+from .records import record_pieces
+
+Format = JsonLines | ArrowStream
 
 _BLOCK = 1 << 20
 
@@ -57,20 +62,21 @@ def _run(args: argparse.Namespace, source: Source | MixtureSource, epoch: int) -
     if args.verify and args.plan_dir is None:
         raise ConfigError("--verify checks a plan file: pass --plan-dir DIR too")
     first = args_epoch(args, source, plan_dir=args.plan_dir, verify_plan=args.verify)
-    if first.window_count == 0 and first.pack:  # not an error, but never silent
+    if first.item_count == 0 and first.pack:  # not an error, but never silent
         print(
             f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} "
             f"in {short_path(args.source)} "
             "has the 2 tokens one target needs",
             file=sys.stderr,
         )
-    elif first.window_count == 0:
+    elif first.item_count == 0:
         print(
             f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} "
             f"in {short_path(args.source)} "
             f"has the T + 1 = {first.context_length + 1} tokens one window needs",
             file=sys.stderr,
         )
+    note_repeats(source, first.windows)  # a mixture's repeated source is never silent
     return Run.from_epoch(first, epochs=epoch + 1)
 
 
@@ -84,12 +90,19 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
         raise ConfigError(
             "--save-state/--resume need --output FILE: the state records what the file holds, to cut a resumed run back to it"
         )
+    name = format_of(args.format, None if args.output == "-" else args.output)
+    if name != "jsonl" and args.output in (None, "-"):
+        raise ConfigError(f"--format {name} writes binary: pass --output FILE (standard output takes JSON lines)")
     source = open_args_source(args)
     if args.output not in (None, "-"):
         _check_output(args.output, source)
     state_path = args.save_state if args.save_state is not None else args.resume
     if state_path is not None:
         _check_state_path(state_path, args.output, source)
+    if args.save_state is not None and args.resume is None:
+        _refuse_saved_state(args.save_state)
+    shown = Shown(args)
+    fmt = output_format(name)
     if args.resume is not None:
         state = decode(
             read_json_header(
@@ -98,9 +111,10 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
             "epoch-command",
             short_path(state_path),
         )
+        fmt = output_format(args.format or state["output"].get("format", "jsonl"))  # a resume keeps the state's format
         run = _run(args, source, state["epoch"])
         with writing(args.output):  # a failed write names the output
-            _write_saving_state(run, state["epoch"], args.output, state_path, state)
+            _write_saving_state(run, state["epoch"], args.output, state_path, state, fmt, shown)
         return
     epoch = check_non_negative(0 if args.epoch is None else args.epoch, "epoch", "the epoch to write (0 for the first)")
     run = _run(args, source, epoch)
@@ -111,14 +125,33 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
             f"pass 0 <= --start-batch <= {run.batches_per_epoch}"
         )
     run.set_position(epoch, start)
+    warn_size(args, run, fmt)
     if state_path is not None:
         with writing(args.output):
-            _write_saving_state(run, epoch, args.output, state_path, None)
+            _write_saving_state(run, epoch, args.output, state_path, None, fmt, shown)
     elif args.output in (None, "-"):
-        out.writelines(line.decode() for line in map(batch_line, run))
+        for batch in run:  # a piece at a time: a long record is never held whole
+            out.writelines(piece.decode() for piece in record_pieces(batch))
     else:
-        with _locked_for_replacing(args.output), atomic_text(args.output) as handle:
-            handle.writelines(line.decode() for line in map(batch_line, run))
+        with _locked_for_replacing(args.output), atomic_text(args.output) as text:
+            progress = shown.bar(run.batches_per_epoch - start)
+            buffer: IO[bytes] = text.buffer  # type: ignore[attr-defined]  # atomic_text's handle wraps a binary writer
+            written, size = write_all(fmt, counted(run, progress), buffer, run.config.context_length, token_dtype(run))
+            progress.close()
+        shown.done(written, size, args.output)
+
+
+def _refuse_saved_state(state_path: str) -> None:
+    """--save-state over a state a run already saved would restart from batch 0 and lose it: refused."""
+    try:
+        size = os.stat(state_path).st_size
+    except OSError:
+        return
+    if size:
+        raise StateError(
+            f"--save-state {short_path(state_path)}: already holds a run's state; continue it with --resume "
+            f"{short_path(state_path)}, or remove the file to start again from batch 0"
+        )
 
 
 def _source_files(source: Source | MixtureSource) -> set[tuple[int, int]]:
@@ -219,7 +252,7 @@ def _lock(handle: IO[bytes], output: str) -> None:
         raise
 
 
-def _kept_prefix(handle: IO[bytes], output: str, state_path: str, record: dict[str, Any]) -> Any:
+def _kept_prefix(handle: IO[bytes], output: str, state_path: str, record: dict[str, Any], fmt: Format) -> Any:
     """Hash the output's first ``record["bytes"]`` bytes; refuse unless they are exactly what the state recorded."""
     length, count = record["bytes"], record["batches"]
     size = os.fstat(handle.fileno()).st_size
@@ -231,7 +264,7 @@ def _kept_prefix(handle: IO[bytes], output: str, state_path: str, record: dict[s
         )
     digest, lines, left = hashlib.blake2b(digest_size=32), 0, length
     handle.seek(0)
-    last = b"\n"
+    last = b""
     while left:
         block = handle.read(min(_BLOCK, left))
         if not block:
@@ -239,53 +272,41 @@ def _kept_prefix(handle: IO[bytes], output: str, state_path: str, record: dict[s
         digest.update(block)
         lines += block.count(b"\n")
         last, left = block[-1:], left - len(block)
-    if left or last != b"\n" or lines != count or digest.hexdigest() != record["digest"]:
+    found, heads = fmt.records_in(handle, length, lines, last)
+    if left or found != count or digest.hexdigest() != record["digest"]:
         raise StateError(
             f"{short_path(state_path)}: output {short_path(output)} does not hold the {count} batches "
             f"the state recorded (its first {length} "
             "bytes changed since, or the state was edited); start again without --resume"
         )
+    if count and heads != [(record["epoch"], record["first"]), (record["epoch"], record["first"] + count - 1)]:
+        raise StateError(
+            f"{short_path(state_path)}: output {short_path(output)} does not hold batches "
+            f"{record['first']}..{record['first'] + count - 1} "
+            f"of epoch {record['epoch']} as the state says (the state was edited); start again without --resume"
+        )
     return digest
 
 
-_HEAD = re.compile(rb'\{"epoch":(\d+),"index":(\d+),')
+def _recorded_output(state_path: str, recorded: str) -> str:
+    """The output a state names: recorded relative to the state file's folder (an absolute path: as it is)."""
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(state_path)), recorded))
 
 
-def _check_records(handle: IO[bytes], output: str, state_path: str, record: dict[str, Any], epoch: int) -> None:
-    """The kept prefix's first and last records must be batches ``first`` and ``first + batches - 1`` of *epoch*."""
-    count, length = record["batches"], record["bytes"]
-    if not count:
-        return
-    handle.seek(0)
-    first = handle.read(64)
-    end = length - 1  # the last record's newline; find the one before it
-    while end > 0:
-        lo = max(0, end - _BLOCK)
-        handle.seek(lo)
-        cut = handle.read(end - lo).rfind(b"\n")
-        if cut >= 0:
-            end = lo + cut + 1
-            break
-        end = lo
-    handle.seek(end)
-    last = handle.read(64)
-    for head, index in ((first, record["first"]), (last, record["first"] + count - 1)):
-        found = _HEAD.match(head)
-        if found is None or (int(found[1]), int(found[2])) != (epoch, index):
-            raise StateError(
-                f"{short_path(state_path)}: output {short_path(output)} does not hold batches "
-                f"{record['first']}..{record['first'] + count - 1} "
-                f"of epoch {epoch} as the state says (the state was edited); start again without --resume"
-            )
-
-
-def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, state: dict[str, Any] | None) -> None:
+def _write_saving_state(
+    run: Run, epoch: int, output: str, state_path: str, state: dict[str, Any] | None, fmt: Format, shown: Shown
+) -> None:
     """Append batches to *output* under a lock; after each, make it durable and replace the state file atomically."""
     path = os.path.abspath(output)
-    if state is not None and state["output"]["path"] != path:
+    if state is not None and _recorded_output(state_path, state["output"]["path"]) != path:
         raise StateError(
             f"{short_path(state_path)}: the state belongs to output "
-            f"{short_path(state['output']['path'])!r}, not --output {short_path(path)!r}"
+            f"{short_path(_recorded_output(state_path, state['output']['path']))!r}, not --output {short_path(path)!r}"
+        )
+    if state is not None and state["output"].get("format", "jsonl") != fmt.name:
+        raise StateError(
+            f"{short_path(state_path)}: the state's output is {state['output'].get('format', 'jsonl')}, not --format {fmt.name}; "
+            "resume with the format it was written in"
         )
     try:
         fd = os.open(output, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
@@ -315,12 +336,14 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
                     f"{short_path(state_path)}: run position {list(position)}, first batch {first} and {written} batches written "
                     f"disagree for epoch {epoch}; the state was edited: pass the file --save-state wrote"
                 )
-            digest = _kept_prefix(handle, output, state_path, record)
-            _check_records(handle, output, state_path, record, epoch)
+            digest = _kept_prefix(handle, output, state_path, {**record, "epoch": epoch}, fmt)
             run.set_position(*position)
+        relative = os.path.relpath(path, os.path.dirname(os.path.abspath(state_path)))
 
         def save(size: int, count: int) -> None:
-            record = {"path": path, "bytes": size, "batches": count, "first": first, "digest": digest.hexdigest()}
+            record = {"path": relative, "bytes": size, "batches": count, "first": first, "digest": digest.hexdigest()}
+            if fmt.name != "jsonl":
+                record["format"] = fmt.name
             saved = encode("epoch-command", epoch=epoch, run=run.state_dict(), output=record)
             with atomic_text(state_path) as target:
                 json.dump(saved, target, indent=1)
@@ -328,18 +351,32 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
         save(length, written)  # the state file first: an unwritable one fails before the output is touched
         handle.truncate(length)  # drop whatever was written after the last saved state
         handle.seek(length)
-        for line in map(batch_line, run):
-            handle.write(line)
+        batches = iter(run)
+        pending: MiniBatch | None = None
+        if length == 0:  # a new output: its header (arrow: the schema, from the first batch) goes first
+            pending = next(batches, None)
+            header = fmt.header(pending, run.config.context_length, token_dtype(run))
+            handle.write(header)
+            digest.update(header)
+            if pending is None:
+                save(handle.tell(), written)
+        progress = shown.bar(run.batches_per_epoch - first - written)
+        for batch in itertools.chain(() if pending is None else (pending,), batches):
+            for piece in fmt.pieces(batch):  # a long record a piece at a time: memory is the batch and one piece
+                handle.write(piece)
+                digest.update(piece)
             handle.flush()
             os.fsync(handle.fileno())
-            digest.update(line)
             written += 1
             save(handle.tell(), written)
+            progress.update(1)
             if _identity(output) != (held.st_dev, held.st_ino):  # renamed over by a writer that ignores the lock
                 raise ConfigError(
                     f"--output {short_path(output)}: replaced by another process during the run; what this run wrote is no "
                     "longer there: write again (--save-state) and let no other program replace the file meanwhile"
                 )
+        progress.close()
+        shown.done(written, handle.tell(), output)
 
 
 def register(commands: Any) -> None:
@@ -359,5 +396,17 @@ def register(commands: Any) -> None:
     epoch.add_argument("--plan-dir", help="map the shuffle plan from this folder (computed there once if missing)")
     epoch.add_argument(
         "--verify", action="store_true", help="with --plan-dir: read the plan once first (digest, entries, no window twice)"
+    )
+    epoch.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="jsonl: one JSON object per batch (default); arrow: an Arrow IPC stream, one record batch per batch "
+        "(default for an --output ending in .arrow or .ipc)",
+    )
+    epoch.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="draw a progress bar on stderr (default: when stderr is a terminal)",
     )
     epoch.set_defaults(run=_epoch)

@@ -66,11 +66,11 @@ from .._checks import check_seed
 from ..errors import ConfigError, StoreError
 from ..io.files import short_path
 from ..io.keyed_file import KeyedFile, KeyedWriter, computed_once, file_name, open_keyed, write_keyed
-from .items import ShuffleOrder
-from .pack_file import ALGORITHM
-from .rows import Rows
+from ..items.pack.pack_file import ALGORITHM
+from ..items.pack.rows import Rows
+from ..items.protocol import ShuffleOrder
+from ..items.windows.windows import Windows
 from .shuffle import permute
-from .windows import Windows
 
 FORMAT = "streambatch.plan"
 VERSION = 2
@@ -130,7 +130,7 @@ def _file_name(key: dict[str, Any]) -> str:
 def _check_whole(windows: Windows | Rows) -> None:
     if not isinstance(windows, Windows | Rows):
         raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
-    total = len(windows.packed) if isinstance(windows, Rows) else windows.window_index.window_count
+    total = len(windows.packing) if isinstance(windows, Rows) else windows.window_index.window_count
     if not windows.is_sequential or len(windows) != total:
         raise ConfigError(
             f"windows={windows!r} is a view or already ordered; a plan file orders every window of a source: "

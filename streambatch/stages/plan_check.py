@@ -22,8 +22,8 @@ import numpy.typing as npt
 
 from ..errors import StoreError
 from ..io.keyed_file import KeyedFile
-from .rows import Rows
-from .windows import Windows
+from ..items.pack.rows import Rows
+from ..items.windows.windows import Windows
 
 BLOCK = 1 << 20
 

@@ -1,0 +1,297 @@
+"""Packed rows as items: `pack` gives `Rows`, which the ordering stages take as they take `Windows`.
+
+`pack(source, context_length=T)` cuts every document of one partition into
+pieces and packs them into rows of ``T`` positions (`streambatch.items.pack.pack`:
+full pieces one per row, the rest best-fit decreasing, never split).  `Rows` is
+the item sequence of that packing: sized, sliceable, integers only (row
+numbers), backed by no per-row array in row order, or by one uint32 per row
+in a shuffled order (``sb.shuffle(rows, seed)``: the chapter's SplitMix64
+Fisher–Yates over row numbers, the same stage and code as for windows).
+`sb.chunk`, `sb.share`, `sb.split_rows` and `sb.materialize` take it unchanged;
+a chunk of rows materializes into a packed `streambatch.MiniBatch`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ..._checks import check_positive, is_integer
+from ...errors import ConfigError, DataError, OutOfRangeError
+from ...io.keyed_file import check_blocks
+from ...model.corpus import Corpus
+from ...model.documents import Partition
+from ...model.source import TokenSource, as_source, partition_documents
+from ...model.store import DocumentStore
+from ...stages.batch import MiniBatch
+from ...stages.span import spanning_tokens
+from ..protocol import PlannedItems
+from ..windows.window_index import IntArray, WindowConfig
+from ._pack_gather import PackedArrays, batch_bytes, check_emittable, gather_segments
+from .pack import PackedRows, PackReport, pack_lengths
+from .pack_file import packing_file
+from .packed_batch import from_arrays, from_kernel
+
+_CGatherer: Any
+try:
+    from ..._row_gather import Gatherer as _CGatherer
+except ImportError:  # built without a C compiler: the numpy gather
+    _CGatherer = None
+
+GATHER_BACKEND: Literal["c", "numpy"] = "c" if _CGatherer is not None else "numpy"
+"""How packed batches are gathered: the C extension ``streambatch._row_gather`` (one pass), else numpy (same arrays)."""
+
+
+class RowSpace:
+    """What every view of one packing shares: the source, the packed rows, the partition (and caches, never pickled)."""
+
+    __slots__ = ("cache", "packing", "pad_id", "partition", "store")
+
+    def __init__(self, store: TokenSource, packing: PackedRows, partition: Partition, pad_id: int = 0) -> None:
+        self.store = store
+        self.packing = packing
+        self.partition = partition
+        self.pad_id = pad_id
+        self.cache: dict[str, Any] = {}
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self.store, self.packing, self.partition, self.pad_id)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.store, self.packing, self.partition, self.pad_id = state
+        self.cache = {}
+
+    def item_numbers(self, positions: npt.NDArray[Any]) -> IntArray:
+        """The row numbers of a batch's rows (its ``positions`` are row numbers)."""
+        return positions.astype(np.int64, copy=False)
+
+    def plan_dtype(self, count: int) -> Any:
+        """dtype of a plan of *count* rows: uint32 row numbers below 2**32 rows, else int64."""
+        return np.uint32 if count < (1 << 32) else np.int64
+
+
+class Rows(PlannedItems):
+    """A random-access, sliceable sequence of packed rows (row numbers) of one source; see the module docstring.
+
+    >>> import streambatch as sb
+    >>> rows = sb.pack([sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 1])],
+    ...                context_length=3)
+    >>> len(rows), list(rows), rows.report.pad_positions
+    (2, [0, 1], 0)
+    """
+
+    __slots__ = ()
+    _NOUN = "rows"
+    KIND = "packed rows (sb.pack)"
+    packed = True
+    _space: RowSpace
+
+    @staticmethod
+    def _whole(space: RowSpace) -> int:
+        return len(space.packing)
+
+    @property
+    def space(self) -> RowSpace:
+        """The shared source, packing and partition."""
+        return self._space
+
+    @property
+    def packing(self) -> PackedRows:
+        """The packing: row numbers <-> segments (document, start, targets)."""
+        return self._space.packing
+
+    @property
+    def report(self) -> PackReport:
+        """What packing did: targets, rows, pad share, the window mode's coverage at stride ``T``."""
+        return self._space.packing.report
+
+    @property
+    def context_length(self) -> int:
+        """``T``: positions per row."""
+        return self._space.packing.context_length
+
+    @property
+    def config(self) -> WindowConfig:
+        """``T`` and the pieces' stride, ``T`` (consecutive pieces of a document share one token)."""
+        T = self.context_length
+        return WindowConfig(T, T)
+
+    def plan_values(self) -> npt.NDArray[Any]:
+        """This view's row numbers as plan entries (uint32, int64 beyond 2**32 rows): a view of the plan, or fresh."""
+        if self._plan is not None:
+            check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
+            return self._plan[self._lo : self._hi]
+        return np.arange(self._lo, self._hi, dtype=self._space.plan_dtype(len(self._space.packing)))
+
+    def numbers(self) -> IntArray:
+        """Row number of each item of this view."""
+        if self._plan is None:
+            return np.arange(self._lo, self._hi, dtype=np.int64)
+        check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
+        return self._plan[self._lo : self._hi].astype(np.int64)
+
+    def gather(self, index: int) -> MiniBatch:
+        """Gather this view into a packed `MiniBatch` numbered *index* (what `sb.materialize` calls)."""
+        return emit(self._space, self.numbers(), index)
+
+    def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
+        """Batches *batches* of these rows chunked by *batch_size*, a block of row numbers at a time."""
+        return iter_batches(self, batch_size, batches)
+
+    def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
+        return self.numbers()[start:stop:step].astype(self._space.plan_dtype(len(self._space.packing)))
+
+    def __repr__(self) -> str:
+        order = "row order" if self._plan is None else f"seed={self.seed}"
+        return (
+            f"Rows({len(self)} rows, context_length={self.context_length}, pad_share={self.report.pad_share:.4%}, "
+            f"{order}, partition={self.partition.value!r})"
+        )
+
+
+def emit(space: RowSpace, numbers: IntArray, index: int) -> MiniBatch:
+    """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy.
+
+    The one way a packed batch is made (`Rows.gather`, `Rows.gather_batches`, a packed mixture's
+    source blocks): rows that do not belong to the packing are a `DataError` on both backends.
+    """
+    gatherer = packed_gatherer(space)
+    try:
+        if gatherer is False:
+            try:
+                arrays = gather_rows(space, numbers)
+            except OutOfRangeError as err:  # the same refusal as the C gather's
+                raise _refused(err) from None
+            return from_arrays(index, arrays, numbers, space)
+        try:
+            outputs = gatherer.gather(numbers)
+        except ValueError as err:
+            raise _refused(err) from None
+        return from_kernel(index, outputs, numbers, space)
+    except MemoryError:
+        T, dtype = space.packing.context_length, space.store.dtype
+        need = batch_bytes(numbers.size, T, dtype)
+        raise ConfigError(
+            f"out of memory gathering a packed batch of {numbers.size} rows of T={T} (its arrays alone take "
+            f"{need} bytes, {need / 2**30:.1f} GiB); pass a smaller T or batch_size"
+        ) from None
+
+
+def packed_gatherer(space: RowSpace) -> Any:
+    """The C gatherer of *space*, built once and cached on it; False where numpy gathers."""
+    gatherer = space.cache.get("gather")
+    if gatherer is None:
+        gatherer = space.cache["gather"] = _gatherer(space)
+    return gatherer
+
+
+def _refused(err: Exception) -> DataError:
+    return DataError(f"{err}; the rows do not belong to this packing (remove the plan file and plan again)")
+
+
+_BLOCK_ROWS = 2048  # consecutive batches whose row numbers are read (and cast to int64) at once
+
+
+def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[MiniBatch]:
+    """Emit batches *batches* of *rows* chunked by *batch_size*: row numbers read a block of batches at a time.
+
+    The per-batch work is the gather and the batch object (`emit`: one call of the C gather when built).
+    """
+    space, total = rows.space, len(rows)
+    check_emittable(min(batch_size, total), space.packing.context_length, space.store.dtype, batch_size=batch_size)
+    per = max(1, _BLOCK_ROWS // batch_size) if batches.step == 1 else 1
+    for head in range(0, len(batches), per):
+        group = batches[head : head + per]
+        base = group[0] * batch_size
+        numbers = rows[base : min((group[-1] + 1) * batch_size, total)].numbers()
+        for at, batch in zip(range(0, numbers.size, batch_size), group, strict=True):
+            yield emit(space, numbers[at : at + batch_size], batch)
+
+
+def _gatherer(space: RowSpace) -> Any:
+    """The C gatherer of *space* (views of its tokens and packing), or False where numpy gathers.
+
+    A `Corpus` is read through one view spanning its shards (`streambatch.stages.span`), with each
+    document's start moved into it; shards of mixed dtypes are gathered by numpy.
+    """
+    store, rows = space.store, space.packing
+    if _CGatherer is None or rows.context_length >= 1 << 31:
+        return False
+    if isinstance(store, DocumentStore):
+        tokens, starts = store.tokens, store.starts
+    elif isinstance(store, Corpus):
+        found = spanning_tokens(tuple(shard.tokens for shard in store.shards), store.bases)
+        if found is None:
+            return False
+        tokens, shift = found
+        starts = store.starts + shift[store.shard_of(np.arange(len(store)))]
+    else:
+        return False
+    full_docs, full_ends = rows.index.full_pieces()
+    args = (tokens, starts, rows.index.lengths, full_docs, full_ends, rows.offsets, rows.tails)  # the partition's lengths
+    return _CGatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id)
+
+
+def gather_rows(space: RowSpace, numbers: IntArray) -> PackedArrays:
+    """Tokens, ids, masks and provenance of rows *numbers* of *space* (any order, repeats allowed)."""
+    seg = space.packing.segments(numbers)
+    store: Any = space.store
+    tokens = store.tokens if isinstance(store, DocumentStore) else store
+    return gather_segments(
+        tokens,
+        store.starts,
+        seg.offsets,
+        seg.documents,
+        seg.starts,
+        seg.lengths,
+        space.packing.context_length,
+        pad_id=space.pad_id,
+    )
+
+
+def pack(
+    source: Any,
+    *,
+    context_length: int,
+    partition: Partition | str = Partition.TRAIN,
+    keep_partition: bool = False,
+    pad_id: int = 0,
+    plan_dir: str | os.PathLike[str] | None = None,
+) -> Rows:
+    """Every target of *partition* in *source*, in pieces packed into rows of ``T`` positions, in row order.
+
+    *source* is what `sb.windows` takes; a document of another partition is
+    refused unless *keep_partition* skips it (the one partition rule).  Full
+    pieces (``T + 1`` tokens) fill a row each, in document order; the other
+    pieces follow, packed best-fit decreasing; one-token documents are counted
+    in ``rows.report.skipped_pieces`` and skipped.  Padding positions of a
+    materialized batch hold *pad_id* (inputs and targets) with ``loss_mask``
+    False.  Holds a few integers per document and per packed row, nothing per
+    token; deterministic for a given corpus and ``T``.  With *plan_dir* the
+    packing is computed once into a packing file there and memory-mapped by
+    every later call, in any process (`streambatch.items.pack.pack_file`).
+
+    >>> import streambatch as sb
+    >>> rows = sb.pack([sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 1])],
+    ...                context_length=3)
+    >>> batch = next(iter(sb.materialize(sb.chunk(rows, 2))))
+    >>> batch.inputs.tolist(), batch.segment_ids.tolist(), batch.target_count
+    ([[0, 10, 11], [0, 20, 12]], [[0, 0, 0], [0, 0, 1]], 6)
+    """
+    store = as_source(source)
+    chosen = Partition.parse(partition, "pack")
+    include = partition_documents(store, chosen, keep_partition=keep_partition)
+    top = int(np.iinfo(store.dtype).max)
+    if not is_integer(pad_id) or not 0 <= int(pad_id) <= top:
+        raise ConfigError(f"pad_id={pad_id!r} does not fit the source's {store.dtype}; pass a token id in [0, {top}]")
+    T = check_positive(context_length, "context_length", "the positions of one row (T)")
+    check_emittable(1, T, store.dtype, memory=False)  # a row of 2**31 positions can never be emitted
+    if plan_dir is None:
+        packed = pack_lengths(store.lengths, context_length, include=include)
+    else:
+        packed = packing_file(store, context_length, chosen.value, include, plan_dir)
+    return Rows(RowSpace(store, packed, chosen, int(pad_id)))
