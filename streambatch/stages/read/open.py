@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from ...io.formats import is_datatrove, is_megatron, open_datatrove, open_datatrove_folder, open_megatron
 from ...io.manifest import open_corpus
 from ...io.mixture_file import MixtureSource, is_mixture_file, open_mixture
 from ...io.store import open_store
@@ -22,6 +23,10 @@ def open_source(
 ) -> Source | MixtureSource:
     """Open a store directory (memory-mapped, checked), a corpus manifest or a mixture file (``*.json``), or a JSONL file.
 
+Megatron-LM's datasets (a prefix, or its ``.bin`` or ``.idx`` path) and datatrove's
+tokenized files (a ``.ds`` file, or a folder of them read as one corpus) are
+memory-mapped too (`streambatch.io.formats`); their arrays are checked at first use.
+
     A mixture file (``{"sources": [...]}``, see `streambatch.io.mixture_file`) gives a
     `MixtureSource`: every source opened, to blend once a context length and a seed are given.
 
@@ -35,6 +40,11 @@ def open_source(
     ('jsonl', ('a',))
     """
     name = os.fspath(path)
+    if is_megatron(name):  # Megatron-LM's .bin + .idx
+        return Source(name, "megatron", open_megatron(name))
+    if is_datatrove(name):  # datatrove's .ds + .ds.index (+ .ds.loss)
+        opened = open_datatrove_folder(name) if os.path.isdir(name) else open_datatrove(name)
+        return Source(name, "datatrove", opened)
     if os.path.isdir(name):  # a store prepared by `streambatch prepare`
         return Source(name, "store", open_store(name, verify=verify), verified=verify)
     if is_mixture_file(name):  # sources and their weights: a blend
