@@ -148,7 +148,7 @@ class FormatWriter:
         array = tokens if isinstance(tokens, np.ndarray) and tokens.dtype.kind == "u" else check_tokens(tokens, "add_block")
         if sizes.ndim != 1 or sizes.size != len(names) or (sizes.size and int(sizes.min()) < 0) or int(sizes.sum()) != array.size:
             raise DataError("add_block: lengths, ids and tokens disagree; pass one length >= 0 and one id per document")
-        labels = [f"{w} (document id={i!r})" for i, w in zip(names, wheres, strict=True)] if wheres else names
+        labels = [f"{w} (document id={i!r})" if wheres else f"document id={i!r}" for i, w in zip(names, wheres or names, strict=True)]
         codes = partition if isinstance(partition, np.ndarray) else np.full(len(names), Partition.parse(partition).code)
         outside = np.flatnonzero(codes != Partition.TRAIN.code)
         if outside.size:
