@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._checks import check_positive
 from ._progress import FileProgress
@@ -106,7 +106,7 @@ def prepare_store(
     skip_bad: bool = False,
     workers: int = 1,
     quiet: bool = False,
-    format: str = "streambatch",
+    format: str = "streambatch",  # noqa: A002 - the CLI's --format
     **read: Unpack[ReadKeywords],
 ) -> DocumentStore:
     """Read *inputs* (files, folders; every format of `streambatch.stages.read.formats`) into a new store at *output*.
@@ -150,7 +150,9 @@ def prepare_store(
     try:
         named = opts.tokenizer if opts.named_tokenizer else None
         writer: StoreWriter | FormatWriter = (
-            StoreWriter(output, tokenizer=named, header=header) if format == "streambatch" else FormatWriter(output, format, tokenizer=named)
+            StoreWriter(output, tokenizer=named, header=header)
+            if format == "streambatch"
+            else FormatWriter(output, format, tokenizer=named)
         )
         with writer:
             with contextlib.closing(run_tasks(tasks, opts, workers)) as outcomes:  # closing stops the workers
@@ -190,6 +192,7 @@ def _write(
     progress: FileProgress,
 ) -> _FileCount:
     totals, count = _FileCount(), _FileCount()
+    mark: Any  # the writer's own kind of mark
     current, mark, failed = -1, writer.mark(), False
     for task, outcome in outcomes:
         if task.file != current:

@@ -33,8 +33,10 @@ def _prepare(args: argparse.Namespace, out: IO[str]) -> int:
         print(f"streambatch: error: prepare: {err}", file=sys.stderr)
         return 1
     if not args.quiet:
-        written = short_path(args.output) if args.format == "streambatch" else " + ".join(
-            short_path(p) for p in output_paths(args.output, args.format)[:2]
+        written = (
+            short_path(args.output)
+            if args.format == "streambatch"
+            else " + ".join(short_path(p) for p in output_paths(args.output, args.format)[:2])
         )
         out.write(
             f"wrote {written}: {len(store)} documents, {store.tokens.size} tokens ({store.tokens.dtype.name}), "
@@ -71,7 +73,9 @@ def register(commands: Any) -> None:
     """Add ``prepare`` to *commands* (an argparse subparsers object)."""
     p = commands.add_parser("prepare", help="build a memory-mappable token store from text, JSONL, Parquet, .npy, .bin, datasets")
     p.add_argument("inputs", nargs="+", help="files or folders: text, .jsonl/.ndjson (+.gz/.zst), .parquet, .arrow, .npy, .bin")
-    p.add_argument("-o", "--output", required=True, help="store directory to create (replaced atomically); with --format, a prefix")
+    p.add_argument(
+        "-o", "--output", required=True, help="store directory to create (replaced atomically); with --format, a prefix"
+    )
     p.add_argument(
         "--format",
         default="streambatch",

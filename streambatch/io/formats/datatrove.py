@@ -112,7 +112,7 @@ def _token_dtype(data: ByteSource, index: ByteSource, ends: Any, dtype: Any) -> 
             raise ConfigError(f"dtype={chosen.name} is not a datatrove token size; pass uint16 or uint32")
         if data.size % chosen.itemsize:
             raise DataError(f"{data.name}: {data.size} bytes is not a whole number of {chosen.name} tokens: truncated")
-        found = chosen.newbyteorder("<")
+        found: np.dtype[Any] = chosen.newbyteorder("<")
     else:
         last = int(ends[-1]) if ends.size else 0
         if last == 0 or data.size == 0:

@@ -63,7 +63,7 @@ class NumberedIds(Sequence[str]):
     def lines(self) -> Iterator[bytes]:
         """Each id as its JSON line (what a store's fingerprint hashes)."""
         prefix = json.dumps(self._prefix).encode()[:-1]
-        return (b"%s%d\"" % (prefix, i) for i in range(self._count))
+        return (b'%s%d"' % (prefix, i) for i in range(self._count))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NumberedIds):

@@ -137,8 +137,7 @@ def _read_header(idx: ByteSource) -> tuple[np.dtype[Any], int, int]:
     if idx.size != expected:
         state = "truncated" if idx.size < expected else "longer than its header says (a multimodal index?)"
         raise DataError(
-            f"{idx.name}: {idx.size} bytes, but {sequences} sequences and {doc_entries} document indices take "
-            f"{expected}: {state}"
+            f"{idx.name}: {idx.size} bytes, but {sequences} sequences and {doc_entries} document indices take {expected}: {state}"
         )
     return dtype, sequences, doc_entries - 1
 
@@ -162,51 +161,59 @@ def _documents(
             f"{name}: document indices run from {int(doc_index[0])} to {int(doc_index[-1])}; they must start at 0 "
             f"and end at the sequence count {sequences}"
         )
-    ends = np.empty(sequences, np.int64)  # each sequence's end, in bytes
-    for lo in range(0, sequences, _BLOCK):
-        hi = min(lo + _BLOCK, sequences)
-        size = lengths[lo:hi].astype(np.int64)
-        where = pointers[lo:hi]
-        if int(size.min()) < 0:
-            raise DataError(f"{name}: sequence {lo + int(np.argmin(size))} has a negative length {int(size.min())}")
-        wrong = (where < 0) | (where % itemsize != 0)
-        if bool(wrong.any()):
-            bad = lo + int(np.argmax(wrong))
-            raise DataError(f"{name}: pointer {int(pointers[bad])} of sequence {bad} is not a {dtype.name} offset >= 0")
-        back = np.diff(pointers[max(lo - 1, 0) : hi]) < 0
-        if bool(back.any()):
-            bad = max(lo - 1, 0) + int(np.argmax(back)) + 1
-            raise DataError(f"{name}: pointers are not monotone (sequence {bad} starts before sequence {bad - 1})")
-        np.add(where, size * itemsize, out=ends[lo:hi])
-    if sequences and int(ends.max()) > data.size:
-        bad = int(np.argmax(ends > data.size))
-        raise DataError(
-            f"{name}: sequence {bad} ends at byte {int(ends[bad])}, past the end of {data.name} ({data.size} bytes): "
-            "out of range"
-        )
     for lo in range(0, documents, _BLOCK):
         back = np.diff(doc_index[lo : min(lo + _BLOCK, documents) + 1]) < 0
         if bool(back.any()):
             bad = lo + int(np.argmax(back)) + 1
             raise DataError(f"{name}: document indices are not monotone (entry {bad} is below entry {bad - 1})")
     first, last = doc_index[:-1], doc_index[1:]
-    if sequences > 1:  # within a document, each sequence starts where the one before ends
-        joined = np.ones(sequences, np.bool_)
-        joined[first[first < sequences]] = False  # a document's first sequence may start anywhere
-        gap = joined[1:] & (pointers[1:] != ends[:-1])
-        if bool(gap.any()):
-            bad = int(np.argmax(gap)) + 1
+    opens = np.zeros(sequences + 1, np.bool_)  # sequences that start a document: they may start anywhere
+    opens[first] = True
+    shift = itemsize.bit_length() - 1  # itemsizes are powers of two: shifts, not divisions
+    previous_end = 0
+    for lo in range(0, sequences, _BLOCK):
+        hi = min(lo + _BLOCK, sequences)
+        size = lengths[lo:hi].astype(np.int64)
+        where = np.array(pointers[lo:hi])  # aligned: the .idx arrays sit at odd offsets
+        if int(size.min()) < 0:
+            raise DataError(f"{name}: sequence {lo + int(np.argmin(size))} has a negative length {int(size.min())}")
+        if int(where.min()) < 0 or int(np.bitwise_or.reduce(where)) & (itemsize - 1):
+            bad = lo + int(np.argmax((where < 0) | (where & (itemsize - 1) != 0)))
+            raise DataError(f"{name}: pointer {int(pointers[bad])} of sequence {bad} is not a {dtype.name} offset >= 0")
+        behind = bool(lo) and int(where[0]) < int(pointers[lo - 1])  # the block's first sequence, against the last one
+        if behind or (where.size > 1 and bool((where[1:] < where[:-1]).any())):
+            bad = lo + (0 if behind else int(np.argmax(where[1:] < where[:-1])) + 1)
+            raise DataError(f"{name}: pointers are not monotone (sequence {bad} starts before sequence {bad - 1})")
+        ends = where + (size << shift)
+        if int(ends.max()) > data.size:
+            bad = lo + int(np.argmax(ends > data.size))
+            raise DataError(
+                f"{name}: sequence {bad} ends at byte {int(ends[bad - lo])}, past the end of {data.name} "
+                f"({data.size} bytes): out of range"
+            )
+        gap = where[1:] != ends[:-1]
+        gap &= ~opens[lo + 1 : hi]
+        if lo and not opens[lo] and int(where[0]) != previous_end:
+            bad = lo
+        elif bool(gap.any()):
+            bad = lo + 1 + int(np.argmax(gap))
+        else:
+            bad = -1
+        if bad >= 0:
             raise DataError(
                 f"{name}: sequence {bad} does not start where sequence {bad - 1} of the same document ends; "
                 "a document's sequences must be contiguous in .bin"
             )
-    del ends
-    cumulative = np.zeros(sequences + 1, np.int64)
-    np.cumsum(lengths, dtype=np.int64, out=cumulative[1:])
-    sizes = cumulative[last] - cumulative[first]
-    starts = np.zeros(documents, np.int64)
+        previous_end = int(ends[-1])
+    del opens
     held = last > first  # an empty document starts at 0 (it has no token to point at)
-    starts[held] = pointers[first[held]] // itemsize
+    if sequences == documents and bool(held.all()):  # one sequence per document (what the builder writes)
+        return np.right_shift(pointers, shift), lengths.astype(np.int64)
+    starts = np.zeros(documents, np.int64)
+    sizes = np.zeros(documents, np.int64)
+    tail = last[held] - 1  # each document's last sequence
+    starts[held] = pointers[first[held]] >> shift
+    sizes[held] = ((pointers[tail] + (lengths[tail].astype(np.int64) << shift)) >> shift) - starts[held]
     return starts, sizes
 
 

@@ -46,7 +46,7 @@ _BLOCK = 1 << 22  # entries per write: bounded temporaries
 _INT32_MAX = (1 << 31) - 1
 
 
-def output_paths(path: str | os.PathLike[str], format: str) -> tuple[str, ...]:
+def output_paths(path: str | os.PathLike[str], format: str) -> tuple[str, ...]:  # noqa: A002 - the CLI's --format
     """The files *format* writes for *path*: ``(data, index)``, plus ``.ds.loss`` for datatrove.
 
     >>> output_paths("out/corpus", "megatron"), output_paths("out/corpus", "datatrove")[0]
@@ -76,7 +76,7 @@ class FormatWriter:
     def __init__(
         self,
         path: str | os.PathLike[str],
-        format: str,
+        format: str,  # noqa: A002 - the CLI's --format
         *,
         tokenizer: Any = None,
         vocab_size: int | None = None,
@@ -101,7 +101,9 @@ class FormatWriter:
                 remove_stale_temporaries(folder, partial_prefix(target))
             fd, self._staged = create_temporary_file(folder, partial_prefix(data))
         except OSError as err:
-            raise StoreError(f"{short_path(data)}: cannot create it ({err.strerror or err}); choose a writable output path") from err
+            raise StoreError(
+                f"{short_path(data)}: cannot create it ({err.strerror or err}); choose a writable output path"
+            ) from err
         self._file: IO[bytes] = os.fdopen(fd, "r+b")
         self._temporaries = [self._staged]
 
@@ -148,7 +150,9 @@ class FormatWriter:
         array = tokens if isinstance(tokens, np.ndarray) and tokens.dtype.kind == "u" else check_tokens(tokens, "add_block")
         if sizes.ndim != 1 or sizes.size != len(names) or (sizes.size and int(sizes.min()) < 0) or int(sizes.sum()) != array.size:
             raise DataError("add_block: lengths, ids and tokens disagree; pass one length >= 0 and one id per document")
-        labels = [f"{w} (document id={i!r})" if wheres else f"document id={i!r}" for i, w in zip(names, wheres or names, strict=True)]
+        labels = [
+            f"{w} (document id={i!r})" if wheres else f"document id={i!r}" for i, w in zip(names, wheres or names, strict=True)
+        ]
         codes = partition if isinstance(partition, np.ndarray) else np.full(len(names), Partition.parse(partition).code)
         outside = np.flatnonzero(codes != Partition.TRAIN.code)
         if outside.size:
@@ -316,7 +320,7 @@ def _write_ends(handle: IO[bytes], lengths: npt.NDArray[np.int64]) -> None:
 def write_format(
     path: str | os.PathLike[str],
     source: Any,
-    format: str,
+    format: str,  # noqa: A002 - the CLI's --format
     *,
     vocab_size: int | None = None,
     loss_mask: Any = None,

@@ -23,21 +23,21 @@ def open_source(
 ) -> Source | MixtureSource:
     """Open a store directory (memory-mapped, checked), a corpus manifest or a mixture file (``*.json``), or a JSONL file.
 
-Megatron-LM's datasets (a prefix, or its ``.bin`` or ``.idx`` path) and datatrove's
-tokenized files (a ``.ds`` file, or a folder of them read as one corpus) are
-memory-mapped too (`streambatch.io.formats`); their arrays are checked at first use.
+    Megatron-LM's datasets (a prefix, or its ``.bin`` or ``.idx`` path) and datatrove's
+    tokenized files (a ``.ds`` file, or a folder of them read as one corpus) are
+    memory-mapped too (`streambatch.io.formats`); their arrays are checked at first use.
 
-    A mixture file (``{"sources": [...]}``, see `streambatch.io.mixture_file`) gives a
-    `MixtureSource`: every source opened, to blend once a context length and a seed are given.
+        A mixture file (``{"sources": [...]}``, see `streambatch.io.mixture_file`) gives a
+        `MixtureSource`: every source opened, to blend once a context length and a seed are given.
 
-    A JSONL line may hold at most *max_line_bytes* (`streambatch.stages.read.jsonl.iter_jsonl`).
+        A JSONL line may hold at most *max_line_bytes* (`streambatch.stages.read.jsonl.iter_jsonl`).
 
-    >>> import tempfile, pathlib
-    >>> file = pathlib.Path(tempfile.mkdtemp()) / "docs.jsonl"
-    >>> _ = file.write_text('{"id": "a", "tokens": [0, 10, 11, 12, 1]}\\n')
-    >>> source = open_source(file)
-    >>> source.kind, source.store.ids
-    ('jsonl', ('a',))
+        >>> import tempfile, pathlib
+        >>> file = pathlib.Path(tempfile.mkdtemp()) / "docs.jsonl"
+        >>> _ = file.write_text('{"id": "a", "tokens": [0, 10, 11, 12, 1]}\\n')
+        >>> source = open_source(file)
+        >>> source.kind, source.store.ids
+        ('jsonl', ('a',))
     """
     name = os.fspath(path)
     if is_megatron(name):  # Megatron-LM's .bin + .idx
