@@ -1,12 +1,12 @@
 """Build a token store from the files corpora come in, on several cores and several machines.
 
-Inputs are files and folders, selected by `streambatch.stages.read.select.select_inputs`
+Inputs are files and folders, selected by `streambatch.read.select.select_inputs`
 (include/exclude globs, then ``shard=(i, n)``: the i-th of n contiguous runs of
 the file list, so that the n shard stores, read in order, hold exactly the
 documents of the whole); each file is read by its format's module
-(`streambatch.stages.read.formats` lists them).
+(`streambatch.read.formats` lists them).
 
-The work is cut into tasks (`streambatch.stages.read.tasks`: 1 MiB of lines, a
+The work is cut into tasks (`streambatch.read.tasks`: 1 MiB of lines, a
 Parquet row group, rows of a saved dataset, a file), run in order, in this
 process or, with ``workers > 1``, small ones grouped and sent to a pool of
 spawned processes whose results are written in input order: the store is the
@@ -31,11 +31,11 @@ from .io.store import StoreWriter
 from .model.documents import Document
 from .model.store import DocumentStore
 from .model.validate import check_vocabulary, short
-from .stages.read.bin import check_bin_separator
-from .stages.read.blocks import Block, ReadKeywords, ReadOptions, documents, read_options
-from .stages.read.select import InputFile, parse_shard, select_inputs
-from .stages.read.tasks import Task, file_tasks, run_task
-from .stages.read.workers import Outcome, capped_workers, check_main_guard, check_shareable, run_tasks
+from .read.bin import check_bin_separator
+from .read.blocks import Block, ReadKeywords, ReadOptions, documents, read_options
+from .read.select import InputFile, parse_shard, select_inputs
+from .read.tasks import Task, file_tasks, run_task
+from .read.workers import Outcome, capped_workers, check_main_guard, check_shareable, run_tasks
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -54,7 +54,7 @@ def iter_files(
     """The documents `prepare_store` writes, lazily, in order (one process; the first bad file raises).
 
     *read*: the reading keywords (tokenizer, eos_id, bos_id, per_line, partition,
-    column, bin_separator, bin_dtype; `streambatch.stages.read.blocks.ReadKeywords`).
+    column, bin_separator, bin_dtype; `streambatch.read.blocks.ReadKeywords`).
 
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -109,17 +109,17 @@ def prepare_store(
     format: str = "streambatch",  # noqa: A002 - the CLI's --format
     **read: Unpack[ReadKeywords],
 ) -> DocumentStore:
-    """Read *inputs* (files, folders; every format of `streambatch.stages.read.formats`) into a new store at *output*.
+    """Read *inputs* (files, folders; every format of `streambatch.read.formats`) into a new store at *output*.
 
     *format* ``"megatron"`` writes Megatron-LM's ``OUTPUT.bin`` + ``OUTPUT.idx``
     instead, ``"datatrove"`` datatrove's ``OUTPUT.ds`` + ``OUTPUT.ds.index``
     (`streambatch.io.formats.writer`: the same atomic rules; ids and partitions
     are not kept, so every document must be in the train partition).
 
-    *read* are the reading keywords (`streambatch.stages.read.blocks.ReadKeywords`).
+    *read* are the reading keywords (`streambatch.read.blocks.ReadKeywords`).
     *tokenizer* (a tokenizer.json path, a `Tokenizer`, any ``str -> ids`` callable;
     bytes by default) tokenizes text, with *bos_id*/*eos_id* around each document
-    (``"auto"``: the tokenizer's own, `streambatch.stages.read.tokenizers.EOS_NAMES`); token
+    (``"auto"``: the tokenizer's own, `streambatch.read.tokenizers.EOS_NAMES`); token
     inputs are stored as given.  The header records the tokenizer when one is given
     or when text was tokenized, and every token must fit its vocabulary.  With
     *skip_bad*, a file that cannot be read or holds bad documents is left out

@@ -22,7 +22,7 @@ import pytest
 import streambatch as sb
 import streambatch.cli.epoch as cli_epoch
 from streambatch.cli import main
-from streambatch.stages.read.jsonl import read_jsonl
+from streambatch.read.jsonl import read_jsonl
 
 
 def run(argv: list[str]) -> tuple[int, str]:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..items.mix.mix_batch import MixtureBatch
+from ..items.mix.mix_rows import PackedMixtureBatch
+from ..items.pack.packed_batch import PackedBatch
 from ..model.corpus import Corpus
 from ..stages.batch import MiniBatch
-from ..stages.mix_batch import MixtureBatch
-from ..stages.mix_rows import PackedMixtureBatch
-from ..stages.packed_batch import PackedBatch
 
 
 def batch_record(batch: MiniBatch) -> dict[str, Any]:

@@ -1,0 +1,134 @@
+"""Which files a run reads, in what order, and their formats (by suffix).
+
+>>> [format_of(n) for n in ["a.ndjson", "B.JSONL.GZ", "c.txt.zst", "d.parquet", "e.offsets.npy", "f.bin", "g.npy.gz"]]
+['jsonl', 'jsonl', 'text', 'parquet', 'offsets', 'bin', 'unsupported']
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._checks import is_integer
+from ..errors import ConfigError, DataError
+from ..io.files import short_path
+from . import inputs as _inputs
+from .hf import is_dataset_folder
+
+
+def format_of(name: str) -> str:
+    """The format of a file, from its suffix in any case: jsonl, text, parquet, arrow, npy, offsets, bin, or unsupported.
+
+    >>> [format_of(n) for n in ["a.ndjson", "B.JSONL.GZ", "c.txt.zst", "d.parquet", "e.offsets.npy", "f.bin", "g.npy.gz"]]
+    ['jsonl', 'jsonl', 'text', 'parquet', 'offsets', 'bin', 'unsupported']
+    """
+    base = _inputs.base_name(name)
+    compressed = base != name.lower()
+    if base.endswith((".jsonl", ".ndjson")):
+        return "jsonl"
+    for suffixes, kind in (((".parquet",), "parquet"), ((".arrow", ".feather"), "arrow"), ((".offsets.npy",), "offsets"),
+                           ((".npy",), "npy"), ((".bin",), "bin")):  # fmt: skip
+        if base.endswith(suffixes):
+            return "unsupported" if compressed else kind
+    return "text"
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One selected input: its *path*, its document id *name*, the *relative* path globs match, its *kind*."""
+
+    path: Path
+    name: str
+    relative: str
+    kind: str
+
+
+def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:
+    """``"i/n"`` (or ``(i, n)``) as ``(i, n)`` with ``0 <= i < n``; None stays None.
+
+    >>> parse_shard("2/8")
+    (2, 8)
+    """
+    if shard is None:
+        return None
+    parts: Any = shard.split("/") if isinstance(shard, str) else shard
+    try:
+        index, count = (int(p) for p in parts) if isinstance(shard, str) else parts
+    except (TypeError, ValueError):
+        index = count = None
+    if not (is_integer(index) and is_integer(count) and 0 <= int(index) < int(count)):  # type: ignore[arg-type]
+        raise ConfigError(f"shard={shard!r} must be i/n with 0 <= i < n (e.g. 0/4); pass this machine's share of n")
+    return int(index), int(count)  # type: ignore[arg-type]
+
+
+def select_inputs(
+    inputs: Sequence[str | os.PathLike[str]],
+    *,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    shard: str | tuple[int, int] | None = None,
+) -> list[InputFile]:
+    """The input files, in order: inputs as given, each folder's files sorted by relative path (hidden
+    entries skipped; a folder saved by ``datasets`` is one input; ``X.offsets.npy`` goes with ``X.npy``).
+
+    *include*/*exclude* globs (`fnmatch`, case-sensitive, ``*`` also crosses ``/``)
+    match each file's path relative to its input folder (a file given directly:
+    its name); a file is kept if it matches some include (when any) and no
+    exclude.  *shard* ``"i/n"`` then keeps files ``[i*F//n, (i+1)*F//n)`` of the F
+    left: contiguous runs, so the shards in order are the whole.  A file's
+    ``name`` (its documents' id) is its path relative to its input folder,
+    prefixed with the folder's name when several inputs are given; a file given
+    directly keeps the path as given.
+    """
+    if isinstance(inputs, (str, os.PathLike)):
+        raise ConfigError(f"inputs={short_path(inputs)!r} is one path; pass a list of files and folders")
+    several = len(inputs) > 1
+    files: list[InputFile] = []
+    for raw in inputs:
+        path = Path(raw)
+        if path.is_dir():
+            prefix = f"{path.name or path.resolve().name}/" if several else ""
+            files.extend(sorted(_walk(path, prefix, os.fspath(raw)), key=lambda f: f.relative))
+        elif path.is_file():
+            files.append(InputFile(path, os.fspath(raw), path.name, format_of(path.name)))
+        elif path.exists():  # a FIFO, device or socket: never read (it could block or never end)
+            raise DataError(f"input {short_path(raw)!r} is not a regular file or a folder; pass files or folders")
+        else:
+            raise DataError(f"input {short_path(raw)!r} does not exist; pass files or folders")
+    kept = [
+        f
+        for f in files
+        if (not include or any(fnmatch.fnmatchcase(f.relative, g) for g in include))
+        and not any(fnmatch.fnmatchcase(f.relative, g) for g in exclude)
+    ]
+    part = parse_shard(shard)
+    if part is None:
+        return kept
+    index, count = part
+    return kept[index * len(kept) // count : (index + 1) * len(kept) // count]
+
+
+def _walk(folder: Path, prefix: str, given: str) -> Iterator[InputFile]:
+    if is_dataset_folder(folder):
+        yield InputFile(folder, prefix.rstrip("/") or given, folder.name, "dataset")
+        return
+    for root, dirs, names in os.walk(folder):
+        here = Path(root)
+        for d in sorted(dirs):
+            if not d.startswith(".") and is_dataset_folder(here / d):
+                relative = (here / d).relative_to(folder).as_posix()
+                yield InputFile(here / d, prefix + relative, relative, "dataset")
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not is_dataset_folder(here / d))
+        present = set(names)
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            kind = format_of(name)
+            if kind == "offsets" and name[: -len(".offsets.npy")] + ".npy" in present:
+                continue  # read with its token file
+            relative = (here / name).relative_to(folder).as_posix()
+            yield InputFile(here / name, prefix + relative, relative, kind)
