@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import streambatch as sb
 from streambatch.cli import main
 from streambatch.errors import DataError, StoreError
-from streambatch.io.formats import FormatWriter, open_megatron, write_format
+from streambatch.io.formats import FormatWriter, megatron, open_megatron, write_format
 
 from .format_files import assert_same_epochs, builder_dtype, megatron_files, write_jsonl, write_megatron
 
@@ -222,9 +222,24 @@ BAD = {
 }
 
 
+@pytest.mark.parametrize("step", [None, 1, 3])
+def test_checks_in_blocks_read_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int | None) -> None:
+    """The index is checked in blocks; a block boundary inside a document changes nothing."""
+    if step is not None:
+        monkeypatch.setattr(megatron, "_STEP", step)
+    documents = [[[0, 10, 11], [12, 1]], [], [[0, 20, 21, 1]], [[5], [], [6, 7], [8]], [[9]]]
+    store = sb.open_source(write_megatron(tmp_path / "c", documents, "uint16")).store
+    assert [d.tokens.tolist() for d in store] == [[t for s in d for t in s] for d in documents]
+
+
+@pytest.mark.parametrize("step", [None, 1, 3])
 @pytest.mark.parametrize("kind", list(BAD))
-def test_bad_files_are_data_errors_naming_the_file(tmp_path: Path, kind: str) -> None:
+def test_bad_files_are_data_errors_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, step: int | None
+) -> None:
     """Each broken index or data file is a `DataError` naming the file and the rule, at open or at first use."""
+    if step is not None:  # the checks run in blocks of this many entries
+        monkeypatch.setattr(megatron, "_STEP", step)
     prefix = write_megatron(tmp_path / "c", GOOD, "int32")
     _bad(kind, prefix)
     with pytest.raises(DataError, match=BAD[kind]) as raised:

@@ -46,7 +46,8 @@ DTYPES: dict[int, np.dtype[Any]] = {
     for code, name in enumerate(["uint8", "int8", "int16", "int32", "int64", "float64", "float32", "uint16"], start=1)
 }
 CODES = {dtype.name: code for code, dtype in DTYPES.items()}
-_BLOCK = 1 << 24  # entries checked per step: bounded temporaries
+_BLOCK = 1 << 24  # tokens checked per step: bounded temporaries
+_STEP = 1 << 18  # index entries checked per step: temporaries small enough to be reused, not mapped afresh
 
 
 def optimal_dtype(vocab_size: int | None) -> np.dtype[Any]:
@@ -153,68 +154,90 @@ def _index_arrays(idx: ByteSource, sequences: int, documents: int) -> tuple[Any,
 def _documents(
     name: str, data: ByteSource, dtype: np.dtype[Any], lengths: Any, pointers: Any, doc_index: Any
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Each document's first token and length, after checking the three arrays (in bounded blocks)."""
+    """Each document's first token and length, after checking the three arrays (one pass each, in blocks)."""
     sequences, documents = lengths.size, doc_index.size - 1
-    itemsize = dtype.itemsize
     if int(doc_index[0]) != 0 or int(doc_index[-1]) != sequences:
         raise DataError(
             f"{name}: document indices run from {int(doc_index[0])} to {int(doc_index[-1])}; they must start at 0 "
             f"and end at the sequence count {sequences}"
         )
-    for lo in range(0, documents, _BLOCK):
-        back = np.diff(doc_index[lo : min(lo + _BLOCK, documents) + 1]) < 0
-        if bool(back.any()):
-            bad = lo + int(np.argmax(back)) + 1
+    single = sequences == documents  # one sequence per document (what the builder writes), if every step is 1
+    for lo in range(0, documents, _STEP):
+        steps = np.diff(doc_index[lo : min(lo + _STEP, documents) + 1])
+        if int(steps.min()) < 0:
+            bad = lo + int(np.argmax(steps < 0)) + 1
             raise DataError(f"{name}: document indices are not monotone (entry {bad} is below entry {bad - 1})")
-    first, last = doc_index[:-1], doc_index[1:]
-    opens = np.zeros(sequences + 1, np.bool_)  # sequences that start a document: they may start anywhere
-    opens[first] = True
-    shift = itemsize.bit_length() - 1  # itemsizes are powers of two: shifts, not divisions
+        single = single and int(steps.min()) == 1
+    opens = None
+    if not single:  # which sequences start a document (those may start anywhere)
+        opens = np.zeros(sequences + 1, np.bool_)
+        opens[doc_index[:-1]] = True
+    shift = dtype.itemsize.bit_length() - 1  # itemsizes are powers of two: shifts, not divisions
+    firsts = np.empty(sequences, np.int64)  # each sequence's first token
+    sizes = np.empty(sequences, np.int64)
     previous_end = 0
-    for lo in range(0, sequences, _BLOCK):
-        hi = min(lo + _BLOCK, sequences)
-        size = lengths[lo:hi].astype(np.int64)
-        where = np.array(pointers[lo:hi])  # aligned: the .idx arrays sit at odd offsets
-        if int(size.min()) < 0:
-            raise DataError(f"{name}: sequence {lo + int(np.argmin(size))} has a negative length {int(size.min())}")
-        if int(where.min()) < 0 or int(np.bitwise_or.reduce(where)) & (itemsize - 1):
-            bad = lo + int(np.argmax((where < 0) | (where & (itemsize - 1) != 0)))
-            raise DataError(f"{name}: pointer {int(pointers[bad])} of sequence {bad} is not a {dtype.name} offset >= 0")
-        behind = bool(lo) and int(where[0]) < int(pointers[lo - 1])  # the block's first sequence, against the last one
-        if behind or (where.size > 1 and bool((where[1:] < where[:-1]).any())):
-            bad = lo + (0 if behind else int(np.argmax(where[1:] < where[:-1])) + 1)
-            raise DataError(f"{name}: pointers are not monotone (sequence {bad} starts before sequence {bad - 1})")
-        ends = where + (size << shift)
-        if int(ends.max()) > data.size:
-            bad = lo + int(np.argmax(ends > data.size))
-            raise DataError(
-                f"{name}: sequence {bad} ends at byte {int(ends[bad - lo])}, past the end of {data.name} "
-                f"({data.size} bytes): out of range"
-            )
-        gap = where[1:] != ends[:-1]
-        gap &= ~opens[lo + 1 : hi]
-        if lo and not opens[lo] and int(where[0]) != previous_end:
-            bad = lo
-        elif bool(gap.any()):
-            bad = lo + 1 + int(np.argmax(gap))
-        else:
-            bad = -1
-        if bad >= 0:
-            raise DataError(
-                f"{name}: sequence {bad} does not start where sequence {bad - 1} of the same document ends; "
-                "a document's sequences must be contiguous in .bin"
-            )
-        previous_end = int(ends[-1])
-    del opens
+    for lo in range(0, sequences, _STEP):
+        hi = min(lo + _STEP, sequences)
+        _check_sequences(name, data, dtype, lengths, pointers, lo, hi, opens, previous_end, sizes[lo:hi])
+        np.right_shift(pointers[lo:hi], shift, out=firsts[lo:hi])
+        previous_end = int(pointers[hi - 1]) + (int(sizes[hi - 1]) << shift)
+    if single:
+        return firsts, sizes
+    first, last = doc_index[:-1], doc_index[1:]
     held = last > first  # an empty document starts at 0 (it has no token to point at)
-    if sequences == documents and bool(held.all()):  # one sequence per document (what the builder writes)
-        return np.right_shift(pointers, shift), lengths.astype(np.int64)
     starts = np.zeros(documents, np.int64)
-    sizes = np.zeros(documents, np.int64)
-    tail = last[held] - 1  # each document's last sequence
-    starts[held] = pointers[first[held]] >> shift
-    sizes[held] = ((pointers[tail] + (lengths[tail].astype(np.int64) << shift)) >> shift) - starts[held]
-    return starts, sizes
+    totals = np.zeros(documents, np.int64)
+    starts[held] = firsts[first[held]]
+    tail = last[held] - 1  # each document's last sequence: contiguous, so the document ends where it does
+    totals[held] = firsts[tail] + sizes[tail] - starts[held]
+    return starts, totals
+
+
+def _check_sequences(
+    name: str,
+    data: ByteSource,
+    dtype: np.dtype[Any],
+    lengths: Any,
+    pointers: Any,
+    lo: int,
+    hi: int,
+    opens: npt.NDArray[np.bool_] | None,
+    previous_end: int,
+    sizes: npt.NDArray[np.int64],
+) -> None:
+    """Check sequences *lo*..*hi* (lengths >= 0, pointers aligned, monotone, in range, contiguous within documents).
+
+    Their lengths are left in *sizes*; *previous_end* is where sequence ``lo - 1`` ends.
+    """
+    itemsize = dtype.itemsize
+    sizes[:] = lengths[lo:hi]
+    where = np.array(pointers[lo:hi])  # aligned: the .idx arrays sit at odd offsets
+    if int(sizes.min()) < 0:
+        raise DataError(f"{name}: sequence {lo + int(np.argmin(sizes))} has a negative length {int(sizes.min())}")
+    if int(where.min()) < 0 or int(np.bitwise_or.reduce(where)) & (itemsize - 1):
+        bad = lo + int(np.argmax((where < 0) | (where & (itemsize - 1) != 0)))
+        raise DataError(f"{name}: pointer {int(pointers[bad])} of sequence {bad} is not a {dtype.name} offset >= 0")
+    behind = bool(lo) and int(where[0]) < int(pointers[lo - 1])  # the block's first sequence, against the last one
+    if behind or (where.size > 1 and bool((where[1:] < where[:-1]).any())):
+        bad = lo + (0 if behind else int(np.argmax(where[1:] < where[:-1])) + 1)
+        raise DataError(f"{name}: pointers are not monotone (sequence {bad} starts before sequence {bad - 1})")
+    ends = where + sizes * itemsize
+    if int(ends.max()) > data.size:
+        bad = lo + int(np.argmax(ends > data.size))
+        raise DataError(
+            f"{name}: sequence {bad} ends at byte {int(ends[bad - lo])}, past the end of {data.name} "
+            f"({data.size} bytes): out of range"
+        )
+    if opens is None:  # every sequence is a document of its own
+        return
+    gap = where[1:] != ends[:-1]
+    gap &= ~opens[lo + 1 : hi]
+    bad = lo if lo and not opens[lo] and int(where[0]) != previous_end else lo + 1 + int(np.argmax(gap)) if gap.any() else -1
+    if bad >= 0:
+        raise DataError(
+            f"{name}: sequence {bad} does not start where sequence {bad - 1} of the same document ends; "
+            "a document's sequences must be contiguous in .bin"
+        )
 
 
 def _tokens(data: ByteSource, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
