@@ -119,3 +119,41 @@ def assert_same_epochs(source: object, reference: object, *, context_length: int
                     assert np.array_equal(getattr(a, name), getattr(b, name)), name
             count += 1
     return count
+
+
+class MemoryFile:
+    """A `streambatch.io.formats.ByteSource` over bytes in memory (a stand-in for an object in remote storage).
+
+    Records each ``read`` (offset, length), so a test can check that only headers are read as bytes.
+    """
+
+    def __init__(self, name: str, data: bytes) -> None:
+        self.name, self._data, self.reads = name, data, []  # type: list[tuple[int, int]]
+
+    @property
+    def size(self) -> int:
+        return len(self._data)
+
+    def read(self, offset: int, length: int) -> bytes:
+        self.reads.append((offset, length))
+        return self._data[offset : offset + length]
+
+    def array(self, dtype: np.dtype, offset: int, count: int) -> np.ndarray:
+        return np.frombuffer(self._data, dtype=dtype, count=count, offset=offset)
+
+    def identity(self) -> object:
+        return (self.name, len(self._data))
+
+
+def memory_opener(files: dict[str, bytes], opened: dict[str, MemoryFile]):
+    """An opener over *files* (path -> bytes) that keeps each `MemoryFile` it makes in *opened*."""
+
+    def opener(path: str, required: bool = True) -> MemoryFile | None:
+        if path not in files:
+            if required:
+                raise KeyError(path)
+            return None
+        opened[path] = MemoryFile(path, files[path])
+        return opened[path]
+
+    return opener

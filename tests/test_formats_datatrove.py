@@ -18,7 +18,7 @@ from streambatch.cli import main
 from streambatch.errors import DataError
 from streambatch.io.formats import IndexedStore, open_datatrove, write_format
 
-from .format_files import assert_same_epochs, datatrove_files, write_datatrove, write_jsonl
+from .format_files import MemoryFile, assert_same_epochs, datatrove_files, memory_opener, write_datatrove, write_jsonl
 
 
 def cli(*argv: str) -> tuple[int, str]:
@@ -173,3 +173,33 @@ def test_dtype_can_be_given(tmp_path: Path) -> None:
     assert open_datatrove(tmp_path / "a.ds").lengths.tolist() == [4]
     with pytest.raises(DataError, match=r"2 uint32 tokens, but .* ends at token 4"):
         open_datatrove(tmp_path / "a.ds", dtype="uint32")
+
+
+def test_readers_read_only_through_the_opener() -> None:
+    """Every byte comes through the opener's `ByteSource` as arrays (the three files' contents are never read whole)."""
+    tokens, index, loss = datatrove_files([[1, 2, 3], [4, 5]], 4, [[False, True, True], [True, True]])
+    assert loss is not None
+    opened: dict[str, MemoryFile] = {}
+    files = {"s3/a.ds": tokens, "s3/a.ds.index": index, "s3/a.ds.loss": loss}
+    store = open_datatrove("s3/a.ds", opener=memory_opener(files, opened))
+    assert [d.tokens.tolist() for d in store] == [[1, 2, 3], [4, 5]]
+    assert store.loss_mask is not None
+    assert store.loss_mask.tolist() == [False, True, True, True, True]
+    assert all(f.reads == [] for f in opened.values())
+
+
+@given(token_files())
+def test_written_bytes_equal_datatroves_for_any_documents(
+    tmp_path_factory: pytest.TempPathFactory, case: tuple[int, list[list[int]], list[list[bool]]]
+) -> None:
+    """For any documents and masks: ``TokenizedFile``'s bytes, 2-byte tokens when every id is below 65,536."""
+    _, documents, masks = case
+    top = max((t for d in documents for t in d), default=-1)
+    folder = tmp_path_factory.mktemp("write")
+    flat = np.array([m for mask in masks for m in mask], dtype=bool)
+    docs = [sb.Document(f"d{i}", "train", d) for i, d in enumerate(documents)]
+    write_format(folder / "c.ds", docs, "datatrove", loss_mask=flat)
+    tokens, index, loss = datatrove_files(documents, 2 if top < 65_536 else 4, masks)
+    assert (folder / "c.ds").read_bytes() == tokens
+    assert (folder / "c.ds.index").read_bytes() == index
+    assert (folder / "c.ds.loss").read_bytes() == loss

@@ -18,7 +18,15 @@ from streambatch.cli import main
 from streambatch.errors import DataError, StoreError
 from streambatch.io.formats import FormatWriter, megatron, open_megatron, write_format
 
-from .format_files import assert_same_epochs, builder_dtype, megatron_files, write_jsonl, write_megatron
+from .format_files import (
+    MemoryFile,
+    assert_same_epochs,
+    builder_dtype,
+    megatron_files,
+    memory_opener,
+    write_jsonl,
+    write_megatron,
+)
 
 INTEGER_DTYPES = ["uint8", "int8", "int16", "int32", "int64", "uint16"]
 
@@ -264,3 +272,29 @@ def test_bad_file_is_one_line_on_the_command_line(tmp_path: Path, capsys: pytest
     assert "c.idx" in err
     assert "not a Megatron index" in err
     assert "Traceback" not in err
+
+
+def test_readers_read_only_through_the_opener(tmp_path: Path) -> None:
+    """Every byte comes through the opener's `ByteSource`: only the 34-byte header as bytes, the rest as arrays."""
+    documents = [[[0, 10, 11], [12, 1]], [[0, 20, 21, 1]]]
+    data, idx = megatron_files(documents, "int32")
+    opened: dict[str, MemoryFile] = {}
+    store = open_megatron("remote/c", opener=memory_opener({"remote/c.bin": data, "remote/c.idx": idx}, opened))
+    assert [d.tokens.tolist() for d in store] == [[0, 10, 11, 12, 1], [0, 20, 21, 1]]
+    assert opened["remote/c.idx"].reads == [(0, 34)]
+    assert opened["remote/c.bin"].reads == []
+
+
+@given(st.lists(st.lists(st.integers(0, 70_000), max_size=10), max_size=8), st.one_of(st.none(), st.integers(1, 200_000)))
+def test_written_bytes_equal_the_builders_for_any_documents(
+    tmp_path_factory: pytest.TempPathFactory, documents: list[list[int]], vocab: int | None
+) -> None:
+    """For any documents and vocabulary: the builder's bytes (one sequence per document), read back as written."""
+    top = max((t for d in documents for t in d), default=-1)
+    vocab = None if vocab is None else max(vocab, top + 1)
+    folder = tmp_path_factory.mktemp("write")
+    docs = [sb.Document(f"d{i}", "train", d) for i, d in enumerate(documents)]
+    store = write_format(folder / "c", docs, "megatron", vocab_size=vocab)
+    expected = megatron_files([[d] for d in documents], builder_dtype(vocab if vocab is not None else top + 1))
+    assert ((folder / "c.bin").read_bytes(), (folder / "c.idx").read_bytes()) == expected
+    assert [d.tokens.tolist() for d in store] == documents

@@ -80,12 +80,15 @@ class FormatWriter:
         *,
         tokenizer: Any = None,
         vocab_size: int | None = None,
+        masked: bool = False,
     ) -> None:
         self.format = format
         self.paths = output_paths(path, format)
         self.tokenizer: dict[str, Any] | None = None
         self._lengths: list[npt.NDArray[np.int64]] = []
-        self._masks: list[npt.NDArray[np.bool_]] | None = None
+        if masked and format != "datatrove":
+            raise ConfigError(f"masked=True: {format} files hold no loss mask; write datatrove files to keep it")
+        self._masks: list[npt.NDArray[np.bool_]] | None = [] if masked else None  # .ds.loss is written when not None
         self._documents = self._tokens = 0
         self._max = -1
         self._vocab = vocab_size
@@ -175,14 +178,14 @@ class FormatWriter:
         self._max = max(self._max, top)
         self._lengths.append(sizes)
         if loss_mask is not None:
-            assert self._masks is not None
+            self._masks = self._masks if self._masks is not None else []
             self._masks.append(np.asarray(loss_mask, dtype=np.bool_))
         self._documents += sizes.size
         self._tokens += array.size
 
     def _check_mask(self, loss_mask: Any, count: int) -> None:
         if loss_mask is None:
-            if self._masks:
+            if self._masks is not None:
                 raise DataError("add_block: this block has no loss mask but earlier ones had; pass one for every block")
             return
         if self.format != "datatrove":
@@ -191,8 +194,6 @@ class FormatWriter:
             raise DataError("add_block: this block has a loss mask but earlier ones had none; pass one for every block")
         if np.shape(loss_mask) != (count,):
             raise DataError(f"add_block: loss_mask has shape {np.shape(loss_mask)}; pass one bool per token ({count})")
-        if self._masks is None:
-            self._masks = []
 
     def mark(self) -> tuple[int, int, int, int]:
         """A point to `rollback` to (e.g. the start of an input file)."""
@@ -204,8 +205,6 @@ class FormatWriter:
         del self._lengths[blocks:]
         if self._masks is not None:
             del self._masks[blocks:]
-            if not self._masks and not self._lengths:
-                self._masks = None
         with self._writing():
             if not self._fixed and self._dtype_for(self._max) != self._stage:
                 self._restage(self._dtype_for(self._max), self._tokens)
@@ -338,7 +337,10 @@ def write_format(
     (['corpus.ds', 'corpus.ds.index'], [4])
     """
     store = as_source(source)
-    with FormatWriter(path, format, tokenizer=store.tokenizer, vocab_size=vocab_size) as writer:
+    masked = loss_mask is not None
+    if masked and np.shape(loss_mask) != (store.flat_size,):
+        raise ConfigError(f"loss_mask has shape {np.shape(loss_mask)}; pass one bool per token of the source ({store.flat_size})")
+    with FormatWriter(path, format, tokenizer=store.tokenizer, vocab_size=vocab_size, masked=masked) as writer:
         shards = [store] if isinstance(store, DocumentStore) else list(store.shards)
         offset = 0
         for shard in shards:
