@@ -81,6 +81,18 @@ class NumberedIds(Sequence[str]):
         return (NumberedIds, (self._count, self._prefix))
 
 
+class _Derived:
+    """A field of an `IndexedStore` made at first access by its reader's function (an instance attribute from then on)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, store: IndexedStore | None, owner: type | None = None) -> Any:
+        if store is None:
+            return self
+        return store.derived(self.name)
+
+
 class IndexedStore(DocumentStore):
     """A `DocumentStore` whose ``tokens``, ``starts``, ``lengths`` and ``partition_codes`` are made at first access.
 
@@ -90,7 +102,13 @@ class IndexedStore(DocumentStore):
     files' per-token mask (datatrove's ``.ds.loss``) or None.
     """
 
-    # not a dataclass of its own: DocumentStore's fields are set by `lazy` or derived on first access
+    # not a dataclass of its own: DocumentStore's fields are set by `lazy`, or made on first access by these
+    # (non-data descriptors: the value made is stored on the instance, which is read from then on)
+    tokens = _Derived()
+    starts = _Derived()
+    lengths = _Derived()
+    partition_codes = _Derived()
+    _mask = _Derived()
 
     @classmethod
     def lazy(
@@ -104,7 +122,7 @@ class IndexedStore(DocumentStore):
         identity: Any,
         tokenizer: dict[str, Any] | None = None,
     ) -> IndexedStore:
-        """A store of *ids* whose other arrays each come from the function of *groups* that names them."""
+        """A store of *ids* whose other fields each come from the function of *groups* that names them."""
         store = object.__new__(cls)
         for field, value in (("ids", ids), ("fingerprint", None), ("tokenizer", tokenizer)):
             object.__setattr__(store, field, value)
@@ -114,22 +132,21 @@ class IndexedStore(DocumentStore):
             object.__setattr__(store, field, value)
         return store
 
-    def __getattr__(self, name: str) -> Any:  # only for attributes not set yet: the derived ones
-        derive: dict[str, Derive] | None = self.__dict__.get("_derive")
-        if derive is None or name not in derive:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        values = derive[name]()
+    def derived(self, name: str) -> Any:
+        """Field *name*, made now (with the others its reader's function makes) if it was not made yet."""
+        if name in self.__dict__:
+            return self.__dict__[name]
+        values = self.__dict__["_derive"][name]()
         for field, value in values.items():
             if isinstance(value, np.ndarray) and value.flags.writeable:
                 value.flags.writeable = False
-            object.__setattr__(self, field, value)
-            derive.pop(field, None)
+            self.__dict__[field] = value  # an instance attribute now: read before the class's descriptor
         return values[name]
 
     @property
     def loss_mask(self) -> npt.NDArray[np.bool_] | None:
         """One bool per token of ``tokens`` (True: the token trains as a target), or None when the files hold none."""
-        mask: npt.NDArray[np.bool_] | None = self.__dict__["_mask"] if "_mask" in self.__dict__ else self.__getattr__("_mask")
+        mask: npt.NDArray[np.bool_] | None = self._mask
         return mask
 
     @property
