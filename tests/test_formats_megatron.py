@@ -298,3 +298,17 @@ def test_written_bytes_equal_the_builders_for_any_documents(
     expected = megatron_files([[d] for d in documents], builder_dtype(vocab if vocab is not None else top + 1))
     assert ((folder / "c.bin").read_bytes(), (folder / "c.idx").read_bytes()) == expected
     assert [d.tokens.tolist() for d in store] == documents
+
+
+def test_a_folder_of_datasets_is_one_corpus(tmp_path: Path) -> None:
+    """A folder of Megatron datasets opens as one corpus, in name order, ids ``PREFIX:d``; a store folder stays a store."""
+    write_megatron(tmp_path / "b", [[[5, 6, 7]]], "uint16")
+    write_megatron(tmp_path / "a", [[[1, 2]], [[3], [4, 9]]], "int32")
+    source = sb.open_source(tmp_path)
+    assert source.kind == "megatron"
+    assert source.store.ids == ("a:0", "a:1", "b:0")
+    assert [d.tokens.tolist() for d in source.store] == [[1, 2], [3, 4, 9], [5, 6, 7]]
+    reference = write_jsonl(tmp_path / "docs.txt", [[1, 2], [3, 4, 9], [5, 6, 7]], ["a:0", "a:1", "b:0"])
+    assert_same_epochs(source.store, sb.open_source(reference).store, context_length=1, batch_size=2, seed=3)
+    sb.write_store(tmp_path / "store", [sb.Document("x", "train", [1, 2])])
+    assert sb.open_source(tmp_path / "store").kind == "store"

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import os
 
-from ..io.formats import is_datatrove, is_megatron, open_datatrove, open_datatrove_folder, open_megatron
+from ..io.formats import (
+    is_datatrove,
+    is_megatron,
+    open_datatrove,
+    open_datatrove_folder,
+    open_megatron,
+    open_megatron_folder,
+)
 from ..io.manifest import open_corpus
 from ..io.mixture_file import MixtureSource, is_mixture_file, open_mixture
 from ..io.store import open_store
@@ -27,7 +34,7 @@ def open_source(
     `MixtureSource`: every source opened, to blend once a context length and a seed are given.
 
     Megatron-LM's datasets (a prefix, or its ``.bin`` or ``.idx`` path) and datatrove's
-    tokenized files (a ``.ds`` file, or a folder of them read as one corpus) are
+    tokenized files (a ``.ds`` file; a folder of either is read as one corpus) are
     memory-mapped too (`streambatch.io.formats`); their arrays are checked at first use.
 
     A JSONL line may hold at most *max_line_bytes* (`streambatch.read.jsonl.iter_jsonl`).
@@ -40,11 +47,11 @@ def open_source(
     ('jsonl', ('a',))
     """
     name = os.fspath(path)
-    if is_megatron(name):  # Megatron-LM's .bin + .idx
-        return Source(name, "megatron", open_megatron(name))
-    if is_datatrove(name):  # datatrove's .ds + .ds.index (+ .ds.loss)
+    if is_datatrove(name):  # datatrove's .ds + .ds.index (+ .ds.loss), or a folder of them
         opened = open_datatrove_folder(name) if os.path.isdir(name) else open_datatrove(name)
         return Source(name, "datatrove", opened)
+    if is_megatron(name):  # Megatron-LM's .bin + .idx, or a folder of them
+        return Source(name, "megatron", open_megatron_folder(name) if os.path.isdir(name) else open_megatron(name))
     if os.path.isdir(name):  # a store prepared by `streambatch prepare`
         return Source(name, "store", open_store(name, verify=verify), verified=verify)
     if is_mixture_file(name):  # sources and their weights: a blend

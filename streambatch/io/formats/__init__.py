@@ -10,7 +10,7 @@ from __future__ import annotations
 from .byte_source import ByteSource, LocalFile, Opener, local_file
 from .datatrove import is_datatrove, open_datatrove, open_datatrove_folder
 from .indexed_store import IndexedStore, NumberedIds
-from .megatron import is_megatron, open_megatron
+from .megatron import is_megatron, open_megatron, open_megatron_folder
 from .writer import FORMATS, FormatWriter, output_paths, write_format
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "open_datatrove",
     "open_datatrove_folder",
     "open_megatron",
+    "open_megatron_folder",
     "output_paths",
     "write_format",
 ]

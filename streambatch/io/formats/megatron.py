@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ...errors import DataError
+from ...errors import ConfigError, DataError
+from ...model.corpus import Corpus
 from .byte_source import ByteSource, Opener, local_file, open_required
 from .indexed_store import IndexedStore, NumberedIds
 
@@ -71,11 +72,31 @@ def megatron_paths(path: str | os.PathLike[str]) -> tuple[str, str]:
 
 
 def is_megatron(path: str | os.PathLike[str]) -> bool:
-    """Whether *path* names a Megatron dataset: a prefix, ``.bin`` or ``.idx`` whose ``PREFIX.idx`` exists."""
+    """Whether *path* names a Megatron dataset (a prefix, ``.bin`` or ``.idx`` whose ``PREFIX.idx`` exists) or a folder of them."""
     name = os.fspath(path)
     if name.endswith(".idx"):
         return True
-    return os.path.isfile(megatron_paths(name)[1]) and not os.path.isdir(name)
+    if os.path.isdir(name):
+        return not os.path.exists(os.path.join(name, "header.json")) and bool(megatron_prefixes(name))
+    return os.path.isfile(megatron_paths(name)[1])
+
+
+def megatron_prefixes(folder: str | os.PathLike[str]) -> list[str]:
+    """The prefixes of the ``.idx`` files of *folder*, sorted by name."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".idx") and os.path.isfile(os.path.join(folder, n)))
+    except OSError:
+        return []
+    return [os.path.join(os.fspath(folder), n[:-4]) for n in names]
+
+
+def open_megatron_folder(folder: str | os.PathLike[str], *, opener: Opener = local_file) -> Corpus:
+    """Every Megatron dataset of *folder* (its ``.idx`` files, in name order) as one `Corpus` (ids ``"PREFIX:d"``)."""
+    prefixes = megatron_prefixes(folder)
+    if not prefixes:
+        raise ConfigError(f"{os.fspath(folder)}: holds no .idx files; pass a folder of Megatron datasets")
+    shards = [open_megatron(p, opener=opener, id_prefix=os.path.basename(p) + ":") for p in prefixes]
+    return Corpus(shards, paths=[p + ".idx" for p in prefixes])
 
 
 def index_header(dtype: np.dtype[Any], sequences: int, documents: int) -> bytes:
@@ -83,11 +104,11 @@ def index_header(dtype: np.dtype[Any], sequences: int, documents: int) -> bytes:
     return HEADER.pack(MAGIC, VERSION, CODES[dtype.name], sequences, documents + 1)
 
 
-def open_megatron(path: str | os.PathLike[str], *, opener: Opener = local_file) -> IndexedStore:
+def open_megatron(path: str | os.PathLike[str], *, opener: Opener = local_file, id_prefix: str = "") -> IndexedStore:
     """Open a Megatron dataset (a prefix, or its ``.bin`` or ``.idx`` path) as a memory-mapped `DocumentStore`.
 
     *opener* turns each file's path into a `ByteSource` (local files by default;
-    the seam for object storage).  The header and sizes are checked here; the
+    the seam for object storage); *id_prefix* goes before each document number in its id.  The header and sizes are checked here; the
     sequence arrays when the documents are first used.
     """
     bin_path, idx_path = megatron_paths(path)
@@ -107,15 +128,15 @@ def open_megatron(path: str | os.PathLike[str], *, opener: Opener = local_file) 
     return IndexedStore.lazy(
         kind="megatron",
         name=idx.name,
-        ids=NumberedIds(documents),
+        ids=NumberedIds(documents, id_prefix),
         groups={("starts", "lengths", "partition_codes", "_mask"): index, ("tokens",): tokens},
-        reopen=(_reopen, (os.fspath(path), opener)),
+        reopen=(_reopen, (os.fspath(path), opener, id_prefix)),
         identity=(idx.identity(), data.identity()),
     )
 
 
-def _reopen(path: str, opener: Opener) -> IndexedStore:
-    return open_megatron(path, opener=opener)
+def _reopen(path: str, opener: Opener, id_prefix: str) -> IndexedStore:
+    return open_megatron(path, opener=opener, id_prefix=id_prefix)
 
 
 def _read_header(idx: ByteSource) -> tuple[np.dtype[Any], int, int]:
