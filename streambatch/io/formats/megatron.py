@@ -72,7 +72,7 @@ def megatron_paths(path: str | os.PathLike[str]) -> tuple[str, str]:
 
 
 def is_megatron(path: str | os.PathLike[str]) -> bool:
-    """Whether *path* names a Megatron dataset (a prefix, ``.bin`` or ``.idx`` whose ``PREFIX.idx`` exists) or a folder of them."""
+    """Whether *path* names a Megatron dataset (a prefix, or a ``.bin``/``.idx``, with a ``PREFIX.idx``) or a folder of them."""
     name = os.fspath(path)
     if name.endswith(".idx"):
         return True
@@ -108,8 +108,9 @@ def open_megatron(path: str | os.PathLike[str], *, opener: Opener = local_file, 
     """Open a Megatron dataset (a prefix, or its ``.bin`` or ``.idx`` path) as a memory-mapped `DocumentStore`.
 
     *opener* turns each file's path into a `ByteSource` (local files by default;
-    the seam for object storage); *id_prefix* goes before each document number in its id.  The header and sizes are checked here; the
-    sequence arrays when the documents are first used.
+    the seam for object storage); *id_prefix* goes before each document number
+    in its id.  The header and sizes are checked here; the sequence arrays when
+    the documents are first used.
     """
     bin_path, idx_path = megatron_paths(path)
     idx, data = open_required(opener, idx_path), open_required(opener, bin_path)
