@@ -37,6 +37,18 @@ def format_of(name: str) -> str:
     return "text"
 
 
+SKIPPED_FOLDERS = frozenset({"__pycache__"})
+"""Folders a walk never enters (besides hidden ones): caches of compiled files, never text to train on."""
+SNIFF_BYTES = 8192
+"""Bytes read from a text file found in a folder to tell text from binary (a NUL byte: binary)."""
+
+
+class Selected(list["InputFile"]):
+    """The selected input files, in order, with ``left_out``: binary files a folder walk passed over (their paths)."""
+
+    left_out: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class InputFile:
     """One selected input: its *path*, its document id *name*, the *relative* path globs match, its *kind*."""
@@ -71,7 +83,7 @@ def select_inputs(
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     shard: str | tuple[int, int] | None = None,
-) -> list[InputFile]:
+) -> Selected:
     """The input files, in order: inputs as given, each folder's files sorted by relative path (hidden
     entries skipped; a folder saved by ``datasets`` is one input; ``X.offsets.npy`` goes with ``X.npy``).
 
@@ -82,17 +94,21 @@ def select_inputs(
     left: contiguous runs, so the shards in order are the whole.  A file's
     ``name`` (its documents' id) is its path relative to its input folder,
     prefixed with the folder's name when several inputs are given; a file given
-    directly keeps the path as given.
+    directly keeps the path as given.  A folder walk skips hidden entries and
+    ``__pycache__`` folders, and leaves out text-kind files holding binary data
+    (a NUL byte near the start: compiled files, images, archives), listing them
+    in the result's ``left_out``; a binary file named directly is still refused by its reader.
     """
     if isinstance(inputs, (str, os.PathLike)):
         raise ConfigError(f"inputs={short_path(inputs)!r} is one path; pass a list of files and folders")
     several = len(inputs) > 1
     files: list[InputFile] = []
+    left_out: list[str] = []
     for raw in inputs:
         path = Path(raw)
         if path.is_dir():
             prefix = f"{path.name or path.resolve().name}/" if several else ""
-            files.extend(sorted(_walk(path, prefix, os.fspath(raw)), key=lambda f: f.relative))
+            files.extend(sorted(_walk(path, prefix, os.fspath(raw), left_out), key=lambda f: f.relative))
         elif path.is_file():
             files.append(InputFile(path, os.fspath(raw), path.name, format_of(path.name)))
         elif path.exists():  # a FIFO, device or socket: never read (it could block or never end)
@@ -106,13 +122,25 @@ def select_inputs(
         and not any(fnmatch.fnmatchcase(f.relative, g) for g in exclude)
     ]
     part = parse_shard(shard)
-    if part is None:
-        return kept
-    index, count = part
-    return kept[index * len(kept) // count : (index + 1) * len(kept) // count]
+    if part is not None:
+        index, count = part
+        kept = kept[index * len(kept) // count : (index + 1) * len(kept) // count]
+    selected = Selected(kept)
+    selected.left_out = tuple(left_out)
+    return selected
 
 
-def _walk(folder: Path, prefix: str, given: str) -> Iterator[InputFile]:
+def is_binary(path: Path) -> bool:
+    """Whether a file holds binary data: a NUL byte in its first `SNIFF_BYTES` (unreadable files are left to the reader)."""
+    try:
+        with path.open("rb") as handle:
+            return b"\0" in handle.read(SNIFF_BYTES)
+    except OSError:
+        return False
+
+
+def _walk(folder: Path, prefix: str, given: str, left_out: list[str]) -> Iterator[InputFile]:
+    """The files under *folder*, hidden entries and `SKIPPED_FOLDERS` skipped; binary text-kind files go to *left_out*."""
     if is_dataset_folder(folder):
         yield InputFile(folder, prefix.rstrip("/") or given, folder.name, "dataset")
         return
@@ -122,7 +150,9 @@ def _walk(folder: Path, prefix: str, given: str) -> Iterator[InputFile]:
             if not d.startswith(".") and is_dataset_folder(here / d):
                 relative = (here / d).relative_to(folder).as_posix()
                 yield InputFile(here / d, prefix + relative, relative, "dataset")
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not is_dataset_folder(here / d))
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith(".") and d not in SKIPPED_FOLDERS and not is_dataset_folder(here / d)
+        )
         present = set(names)
         for name in sorted(names):
             if name.startswith("."):
@@ -131,4 +161,8 @@ def _walk(folder: Path, prefix: str, given: str) -> Iterator[InputFile]:
             if kind == "offsets" and name[: -len(".offsets.npy")] + ".npy" in present:
                 continue  # read with its token file
             relative = (here / name).relative_to(folder).as_posix()
+            plain = _inputs.base_name(name) == name.lower()  # compressed text is read through its decompressor
+            if kind == "text" and plain and is_binary(here / name):  # a compiled file, an image, an archive
+                left_out.append(os.fspath(here / name))
+                continue
             yield InputFile(here / name, prefix + relative, relative, kind)
