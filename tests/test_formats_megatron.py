@@ -312,3 +312,11 @@ def test_a_folder_of_datasets_is_one_corpus(tmp_path: Path) -> None:
     assert_same_epochs(source.store, sb.open_source(reference).store, context_length=1, batch_size=2, seed=3)
     sb.write_store(tmp_path / "store", [sb.Document("x", "train", [1, 2])])
     assert sb.open_source(tmp_path / "store").kind == "store"
+
+
+def test_ids_beyond_int32_are_refused(tmp_path: Path) -> None:
+    """Megatron's widest token dtype here is int32: an id >= 2**31 is refused by document, nothing is written."""
+    docs = [sb.Document("a", "train", [1, 2]), sb.Document("b", "train", [3, 2**31])]
+    with pytest.raises(DataError, match=r"document id='b'.*token id 2147483648 does not fit megatron"):
+        write_format(tmp_path / "c", docs, "megatron")
+    assert os.listdir(tmp_path) == []

@@ -44,6 +44,7 @@ from .megatron import index_header, megatron_paths, open_megatron, optimal_dtype
 FORMATS = ("megatron", "datatrove")
 _BLOCK = 1 << 22  # entries per write: bounded temporaries
 _INT32_MAX = (1 << 31) - 1
+_LIMITS = {"megatron": _INT32_MAX, "datatrove": (1 << 32) - 1}  # the largest id of int32 and uint32 tokens
 
 
 def output_paths(path: str | os.PathLike[str], format: str) -> tuple[str, ...]:  # noqa: A002 - the CLI's --format
@@ -150,7 +151,8 @@ class FormatWriter:
         """
         names = list(ids)
         sizes = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths), dtype=np.int64)
-        array = tokens if isinstance(tokens, np.ndarray) and tokens.dtype.kind == "u" else check_tokens(tokens, "add_block")
+        small = isinstance(tokens, np.ndarray) and tokens.ndim == 1 and tokens.dtype.kind == "u" and tokens.dtype.itemsize <= 4
+        array = tokens if small else check_tokens(tokens, "add_block")  # uint8/16/32 arrays are valid as they are
         if sizes.ndim != 1 or sizes.size != len(names) or (sizes.size and int(sizes.min()) < 0) or int(sizes.sum()) != array.size:
             raise DataError("add_block: lengths, ids and tokens disagree; pass one length >= 0 and one id per document")
         labels = [
@@ -169,6 +171,12 @@ class FormatWriter:
         if self.tokenizer is not None and isinstance(self.tokenizer.get("vocab_size"), int):
             check_vocabulary(array, sizes, labels, self.tokenizer["vocab_size"], str(self.tokenizer.get("name")))
         top = int(array.max()) if array.size else -1
+        if top > _LIMITS[self.format]:
+            at = int(np.argmax(array > _LIMITS[self.format]))
+            document = int(np.searchsorted(np.cumsum(sizes), at, side="right"))
+            raise DataError(
+                f"{labels[document]}: token id {top} does not fit {self.format}'s widest dtype (ids <= {_LIMITS[self.format]})"
+            )
         if self._fixed and top > np.iinfo(self._stage).max:
             raise DataError(f"add_block: token id {top} does not fit {self._stage.name} (vocab_size={self._vocab})")
         with self._writing():
