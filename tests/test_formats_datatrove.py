@@ -203,3 +203,15 @@ def test_written_bytes_equal_datatroves_for_any_documents(
     assert (folder / "c.ds").read_bytes() == tokens
     assert (folder / "c.ds.index").read_bytes() == index
     assert (folder / "c.ds.loss").read_bytes() == loss
+
+
+def test_prepare_reads_ds_files_with_their_index(tmp_path: Path) -> None:
+    """``prepare`` of a folder reads each ``.ds`` by its ``.ds.index`` (the index and loss files are not inputs)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    write_datatrove(data / "a.ds", [[1, 2], [3]], 2, [[True, True], [False]])
+    (data / "notes.txt").write_text("hi")
+    store = sb.prepare_store([data], tmp_path / "store", quiet=True, eos_id=None, bos_id=None)
+    assert [(d.id, d.tokens.tolist()) for d in store] == [("a.ds:0", [1, 2]), ("a.ds:1", [3]), ("notes.txt", [104, 105])]
+    with pytest.raises(DataError, match=r"a\.ds\.index: part of datatrove's files; pass the \.ds file"):
+        sb.prepare_store([data / "a.ds.index"], tmp_path / "other", quiet=True)

@@ -320,3 +320,21 @@ def test_ids_beyond_int32_are_refused(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"document id='b'.*token id 2147483648 does not fit megatron"):
         write_format(tmp_path / "c", docs, "megatron")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("given_as", ["idx", "bin", "folder"])
+def test_prepare_reads_a_dataset_through_its_index(tmp_path: Path, given_as: str) -> None:
+    """``prepare`` reads a Megatron dataset by its index (never its .bin as separator-split tokens), ids ``NAME:d``."""
+    data = tmp_path / "data"
+    data.mkdir()
+    write_megatron(data / "c", [[[0, 10, 11], [12, 1]], [[0, 20, 21, 1]], []], "int32")
+    given = {"idx": data / "c.idx", "bin": data / "c.bin", "folder": data}[given_as]
+    store = sb.prepare_store([given], tmp_path / "store", quiet=True)
+    name = "c.idx" if given_as == "folder" else str(given)  # a file given directly: its path as given
+    assert [(d.id, d.tokens.tolist()) for d in store] == [
+        (f"{name}:0", [0, 10, 11, 12, 1]),
+        (f"{name}:1", [0, 20, 21, 1]),
+        (f"{name}:2", []),
+    ]
+    again = sb.prepare_store([given], tmp_path / "again", format="datatrove", quiet=True)
+    assert [d.tokens.tolist() for d in again] == [[0, 10, 11, 12, 1], [0, 20, 21, 1], []]

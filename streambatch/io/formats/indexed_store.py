@@ -172,3 +172,25 @@ def _reopened(function: Callable[..., IndexedStore], args: tuple[Any, ...], iden
             "a DataLoader worker, must map the same files); open them again"
         )
     return store
+
+
+def document_tokens(store: DocumentStore, lo: int, hi: int) -> tuple[npt.NDArray[Any], list[tuple[int, int]]]:
+    """The tokens of documents *lo*..*hi* of *store*, flat, and the spans of ``store.tokens`` they came from.
+
+    One slice when the documents are contiguous (a file's own order), else their pieces joined.
+
+    >>> store = DocumentStore.from_arrays([1, 2, 3, 4, 5], [0, 2, 3, 5])
+    >>> tokens, spans = document_tokens(store, 1, 3)
+    >>> tokens.tolist(), spans
+    ([3, 4, 5], [(2, 5)])
+    """
+    starts, lengths = store.starts[lo:hi], store.lengths[lo:hi]
+    if not starts.size:
+        return np.zeros(0, store.tokens.dtype), []
+    ends = starts + lengths
+    if np.array_equal(starts[1:], ends[:-1]):
+        spans = [(int(starts[0]), int(ends[-1]))]
+    else:
+        spans = list(zip(starts.tolist(), ends.tolist(), strict=True))
+    pieces = [store.tokens[a:b] for a, b in spans]
+    return (np.asarray(pieces[0]) if len(pieces) == 1 else np.concatenate(pieces)), spans

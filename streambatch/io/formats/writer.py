@@ -38,7 +38,7 @@ from ...model.validate import check_tokens, check_vocabulary
 from ..atomic import create_temporary_file, fsync_path, partial_prefix, remove_stale_temporaries
 from ..files import short_path
 from .datatrove import INDEX, LOSS, SUFFIX, open_datatrove
-from .indexed_store import IndexedStore
+from .indexed_store import IndexedStore, document_tokens
 from .megatron import index_header, megatron_paths, open_megatron, optimal_dtype
 
 FORMATS = ("megatron", "datatrove")
@@ -361,17 +361,9 @@ def write_format(
 
 
 def _gathered(store: DocumentStore, lo: int, hi: int, loss_mask: Any, offset: int) -> tuple[npt.NDArray[Any], Any]:
-    """Documents *lo*..*hi* of *store*: one slice when they are contiguous, else their pieces joined."""
-    starts, lengths = store.starts[lo:hi], store.lengths[lo:hi]
-    if not starts.size:
-        return np.zeros(0, store.tokens.dtype), None if loss_mask is None else np.zeros(0, np.bool_)
-    ends = starts + lengths
-    if np.array_equal(starts[1:], ends[:-1]):
-        spans = [(int(starts[0]), int(ends[-1]))]
-    else:
-        spans = list(zip(starts.tolist(), ends.tolist(), strict=True))
-    tokens = np.concatenate([store.tokens[a:b] for a, b in spans])
+    """Documents *lo*..*hi* of *store* as flat tokens, and their part of *loss_mask* (flat over the source)."""
+    tokens, spans = document_tokens(store, lo, hi)
     if loss_mask is None:
         return tokens, None
     flat = np.asarray(loss_mask, dtype=np.bool_)
-    return tokens, np.concatenate([flat[offset + a : offset + b] for a, b in spans])
+    return tokens, np.concatenate([flat[offset + a : offset + b] for a, b in spans]) if spans else np.zeros(0, np.bool_)
