@@ -72,7 +72,11 @@ def _run(args: argparse.Namespace) -> DocumentStore:
 def register(commands: Any) -> None:
     """Add ``prepare`` to *commands* (an argparse subparsers object)."""
     p = commands.add_parser("prepare", help="build a memory-mappable token store from text, JSONL, Parquet, .npy, .bin, datasets")
-    p.add_argument("inputs", nargs="+", help="files or folders: text, .jsonl/.ndjson (+.gz/.zst), .parquet, .arrow, .npy, .bin")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        help="files or folders: text, .jsonl/.ndjson (+.gz/.zst), .parquet, .arrow, .npy, .bin, Megatron .idx, datatrove .ds",
+    )
     p.add_argument(
         "-o", "--output", required=True, help="store directory to create (replaced atomically); with --format, a prefix"
     )
