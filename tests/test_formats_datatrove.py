@@ -215,3 +215,26 @@ def test_prepare_reads_ds_files_with_their_index(tmp_path: Path) -> None:
     assert [(d.id, d.tokens.tolist()) for d in store] == [("a.ds:0", [1, 2]), ("a.ds:1", [3]), ("notes.txt", [104, 105])]
     with pytest.raises(DataError, match=r"a\.ds\.index: part of datatrove's files; pass the \.ds file"):
         sb.prepare_store([data / "a.ds.index"], tmp_path / "other", quiet=True)
+
+
+@given(st.data())
+def test_any_damage_is_a_data_error_or_reads(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+    """Bytes of any of the three files overwritten or cut anywhere: the files read, or a `DataError` says why."""
+    folder = tmp_path_factory.mktemp("damage")
+    path = write_datatrove(
+        folder / "c.ds", [[1, 2, 3], [4], [5, 6]], data.draw(st.sampled_from([2, 4])), [[True] * 3, [True], [False, True]]
+    )
+    target = Path(str(path) + data.draw(st.sampled_from(["", ".index", ".loss"])))
+    raw = bytearray(target.read_bytes())
+    if data.draw(st.booleans()):
+        raw = raw[: data.draw(st.integers(0, len(raw)))]
+    for _ in range(data.draw(st.integers(1, 4))):
+        if raw:
+            raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    target.write_bytes(bytes(raw))
+    try:
+        store = open_datatrove(path)
+        assert [len(d) for d in store] == store.lengths.tolist()
+        assert store.loss_mask is None or store.loss_mask.size == store.tokens.size
+    except DataError:
+        pass

@@ -338,3 +338,36 @@ def test_prepare_reads_a_dataset_through_its_index(tmp_path: Path, given_as: str
     ]
     again = sb.prepare_store([given], tmp_path / "again", format="datatrove", quiet=True)
     assert [d.tokens.tolist() for d in again] == [[0, 10, 11, 12, 1], [0, 20, 21, 1], []]
+
+
+@given(st.data())
+def test_any_damage_is_a_data_error_or_reads(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+    """Bytes of the .idx or .bin overwritten or cut anywhere: the files read, or a `DataError` says why; nothing else."""
+    folder = tmp_path_factory.mktemp("damage")
+    prefix = write_megatron(folder / "c", GOOD, data.draw(st.sampled_from(["int32", "uint16", "int8"])))
+    target = prefix.with_name(prefix.name + data.draw(st.sampled_from([".idx", ".bin"])))
+    raw = bytearray(target.read_bytes())
+    if data.draw(st.booleans()):
+        raw = raw[: data.draw(st.integers(0, len(raw)))]
+    for _ in range(data.draw(st.integers(1, 4))):
+        if raw:
+            raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    target.write_bytes(bytes(raw))
+    try:
+        store = sb.open_source(prefix).store
+        assert [len(d) for d in store] == store.lengths.tolist()
+    except DataError:
+        pass
+
+
+def test_a_killed_writers_temporaries_are_removed(tmp_path: Path) -> None:
+    """The temporaries a killed writer left (its pid no longer runs) are removed by the next write of the same files."""
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead = int(child.stdout)
+    for name in ("c.bin", "c.idx"):
+        (tmp_path / f".{name}.partial-{dead}-0123abcd").write_bytes(b"half")
+    write_format(tmp_path / "c", [sb.Document("a", "train", [1, 2])], "megatron")
+    assert sorted(os.listdir(tmp_path)) == ["c.bin", "c.idx"]
