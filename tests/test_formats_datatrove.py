@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import struct
@@ -238,3 +239,25 @@ def test_any_damage_is_a_data_error_or_reads(tmp_path_factory: pytest.TempPathFa
         assert store.loss_mask is None or store.loss_mask.size == store.tokens.size
     except DataError:
         pass
+
+
+def test_a_mixture_file_names_megatron_and_datatrove_sources(tmp_path: Path) -> None:
+    """``mixture.json`` sources may be Megatron or datatrove files: the blend equals the same blend of stores."""
+    from .format_files import write_megatron
+
+    web = [[1, 2, 3, 4], [5, 6, 7]]
+    code = [[8, 9, 10], [11, 12, 13, 14, 15]]
+    write_datatrove(tmp_path / "web.ds", web)
+    write_megatron(tmp_path / "code", [[d] for d in code], "uint16")
+    sb.write_store(tmp_path / "web", [sb.Document(str(i), "train", d) for i, d in enumerate(web)])
+    sb.write_store(tmp_path / "code_store", [sb.Document(str(i), "train", d) for i, d in enumerate(code)])
+    for name, paths in (("files.json", ("web.ds", "code.idx")), ("stores.json", ("web", "code_store"))):
+        sources = [{"name": "web", "path": paths[0], "weight": 0.6}, {"name": "code", "path": paths[1], "weight": 0.4}]
+        (tmp_path / name).write_text(json.dumps({"sources": sources}))
+    files = sb.Epoch(sb.open_source(tmp_path / "files.json"), context_length=2, batch_size=3, seed=5)
+    stores = sb.Epoch(sb.open_source(tmp_path / "stores.json"), context_length=2, batch_size=3, seed=5)
+    batches = list(zip(files, stores, strict=True))
+    assert batches
+    for a, b in batches:
+        assert a.inputs.tolist() == b.inputs.tolist()
+        assert a.targets.tolist() == b.targets.tolist()

@@ -8,14 +8,7 @@ from __future__ import annotations
 
 import os
 
-from ..io.formats import (
-    is_datatrove,
-    is_megatron,
-    open_datatrove,
-    open_datatrove_folder,
-    open_megatron,
-    open_megatron_folder,
-)
+from ..io.formats import open_format
 from ..io.manifest import open_corpus
 from ..io.mixture_file import MixtureSource, is_mixture_file, open_mixture
 from ..io.store import open_store
@@ -47,11 +40,9 @@ def open_source(
     ('jsonl', ('a',))
     """
     name = os.fspath(path)
-    if is_datatrove(name):  # datatrove's .ds + .ds.index (+ .ds.loss), or a folder of them
-        opened = open_datatrove_folder(name) if os.path.isdir(name) else open_datatrove(name)
-        return Source(name, "datatrove", opened)
-    if is_megatron(name):  # Megatron-LM's .bin + .idx, or a folder of them
-        return Source(name, "megatron", open_megatron_folder(name) if os.path.isdir(name) else open_megatron(name))
+    other = open_format(name)  # Megatron-LM's .bin + .idx, datatrove's .ds, or a folder of either
+    if other is not None:
+        return Source(name, other[0], other[1])
     if os.path.isdir(name):  # a store prepared by `streambatch prepare`
         return Source(name, "store", open_store(name, verify=verify), verified=verify)
     if is_mixture_file(name):  # sources and their weights: a blend
