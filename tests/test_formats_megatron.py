@@ -371,3 +371,14 @@ def test_a_killed_writers_temporaries_are_removed(tmp_path: Path) -> None:
         (tmp_path / f".{name}.partial-{dead}-0123abcd").write_bytes(b"half")
     write_format(tmp_path / "c", [sb.Document("a", "train", [1, 2])], "megatron")
     assert sorted(os.listdir(tmp_path)) == ["c.bin", "c.idx"]
+
+
+def test_skip_bad_leaves_a_bad_file_out_of_the_files(tmp_path: Path) -> None:
+    """``--skip-bad`` with ``--format``: a bad file's documents (even those before its bad line) leave no trace."""
+    write_jsonl(tmp_path / "a.jsonl", [[1, 2, 3]])
+    (tmp_path / "b.jsonl").write_text('{"tokens": [70000, 1]}\n{"tokens": [1, -2]}\n')
+    write_jsonl(tmp_path / "c.jsonl", [[4, 5]])
+    inputs = [tmp_path / n for n in ("a.jsonl", "b.jsonl", "c.jsonl")]
+    sb.prepare_store(inputs, tmp_path / "out", format="megatron", skip_bad=True, quiet=True)
+    expected = megatron_files([[[1, 2, 3]], [[4, 5]]], "uint16")  # and b's id 70000 does not widen the dtype
+    assert ((tmp_path / "out.bin").read_bytes(), (tmp_path / "out.idx").read_bytes()) == expected
