@@ -261,3 +261,10 @@ def test_a_mixture_file_names_megatron_and_datatrove_sources(tmp_path: Path) -> 
     for a, b in batches:
         assert a.inputs.tolist() == b.inputs.tolist()
         assert a.targets.tolist() == b.targets.tolist()
+
+
+@pytest.mark.parametrize("suffix", ["", ".index", ".loss"])
+def test_any_of_the_three_files_opens_them(tmp_path: Path, suffix: str) -> None:
+    """``open_source`` takes the ``.ds`` file or either of its companions."""
+    path = write_datatrove(tmp_path / "c.ds", [[1, 2], [3]], 2, [[True, False], [True]])
+    assert [d.tokens.tolist() for d in sb.open_source(f"{path}{suffix}").store] == [[1, 2], [3]]

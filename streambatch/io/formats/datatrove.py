@@ -35,9 +35,9 @@ _BLOCK = 1 << 24
 
 
 def is_datatrove(path: str | os.PathLike[str]) -> bool:
-    """Whether *path* names a datatrove file (``.ds``, or its ``.ds.index``) or a folder holding ``.ds`` files."""
+    """Whether *path* names a datatrove file (``.ds``, its ``.ds.index`` or ``.ds.loss``) or a folder holding ``.ds`` files."""
     name = os.fspath(path)
-    if name.endswith((SUFFIX, SUFFIX + INDEX)):
+    if name.endswith((SUFFIX, SUFFIX + INDEX, SUFFIX + LOSS)):
         return True
     return os.path.isdir(name) and not os.path.exists(os.path.join(name, "header.json")) and bool(datatrove_files(name))
 
@@ -60,8 +60,9 @@ def open_datatrove(
     *id_prefix* goes before each document number in its id.
     """
     name = os.fspath(path)
-    if name.endswith(SUFFIX + INDEX):
-        name = name[: -len(INDEX)]
+    for part in (INDEX, LOSS):  # one of its other files names the .ds
+        if name.endswith(SUFFIX + part):
+            name = name[: -len(part)]
     data, index = open_required(opener, name), open_required(opener, name + INDEX)
     loss = opener(name + LOSS, False)
     if index.size % 8:
