@@ -382,3 +382,11 @@ def test_skip_bad_leaves_a_bad_file_out_of_the_files(tmp_path: Path) -> None:
     sb.prepare_store(inputs, tmp_path / "out", format="megatron", skip_bad=True, quiet=True)
     expected = megatron_files([[[1, 2, 3]], [[4, 5]]], "uint16")  # and b's id 70000 does not widen the dtype
     assert ((tmp_path / "out.bin").read_bytes(), (tmp_path / "out.idx").read_bytes()) == expected
+
+
+def test_content_fingerprint_equals_the_same_documents_in_memory(tmp_path: Path) -> None:
+    """The same documents (ids "0", "1", ...) have one content fingerprint, so plan files are shared with JSONL."""
+    documents = [[0, 10, 11, 12, 1], [0, 20, 21, 1], [70_000, 3]]
+    prefix = write_megatron(tmp_path / "c", [[d[:2], d[2:]] for d in documents], "int32")
+    reference = sb.open_source(write_jsonl(tmp_path / "c.jsonl", documents)).store
+    assert sb.open_source(prefix).store.content_fingerprint() == reference.content_fingerprint()
