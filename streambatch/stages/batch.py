@@ -43,7 +43,7 @@ class MiniBatch:
     of a lone `Epoch` has ``epoch`` 0.
     """
 
-    __slots__ = ("_located", "epoch", "index", "inputs", "positions", "space", "targets")
+    __slots__ = ("_global_count", "_located", "epoch", "index", "inputs", "positions", "space", "targets")
 
     def __init__(
         self,
@@ -61,10 +61,13 @@ class MiniBatch:
         self.positions = positions
         self.space = space  # the store and window numbering the rows come from
         self._located: tuple[IntArray, IntArray] | None = None
+        self._global_count: int | None = None  # a rank's share: the whole batch's count (see global_token_count)
 
     def in_epoch(self, epoch: int) -> MiniBatch:
         """This batch placed in epoch *epoch* of a run: a new `MiniBatch` sharing the same arrays."""
-        return MiniBatch(self.index, self.inputs, self.targets, self.positions, self.space, epoch)
+        twin = MiniBatch(self.index, self.inputs, self.targets, self.positions, self.space, epoch)
+        twin._global_count = self._global_count
+        return twin
 
     def _locate(self) -> tuple[IntArray, IntArray]:
         if self._located is None:
@@ -122,6 +125,20 @@ class MiniBatch:
     def token_count(self) -> int:
         """Target tokens in this batch: ``width * T``; the token-mean denominator."""
         return int(self.targets.size)
+
+    @property
+    def global_token_count(self) -> int:
+        """Counted targets of the whole batch over every data-parallel rank: the token mean's global denominator.
+
+        On a rank's share (``sb.split_rows``, ``rank=``/``world_size=``) it comes
+        from the plan, the same on every rank, a rank with no rows included; on a
+        whole batch it is `token_count`.
+        """
+        return self.token_count if self._global_count is None else self._global_count
+
+    @global_token_count.setter
+    def global_token_count(self, count: int) -> None:
+        self._global_count = int(count)
 
     @property
     def document_ids(self) -> list[str]:

@@ -17,7 +17,7 @@ from more_itertools import sliced
 
 from .._checks import check_non_negative, check_positive, is_integer
 from ..errors import ConfigError, OutOfRangeError
-from .items import Items
+from .items import Items, counted_targets
 from .windows import Windows
 
 ItemsT = TypeVar("ItemsT", bound=Items)
@@ -101,8 +101,7 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
         first = batch * self.batch_size
         last = min(first + self.batch_size, len(self.items))
         if self.world_size > 1:
-            lo, hi = row_share(last - first, self.rank, self.world_size)
-            first, last = first + lo, first + hi
+            return rank_view(self.items.view(first, last), self.rank, self.world_size, batch)  # type: ignore[return-value]
         return self.items.view(first, last, batch_index=batch)  # type: ignore[return-value]
 
     def __iter__(self) -> Iterator[ItemsT]:
@@ -134,6 +133,17 @@ def chunk(windows: ItemsT, batch_size: int) -> Chunks[ItemsT]:
     if not isinstance(windows, Windows | Items) or isinstance(windows, str | bytes):
         raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
     return Chunks(windows, size, range(batch_count(len(windows), size)))
+
+
+def rank_view(whole: Items, rank: int, world_size: int, batch_index: int | None) -> Items:
+    """*rank*'s rows of the batch *whole* (`row_share`), carrying the whole batch's counted targets.
+
+    The count comes from the plan alone (`counted_targets`), the same on every
+    rank, so each rank knows the token mean's global denominator with no
+    collective; a rank with no rows still gets it.
+    """
+    lo, hi = row_share(len(whole), rank, world_size)
+    return whole.view(lo, hi, batch_index=batch_index, global_count=counted_targets(whole))  # type: ignore[call-arg]
 
 
 def row_share(width: int, rank: int, world_size: int) -> tuple[int, int]:

@@ -166,7 +166,9 @@ class MixtureBatch(MiniBatch):
 
     def in_epoch(self, epoch: int) -> MixtureBatch:
         """This batch placed in epoch *epoch* of a run: a new batch sharing the same arrays."""
-        return MixtureBatch(self.index, self.inputs, self.targets, self.positions, self.sources, self.spaces, self.names, epoch)
+        twin = MixtureBatch(self.index, self.inputs, self.targets, self.positions, self.sources, self.spaces, self.names, epoch)
+        twin._global_count = self._global_count
+        return twin
 
     def _per_source(self, values: Callable[[WindowSpace, npt.NDArray[Any], npt.NDArray[np.bool_]], Any], dtype: Any) -> Any:
         out = np.zeros(self.sources.size, dtype=dtype)

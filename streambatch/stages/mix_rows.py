@@ -199,6 +199,6 @@ class RowsGather:
         batch.epoch, batch.index, batch.positions = 0, index, numbers
         first: Any = self.spaces[0]  # `space` is typed as a window space in `MiniBatch`
         batch.space = batch.row_space = first
-        batch._located, batch._segments = None, provenance
+        batch._located, batch._segments, batch._global_count = None, provenance, None
         batch.sources, batch.row_spaces, batch.names = sources, self.spaces, self.names
         return batch

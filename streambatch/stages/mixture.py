@@ -58,7 +58,8 @@ from .mix_parts import Part, check_names, check_parts
 from .mix_rows import PackedMixtureBatch
 from .mix_space import MixItem, MixSpace
 from .plan import check_plan_dir
-from .rows import Rows
+from .rows import Rows, row_targets
+from .windows import window_targets
 
 IntArray = npt.NDArray[np.int64]
 FORMAT = "streambatch.mixture"
@@ -72,13 +73,22 @@ class Mixture:
     `chunk` takes; ``materialize_view`` gathers a view into a `MixtureBatch`.
     """
 
-    __slots__ = ("_batch_index", "_hi", "_lo", "_space")
+    __slots__ = ("_batch_index", "_global_count", "_hi", "_lo", "_space")
 
-    def __init__(self, space: MixSpace, lo: int = 0, hi: int | None = None, *, batch_index: int | None = None) -> None:
+    def __init__(
+        self,
+        space: MixSpace,
+        lo: int = 0,
+        hi: int | None = None,
+        *,
+        batch_index: int | None = None,
+        global_count: int | None = None,
+    ) -> None:
         self._space = space
         self._lo = lo
         self._hi = len(space.plan) if hi is None else hi
         self._batch_index = batch_index
+        self._global_count = global_count
 
     # -- what the mixture is ---------------------------------------------------------
     @property
@@ -177,9 +187,18 @@ class Mixture:
         """The same mixture with source orders of *seed*: what epoch ``e`` of a `streambatch.Run` reads."""
         return Mixture(self._space.reseeded(check_seed(seed)))
 
-    def view(self, lo: int, hi: int, *, batch_index: int | None = None) -> Mixture:
-        """Items ``lo:hi`` of this view, tagged with *batch_index*."""
-        return Mixture(self._space, self._lo + lo, self._lo + hi, batch_index=batch_index)
+    @property
+    def global_count(self) -> int | None:
+        """A rank's share of a batch: the counted targets of the whole batch over every rank (None: a whole batch)."""
+        return self._global_count
+
+    def view(self, lo: int, hi: int, *, batch_index: int | None = None, global_count: int | None = None) -> Mixture:
+        """Items ``lo:hi`` of this view, tagged with *batch_index* (and, for a rank's share, *global_count*)."""
+        return Mixture(self._space, self._lo + lo, self._lo + hi, batch_index=batch_index, global_count=global_count)
+
+    def counted_targets(self) -> int:
+        """The targets of this view that count in a token mean (`counted_targets`): no token is read."""
+        return counted_targets(self)
 
     # -- where each item comes from -----------------------------------------------------
     def sources(self) -> SourceArray:
@@ -306,6 +325,26 @@ class Mixture:
         shares = ", ".join(f"{n}={float(w):.4g}" for n, w in zip(self.names, self.weights, strict=True))
         rows = ", packed rows" if self.packed else ""
         return f"Mixture({len(self)} items, {shares}, seed={self.seed}, context_length={self.context_length}{rows})"
+
+
+def counted_targets(view: Mixture) -> int:
+    """The counted targets of a view of a mixture: each source's items counted by that source's own rule.
+
+    >>> import streambatch as sb
+    >>> web = sb.windows([sb.Document("w", "train", range(12))], context_length=2)
+    >>> code = sb.windows([sb.Document("c", "train", range(100, 105))], context_length=2)
+    >>> counted_targets(mix([web, code], [0.75, 0.25], seed=7)[:5])
+    10
+    """
+    space = view.space
+    if space.packed:
+        sources, numbers = space.numbers(view._lo, view._hi)
+        rows = space.row_spaces
+        return sum(row_targets(rows[s], numbers[sources == s]) for s in present(sources))
+    sources = view.sources()
+    spaces = space.window_spaces
+    counts = np.bincount(sources, minlength=len(spaces)).tolist()
+    return sum(window_targets(spaces[s], n) for s, n in enumerate(counts) if n)
 
 
 def mixture_fingerprint(parts: Sequence[Part], plan: MixPlan, length: int) -> str:

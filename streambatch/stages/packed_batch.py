@@ -84,6 +84,7 @@ class PackedBatch(MiniBatch):
         self.space = space  # a RowSpace: .store and .partition as a WindowSpace has them
         self.row_space = space  # a streambatch.stages.rows.RowSpace: the source, the packing, the partition
         self._located = None
+        self._global_count = None
         self._segments = np.stack(
             [arrays.segment_rows, arrays.segment_documents, arrays.segment_starts, arrays.segment_lengths]
         ).astype(np.int64, copy=False)
@@ -98,7 +99,7 @@ class PackedBatch(MiniBatch):
          self.target_count, self.max_seqlen) = outputs  # fmt: skip
         self.epoch, self.index, self.positions = 0, index, rows
         self.space = self.row_space = space
-        self._located = None
+        self._located = self._global_count = None
         return self
 
     def _provenance(self) -> tuple[IntArray, IntArray, IntArray, IntArray]:

@@ -124,6 +124,10 @@ class Rows(PlannedItems):
             return np.arange(self._lo, self._hi, dtype=np.int64)
         return self._plan[self._lo : self._hi].astype(np.int64)
 
+    def counted_targets(self) -> int:
+        """The real targets of these rows (`counted_targets`): from the packing alone, no token is read."""
+        return counted_targets(self)
+
     def materialize_view(self, index: int) -> PackedBatch:
         """Gather this view into a `PackedBatch` numbered *index* (what `sb.materialize` calls)."""
         return emit(self._space, self.numbers(), index)
@@ -137,6 +141,22 @@ class Rows(PlannedItems):
             f"Rows({len(self)} rows, context_length={self.context_length}, pad_share={self.report.pad_share:.4%}, "
             f"{order}, partition={self.partition.value!r})"
         )
+
+
+def counted_targets(view: Rows) -> int:
+    """The counted targets of a view of packed rows: their real targets (padding never counts).
+
+    >>> import streambatch as sb
+    >>> rows = sb.pack([sb.Document("a", "train", range(5)), sb.Document("b", "train", range(3))], context_length=3)
+    >>> counted_targets(rows), counted_targets(rows[1:])
+    (6, 3)
+    """
+    return row_targets(view.space, view.numbers())
+
+
+def row_targets(space: RowSpace, numbers: npt.ArrayLike) -> int:
+    """Counted targets of rows *numbers* of *space*: the sum of their pieces' targets, from the packing's lengths."""
+    return int(space.rows.segments(numbers).lengths.sum())
 
 
 def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:

@@ -180,6 +180,10 @@ class Windows(PlannedItems):
             documents, starts = in_blocks(index.locate, self.numbers(), 2)
         return documents, starts
 
+    def counted_targets(self) -> int:
+        """The targets of these windows that count in a token mean (`counted_targets`): no token is read."""
+        return counted_targets(self)
+
     def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
         if self._plan is not None:
             return self.plan_values()[start:stop:step]
@@ -194,6 +198,21 @@ class Windows(PlannedItems):
             f"Windows({len(self)} windows, context_length={self.context_length}, stride={self.config.stride}, "
             f"{order}, partition={self.partition.value!r})"
         )
+
+
+def counted_targets(view: Windows) -> int:
+    """The counted targets of a view of windows: ``len * T`` (every target of a window counts).
+
+    >>> import streambatch as sb
+    >>> counted_targets(sb.windows([sb.Document("a", "train", range(8))], context_length=3)[1:4])
+    9
+    """
+    return window_targets(view.space, len(view))
+
+
+def window_targets(space: WindowSpace, count: int, positions: npt.NDArray[Any] | None = None) -> int:
+    """Counted targets of *count* windows of *space* (first tokens at *positions*, where a mask needs them)."""
+    return count * space.config.context_length
 
 
 def windows(
