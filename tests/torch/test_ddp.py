@@ -14,7 +14,6 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -59,7 +58,7 @@ def test_ddp_and_fsdp2_leave_the_one_process_token_mean_gradient(results: Path, 
     cases = list(zip(*ranks, strict=True))  # the same steps in the same order on every rank
     sizes = {kind: len(epoch) for kind, epoch in ddp_worker.epochs().items()}
     covered: dict[tuple[str, str, int], list[int]] = {}
-    for (first, *_) in cases:
+    for first, *_ in cases:
         covered.setdefault((first["kind"], first["framework"], first["accumulation"]), []).extend(first["step"])
     assert len(covered) == 2 * 2 * len(ddp_worker.ACCUMULATION)  # every kind x framework x accumulation ran
     assert all(steps == list(range(sizes[key[0]])) for key, steps in covered.items())  # every batch, once

@@ -47,7 +47,8 @@ def test_nothing_to_count_gives_zero_loss_and_zero_gradients() -> None:
     """A count of 0, or an empty share: loss 0, gradients 0, never NaN or a division by zero."""
     model = TinyLM()
     share = sbt.tensor_batch(sb.Epoch(_docs(), context_length=3, batch_size=4, seed=2).batches(rank=3, world_size=4)[-1])
-    assert share.width == 0 and share.global_token_count > 0
+    assert share.width == 0
+    assert share.global_token_count > 0
     loss = sbt.token_mean_loss(sbt.cross_entropy_sum(model, share.inputs, share.targets), share)
     loss.backward()
     assert float(loss.detach()) == 0.0
