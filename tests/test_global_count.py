@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch import ConfigError
-from streambatch.stages.items import counted_targets
+from streambatch.items.protocol import counted_targets
 
 from .strategies import documents
 
