@@ -16,8 +16,8 @@ import numpy.typing as npt
 
 from ...stages.plan import plan_file
 from ...stages.shuffle import shuffle
-from ..pack.rows import Rows, RowSpace
-from ..windows.windows import Windows, WindowSpace
+from ..pack.rows import Rows, RowSpace, row_targets
+from ..windows.windows import Windows, WindowSpace, window_targets
 from .mix import MixPlan, source_epoch_seed
 from .mix_batch import MixGather, SourceArray, present
 from .mix_rows import RowsGather
@@ -170,3 +170,24 @@ class MixSpace:
                 chosen = epochs == e
                 out[rows[chosen]] = self.order(s, e)[:].numbers()[at[chosen]]
         return out
+
+
+def counted_targets(view: Any) -> int:
+    """The counted targets of a view of a mixture: each source's items counted by that source's own rule.
+
+    >>> import streambatch as sb
+    >>> from streambatch.items.mix.mixture import mix
+    >>> web = sb.windows([sb.Document("w", "train", range(12))], context_length=2)
+    >>> code = sb.windows([sb.Document("c", "train", range(100, 105))], context_length=2)
+    >>> counted_targets(mix([web, code], [0.75, 0.25], seed=7)[:5])
+    10
+    """
+    space = view.space
+    if space.packed:
+        sources, numbers = space.numbers(*view.bounds)
+        rows = space.row_spaces
+        return sum(row_targets(rows[s], numbers[sources == s]) for s in present(sources))
+    sources = view.sources()
+    spaces = space.window_spaces
+    counts = np.bincount(sources, minlength=len(spaces)).tolist()
+    return sum(window_targets(spaces[s], n) for s, n in enumerate(counts) if n)

@@ -53,13 +53,12 @@ from ...errors import ConfigError, OutOfRangeError
 from ...stages.chunk import Chunks
 from ...stages.materialize import materialize_one
 from ...stages.plan import check_plan_dir
-from ..pack.rows import Rows, row_targets
-from ..windows.windows import window_targets
+from ..pack.rows import Rows
 from .mix import MixPlan, integer_weights, plan_mix
 from .mix_batch import MixtureBatch, SourceArray, present
 from .mix_parts import Part, check_names, check_parts
 from .mix_rows import PackedMixtureBatch
-from .mix_space import MixItem, MixSpace
+from .mix_space import MixItem, MixSpace, counted_targets
 
 IntArray = npt.NDArray[np.int64]
 FORMAT = "streambatch.mixture"
@@ -196,6 +195,11 @@ class Mixture:
         """Items ``lo:hi`` of this view, tagged with *batch_index* (and, for a rank's share, *global_count*)."""
         return Mixture(self._space, self._lo + lo, self._lo + hi, batch_index=batch_index, global_count=global_count)
 
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """``(lo, hi)``: the items of the whole mixture this view holds."""
+        return self._lo, self._hi
+
     def counted_targets(self) -> int:
         """The targets of this view that count in a token mean (`counted_targets`): no token is read."""
         return counted_targets(self)
@@ -325,26 +329,6 @@ class Mixture:
         shares = ", ".join(f"{n}={float(w):.4g}" for n, w in zip(self.names, self.weights, strict=True))
         rows = ", packed rows" if self.packed else ""
         return f"Mixture({len(self)} items, {shares}, seed={self.seed}, context_length={self.context_length}{rows})"
-
-
-def counted_targets(view: Mixture) -> int:
-    """The counted targets of a view of a mixture: each source's items counted by that source's own rule.
-
-    >>> import streambatch as sb
-    >>> web = sb.windows([sb.Document("w", "train", range(12))], context_length=2)
-    >>> code = sb.windows([sb.Document("c", "train", range(100, 105))], context_length=2)
-    >>> counted_targets(mix([web, code], [0.75, 0.25], seed=7)[:5])
-    10
-    """
-    space = view.space
-    if space.packed:
-        sources, numbers = space.numbers(view._lo, view._hi)
-        rows = space.row_spaces
-        return sum(row_targets(rows[s], numbers[sources == s]) for s in present(sources))
-    sources = view.sources()
-    spaces = space.window_spaces
-    counts = np.bincount(sources, minlength=len(spaces)).tolist()
-    return sum(window_targets(spaces[s], n) for s, n in enumerate(counts) if n)
 
 
 def mixture_fingerprint(parts: Sequence[Part], plan: MixPlan, length: int) -> str:
