@@ -28,16 +28,15 @@ def materialize_one(windows: Windows | Items, index: int | None = None) -> MiniB
     >>> materialize_one(w[1:3]).inputs.tolist()
     [[10, 11], [11, 12]]
     """
-    number = (windows.batch_index or 0) if index is None else index
     if not isinstance(windows, Windows):
         view = getattr(windows, "materialize_view", None)
         if view is None:
             raise ConfigError(f"chunk={windows!r} is not a streambatch.Windows; chunk windows with sb.chunk(windows, batch_size)")
-        batch: MiniBatch = view(number)
+        batch: MiniBatch = view((windows.batch_index or 0) if index is None else index)
     else:
         positions = windows.positions()
         inputs, targets = row_gather(windows.space)(positions)
-        batch = MiniBatch(number, inputs, targets, positions, windows.space)
+        batch = MiniBatch((windows.batch_index or 0) if index is None else index, inputs, targets, positions, windows.space)
     shared = getattr(windows, "global_count", None)  # a rank's share: the whole batch's count, from the plan
     if shared is not None:
         batch.global_token_count = shared

@@ -187,7 +187,12 @@ def counted_targets(view: Any) -> int:
         sources, numbers = space.numbers(*view.bounds)
         rows = space.row_spaces
         return sum(row_targets(rows[s], numbers[sources == s]) for s in present(sources))
-    sources = view.sources()
     spaces = space.window_spaces
-    counts = np.bincount(sources, minlength=len(spaces)).tolist()
-    return sum(window_targets(spaces[s], n) for s, n in enumerate(counts) if n)
+    if any(getattr(w.store, "has_loss_mask", False) for w in spaces):  # the mask bits at each window's targets
+        sources, positions, _ = space.rows(*view.bounds)
+        return sum(window_targets(spaces[s], int(n), positions[sources == s]) for s, n in _counts(sources) if n)
+    return sum(window_targets(spaces[s], n) for s, n in _counts(view.sources()) if n)
+
+
+def _counts(sources: SourceArray) -> list[tuple[int, int]]:
+    return list(enumerate(np.bincount(sources).tolist()))

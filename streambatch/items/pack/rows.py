@@ -155,8 +155,16 @@ def counted_targets(view: Rows) -> int:
 
 
 def row_targets(space: RowSpace, numbers: npt.ArrayLike) -> int:
-    """Counted targets of rows *numbers* of *space*: the sum of their pieces' targets, from the packing's lengths."""
-    return int(space.rows.segments(numbers).lengths.sum())
+    """Counted targets of rows *numbers* of *space*: their pieces' targets (from the packing's lengths), or,
+    with a loss mask, the set mask bits of those targets (the mask bits alone: no token is read)."""
+    seg = space.rows.segments(numbers)
+    store: Any = space.store
+    if not getattr(store, "has_loss_mask", False) or not seg.lengths.size:
+        return int(seg.lengths.sum())
+    T = space.rows.context_length
+    bits = store.target_mask(store.starts[seg.documents] + seg.starts, T)  # (pieces, T) from each piece's first token
+    inside = np.arange(T) < seg.lengths[:, None]  # a piece holds `length` targets of its T
+    return int(np.count_nonzero(bits & inside))
 
 
 def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:

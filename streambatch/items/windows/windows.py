@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ...errors import DataError
+from ...errors import ConfigError, DataError
 from ...io.files import short_path
 from ...model.documents import Partition
 from ...model.source import TokenSource, as_source, partition_documents
@@ -201,18 +201,26 @@ class Windows(PlannedItems):
 
 
 def counted_targets(view: Windows) -> int:
-    """The counted targets of a view of windows: ``len * T`` (every target of a window counts).
+    """The counted targets of a view of windows: ``len * T``, or the set mask bits of their targets.
 
     >>> import streambatch as sb
     >>> counted_targets(sb.windows([sb.Document("a", "train", range(8))], context_length=3)[1:4])
     9
     """
-    return window_targets(view.space, len(view))
+    masked = getattr(view.store, "has_loss_mask", False)
+    return window_targets(view.space, len(view), view.positions() if masked else None)
 
 
 def window_targets(space: WindowSpace, count: int, positions: npt.NDArray[Any] | None = None) -> int:
-    """Counted targets of *count* windows of *space* (first tokens at *positions*, where a mask needs them)."""
-    return count * space.config.context_length
+    """Counted targets of *count* windows of *space*: ``count * T`` without a loss mask; with one, the set
+    bits of the targets of the windows starting at *positions* (the mask bits alone: no token is read)."""
+    T, store = space.config.context_length, space.store
+    if not getattr(store, "has_loss_mask", False):
+        return count * T
+    if positions is None:
+        raise ConfigError("the store has a loss mask: pass the windows' positions to count their trained targets")
+    bits = getattr(store, "target_mask")(positions, T)  # noqa: B009 - a source with a mask has it
+    return int(np.count_nonzero(bits)) if bits is not None else count * T
 
 
 def windows(
