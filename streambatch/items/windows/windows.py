@@ -12,7 +12,7 @@ order) or by one uint32 per window (a shuffled plan).
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -214,12 +214,12 @@ def counted_targets(view: Windows) -> int:
 def window_targets(space: WindowSpace, count: int, positions: npt.NDArray[Any] | None = None) -> int:
     """Counted targets of *count* windows of *space*: ``count * T`` without a loss mask; with one, the set
     bits of the targets of the windows starting at *positions* (the mask bits alone: no token is read)."""
-    T, store = space.config.context_length, space.store
+    T, store = space.config.context_length, cast(Any, space.store)  # a source with a mask has target_mask
     if not getattr(store, "has_loss_mask", False):
         return count * T
     if positions is None:
         raise ConfigError("the store has a loss mask: pass the windows' positions to count their trained targets")
-    bits = getattr(store, "target_mask")(positions, T)  # noqa: B009 - a source with a mask has it
+    bits = store.target_mask(positions, T)
     return int(np.count_nonzero(bits)) if bits is not None else count * T
 
 
