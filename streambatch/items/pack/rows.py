@@ -161,10 +161,10 @@ def row_targets(space: RowSpace, numbers: npt.ArrayLike) -> int:
     store: Any = space.store
     if not getattr(store, "has_loss_mask", False) or not seg.lengths.size:
         return int(seg.lengths.sum())
-    T = space.rows.context_length
-    bits = store.target_mask(store.starts[seg.documents] + seg.starts, T)  # (pieces, T) from each piece's first token
-    inside = np.arange(T) < seg.lengths[:, None]  # a piece holds `length` targets of its T
-    return int(np.count_nonzero(bits & inside))
+    lengths = seg.lengths
+    first = store.starts[seg.documents] + seg.starts + 1  # each piece's first target, in the flat token space
+    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return int(np.count_nonzero(store.mask_at(np.repeat(first, lengths) + within)))
 
 
 def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
