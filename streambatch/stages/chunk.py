@@ -110,11 +110,10 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
     @property
     def widths(self) -> list[int]:
         """Rows of every chunk, without building them."""
-        return (
-            [len(self._chunk(b)) for b in self.batches]
-            if self.world_size > 1
-            else [min(self.batch_size, len(self.items) - b * self.batch_size) for b in self.batches]
-        )
+        whole = [min(self.batch_size, len(self.items) - b * self.batch_size) for b in self.batches]
+        if self.world_size == 1:
+            return whole
+        return [hi - lo for lo, hi in (row_share(w, self.rank, self.world_size) for w in whole)]
 
     def __repr__(self) -> str:
         share = f", rank={self.rank}/{self.world_size}" if self.world_size > 1 else ""
