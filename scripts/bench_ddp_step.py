@@ -16,6 +16,10 @@ all-reduces the loss and count and a float64 copy of every gradient, then copies
 the mean back.  Both paths run forward, backward and an SGD step on identical
 batches; the two are interleaved repeat by repeat, and each repeat's time per
 step is the slower rank's.  Prints the medians and their ratio as JSON.
+
+Measured on the 2 shared CPU cores of the development machine (loaded by other
+work), defaults, two runs: 1456 vs 1858 ms and 594 vs 751 ms per step, the
+all-reduce path 1.28x and 1.26x the DDP path's time.
 """
 
 from __future__ import annotations

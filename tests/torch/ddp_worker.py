@@ -114,11 +114,11 @@ def reference(model: nn.Module, epoch: sb.Epoch, step: range) -> list[torch.Tens
     return grads
 
 
-def ddp_step(model: Any, shares: list[sbt.TensorBatch], sync: Any, world_size: int) -> None:
+def ddp_step(model: Any, shares: list[sbt.TensorBatch], sync: Any, group: Any) -> None:
     count = sbt.step_token_count(shares)
     for k, batch in enumerate(shares):
-        with sync(k == len(shares) - 1):
-            sbt.token_mean_loss(loss_sum(model, batch), batch, count=count, world_size=world_size).backward()
+        with sync(k == len(shares) - 1):  # world_size: that of *group* (None: the whole world)
+            sbt.token_mean_loss(loss_sum(model, batch), batch, count=count, group=group).backward()
 
 
 WORLD_SIZES = (1, 2, 3, 4)
@@ -181,7 +181,7 @@ def run_cases(rank: int, world_size: int, group: Any, mesh: Any, counting: Count
                     mine = [shares[i] for i in step]
                     before = buckets[0]
                     with counting.step() as calls:
-                        ddp_step(model, mine, sync, world_size)
+                        ddp_step(model, mine, sync, group)
                     grads = [p.grad for p in model.parameters()]
                     if framework == "fsdp2":
                         grads = [g.full_tensor() for g in grads]
