@@ -48,14 +48,15 @@ def counted_targets(items: Any) -> int:
     """The counted targets of *items* (a view of any item kind), from its plan alone: no token is read.
 
     Each item kind brings its own ``counted_targets`` (windows: ``len * T``; packed
-    rows: their real targets; a mixture: its sources' own); this is the one call
-    the share stage makes to give every rank the whole batch's count.
+    rows: their real targets; a mixture: its sources' own; with a loss mask, the
+    mask bits at those targets); this is the one call the share stage makes to
+    give every rank the whole batch's count.
     """
     count = getattr(items, "counted_targets", None)
     if count is None:
         raise ConfigError(
             f"items={type(items).__name__} has no counted_targets(); an item kind split over ranks says how many "
-            "targets each view counts (see streambatch.stages.items)"
+            "targets each view counts (see streambatch.items.protocol)"
         )
     return int(count())
 
