@@ -31,6 +31,7 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess witho
 from .attention import block_mask, cu_seqlens, document_mask
 from .backward import StepResult, cross_entropy_sum, micro_batches, token_mean_backward
 from .datasets import BatchesDataset, EpochDataset, RunDataset
+from .loader import StatefulDataLoader, loader_position
 from .loss import step_token_count, token_mean_loss
 from .tensors import TensorBatch, as_tensors, mark_batch_dynamic, tensor_batch
 
@@ -38,6 +39,7 @@ __all__ = [
     "BatchesDataset",
     "EpochDataset",
     "RunDataset",
+    "StatefulDataLoader",
     "StepResult",
     "TensorBatch",
     "as_tensors",
@@ -45,6 +47,7 @@ __all__ = [
     "cross_entropy_sum",
     "cu_seqlens",
     "document_mask",
+    "loader_position",
     "mark_batch_dynamic",
     "micro_batches",
     "step_token_count",

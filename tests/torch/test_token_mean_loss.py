@@ -78,7 +78,8 @@ def test_invalid_arguments(call: object, message: str) -> None:
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning", "ignore:.set_vital.:UserWarning")
 def test_the_datasets_batches_carry_the_global_count() -> None:
-    """EpochDataset, RunDataset and a StatefulDataLoader over them: each rank's batches carry the whole batch's count."""
+    """EpochDataset, RunDataset and StatefulDataLoader (torchdata's, sbt's) over them: each rank's batches carry the
+    whole batch's count."""
     docs = _docs()
     epoch = sb.Epoch(docs, context_length=3, batch_size=4, seed=2)
     run = sb.Run(docs, context_length=3, batch_size=4, seed=2, epochs=2)
@@ -89,7 +90,7 @@ def test_the_datasets_batches_carry_the_global_count() -> None:
             (sbt.RunDataset(run, rank=rank, world_size=3), whole),
         ):
             assert [b.global_token_count for b in dataset] == expected
-            loader = stateful.StatefulDataLoader(dataset, batch_size=None, num_workers=0)
-            assert [b.global_token_count for b in loader] == expected
+            for loader in (stateful.StatefulDataLoader, sbt.StatefulDataLoader):
+                assert [b.global_token_count for b in loader(dataset, batch_size=None, num_workers=0)] == expected
     composed = sb.materialize(sb.split_rows(sb.chunk(sb.shuffle(sb.windows(docs, context_length=3), 2), 4), 2, 3))
     assert [b.global_token_count for b in DataLoader(sbt.BatchesDataset(composed), batch_size=None)] == whole[: len(epoch)]
