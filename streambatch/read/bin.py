@@ -1,11 +1,9 @@
-"""Token files: nanoGPT-style ``.bin`` files (flat little-endian tokens, split after each separator id), and the
-indexed ones of Megatron (``.bin``/``.idx``) and datatrove (``.ds``), read document by document through their index.
+"""nanoGPT-style ``.bin`` files: flat little-endian tokens, split after each separator id; and the indexed token files.
 
-Megatron's and datatrove's files are read through their memory-mapped store
-(`streambatch.io.formats`), about `BLOCK_TOKENS` tokens at a time, with ids
-``NAME:k`` (*k* the document's number in the file), so ``prepare`` converts
-between the formats and a store.  A Megatron ``.bin`` beside its ``.idx`` is
-read through the index, never as a raw token file.
+Megatron-LM's ``.bin`` beside its ``.idx``, and datatrove's ``.ds``, are split by
+their indexes instead (`indexed_blocks`, through `streambatch.io.formats`): ids
+``NAME:k``, *k* the document's number in the file, so ``prepare`` converts
+between the formats and a store.
 
 >>> import numpy as np, tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "train.bin"
@@ -98,12 +96,12 @@ def iter_bin(
     return documents(bin_blocks(name, Path(name).name, opts))
 
 
-INDEXED_KINDS = ("megatron", "datatrove")
+INDEXED = ("megatron", "datatrove")
 
 
 def indexed_blocks(path: str, name: str, kind: str, opts: ReadOptions) -> Iterator[Block]:
     """The documents of a Megatron dataset (*kind* ``megatron``: its ``.idx`` or ``.bin``) or a ``.ds`` file, in blocks."""
-    if kind not in INDEXED_KINDS:
+    if kind not in INDEXED:
         raise DataError(f"{short_path(path)}: part of datatrove's files; pass the .ds file it belongs to")
     store = open_megatron(path) if kind == "megatron" else open_datatrove(path)
     count, shown = len(store), short_path(path)
