@@ -18,9 +18,10 @@ from ...model.store import DocumentStore
 from ...stages.span import spanning_tokens
 from .windows import WindowSpace
 
+_CWindowGatherer: Any
 try:  # the optional C extension (see setup.py): one call makes both arrays and copies each row's tokens
     from ..._row_gather import WindowGatherer as _CWindowGatherer
-except ImportError:  # pragma: no cover - not built: numpy gathers the same arrays
+except ImportError:  # built without a C compiler: numpy gathers the same arrays
     _CWindowGatherer = None
 
 WINDOW_BACKEND: Literal["c", "numpy"] = "c" if _CWindowGatherer is not None else "numpy"
