@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch.items.windows import gather as gather_module
-from streambatch.items.windows.gather import RowGather, ShardedGather
+from streambatch.items.windows.gather import StoreGather, ShardedGather
 
 needs_c = pytest.mark.skipif(gather_module.WINDOW_BACKEND != "c", reason="the C window gather is not built")
 
@@ -20,12 +20,12 @@ def _tokens(size: int, dtype: Any, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, np.iinfo(dtype).max, size, dtype=np.int64, endpoint=True).astype(dtype)
 
 
-def _numpy(gather: RowGather | ShardedGather) -> RowGather | ShardedGather:
+def _numpy(gather: StoreGather | ShardedGather) -> StoreGather | ShardedGather:
     gather._c = None  # the numpy path alone
     return gather
 
 
-def _outcome(gather: RowGather | ShardedGather, rows: np.ndarray) -> object:
+def _outcome(gather: StoreGather | ShardedGather, rows: np.ndarray) -> object:
     try:
         inputs, targets = gather.take(rows)
     except sb.DataError as error:
@@ -47,7 +47,7 @@ def _outcome(gather: RowGather | ShardedGather, rows: np.ndarray) -> object:
 def test_c_equals_numpy_on_random_positions(dtype: Any, size: int, context_length: int, seed: int, data: st.DataObject) -> None:
     """Random positions, in and out of range (past the end, at the last token): the same arrays or the same DataError."""
     store = sb.DocumentStore.from_arrays(_tokens(size, dtype, seed), [0, size])
-    fast, slow = RowGather(store, context_length), _numpy(RowGather(store, context_length))
+    fast, slow = StoreGather(store, context_length), _numpy(StoreGather(store, context_length))
     assert (fast._c is not None) == (size >= context_length + 1)
     rows = np.array(data.draw(st.lists(st.integers(0, size + 2), max_size=70)), dtype=np.intp)
     assert _outcome(fast, rows) == _outcome(slow, rows)
@@ -57,7 +57,7 @@ def test_c_equals_numpy_on_random_positions(dtype: Any, size: int, context_lengt
 def test_out_of_range_is_the_same_data_error() -> None:
     """A row past the last window start (a plan of another store) is the numpy path's DataError, nothing returned."""
     store = sb.DocumentStore.from_arrays(_tokens(20, np.uint32, 4), [0, 20])
-    for gather in (RowGather(store, 4), _numpy(RowGather(store, 4))):
+    for gather in (StoreGather(store, 4), _numpy(StoreGather(store, 4))):
         with pytest.raises(sb.DataError, match="outside the store's 20 tokens; the plan does not belong"):
             gather.take(np.array([0, 16], dtype=np.intp))
 
@@ -91,7 +91,7 @@ def test_large_batch_released_gil_path_and_epoch() -> None:
     size, T = 300_000, 512
     store = sb.DocumentStore.from_arrays(_tokens(size, np.uint16, 2), [0, size])
     rows = np.random.default_rng(3).integers(0, size - T, 200).astype(np.intp)
-    assert _outcome(RowGather(store, T), rows) == _outcome(_numpy(RowGather(store, T)), rows)
+    assert _outcome(StoreGather(store, T), rows) == _outcome(_numpy(StoreGather(store, T)), rows)
     epoch = sb.Epoch(store, context_length=T, stride=97, batch_size=33, seed=5)
     for batch in epoch:
         starts = batch.positions
@@ -112,4 +112,4 @@ def test_corpus_span_gather_c_equals_numpy(sizes: list[int], context_length: int
     )
     if starts.size == 0:
         return
-    assert _outcome(fast, fast.rows(starts)) == _outcome(slow, slow.rows(starts))
+    assert _outcome(fast, fast.where(starts)) == _outcome(slow, slow.where(starts))
