@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch.items.windows import gather as gather_module
-from streambatch.items.windows.gather import StoreGather, ShardedGather
+from streambatch.items.windows.gather import ShardedGather, StoreGather
 
 needs_c = pytest.mark.skipif(gather_module.WINDOW_BACKEND != "c", reason="the C window gather is not built")
 
