@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._checks import short_repr
-from ..errors import DataError, StoreError
+from ..errors import ConfigError, DataError, StoreError
 from ..model.documents import PARTITIONS, Partition
 from ..model.ids import IdLines, first_repeat
 from ..model.mapped import map_readonly
@@ -25,6 +25,7 @@ from ..model.store import DocumentStore
 from ..model.validate import check_id, check_offsets, duplicate_id
 from .bounded_json import decode_string
 from .files import NotRegularFileError, open_regular, short_path
+from .remote.location import is_remote
 from .store_header import (
     HEADER,
     IDS,
@@ -49,8 +50,13 @@ class _Missing(Exception):
         self.err = err
 
 
-def open_store(path: str | os.PathLike[str], *, verify: bool = True) -> DocumentStore:
+def open_store(path: str | os.PathLike[str], *, verify: bool = True, **remote: Any) -> DocumentStore:
     """Memory-map a store read-only after checking it; every failure is a `StoreError`.
+
+    An address (``s3://``, ``gs://``, ``https://``) opens a store in object storage
+    (`streambatch.io.remote.open.open_remote_store`: *remote* keywords ``options``,
+    ``prefetch``, ``cache_dir``, ``cache_bytes``, ``retries``, ``timeout``); its
+    objects' sizes and ETags stand in for *verify*'s read of every byte.
 
     Checks: the header (format, version, dtype, counts), file sizes against the
     header, offsets (within the tokens, start at 0, non-decreasing, end at the
@@ -59,6 +65,12 @@ def open_store(path: str | os.PathLike[str], *, verify: bool = True) -> Document
     one open directory, so they belong to one version of the store even while a
     writer replaces it; an open that loses its version to a replace starts over.
     """
+    if is_remote(path):
+        from .remote.open import open_remote_store
+
+        return open_remote_store(path, **remote)  # type: ignore[arg-type]
+    if remote:
+        raise ConfigError(f"{', '.join(sorted(remote))}: options of a remote store; {short_path(os.fspath(path))} is local")
     root = Path(path)
     for _ in range(OPEN_ATTEMPTS):
         try:

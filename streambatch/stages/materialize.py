@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ConfigError, DataError
+from ..io.remote.prefetch import Reader, remote_files
 from ..model.corpus import Corpus
 from ..model.store import DocumentStore
 from .batch import MiniBatch
@@ -301,10 +302,11 @@ class Batches(Sequence[MiniBatch]):
     *i* alone, so DataLoader workers and resumed runs index straight into it.
     """
 
-    __slots__ = ("chunks",)
+    __slots__ = ("_reader", "chunks")
 
     def __init__(self, chunks: Chunks[Any]) -> None:
         self.chunks = chunks
+        self._reader: Any = None  # a remote store's prefetching reader (made at the first batch), False: all local
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -316,10 +318,19 @@ class Batches(Sequence[MiniBatch]):
     def __getitem__(self, item: int | slice) -> MiniBatch | Batches:
         if isinstance(item, slice):
             return Batches(self.chunks[item])
+        if self._reader is None:
+            self._reader = remote_reader(self.chunks)
+        if self._reader:  # a remote store: the batch's token ranges are fetched (and the next ones started) first
+            index = int(item) + len(self) if int(item) < 0 else int(item)
+            return self._reader.get(index, lambda: materialize_one(self.chunks[index]))  # type: ignore[no-any-return]
         return materialize_one(self.chunks[item])
 
     def __iter__(self) -> Iterator[MiniBatch]:
         chunks = self.chunks
+        if self._reader is None:
+            self._reader = remote_reader(chunks)
+        if self._reader:
+            return (self[i] for i in range(len(self)))
         many = getattr(chunks.items, "materialize_chunks", None)  # an Items' own iteration (a mixture's)
         if many is not None:
             return many(chunks)  # type: ignore[no-any-return]
@@ -331,6 +342,16 @@ class Batches(Sequence[MiniBatch]):
 
     def __repr__(self) -> str:
         return f"Batches({self.chunks!r})"
+
+
+def remote_reader(chunks: Chunks[Any]) -> Any:
+    """A prefetching `streambatch.io.remote.prefetch.Reader` when *chunks* read a remote store, else False."""
+    items = chunks.items
+    sources = [p.store for p in getattr(items, "parts", ())] or [getattr(items, "store", None)]
+    files = [f for source in sources for f in remote_files(source)]
+    if not files:
+        return False
+    return Reader(lambda i: chunks[i].token_spans(), len(chunks), files)
 
 
 _BLOCK_WINDOWS = 2048  # consecutive batches whose positions are computed (and cast to intp) at once

@@ -58,7 +58,7 @@ from .mix_parts import Part, check_names, check_parts
 from .mix_rows import PackedMixtureBatch
 from .mix_space import MixItem, MixSpace
 from .plan import check_plan_dir
-from .rows import Rows
+from .rows import Rows, row_spans
 
 IntArray = npt.NDArray[np.int64]
 FORMAT = "streambatch.mixture"
@@ -223,6 +223,19 @@ class Mixture:
         """Every source epoch order this mixture reads, computed now (plan files, with a plan folder)."""
         counts = self.counts().tolist()
         return [self._space.order(s, e) for s, n in enumerate(counts) for e in range(-(-n // int(self._space.sizes[s])))]
+
+    def token_spans(self) -> list[tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+        """``[(store, starts, lengths)]`` per source: the flat token spans this view reads."""
+        space = self._space
+        if space.packed:
+            sources, numbers = space.numbers(self._lo, self._hi)
+            return [span for s in present(sources) for span in row_spans(space.row_spaces[s], numbers[sources == s])]
+        sources, positions, _ = space.rows(self._lo, self._hi)
+        length = space.window_spaces[0].config.context_length + 1 if space.window_spaces else 0
+        return [
+            (space.window_spaces[s].store, positions[sources == s].astype(np.int64), np.full(int(np.count_nonzero(sources == s)), length))
+            for s in present(sources)
+        ]
 
     def materialize_view(self, index: int) -> MixtureBatch | PackedMixtureBatch:
         """Gather this view's rows into a `MixtureBatch` (packed: `PackedMixtureBatch`) numbered *index*."""

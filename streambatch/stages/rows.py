@@ -124,6 +124,10 @@ class Rows(PlannedItems):
             return np.arange(self._lo, self._hi, dtype=np.int64)
         return self._plan[self._lo : self._hi].astype(np.int64)
 
+    def token_spans(self) -> list[tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+        """``[(store, starts, lengths)]``: the flat token spans this view's pieces read (targets + 1 tokens each)."""
+        return row_spans(self._space, self.numbers())
+
     def materialize_view(self, index: int) -> PackedBatch:
         """Gather this view into a `PackedBatch` numbered *index* (what `sb.materialize` calls)."""
         return emit(self._space, self.numbers(), index)
@@ -137,6 +141,13 @@ class Rows(PlannedItems):
             f"Rows({len(self)} rows, context_length={self.context_length}, pad_share={self.report.pad_share:.4%}, "
             f"{order}, partition={self.partition.value!r})"
         )
+
+
+def row_spans(space: RowSpace, numbers: IntArray) -> list[tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+    """The flat token spans of rows *numbers* of *space*: each piece's first token and ``targets + 1`` tokens."""
+    seg = space.rows.segments(numbers)
+    store: Any = space.store
+    return [(store, store.starts[seg.documents] + seg.starts, seg.lengths + 1)]
 
 
 def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
