@@ -8,7 +8,7 @@
      "length": 1000000}
 
 ``sources`` lists 1 to 255 entries, each with exactly ``name`` (a non-empty
-string, distinct), ``path`` (a store directory or a corpus manifest, relative
+string, distinct), ``path`` (a store directory or a corpus manifest, or the address of one in object storage, relative
 to the file's folder) and ``weight`` (a positive finite number; weights are
 normalised to sum 1).  ``length`` (optional; null or absent: the largest source
 passed once at its weight) is the number of items.  Nothing else is allowed.
@@ -34,6 +34,7 @@ from ..model.store import DocumentStore
 from .bounded_json import read_json_header
 from .files import short_path
 from .manifest import open_corpus
+from .remote.location import is_remote
 from .store import open_store
 
 PathLike = str | os.PathLike[str]
@@ -117,6 +118,11 @@ def read_mixture_file(path: PathLike) -> MixtureSpec:
             raise ConfigError(f"{at}.name={name!r} is also sources[{names.index(name)}]'s; give each source its own name")
         if not isinstance(relative, str) or not relative:
             raise ConfigError(f"{at}.path={relative!r} must be a non-empty path to a store or a corpus manifest")
+        if is_remote(relative):  # a store or manifest in object storage: its address
+            names.append(name)
+            paths.append(relative)
+            weights.append(weight)
+            continue
         if PurePosixPath(relative).is_absolute() or PureWindowsPath(relative).is_absolute() or PureWindowsPath(relative).drive:
             raise ConfigError(f"{at}.path={relative!r} is absolute; write it relative to the mixture file's folder")
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
@@ -145,7 +151,9 @@ def open_mixture(path: PathLike, *, verify: bool = True) -> MixtureSource:
     stores: list[DocumentStore | Corpus] = []
     for name, where in zip(spec.names, spec.paths, strict=True):
         try:
-            if os.path.isdir(where):
+            if is_remote(where):
+                stores.append(open_corpus(where) if where.lower().endswith(".json") else open_store(where))
+            elif os.path.isdir(where):
                 stores.append(open_store(where, verify=verify))
             elif os.path.exists(where):
                 stores.append(open_corpus(where, verify=verify))

@@ -107,6 +107,19 @@ def open_at(client: ObjectClient, *, prefetch: int | None = None, cache: Any = N
     return DocumentStore.from_checked(tokens, offsets[:-1], np.diff(offsets), ids, codes, fingerprint, tokenizer)
 
 
+def open_remote_manifest(url: str, remote: Mapping[str, Any]) -> tuple[Any, Any]:
+    """A remote corpus manifest's decoded JSON, and where each of its shards is (an address beside it)."""
+    from ..bounded_json import read_json_header
+
+    where = Location.parse(url, remote.get("options"))
+    folder = where.parent()
+    client = ObjectClient(folder, retries=remote.get("retries", 5), timeout=remote.get("timeout", 30.0))
+    name = where.prefix.rpartition("/")[2]
+    with _spooled(client, name) as (handle, _):
+        manifest = read_json_header(handle, where.url, "corpus manifest", "write it again", error=StoreError)
+    return manifest, lambda relative: folder.child(relative).url
+
+
 class _spooled:  # noqa: N801 - used as a context manager, like open()
     """A small object fetched once into an anonymous temporary file (the local readers take files)."""
 

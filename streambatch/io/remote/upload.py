@@ -66,6 +66,11 @@ def write_remote_corpus(url: str, shards: Sequence[str], *, options: Mapping[str
     return corpus
 
 
+def check_writable(url: str, options: Mapping[str, Any] | None = None) -> None:
+    """Refuse, before any work, an address stores cannot be written to (``https://``) or with no credentials."""
+    ObjectClient(_writable(url, options))
+
+
 def _writable(url: str, options: Mapping[str, Any] | None) -> Location:
     where = Location.parse(url, options)
     if not where.writable:
