@@ -15,7 +15,7 @@ import streambatch as sb
 from streambatch.errors import DataError, StoreError
 from streambatch.io.remote.client import STATS
 from streambatch.io.remote.tokens import coalesce
-from streambatch.stages.mixture import mix
+from streambatch.items.mix.mixture import mix
 
 from .remote_server import BUCKET, SECRET, documents, environment, moto_server, uploaded
 

@@ -50,6 +50,7 @@ class Stats:
 
 
 STATS = Stats()  # this process's, over every remote store
+_RUNTIME_PID: int | None = None  # the process whose object-store runtime is running (not a forked child's)
 
 
 class ObjectClient:
@@ -79,6 +80,14 @@ class ObjectClient:
         self._lock = threading.Lock()
 
     def _handle(self) -> Any:
+        global _RUNTIME_PID
+        if _RUNTIME_PID not in (None, os.getpid()):
+            raise StoreError(
+                f"{self.where.url}: this process was forked after it read from object storage, and the client "
+                "(obstore) cannot run in a forked child; start DataLoader workers with "
+                "multiprocessing_context='spawn' or 'forkserver'"
+            )
+        _RUNTIME_PID = os.getpid()
         if self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
