@@ -222,5 +222,5 @@ def _retryable(err: Exception, status: int | None) -> bool:
                               "InvalidPathError", "UnknownConfigurationKeyError", "NotSupportedError"):
         return False
     if status is not None:
-        return status >= 500 or status in (408, 429)
+        return (status >= 500 and status != 501) or status in (408, 429)
     return True  # no status: the connection dropped, timed out or was refused

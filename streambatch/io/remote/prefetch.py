@@ -102,14 +102,15 @@ class Reader:
     def get(self, index: int, gather: Callable[[], T]) -> T:
         """Batch *index*, gathered by *gather* once its ranges are in memory; the next ones are started first."""
         now = time.perf_counter()
-        if self._asked_at is not None:
+        if self._asked_at is not None:  # the consumer's own time per batch (not the time spent waiting here)
             self._interval = _average(self._interval, now - self._asked_at)
-        self._asked_at = now
         if self._last is not None and index > self._last:
             self._step = index - self._last
+        cold = self._last is None
         self._last = index
         pending = self._pending.pop(index, None) or self._start(index)
-        self._ahead(index)
+        if not cold:  # the first batch comes alone: a resume fetches nothing past it before it is served
+            self._ahead(index)
         try:
             for future in pending.futures:
                 future.result()
@@ -119,7 +120,10 @@ class Reader:
             return gather()
         finally:
             _release(pending)
+            if cold:
+                self._ahead(index)
             self._tune()
+            self._asked_at = time.perf_counter()
 
     def close(self) -> None:
         """Drop every batch still on its way (their memory is returned as they arrive)."""
@@ -142,9 +146,9 @@ class Reader:
         return _Pending(holds, futures, total)
 
     def _ahead(self, index: int) -> None:
-        wanted = [j for j in range(index + self._step, self._count, self._step)[: self._depth]]
-        for j in [j for j in self._pending if j not in wanted]:
-            self._drop(j)  # the consumer went elsewhere
+        wanted = range(index + self._step, self._count, self._step)[: self._depth]
+        for j in [j for j in self._pending if j <= index or (j - index) % self._step]:
+            self._drop(j)  # the consumer went elsewhere (batches further along the same path are kept)
         for j in wanted:
             if j not in self._pending:
                 self._pending[j] = self._start(j)
@@ -169,7 +173,7 @@ class Reader:
         """Enough batches on their way to cover one batch's arrival time at the consumer's pace (bounded)."""
         if self._fixed is not None or self._interval <= 0 or self._arrival <= 0:
             return
-        need = int(np.ceil(self._arrival / max(self._interval, 1e-4))) + 2
+        need = int(np.ceil(self._arrival / max(self._interval, 2e-4))) + 2
         memory = int(MAX_HELD // max(self._batch_bytes, 1.0))
         self._depth = max(2, min(MAX_DEPTH, need, memory))
 
