@@ -36,7 +36,7 @@ from streambatch.tools.proxy import LoopbackProxy
 class _Objects(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     root: Path
-    etags: dict[str, str] = {}
+    etags: dict[str, str]
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -47,10 +47,10 @@ class _Objects(http.server.BaseHTTPRequestHandler):
     def _etag(self, path: Path) -> str:
         key = str(path)
         if key not in self.etags:
-            self.etags[key] = '"' + hashlib.md5(path.read_bytes()).hexdigest() + '"'  # noqa: S324 - an ETag
+            self.etags[key] = '"' + hashlib.md5(path.read_bytes()).hexdigest() + '"'
         return self.etags[key]
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         path = self._path()
         path.parent.mkdir(parents=True, exist_ok=True)
         size = int(self.headers.get("Content-Length", 0))
@@ -61,10 +61,10 @@ class _Objects(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._answer(body=False)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._answer(body=True)
 
     def _answer(self, body: bool) -> None:
@@ -157,7 +157,9 @@ def main() -> int:
         (tmp / "objects" / "bench").mkdir(parents=True)
         shutil.copytree(tmp / "local", tmp / "objects" / "bench" / "store")  # the server's files (no multipart upload)
         size = local.tokens.nbytes
-        print(f"store: {local.token_count:,} tokens ({size / 1e6:.1f} MB), T={T}, batch={B}, +{args.delay * 1e3:.0f} ms per request")
+        print(
+            f"store: {local.token_count:,} tokens ({size / 1e6:.1f} MB), T={T}, batch={B}, +{args.delay * 1e3:.0f} ms per request"
+        )
         client = ObjectClient(Location.parse("s3://bench/store", options))
         t = time.perf_counter()
         client.get("tokens.bin")
@@ -174,8 +176,11 @@ def main() -> int:
                 opened = time.perf_counter() - t0
                 first, rate, _ = consume(epoch, 0.001)
                 label = "no cache" if cache is None else "1% cache"
-                print(f"{name} {label}: consumer 1 ms/batch {rate / local_rate:.2f}x local ({rate / 1e6:.1f} vs {local_rate / 1e6:.1f} M tokens/s); "
-                      f"first batch {opened + first:.3f} s after open_store")
+                print(
+                    f"{name} {label}: consumer 1 ms/batch {rate / local_rate:.2f}x local "
+                    f"({rate / 1e6:.1f} vs {local_rate / 1e6:.1f} M tokens/s); "
+                    f"first batch {opened + first:.3f} s after open_store"
+                )
             remote = sb.open_store("s3://bench/store", options=options)
             epoch = sb.Epoch(remote, **config)
             need, ranges = needed(epoch)
@@ -188,8 +193,11 @@ def main() -> int:
             t = time.perf_counter()
             ObjectClient(Location.parse("s3://bench/store", options)).get_range("tokens.bin", 0, min(need, size), None)
             same_bulk = min(need, size) / (time.perf_counter() - t)
-            print(f"{name} raw emission: {need / seconds / 1e6:.0f} MB/s = {need / seconds / same_bulk:.2f}x one GET of the same bytes; "
-                  f"GETs {gets} / coalesced ranges {ranges} = {gets / max(ranges, 1):.2f}; bytes {got / max(need, 1):.3f}x needed")
+            print(
+                f"{name} raw emission: {need / seconds / 1e6:.0f} MB/s = "
+                f"{need / seconds / same_bulk:.2f}x one GET of the same bytes; "
+                f"GETs {gets} / coalesced ranges {ranges} = {gets / max(ranges, 1):.2f}; bytes {got / max(need, 1):.3f}x needed"
+            )
             late = int(0.9 * len(epoch))
             before = STATS.bytes
             resumed = sb.open_store("s3://bench/store", options=options)

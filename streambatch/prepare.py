@@ -135,7 +135,17 @@ def prepare_store(
         check_writable(os.fspath(output))
         with tempfile.TemporaryDirectory(prefix="streambatch-upload-") as folder:
             local = Path(folder) / "store"
-            prepare_store(inputs, local, include=include, exclude=exclude, shard=shard, skip_bad=skip_bad, workers=workers, quiet=quiet, **read)
+            prepare_store(
+                inputs,
+                local,
+                include=include,
+                exclude=exclude,
+                shard=shard,
+                skip_bad=skip_bad,
+                workers=workers,
+                quiet=quiet,
+                **read,
+            )
             return upload_store(local, os.fspath(output))
     workers = check_positive(workers, "workers", "the number of processes that tokenize (1: this one)")
     opts = read_options(**read)

@@ -67,7 +67,8 @@ def moto_server() -> Iterator[int]:
     port = free_port()
     child = subprocess.Popen([sys.executable, "-c", _SERVE, str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
         with environment(
             AWS_ACCESS_KEY_ID="testing",
             AWS_SECRET_ACCESS_KEY=SECRET,

@@ -28,7 +28,10 @@ def local(server: int, tmp_path_factory: pytest.TempPathFactory) -> sb.DocumentS
 
 
 def _epoch(store: sb.DocumentStore) -> list[Any]:
-    return [(b.index, b.inputs.tobytes(), b.targets.tobytes()) for b in sb.Epoch(store, context_length=16, batch_size=8, stride=16, seed=2)]
+    return [
+        (b.index, b.inputs.tobytes(), b.targets.tobytes())
+        for b in sb.Epoch(store, context_length=16, batch_size=8, stride=16, seed=2)
+    ]
 
 
 def _through(proxy: LoopbackProxy, **options: Any) -> sb.DocumentStore:

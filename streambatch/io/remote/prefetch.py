@@ -18,6 +18,7 @@ fixes it.  Memory stays bounded: at most *depth* batches' ranges are held.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -52,7 +53,10 @@ def byte_ranges(spans: Sequence[Span]) -> dict[TokenFile, tuple[list[int], list[
         lengths = np.asarray(lengths, dtype=np.int64)
         if isinstance(store, Corpus):
             shard_of = np.searchsorted(store.bases, starts, side="right") - 1
-            pieces = [(store.shards[k], starts[shard_of == k] - store.bases[k], lengths[shard_of == k]) for k in np.unique(shard_of).tolist()]
+            pieces = [
+                (store.shards[k], starts[shard_of == k] - store.bases[k], lengths[shard_of == k])
+                for k in np.unique(shard_of).tolist()
+            ]
         else:
             pieces = [(store, starts, lengths)]
         for shard, local, sizes in pieces:
@@ -83,8 +87,8 @@ class Reader:
 
     def __init__(self, spans_of: Callable[[int], Sequence[Span]], count: int, files: list[TokenFile]) -> None:
         self._spans_of, self._count = spans_of, count
-        fixed = [f.settings.get("prefetch") for f in files if f.settings.get("prefetch") is not None]
-        self._fixed: int | None = int(fixed[0]) if fixed else None
+        fixed = [int(f.settings["prefetch"]) for f in files if f.settings.get("prefetch") is not None]
+        self._fixed: int | None = fixed[0] if fixed else None
         self._depth = self._fixed if self._fixed is not None else 4
         self._pending: dict[int, _Pending] = {}
         self._last: int | None = None
@@ -131,10 +135,8 @@ class Reader:
             self._drop(index)
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # at interpreter exit the pool may be gone
             self.close()
-        except Exception:  # noqa: S110 - at interpreter exit the pool may be gone
-            pass
 
     def _start(self, index: int) -> _Pending:
         holds, futures, total = [], [], 0

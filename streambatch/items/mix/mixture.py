@@ -233,7 +233,11 @@ class Mixture:
         sources, positions, _ = space.rows(self._lo, self._hi)
         length = space.window_spaces[0].config.context_length + 1 if space.window_spaces else 0
         return [
-            (space.window_spaces[s].store, positions[sources == s].astype(np.int64), np.full(int(np.count_nonzero(sources == s)), length))
+            (
+                space.window_spaces[s].store,
+                positions[sources == s].astype(np.int64),
+                np.full(int(np.count_nonzero(sources == s)), length),
+            )
             for s in present(sources)
         ]
 
