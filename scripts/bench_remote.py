@@ -165,14 +165,14 @@ def main() -> int:
         client.get("tokens.bin")
         bulk = size / (time.perf_counter() - t)
         print(f"bulk: one GET of tokens.bin {bulk / 1e6:.0f} MB/s")
-        for name, order in (("sequential", {"seed": None}), ("shuffled", {"seed": 7})):
-            config = {"context_length": T, "batch_size": B, "stride": T, **order}
-            _, local_rate, _ = consume(sb.Epoch(local, **config), 0.001)
+        for name, seed in (("sequential", None), ("shuffled", 7)):
+            config = {"context_length": T, "batch_size": B, "stride": T}
+            _, local_rate, _ = consume(sb.Epoch(local, seed=seed, **config), 0.001)
             for cache in (None, 0.01):
                 extra = {"cache_dir": tmp / f"cache-{name}", "cache_bytes": int(cache * size)} if cache else {}
                 t0 = time.perf_counter()
                 remote = sb.open_store("s3://bench/store", options=options, **extra)
-                epoch = sb.Epoch(remote, **config)
+                epoch = sb.Epoch(remote, seed=seed, **config)
                 opened = time.perf_counter() - t0
                 first, rate, _ = consume(epoch, 0.001)
                 label = "no cache" if cache is None else "1% cache"
@@ -182,7 +182,7 @@ def main() -> int:
                     f"first batch {opened + first:.3f} s after open_store"
                 )
             remote = sb.open_store("s3://bench/store", options=options)
-            epoch = sb.Epoch(remote, **config)
+            epoch = sb.Epoch(remote, seed=seed, **config)
             need, ranges = needed(epoch)
             gets, got = STATS.range_requests, STATS.bytes
             t = time.perf_counter()
@@ -201,7 +201,7 @@ def main() -> int:
             late = int(0.9 * len(epoch))
             before = STATS.bytes
             resumed = sb.open_store("s3://bench/store", options=options)
-            sb.Epoch(resumed, **config).batches()[late]
+            sb.Epoch(resumed, seed=seed, **config).batches()[late]
             print(f"{name} resume at 90%: {(STATS.bytes - before) / size * 100:.3f}% of the store fetched before its first batch")
     server.shutdown()
     return 0

@@ -47,10 +47,7 @@ _Missing = StoreFileMissing  # raised inside one open attempt; the caller decide
 def open_store(path: str | os.PathLike[str], *, verify: bool = True, **remote: Any) -> DocumentStore:
     """Memory-map a store read-only after checking it; every failure is a `StoreError`.
 
-    An address (``s3://``, ``gs://``, ``https://``) opens a store in object storage
-    (`streambatch.io.remote.open.open_remote_store`: *remote* keywords ``options``,
-    ``prefetch``, ``cache_dir``, ``cache_bytes``, ``retries``, ``timeout``); its
-    objects' sizes and ETags stand in for *verify*'s read of every byte.
+    (An address in object storage is opened by `streambatch.io.store.open_store`.)
 
     Checks: the header (format, version, dtype, counts), file sizes against the
     header, offsets (within the tokens, start at 0, non-decreasing, end at the
@@ -60,9 +57,7 @@ def open_store(path: str | os.PathLike[str], *, verify: bool = True, **remote: A
     writer replaces it; an open that loses its version to a replace starts over.
     """
     if is_remote(path):
-        from .remote.open import open_remote_store
-
-        return open_remote_store(path, **remote)  # type: ignore[arg-type]
+        raise ConfigError(f"{path!r} is an address; open it with streambatch.open_store (streambatch.io.store)")
     if remote:
         raise ConfigError(f"{', '.join(sorted(remote))}: options of a remote store; {short_path(os.fspath(path))} is local")
     root = Path(path)
