@@ -1,4 +1,4 @@
-"""Type stub of the C extension built from ``_row_gather.c``: the packed mode's one-pass gather."""
+"""Type stub of the C extension built from ``_row_gather.c``: the packed and window modes' one-pass gathers."""
 
 from typing import Any
 
@@ -51,3 +51,14 @@ class Gatherer:
 
 def window_mask(bits: ReadableBuffer, context_length: int, positions: ReadableBuffer, /) -> npt.NDArray[np.bool_]:
     """``(n, T)`` bool: row i holds mask bits ``positions[i] + 1 .. positions[i] + T`` (the window's targets)."""
+
+class WindowGatherer:
+    """A read-only view of a store's tokens (uint16 or uint32) for one context length: the window mode's gather."""
+
+    def __init__(self, tokens: ReadableBuffer, context_length: int, /) -> None: ...
+    def gather(self, rows: ReadableBuffer, /) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)``: new C-contiguous ``(w, T)`` arrays of the windows starting at int64 *rows*.
+
+        Row i holds ``tokens[p : p + T]`` and ``tokens[p + 1 : p + T + 1]``, ``p = rows[i]``; IndexError when a
+        position lies outside ``[0, len(tokens) - T)`` (nothing is read), TypeError when *rows* are not int64.
+        """

@@ -18,14 +18,18 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ._checks import check_positive
 from ._progress import FileProgress
 from .errors import ConfigError, DataError
 from .io.files import short_path
+from .io.formats import FORMATS, FormatWriter
+from .io.remote.location import is_remote
 from .io.store import StoreWriter
 from .model.documents import Document
 from .model.store import DocumentStore
@@ -106,14 +110,20 @@ def prepare_store(
     skip_bad: bool = False,
     workers: int = 1,
     quiet: bool = False,
+    format: str = "streambatch",  # noqa: A002 - the CLI's --format
     **read: Unpack[ReadKeywords],
 ) -> DocumentStore:
     """Read *inputs* (files, folders; every format of `streambatch.read.formats`) into a new store at *output*.
 
+    *format* ``"megatron"`` writes Megatron-LM's ``OUTPUT.bin`` + ``OUTPUT.idx``
+    instead, ``"datatrove"`` datatrove's ``OUTPUT.ds`` + ``OUTPUT.ds.index``
+    (`streambatch.io.formats.writer`: the same atomic rules; ids and partitions
+    are not kept, so every document must be in the train partition).
+
     *read* are the reading keywords (`streambatch.read.blocks.ReadKeywords`).
     *tokenizer* (a tokenizer.json path, a `Tokenizer`, any ``str -> ids`` callable;
     bytes by default) tokenizes text, with *bos_id*/*eos_id* around each document
-    (``"auto"``: the tokenizer's own, `streambatch.read.tokenizers.EOS_NAMES`); token
+    (``"auto"``: the tokenizer's own, `streambatch.read.text.tokenizers.EOS_NAMES`); token
     inputs are stored as given.  The header records the tokenizer when one is given
     or when text was tokenized, and every token must fit its vocabulary.  With
     *skip_bad*, a file that cannot be read or holds bad documents is left out
@@ -127,7 +137,27 @@ def prepare_store(
             f"output={short(output)} is not a path; the order is prepare_store(inputs, output) "
             "(write_store takes (path, documents))"
         )
+    if is_remote(os.fspath(output)):  # prepared here, then uploaded with the header last (no reader sees a partial store)
+        from .io.remote.upload import check_writable, upload_store
+
+        check_writable(os.fspath(output))
+        with tempfile.TemporaryDirectory(prefix="streambatch-upload-") as folder:
+            local = Path(folder) / "store"
+            prepare_store(
+                inputs,
+                local,
+                include=include,
+                exclude=exclude,
+                shard=shard,
+                skip_bad=skip_bad,
+                workers=workers,
+                quiet=quiet,
+                **read,
+            )
+            return upload_store(local, os.fspath(output))
     workers = check_positive(workers, "workers", "the number of processes that tokenize (1: this one)")
+    if format != "streambatch" and format not in FORMATS:
+        raise ConfigError(f"format={short(format)} is not one of streambatch, {', '.join(FORMATS)}; pass one of them")
     opts = read_options(**read)
     if workers > 1:  # what was asked for is checked, then capped: a script that fails elsewhere fails here too
         check_main_guard(workers)
@@ -140,7 +170,13 @@ def prepare_store(
     progress = FileProgress(len(files), desc="prepare", progress=False if quiet else None)
     skipped: list[tuple[str, str]] = []
     try:
-        with StoreWriter(output, tokenizer=opts.tokenizer if opts.named_tokenizer else None, header=header) as writer:
+        named = opts.tokenizer if opts.named_tokenizer else None
+        writer: StoreWriter | FormatWriter = (
+            StoreWriter(output, tokenizer=named, header=header)
+            if format == "streambatch"
+            else FormatWriter(output, format, tokenizer=named)
+        )
+        with writer:
             with contextlib.closing(
                 run_tasks(tasks, opts, split.processes, split.threads)
             ) as outcomes:  # closing stops the workers
@@ -149,7 +185,7 @@ def prepare_store(
                 if totals.outside:
                     raise DataError(totals.outside)
                 writer.set_tokenizer(opts.tokenizer)
-            if totals.untrained:  # recorded: `inspect` shows how many documents the mask left out
+            if totals.untrained and isinstance(writer, StoreWriter):  # recorded: `inspect` shows how many the mask left out
                 writer.header["untrained_documents_skipped"] = totals.untrained
             store = writer.commit()
             untrained = f"{_count_of(totals.untrained, 'untrained document')} left out, " if totals.untrained else ""
@@ -184,13 +220,14 @@ def _count_of(count: int, noun: str) -> str:
 def _write(
     outcomes: Iterable[tuple[Task, Outcome]],
     files: list[InputFile],
-    writer: StoreWriter,
+    writer: StoreWriter | FormatWriter,
     opts: ReadOptions,
     skip_bad: bool,
     skipped: list[tuple[str, str]],
     progress: FileProgress,
 ) -> _FileCount:
     totals, count = _FileCount(), _FileCount()
+    mark: Any  # the writer's own kind of mark
     current, mark, failed = -1, writer.mark(), False
     for task, outcome in outcomes:
         if task.file != current:

@@ -208,7 +208,8 @@ def test_failures_follow_the_check_order(epoch: sb.Epoch) -> None:
     padded = replace(final, inputs=np.vstack([final.inputs, [[0, 0]]]), targets=np.vstack([final.targets, [[0, 0]]]))
     result = audit_batches([epoch[0], epoch[0], padded], epoch)
     assert list(result.failures) == [c for c in CHECKS if c in result.failures]
-    assert ["padding", "duplicates", "widths", "accumulation"] == list(result.failures)
+    # batch 0 twice: its targets are counted twice its global_token_count (the counted-once hook)
+    assert ["padding", "duplicates", "widths", "accumulation", "global_count"] == list(result.failures)
 
 
 # -- shares, orders, sizes ---------------------------------------------------------------------
@@ -223,7 +224,8 @@ def test_shares_of_workers_and_ranks_are_audited_as_one_epoch() -> None:
     assert (epoch.window_count, 2 * epoch.batch_count) == (result.rows, result.batches)
     shares = list(epoch_shares(epoch, workers=3, world_size=2))
     partial = audit_batches(shares[1:], epoch)  # rank 0's worker 0 left out
-    assert {"coverage", "widths", "accumulation"} == set(partial.failures)
+    # a share left out: its batch's shares count less than their global_token_count
+    assert {"coverage", "widths", "accumulation", "global_count"} == set(partial.failures)
 
 
 def test_sequential_epoch_is_compared_with_a_shuffle() -> None:

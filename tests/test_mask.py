@@ -57,7 +57,7 @@ def _check_windows(batch: Any, store: Any, length: int) -> None:
 
 def _check_packed(batch: Any, stores: list[Any], sources: Any = None) -> None:
     """Each segment's targets carry its document's mask; padding never counts."""
-    rows, docs, starts, lengths = batch._provenance()
+    rows, docs, starts, lengths = batch._table()
     expected = np.zeros(batch.shape, bool)
     for row in range(batch.width):
         store = stores[0 if sources is None else int(sources[row])]

@@ -11,7 +11,7 @@ import pytest
 import streambatch as sb
 from streambatch.read.hf import iter_hf
 from streambatch.read.jsonl import iter_records
-from streambatch.read.masks import ChatTemplate
+from streambatch.read.text.masks import ChatTemplate
 
 TEMPLATE = (  # no {% generation %}: the mask comes from rendering prefixes
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"

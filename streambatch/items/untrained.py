@@ -81,20 +81,7 @@ def item_targets(items: Any) -> npt.NDArray[np.int64]:
     >>> item_targets(sb.windows([doc], context_length=2, stride=2)).tolist()
     [1, 1]
     """
-    from .pack.rows import Rows  # the item kinds import this module's report
-
-    store = items.store
-    parts = []
-    for lo in range(0, len(items), _BLOCK):
-        view = items[lo : lo + _BLOCK]
-        if isinstance(view, Rows):
-            seg = view.space.rows.segments(view.numbers())
-            first = store.starts[seg.documents] + seg.starts + 1
-            counted = np.concatenate([[0], np.cumsum(counted_between(store, first, first + seg.lengths))])
-            parts.append(counted[seg.offsets[1:]] - counted[seg.offsets[:-1]])
-        else:
-            first = view.positions().astype(np.int64) + 1
-            parts.append(counted_between(store, first, first + view.context_length))
+    parts = [items[lo : lo + _BLOCK].target_counts() for lo in range(0, len(items), _BLOCK)]  # each kind's own rule
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
@@ -114,14 +101,6 @@ def drop_untrained(items: _I) -> _I:
     space.cache = {}
     space.untrained = UntrainedReport(int(entries.size), int(trained.size - entries.size), entries)
     return type(items)(space, entries, 0, entries.size)
-
-
-def natural(items: _I) -> _I:
-    """All of *items*' space in natural order: every item, or the kept ones of a filtered space."""
-    report: UntrainedReport | None = items.untrained
-    if report is None:
-        return type(items)(items.space)
-    return type(items)(items.space, report.entries, 0, report.kept)
 
 
 def is_whole(items: PlannedItems, total: int) -> bool:

@@ -24,8 +24,8 @@ from ..model.documents import PARTITIONS, Document, Partition
 from ..model.mask import untrained_reason
 from ..model.validate import TOKEN_LIMIT, check_vocabulary
 from .inputs import MAX_DOCUMENT_BYTES, MAX_LINE_BYTES
-from .masks import ChatTemplate
-from .tokenizers import AUTO, ByteTokenizer, SpecialId, Tokenizer, TokenizerSpec, as_tokenizer, encode_texts
+from .text.masks import ChatTemplate
+from .text.tokenizers import AUTO, ByteTokenizer, SpecialId, Tokenizer, TokenizerSpec, as_tokenizer, encode_texts
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -31,7 +31,7 @@ from ..model.store import DocumentStore
 from ..model.validate import check_id, check_tokens, short
 from . import inputs as _inputs
 from .blocks import Block, ReadOptions, batches, byte_limit, flat_block, partition_codes, text_block
-from .masks import MASK_KEYS, Segments, prompt_segments, segment_tokens, token_row_mask
+from .text.masks import MASK_KEYS, Segments, prompt_segments, segment_tokens, token_row_mask
 
 TOKEN_KEYS = ("tokens", "input_ids")  # streambatch's own key, then Hugging Face's
 TEXT_COLUMNS = ("text",)  # a row without tokens holds text to tokenize here (or in the column named)

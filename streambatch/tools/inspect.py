@@ -227,7 +227,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         ]
     if T is not None:
         rows.append(("plan (shuffled)", [format_bytes(p["plan_bytes"]) for p in parts.values()]))
-    rows += mask_rows(parts)
+    rows += mask_rows(parts, format_count)
     text += "\n" + _table(corner, list(parts), rows)
     if T is not None and summary.get("pack"):
         names, pack_rows = _pack_rows(parts, T)

@@ -9,6 +9,7 @@ prefix count each, windows and rows in bounded blocks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -59,14 +60,15 @@ def mask_summary(
     return out
 
 
-def mask_rows(parts: dict[str, Any]) -> list[tuple[str, list[str]]]:
-    """Labelled rows of the partition table for a masked source (empty when no partition has a summary)."""
+def mask_rows(parts: dict[str, Any], count: Callable[[int], str]) -> list[tuple[str, list[str]]]:
+    """Labelled rows of the partition table for a masked source (empty when no partition has a summary); *count*
+    writes a count for people (`streambatch.tools.inspect.format_count`)."""
     found = [p.get("loss_mask") for p in parts.values()]
     if not any(found):
         return []
     cells = [m or {} for m in found]
     rows = [
-        ("counted targets", [_share(m["counted_targets"], m["counted_share"]) if m else "-" for m in cells]),
+        ("counted targets", [f"{count(m['counted_targets'])} ({100 * m['counted_share']:.1f} %)" if m else "-" for m in cells]),
         ("documents training nothing", [str(m["untrained_documents"]) if m else "-" for m in cells]),
     ]
     if any("untrained_windows" in m for m in cells):
@@ -78,9 +80,3 @@ def mask_rows(parts: dict[str, Any]) -> list[tuple[str, list[str]]]:
     if any("kept_rows" in m for m in cells):
         rows.append(("packed rows kept (--skip-untrained)", [str(m.get("kept_rows", "-")) for m in cells]))
     return rows
-
-
-def _share(count: int, share: float) -> str:
-    from .inspect import format_count  # the shared number format
-
-    return f"{format_count(count)} ({100 * share:.1f} %)"

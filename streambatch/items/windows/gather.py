@@ -1,25 +1,50 @@
-"""The window row gathers: copy whole ``T``-token records of one store (`RowGather`) or of a corpus's shards (`ShardedGather`).
+"""The window row gathers: copy whole ``T``-token records of one store (`StoreGather`) or of a corpus's shards (`ShardedGather`).
 
 One vectorized gather per buffer from a read-only view of the flat tokens as
 overlapping ``T``-token records, giving C-contiguous ``inputs[w, T]`` and
-``targets[w, T]`` in the store's dtype.  `row_gather` caches the space's gather.
+``targets[w, T]`` in the store's dtype.  `window_gather` caches the space's gather.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from ...errors import ConfigError, DataError
 from ...model.corpus import Corpus
+from ...model.mask import target_reader
 from ...model.store import DocumentStore
+from ...stages.batch import MiniBatch
 from ...stages.span import spanning_tokens
-from .windows import WindowSpace
+
+_CWindowGatherer: Any
+try:  # the optional C extension (see setup.py): one call makes both arrays and copies each row's tokens
+    from ..._row_gather import WindowGatherer as _CWindowGatherer
+except ImportError:  # built without a C compiler: numpy gathers the same arrays
+    _CWindowGatherer = None
+
+WINDOW_BACKEND: Literal["c", "numpy"] = "c" if _CWindowGatherer is not None else "numpy"
+"""How window batches are gathered: the C extension ``streambatch._row_gather`` (uint16 or uint32 tokens), else numpy."""
+
+_OUTSIDE = (
+    "a row starts at a position outside the store's {size} tokens; "
+    "the plan does not belong to this store (remove the plan file and plan again)"
+)
 
 
-class RowGather:
+def c_window_gather(tokens: npt.NDArray[Any], length: int) -> Any:
+    """The C window gatherer of *tokens* for context length *length*, or None (not built, another dtype, no window)."""
+    if _CWindowGatherer is None or tokens.dtype not in (np.uint16, np.uint32) or tokens.size < length + 1:
+        return None
+    if not tokens.flags.c_contiguous:
+        return None
+    return _CWindowGatherer(tokens, length)
+
+
+class StoreGather:
     """Gathers rows of one store for one context length into final ``(w, T)`` arrays.
 
     Each buffer is one vectorized copy: the flat tokens are viewed (read-only, no
@@ -28,12 +53,12 @@ class RowGather:
     straight into the final C-contiguous array.
 
     >>> store = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5])
-    >>> inputs, targets = RowGather(store, context_length=2)(np.array([2, 0]))
+    >>> inputs, targets = StoreGather(store, context_length=2)(np.array([2, 0]))
     >>> inputs.tolist(), targets.tolist()
     ([[11, 12], [0, 10]], [[12, 1], [10, 11]])
     """
 
-    __slots__ = ("_dtype", "_empty", "_length", "_records", "_shifted")
+    __slots__ = ("_c", "_dtype", "_empty", "_length", "_records", "_shifted")
 
     def __init__(self, store: DocumentStore, context_length: int) -> None:
         self._length = length = context_length
@@ -48,6 +73,7 @@ class RowGather:
             count = tokens.size - length  # records that have a following record (targets)
             self._records = np.ndarray(shape=(count,), dtype=record, buffer=tokens, strides=(itemsize,))
             self._shifted = np.ndarray(shape=(count,), dtype=record, buffer=tokens, offset=itemsize, strides=(itemsize,))
+        self._c = c_window_gather(tokens, length)
 
     @property
     def records(self) -> npt.NDArray[Any]:
@@ -65,12 +91,17 @@ class RowGather:
         """``(inputs, targets)`` for rows starting at *positions* (an intp array): ``take(rows(positions))``."""
         return self.take(positions)
 
-    def rows(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    def where(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
         """Where `take` reads the rows starting at *positions*: in one store, the positions themselves."""
         return positions
 
     def take(self, rows: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for *rows* (a slice of what `rows` returned), one gather per buffer."""
+        if self._c is not None:
+            try:
+                return self._c.gather(rows)  # type: ignore[no-any-return]
+            except (IndexError, TypeError):  # a position beyond the tokens, or rows not int64: numpy decides
+                pass
         records, width, positions = self._records, rows.size, rows
         if records is None or self._shifted is None or width == 0:  # a rank's empty share, or no windows
             return self._empty.copy(), self._empty.copy()
@@ -78,10 +109,7 @@ class RowGather:
         try:  # wrap each gathered record buffer as (width, T) tokens: no copy, cheaper than view + reshape
             return np.ndarray(shape, dtype, records[positions]), np.ndarray(shape, dtype, self._shifted[positions])
         except IndexError:  # e.g. a damaged plan file: positions beyond the tokens
-            raise DataError(
-                f"a row starts at a position outside the store's {records.size + self._length} tokens; "
-                "the plan does not belong to this store (remove the plan file and plan again)"
-            ) from None
+            raise DataError(_OUTSIDE.format(size=records.size + self._length)) from None
 
 
 class ShardedGather:
@@ -107,6 +135,7 @@ class ShardedGather:
 
     __slots__ = (
         "_bases",
+        "_c",
         "_dtype",
         "_ends",
         "_gathers",
@@ -124,7 +153,7 @@ class ShardedGather:
         self._length = context_length
         self._dtype = corpus.dtype
         self._tokens = tuple(shard.tokens for shard in corpus.shards)  # kept alive with the views below
-        self._gathers = [RowGather(shard, context_length) for shard in corpus.shards]
+        self._gathers = [StoreGather(shard, context_length) for shard in corpus.shards]
         self._bases = corpus.bases[:-1]
         # the last position of each shard where T + 1 tokens still fit: the spanning view is read nowhere else
         self._last = corpus.bases[1:] - (context_length + 1)
@@ -134,12 +163,14 @@ class ShardedGather:
         self._table = None if self._span is None else _ShiftTable(corpus.bases, self._last, self._span[2])
         self._records: npt.NDArray[Any] | None = None if self._span is None else self._span[0]
         self._shifted: Any = None if self._span is None else self._span[1]
+        found = None if self._span is None else spanning_tokens(self._tokens, corpus.bases)
+        self._c = None if found is None else c_window_gather(found[0], context_length)  # reads the same records
 
     def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for rows starting at global *positions* (an intp array): ``take(rows(positions))``."""
-        return self.take(self.rows(positions))
+        return self.take(self.where(positions))
 
-    def rows(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
+    def where(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
         """Where `take` reads the rows starting at global *positions*; checks each lies inside a shard.
 
         With the spanning view: each row's record number in it (intp).  Otherwise:
@@ -174,7 +205,12 @@ class ShardedGather:
     def take(self, rows: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for *rows* (a slice of what `rows` returned)."""
         records, width = self._records, rows.size
-        if records is not None and width:  # one gather per buffer, as in RowGather
+        if self._c is not None:  # the spanning view's records, in C
+            try:
+                return self._c.gather(rows)  # type: ignore[no-any-return]
+            except (IndexError, TypeError):  # rows not the span's record numbers (int64): numpy decides
+                pass
+        if records is not None and width:  # one gather per buffer, as in StoreGather
             shape = (width, self._length)
             return np.ndarray(shape, self._dtype, records[rows]), np.ndarray(shape, self._dtype, self._shifted[rows])
         shape, dtype = (width, self._length), self._dtype
@@ -251,19 +287,80 @@ def spanning_records(
     return records, shifted, shift
 
 
-Gather = RowGather | ShardedGather
+Gather = StoreGather | ShardedGather
 
 
-def row_gather(space: WindowSpace) -> Gather:
-    """The space's gather, built once and cached on it: `RowGather` for a store, `ShardedGather` for a corpus."""
+def window_gather(space: Any) -> Gather:
+    """The space's gather, built once and cached on it: `StoreGather` for a store, `ShardedGather` for a corpus."""
     gather: Gather | None = space.cache.get("gather")
     if gather is None:
         store, length = space.store, space.config.context_length
         if isinstance(store, DocumentStore):
-            gather = RowGather(store, length)
+            gather = StoreGather(store, length)
         elif isinstance(store, Corpus):
             gather = ShardedGather(store, length)
         else:
             raise ConfigError(f"source={store!r} has no gather; pass a DocumentStore or a Corpus to sb.windows")
         space.cache["gather"] = gather
     return gather
+
+
+MaskReader = Callable[[npt.NDArray[np.intp]], npt.NDArray[np.bool_]]
+
+
+def mask_reader(space: Any) -> MaskReader | None:
+    """What makes the ``(w, T)`` loss mask of window rows at positions of *space*'s store, cached on the space:
+    a store's bits bound to the C kernel (`streambatch.model.mask.target_reader`), a corpus's per-shard read, or
+    None without a mask (the batch then stores no ``loss_mask``: every target counts)."""
+    if "mask" in space.cache:
+        found: MaskReader | None = space.cache["mask"]
+        return found
+    store, length = space.store, space.config.context_length
+    reader: MaskReader | None = None
+    if getattr(store, "has_loss_mask", False):
+        if isinstance(store, DocumentStore) and store.loss_bits is not None:
+            reader = target_reader(store.loss_bits, length)
+        else:
+            reader = lambda positions: store.target_mask(positions, length)  # noqa: E731
+    space.cache["mask"] = reader
+    return reader
+
+
+def gather_windows(windows: Any, index: int) -> MiniBatch:
+    """The batch numbered *index* of the windows of view *windows* (a `streambatch.Windows`)."""
+    positions = windows.positions()
+    space = windows.space
+    inputs, targets = window_gather(space)(positions)
+    unpack = mask_reader(space)
+    return MiniBatch(index, inputs, targets, positions, space, loss_mask=None if unpack is None else unpack(positions))
+
+
+_BLOCK_WINDOWS = 2048  # consecutive batches whose positions are computed (and cast to intp) at once
+
+
+def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[MiniBatch]:
+    """Batches *batches* of *windows* chunked by *size*, with the per-batch work cut to the gather itself.
+
+    Positions of a block of consecutive batches come from one call (one cast to
+    intp, one searchsorted in sequential order) and are mapped to the gather's
+    rows once (a corpus's shard lookup); a strided share (``step > 1``) takes one
+    batch per block so the batches in between are never touched.  The copy of each
+    batch is the one call of ``take`` below.
+    """
+    space, total = windows.space, len(windows)
+    gather = window_gather(space)
+    take = gather.take
+    unpack = mask_reader(space)  # decided once: None makes nothing more
+    per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
+    for head in range(0, len(batches), per):
+        group = batches[head : head + per]
+        base = group[0] * size
+        positions = windows[base : min((group[-1] + 1) * size, total)].positions()
+        rows = gather.where(positions)
+        same = rows is positions  # one store: the rows are the positions, one slice serves both
+        first = group[0]
+        for batch in group:
+            lo = (batch - first) * size
+            here = positions[lo : lo + size]
+            inputs, targets = take(here if same else rows[lo : lo + size])
+            yield MiniBatch(batch, inputs, targets, here, space, loss_mask=None if unpack is None else unpack(here))

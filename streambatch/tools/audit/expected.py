@@ -11,7 +11,7 @@ from ...epoch import Epoch
 from ...errors import ConfigError
 from ...items.untrained import item_targets
 from ...items.windows.window_index import window_counts
-from ...items.windows.windows import Windows, windows
+from ...items.windows.windows import windows
 from ...stages.chunk import batch_widths
 
 
@@ -83,7 +83,7 @@ class Expected:
 
 def provenance(piece: Any) -> tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """``(batch index, document indices, starts)`` of a batch-like object or a `Windows` chunk."""
-    if isinstance(piece, Windows):
+    if not hasattr(piece, "document_indices"):  # a chunk of windows, not yet gathered
         documents, starts = piece.locate()
         return (piece.batch_index or 0), documents.astype(np.int64, copy=False), starts.astype(np.int64, copy=False)
     documents = np.asarray(piece.document_indices, dtype=np.int64).reshape(-1)

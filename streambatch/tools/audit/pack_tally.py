@@ -42,7 +42,7 @@ class PackTally:
         self.target_count = int(targets.sum())
         self.row_count = len(epoch.windows)  # the epoch's rows (the kept ones under skip_untrained)
         rows: Any = epoch.windows  # packed Rows
-        self.row_total = len(rows.packed)  # every row of the packing
+        self.row_total = len(rows.packing)  # every row of the packing
         self.widths = np.asarray(batch_widths(self.row_count, self.batch_size), dtype=np.int64)
         self.rows_per_batch = np.zeros(self.widths.size, dtype=np.int64)
         self.row_seen = np.zeros(self.row_total, dtype=bool)
@@ -72,7 +72,7 @@ class PackTally:
         self.dropped[np.asarray(report.entries, dtype=np.int64)] = False
         numbers = np.flatnonzero(self.dropped)
         self.row_seen[numbers] = True
-        seg = rows.space.rows.segments(numbers)
+        seg = rows.space.packing.segments(numbers)
         self.kept.append((self.target_first[seg.documents] + seg.starts, seg.lengths.astype(np.int64)))
 
     def _counted(self, included: npt.NDArray[np.bool_]) -> int:
@@ -96,7 +96,7 @@ class PackTally:
     def piece(self, batch: Any) -> TokenSums:
         """Check one packed batch; return its stand-in raw sums over its claimed denominator."""
         index, T = int(batch.index), self.T
-        numbers = np.asarray(batch.rows, dtype=np.int64).reshape(-1)
+        numbers = np.asarray(batch.row_numbers, dtype=np.int64).reshape(-1)
         width = numbers.size
         self.batches += 1
         self.rows += width

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...stages.reduce import TokenMean
+from .masks import MASK_CHECKS
 
 CHECKS = (  # causes before consequences: a padded row also breaks widths and the token mean
     "padding",
@@ -17,6 +18,7 @@ CHECKS = (  # causes before consequences: a padded row also breaks widths and th
     "accumulation",
     "replay",
     "different_seed",
+    *MASK_CHECKS,  # loss masks and denominators (`streambatch.tools.audit.masks`), run for every store
 )
 RELATIVE_TOLERANCE = 1e-12
 

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ConfigError, DataError
-from ..model.mask import check_loss_mask, labels_mask
-from ..model.validate import short
+from ...errors import ConfigError, DataError
+from ...model.mask import check_loss_mask, labels_mask
+from ...model.validate import short
 from .tokenizers import Tokenizer, encode_texts, require
 
 MASK_KEYS = ("labels", "loss_mask", "assistant_masks")  # HF labels (-100 = not trained), then 0/1 masks
