@@ -19,7 +19,7 @@ from ..errors import DataError
 from ..io.files import short_path
 from . import inputs as _inputs
 from .arrow import arrow_blocks
-from .bin import bin_blocks
+from .bin import bin_blocks, indexed_blocks
 from .blocks import Block, ReadOptions
 from .hf import dataset_rows_blocks, load_dataset_folder
 from .jsonl import jsonl_blocks
@@ -132,5 +132,7 @@ def run_task(task: Task, opts: ReadOptions) -> Iterator[Block]:
         yield from npy_blocks(task.path, task.name, opts)
     elif task.kind == "bin":
         yield from bin_blocks(task.path, task.name, opts)
+    elif task.kind in ("megatron", "datatrove", "datatrove-part"):
+        yield from indexed_blocks(task.path, task.name, task.kind, opts)
     elif task.kind != "empty":
         raise DataError(task.error or f"{short_path(task.path)}: unknown task kind {task.kind!r}")

@@ -17,8 +17,8 @@ import numpy.typing as npt
 from ...stages.batch import SourceArray, present
 from ...stages.plan import plan_file
 from ...stages.shuffle import shuffle
-from ..pack.rows import Rows
-from ..windows.windows import Windows, WindowSpace
+from ..pack.rows import Rows, row_targets
+from ..windows.windows import Windows, WindowSpace, window_targets
 from .gather import MixGather
 from .packed_gather import PackedMixGather
 from .plan import MixPlan, source_epoch_seed
@@ -164,3 +164,29 @@ class MixSpace:
                 chosen = epochs == e
                 out[rows[chosen]] = self.order(s, e)[:].numbers()[at[chosen]]
         return out
+
+
+def counted_targets(view: Any) -> int:
+    """The counted targets of a view of a mixture: each source's items counted by that source's own rule.
+
+    >>> import streambatch as sb
+    >>> from streambatch.items.mix.mixture import mix
+    >>> web = sb.windows([sb.Document("w", "train", range(12))], context_length=2)
+    >>> code = sb.windows([sb.Document("c", "train", range(100, 105))], context_length=2)
+    >>> counted_targets(mix([web, code], [0.75, 0.25], seed=7)[:5])
+    10
+    """
+    space = view.space
+    if space.packed:
+        sources, numbers = space.numbers(*view.bounds)
+        rows = space.spaces
+        return sum(row_targets(rows[s], numbers[sources == s]) for s in present(sources))
+    spaces = space.spaces
+    if any(getattr(w.store, "has_loss_mask", False) for w in spaces):  # the mask bits at each window's targets
+        sources, positions, _ = space.window_rows(*view.bounds)
+        return sum(window_targets(spaces[s], int(n), positions[sources == s]) for s, n in _counts(sources) if n)
+    return sum(window_targets(spaces[s], n) for s, n in _counts(view.sources()) if n)
+
+
+def _counts(sources: SourceArray) -> list[tuple[int, int]]:
+    return list(enumerate(np.bincount(sources).tolist()))

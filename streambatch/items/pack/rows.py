@@ -134,6 +134,10 @@ class Rows(PlannedItems):
         check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
         return self._plan[self._lo : self._hi].astype(np.int64)
 
+    def counted_targets(self) -> int:
+        """The real targets of these rows (`counted_targets`): from the packing alone, no token is read."""
+        return counted_targets(self)
+
     def gather(self, index: int) -> MiniBatch:
         """Gather this view into a packed `MiniBatch` numbered *index* (what `sb.materialize` calls)."""
         return emit(self._space, self.numbers(), index)
@@ -151,6 +155,30 @@ class Rows(PlannedItems):
             f"Rows({len(self)} rows, context_length={self.context_length}, pad_share={self.report.pad_share:.4%}, "
             f"{order}, partition={self.partition.value!r})"
         )
+
+
+def counted_targets(view: Rows) -> int:
+    """The counted targets of a view of packed rows: their real targets (padding never counts).
+
+    >>> import streambatch as sb
+    >>> rows = sb.pack([sb.Document("a", "train", range(5)), sb.Document("b", "train", range(3))], context_length=3)
+    >>> counted_targets(rows), counted_targets(rows[1:])
+    (6, 3)
+    """
+    return row_targets(view.space, view.numbers())
+
+
+def row_targets(space: RowSpace, numbers: npt.ArrayLike) -> int:
+    """Counted targets of rows *numbers* of *space*: their pieces' targets (from the packing's lengths), or,
+    with a loss mask, the set mask bits of those targets (the mask bits alone: no token is read)."""
+    seg = space.packing.segments(numbers)
+    store: Any = space.store
+    if not getattr(store, "has_loss_mask", False) or not seg.lengths.size:
+        return int(seg.lengths.sum())
+    lengths = seg.lengths
+    first = store.starts[seg.documents] + seg.starts + 1  # each piece's first target, in the flat token space
+    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return int(np.count_nonzero(store.mask_at(np.repeat(first, lengths) + within)))
 
 
 def emit(space: RowSpace, numbers: IntArray, index: int) -> MiniBatch:
