@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from ..._paths import short_path
+from ...errors import StoreError
 from ...io.manifest import open_corpus
 from ...io.mixture_file import MixtureSource, is_mixture_file, open_mixture
 from ...io.store import open_store
@@ -35,6 +37,12 @@ def open_source(
     ('jsonl', ('a',))
     """
     name = os.fspath(path)
+    if not os.path.lexists(name) and not _named_as_file(name):  # `data/store` that is not there: say what was looked for
+        shown = short_path(name)
+        raise StoreError(
+            f"{shown}: no such store folder (a SOURCE is a store folder, a corpus manifest or mixture file ending "
+            f"in .json, or a JSONL file); prepare the store with `streambatch prepare INPUT -o {shown}`"
+        )
     if os.path.isdir(name):  # a store prepared by `streambatch prepare`
         return Source(name, "store", open_store(name, verify=verify), verified=verify)
     if is_mixture_file(name):  # sources and their weights: a blend
@@ -42,3 +50,8 @@ def open_source(
     if name.lower().endswith(".json"):  # a manifest listing the stores of a sharded corpus
         return Source(name, "corpus", open_corpus(name, verify=verify), verified=verify)
     return Source(name, "jsonl", DocumentStore.from_documents(read_jsonl(name, max_line_bytes=max_line_bytes)))
+
+
+def _named_as_file(name: str) -> bool:
+    """Whether *name* has a file's suffix (``.jsonl``, ``.json``, ``.gz``, ...), not a store folder's bare name."""
+    return "." in os.path.basename(name.rstrip(os.sep)).lstrip(".")
