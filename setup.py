@@ -2,7 +2,7 @@
 
 Optional: where they cannot be compiled, the install still succeeds and each
 stage falls back to numpy or exact Python: see ``streambatch.stages.shuffle.BACKEND``,
-``streambatch.stages.pack.BACKEND``, ``streambatch.stages.rows.GATHER_BACKEND`` and ``streambatch.stages._mix_order.BACKEND``.
+``streambatch.items.pack.pack.BACKEND``, ``streambatch.items.pack.rows.GATHER_BACKEND`` and ``streambatch.items.mix._mix_order.BACKEND``.
 """
 
 from setuptools import Extension, setup

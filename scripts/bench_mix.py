@@ -18,7 +18,7 @@ largest w_s * max(i, 1) - c_s in float64, ties to the lowest index), (c) weighte
 random sampling (numpy default_rng(0).choice).  The drift is computed exactly
 (Python integers) against the exact normalised weights (the floats' binary values).
 
-Part 3, the pipeline (`streambatch.stages.mixture`): three stores on disk with
+Part 3, the pipeline (`streambatch.items.mix.mixture`): three stores on disk with
 10**6, 3*10**6 and 10**7 windows of T=--context-length (times --scale) mixed at
 0.6/0.3/0.1 to --length items, each step in a fresh process:
 (a) open the stores, ``sb.mix`` (plan in memory) and gather the first batch:
@@ -52,9 +52,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's streambatch, not an installed one
 
 import streambatch as sb
-from streambatch.stages import _mix_order
-from streambatch.stages.mix import integer_weights, plan_mix
-from streambatch.stages.mixture import mix
+from streambatch.items.mix import _mix_order
+from streambatch.items.mix.mix import integer_weights, plan_mix
+from streambatch.items.mix.mixture import mix
 
 PIPE_SIZES = [10**6, 3 * 10**6, 10**7]
 PIPE_WEIGHTS = [0.6, 0.3, 0.1]

@@ -33,7 +33,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's streambatch, and
 from bench import synthetic_lengths  # noqa: E402 - the corpus of scripts/bench.py
 
 import streambatch as sb  # noqa: E402
-from streambatch.stages.rows import GATHER_BACKEND  # noqa: E402
+from streambatch.items.pack.rows import GATHER_BACKEND  # noqa: E402
 
 TOKENS = [10**6, 3 * 10**6, 10**7]
 WEIGHTS = [0.6, 0.3, 0.1]

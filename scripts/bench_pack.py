@@ -10,7 +10,7 @@ Only document lengths are needed: ``bench.synthetic_lengths`` (lognormal, median
 Per ``T`` it reports the target tokens the window mode covers (the chapter's rule
 at stride ``T``: windows of ``T + 1`` tokens of one document, tails dropped)
 against packing (every target), the pad share of positions for best-fit
-decreasing (`streambatch.stages.pack`) and for next-fit in document order
+decreasing (`streambatch.items.pack.pack`) and for next-fit in document order
 (one open row, closed when the next piece does not fit), and rows against the
 lower bound ``ceil(targets / T)``.  Then it packs 10**7 pieces (the same length
 distribution, and a worst case where every piece is a tail) and reports the
@@ -46,8 +46,8 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's streambatch, and
 from bench import synthetic_lengths  # noqa: E402 - the corpus of scripts/bench.py
 
 import streambatch as sb  # noqa: E402
-from streambatch.stages import pack  # noqa: E402
-from streambatch.stages.rows import GATHER_BACKEND  # noqa: E402
+from streambatch.items.pack import pack  # noqa: E402
+from streambatch.items.pack.rows import GATHER_BACKEND  # noqa: E402
 
 
 def next_fit_rows(lengths: np.ndarray, T: int) -> int:

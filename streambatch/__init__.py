@@ -26,24 +26,24 @@ from .epoch import Epoch
 from .errors import AccumulationError, ConfigError, DataError, StateError, StreamBatchError
 from .io.manifest import open_corpus, write_corpus
 from .io.store import open_store, write_store
+from .items.mix.mixture import mix
+from .items.pack.rows import pack
+from .items.windows.windows import Windows, windows
 from .model.corpus import Corpus
 from .model.documents import Document, Partition
 from .model.store import DocumentStore
 from .prepare import prepare_store
+from .read.formats import iter_text
+from .read.jsonl import iter_jsonl
+from .read.open import open_source
 from .run import Run
 from .stages.batch import MiniBatch
 from .stages.chunk import Chunks, chunk
 from .stages.materialize import materialize
-from .stages.mixture import mix
 from .stages.plan import plan_file
-from .stages.read.formats import iter_text
-from .stages.read.jsonl import iter_jsonl
-from .stages.read.open import open_source
 from .stages.reduce import TokenContribution, TokenMean, TokenMeanAccumulator, TokenSums, token_mean
-from .stages.rows import pack
 from .stages.share import share, split_rows
 from .stages.shuffle import shuffle
-from .stages.windows import Windows, windows
 
 __version__ = "0.3.0"
 

@@ -1,6 +1,6 @@
 /* Best-fit decreasing bin packing of integer sizes into bins of one capacity.
  *
- * The rule (streambatch.stages.pack's specification, and its Python fallback):
+ * The rule (streambatch.items.pack.pack's specification, and its Python fallback):
  * items of size 0 are ignored; the others are taken by size, largest first, ties
  * by item index; each goes into the open bin with the smallest remaining
  * capacity that still holds it, ties to the lowest bin number; when none holds

@@ -1,6 +1,6 @@
 /* Gather packed rows into their final arrays: the packed mode's emission kernel.
  *
- * The rule is streambatch.stages._pack_gather.gather_segments (its numpy fallback,
+ * The rule is streambatch.items.pack._pack_gather.gather_segments (its numpy fallback,
  * which tests/test_rows.py checks this kernel against): row r of the packing
  * holds, left to right from position 0, either one full piece (r < full_rows:
  * the r-th full piece in document order, found by a short scan from a table of

@@ -19,20 +19,20 @@ import numpy.typing as npt
 
 from ._checks import check_non_negative, check_positive, check_seed
 from .errors import ConfigError
+from .items.mix.mix_source import as_mixture
+from .items.mix.mixture import Mixture
+from .items.pack.rows import Rows, pack
+from .items.windows.window_index import WindowConfig, WindowIndex
+from .items.windows.windows import Windows, windows
 from .model.documents import Partition
 from .model.source import TokenSource
 from .stages.batch import MiniBatch
 from .stages.chunk import Chunks, batch_count, batch_widths, chunk
 from .stages.materialize import Batches, materialize
-from .stages.mix_source import as_mixture
-from .stages.mixture import Mixture
 from .stages.plan import check_plan_dir, plan_file
-from .stages.rows import Rows, pack
 from .stages.share import share
 from .stages.shuffle import shuffle
 from .stages.splitmix import derive_seed
-from .stages.window_index import WindowConfig, WindowIndex
-from .stages.windows import Windows, windows
 from .state import check_index
 
 __all__ = ["Epoch", "derive_seed"]
@@ -112,10 +112,10 @@ class Epoch:
 
     ``pack=True`` (or `Rows` from `sb.pack` as *source*) is the packed mode: the
     same pipe over ``sb.pack(source, context_length=T)`` (no stride), whose items
-    are rows and whose batches are `streambatch.stages.packed_batch.PackedBatch`;
+    are rows and whose batches are `streambatch.items.pack.packed_batch.PackedBatch`;
     ``window_count`` then counts rows.  Over a mixture (``sb.mix`` of ``sb.pack``
     parts, or a mixture file with ``pack=True``) the batches are packed batches
-    carrying ``sources`` (`streambatch.stages.mix_rows.PackedMixtureBatch`).
+    carrying ``sources`` (`streambatch.items.mix.mix_rows.PackedMixtureBatch`).
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),

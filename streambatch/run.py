@@ -31,15 +31,15 @@ from typing import Any
 from ._checks import check_non_negative, check_positive, is_integer, short_repr
 from .epoch import Epoch
 from .errors import ConfigError, OutOfRangeError, StateError
+from .items.mix.mixture import Mixture
+from .items.pack.rows import Rows
+from .items.windows.window_index import WindowConfig
+from .items.windows.windows import Windows
 from .model.documents import Partition
 from .model.source import TokenSource
 from .stages.batch import MiniBatch
 from .stages.materialize import Batches
-from .stages.mixture import Mixture
-from .stages.rows import Rows
 from .stages.splitmix import derive_seed
-from .stages.window_index import WindowConfig
-from .stages.windows import Windows
 from .state import RUN_KEYS, check_index, check_position, check_same, decode, encode
 
 STATE_KEYS = RUN_KEYS  # the keys of Run.state_dict(), in order

@@ -81,6 +81,7 @@ class _Output(msgspec.Struct, forbid_unknown_fields=True):
     batches: Count
     first: Count
     digest: str
+    format: Literal["jsonl", "arrow"] = "jsonl"
 
 
 class _Command(_State):

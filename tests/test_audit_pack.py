@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import streambatch as sb
 from streambatch.cli import main
 from streambatch.errors import ConfigError
-from streambatch.stages.read.jsonl import read_jsonl
+from streambatch.read.jsonl import read_jsonl
 from streambatch.tools.audit.packed import audit_packed_epoch
 from streambatch.tools.audit.shares import epoch_shares
 

@@ -13,7 +13,7 @@ import pytest
 
 import streambatch as sb
 from streambatch.cli import batch_record, main
-from streambatch.stages.read.jsonl import read_jsonl
+from streambatch.read.jsonl import read_jsonl
 
 
 def run(argv: list[str]) -> tuple[int, str]:

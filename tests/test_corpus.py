@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-import streambatch.stages.windows as windowing
+import streambatch.items.windows.windows as windowing
 from streambatch import ConfigError
 from streambatch.cli import main
 from streambatch.errors import DuplicateIdError, StoreError
@@ -209,7 +209,7 @@ def test_cli_reads_a_manifest_wherever_a_store_goes(tmp_path: Path, capsys: pyte
 
 def test_per_shard_gather_equals_the_spanning_view(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Without the spanning record view (mixed dtypes, unaligned shards) each shard's rows are copied: same batches."""
-    import streambatch.stages.materialize as materializing
+    import streambatch.items.windows.gather as materializing
 
     rng = np.random.default_rng(8)
     docs = [sb.Document(f"d{i}", "train", rng.integers(0, 60_000, rng.integers(1, 60))) for i in range(30)]
@@ -225,7 +225,7 @@ def test_per_shard_gather_equals_the_spanning_view(monkeypatch: pytest.MonkeyPat
 
 def test_gather_refuses_positions_outside_every_shard() -> None:
     """A position between shards or past a shard's last window start (a tampered plan) is a DataError, never a read."""
-    from streambatch.stages.materialize import ShardedGather
+    from streambatch.items.windows.gather import ShardedGather
 
     a = sb.DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"])
     b = sb.DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])

@@ -249,3 +249,29 @@ def test_every_link_between_pages_lands() -> None:
                 if anchor not in {_slug(h) for h in headings}:
                     broken.append(f"{page.name}: {target}")
     assert [] == broken
+
+
+def test_every_dotted_name_the_pages_give_exists() -> None:
+    """`streambatch.x.y` in the pages (not a quoted format name) imports, attribute by attribute."""
+    import importlib
+
+    from streambatch.errors import MissingDependencyError
+
+    missing = []
+    for page in PAGES:
+        for name in sorted(set(re.findall(r"(?<![\"\w.])streambatch(?:\.[A-Za-z_]\w*)+", page.read_text(encoding="utf-8")))):
+            parts = name.split(".")
+            for cut in range(len(parts), 0, -1):
+                try:
+                    found: Any = importlib.import_module(".".join(parts[:cut]))
+                except MissingDependencyError:  # streambatch.torch without torch: not checkable here
+                    break
+                except ImportError:
+                    continue
+                try:
+                    for attribute in parts[cut:]:
+                        found = getattr(found, attribute)
+                except AttributeError:
+                    missing.append(f"{page.name}: {name}")
+                break
+    assert [] == missing

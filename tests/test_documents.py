@@ -12,7 +12,7 @@ from hypothesis import given
 import streambatch as sb
 from streambatch import DataError, Partition
 from streambatch.errors import DuplicateIdError, PartitionError
-from streambatch.stages.read.jsonl import read_jsonl, read_records
+from streambatch.read.jsonl import read_jsonl, read_records
 
 from .strategies import documents
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-import streambatch.stages.windows as windowing
+import streambatch.items.windows.windows as windowing
 from streambatch import ConfigError
 from streambatch.errors import DuplicateIdError, PartitionError
 from streambatch.stages.chunk import batch_widths

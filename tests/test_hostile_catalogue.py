@@ -21,10 +21,10 @@ from streambatch.cli import main
 from streambatch.errors import StoreError
 from streambatch.io.atomic import atomic_text
 from streambatch.io.store import INLINE_DOCUMENTS, StoreWriter, open_store, write_store
+from streambatch.items.windows.window_index import window_counts
+from streambatch.read.jsonl import iter_jsonl, read_jsonl, read_records
 from streambatch.stages.chunk import batch_widths, chunked
-from streambatch.stages.read.jsonl import iter_jsonl, read_jsonl, read_records
 from streambatch.stages.shuffle import shuffled_order
-from streambatch.stages.window_index import window_counts
 
 from .hostile import DEEP, EPOCH, GOOD, HUGE_INT, jsonl_file
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import streambatch as sb
 from streambatch.errors import DuplicateIdError, StoreError
 from streambatch.io.store import INLINE_DOCUMENTS, open_store, write_store
-from streambatch.stages.read.jsonl import iter_jsonl, read_jsonl
+from streambatch.read.jsonl import iter_jsonl, read_jsonl
 
 from .hostile import SMALL, small_store
 

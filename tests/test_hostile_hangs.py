@@ -21,7 +21,7 @@ import streambatch as sb
 from streambatch.errors import ConfigError, DataError, StoreError
 from streambatch.io.manifest import open_corpus
 from streambatch.prepare import prepare_store
-from streambatch.stages.read.workers import available_cpus
+from streambatch.read.workers import available_cpus
 
 from .hostile import ENV, EPOCH, REPO, small_store
 
@@ -72,7 +72,7 @@ def test_a_killed_worker_fails_the_run_naming_the_inputs_api(tmp_path: Path) -> 
     out = tmp_path / "out"
     done = _python(
         "import streambatch as sb, tests.hostile as h\n"
-        "from streambatch.stages.read.workers import WorkerLostError\n"
+        "from streambatch.read.workers import WorkerLostError\n"
         "try:\n"
         f"    sb.prepare_store([{str(folder)!r}], {str(out)!r}, tokenizer=h.killing_tokenizer, workers=2, quiet=True)\n"
         "except WorkerLostError as err:\n"
@@ -360,7 +360,7 @@ def test_a_fifo_in_a_folder_of_any_format(tmp_path: Path, name: str) -> None:
 
 def test_direct_readers_refuse_a_fifo(fifo: Path) -> None:
     """iter_npy, iter_bin, iter_parquet, iter_arrow, iter_text given a FIFO: a DataError at once."""
-    from streambatch.stages.read.formats import iter_arrow, iter_bin, iter_npy, iter_parquet, iter_text
+    from streambatch.read.formats import iter_arrow, iter_bin, iter_npy, iter_parquet, iter_text
 
     for read in (iter_npy, lambda p: iter_bin(p, separator=0), iter_parquet, iter_arrow):
         with pytest.raises(DataError, match="not a regular file"):

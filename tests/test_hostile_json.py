@@ -10,7 +10,7 @@ import pytest
 import streambatch as sb
 from streambatch.errors import StoreError
 from streambatch.io.bounded_json import decode_json, decode_record, decode_string
-from streambatch.stages.read.jsonl import read_jsonl
+from streambatch.read.jsonl import read_jsonl
 
 from .hostile import DEEP, HUGE_INT
 

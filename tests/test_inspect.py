@@ -1,4 +1,4 @@
-"""Tests for `streambatch.tools.inspect`, `streambatch.stages.read.open` and ``streambatch inspect``."""
+"""Tests for `streambatch.tools.inspect`, `streambatch.read.open` and ``streambatch inspect``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import given
 import streambatch as sb
 from streambatch.cli import main
 from streambatch.errors import PartitionError
-from streambatch.stages.read.open import open_source
+from streambatch.read.open import open_source
 from streambatch.tools.inspect import format_bytes, format_count, inspect_source, plan_bytes
 
 from .strategies import configs, documents

@@ -8,8 +8,9 @@ import pytest
 import streambatch as sb
 from streambatch import AccumulationError
 from streambatch.errors import RowIndexError
+from streambatch.items.windows.gather import RowGather
 from streambatch.stages.batch import WindowProvenance
-from streambatch.stages.materialize import Batches, RowGather, materialize_one
+from streambatch.stages.materialize import Batches, materialize_one
 from streambatch.tools.chapter import batch_contributions, build_epoch
 
 

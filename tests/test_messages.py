@@ -14,7 +14,7 @@ import pytest
 
 import streambatch as sb
 from streambatch.cli import main
-from streambatch.stages.read.parquet import iter_parquet
+from streambatch.read.parquet import iter_parquet
 from streambatch.tools.inspect import format_summary, inspect_source
 
 try:

@@ -1,4 +1,4 @@
-"""Tests for `streambatch.stages.mix`: Tijdeman's order, exact, randomly accessible, each source in its exact epochs.
+"""Tests for `streambatch.items.mix.mix`: Tijdeman's order, exact, randomly accessible, each source in its exact epochs.
 
 The order is checked against the rule as written in DESIGN.md, run literally in
 `fractions.Fraction`; the prefix bound is checked at every n in Fractions too.
@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import streambatch.stages._mix_order as mix_order
+import streambatch.items.mix._mix_order as mix_order
 from streambatch.errors import ConfigError, OutOfRangeError, StreamBatchError
-from streambatch.stages.mix import (
+from streambatch.items.mix.mix import (
     MixPlan,
     default_length,
     integer_weights,

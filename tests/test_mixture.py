@@ -1,4 +1,4 @@
-"""Tests for `streambatch.stages.mixture`: a mixture is an `Items` the pipeline takes unchanged.
+"""Tests for `streambatch.items.mix.mixture`: a mixture is an `Items` the pipeline takes unchanged.
 
 The hypothesis property checks the four claims over random sources: the prefix
 bound at every n (in exact integers), each source's items as the concatenation
@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch.errors import ConfigError, DataError, StateError, StoreError, StreamBatchError
-from streambatch.stages.mix import integer_weights, source_order
-from streambatch.stages.mix_batch import MixtureBatch, source_sums
-from streambatch.stages.mixture import MixItem, Mixture, mix
+from streambatch.items.mix.mix import integer_weights, source_order
+from streambatch.items.mix.mix_batch import MixtureBatch, source_sums
+from streambatch.items.mix.mixture import MixItem, Mixture, mix
 from streambatch.stages.splitmix import derive_seed
 
 WEIGHT = st.one_of(

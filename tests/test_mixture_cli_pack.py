@@ -91,7 +91,7 @@ def test_audit_proves_a_packed_mixture(mixture: Path, workers: int, world: int) 
 
 
 def test_audit_finds_rows_that_are_not_their_sources(mixture: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from streambatch.stages.mix_rows import RowsGather
+    from streambatch.items.mix.mix_rows import RowsGather
 
     real = RowsGather.__call__
 

@@ -1,4 +1,4 @@
-"""Tests for mixtures of packed rows (`streambatch.stages.mix_rows`): ``sb.mix`` of ``sb.pack`` parts.
+"""Tests for mixtures of packed rows (`streambatch.items.mix.mix_rows`): ``sb.mix`` of ``sb.pack`` parts.
 
 The hypothesis property is the mixture property (tests/test_mixture.py) over
 packed parts: the prefix bound at every n, each source's rows as the
@@ -24,12 +24,12 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch.errors import ConfigError, StateError
-from streambatch.stages.mix import integer_weights, source_order
-from streambatch.stages.mix_batch import source_sums
-from streambatch.stages.mix_rows import PackedMixtureBatch
-from streambatch.stages.mixture import MixItem, Mixture, mix
-from streambatch.stages.packed_batch import PackedBatch
-from streambatch.stages.rows import GATHER_BACKEND
+from streambatch.items.mix.mix import integer_weights, source_order
+from streambatch.items.mix.mix_batch import source_sums
+from streambatch.items.mix.mix_rows import PackedMixtureBatch
+from streambatch.items.mix.mixture import MixItem, Mixture, mix
+from streambatch.items.pack.packed_batch import PackedBatch
+from streambatch.items.pack.rows import GATHER_BACKEND
 
 from .test_mixture import WEIGHT, check_prefix_bound
 

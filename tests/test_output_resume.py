@@ -29,7 +29,7 @@ import streambatch as sb
 import streambatch.cli.epoch as cli_epoch
 from streambatch.cli import main
 from streambatch.io.store import write_store
-from streambatch.stages.read.jsonl import read_jsonl
+from streambatch.read.jsonl import read_jsonl
 
 from .hostile import ENV
 

@@ -1,4 +1,4 @@
-"""Tests for the packing core, `streambatch.stages.pack`: pieces, best-fit decreasing rows, the gather."""
+"""Tests for the packing core, `streambatch.items.pack.pack`: pieces, best-fit decreasing rows, the gather."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streambatch.errors import ConfigError, DataError, OutOfRangeError
-from streambatch.stages import pack
-from streambatch.stages._pack_gather import id_dtype
-from streambatch.stages.pack import PackedArrays, PieceIndex, best_fit_decreasing, gather_segments, pack_lengths
-from streambatch.stages.window_index import WindowConfig, WindowIndex
+from streambatch.items.pack import pack
+from streambatch.items.pack._pack_gather import id_dtype
+from streambatch.items.pack.pack import PackedArrays, PieceIndex, best_fit_decreasing, gather_segments, pack_lengths
+from streambatch.items.windows.window_index import WindowConfig, WindowIndex
 
 needs_c = pytest.mark.skipif(pack.BACKEND != "c", reason="the C extension streambatch._best_fit is not built")
 BACKENDS = ["python", pytest.param("c", marks=needs_c)]

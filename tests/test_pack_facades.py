@@ -90,7 +90,7 @@ def test_packed_plan_file_is_shared(tmp_path: Path) -> None:
 
 def test_packing_file_is_computed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """plan_dir keeps the packing too: computed by the first caller, then mapped; damaged files are refused."""
-    from streambatch.stages import pack_file
+    from streambatch.items.pack import pack_file
 
     docs = _docs()
     calls: list[int] = []

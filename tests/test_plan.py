@@ -22,8 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
+import streambatch.items.windows.windows as windowing
 import streambatch.stages.plan as planning
-import streambatch.stages.windows as windowing
 from streambatch import ConfigError
 from streambatch.cli import main
 from streambatch.errors import StoreError

@@ -28,8 +28,8 @@ from hypothesis import given
 
 import streambatch as sb
 import streambatch.io.atomic as atomic
+import streambatch.items.windows.windows as windowing
 import streambatch.stages.plan as planning
-import streambatch.stages.windows as windowing
 from streambatch.cli import main
 from streambatch.errors import DataError, StoreError
 from streambatch.io.files import short_path

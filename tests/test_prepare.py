@@ -18,10 +18,10 @@ from streambatch._progress import FileProgress
 from streambatch.cli import main
 from streambatch.errors import StoreError
 from streambatch.prepare import iter_files
-from streambatch.stages.read import inputs as _inputs
-from streambatch.stages.read.byte_tokens import byte_tokenize
-from streambatch.stages.read.select import select_inputs
-from streambatch.stages.read.tokenizers import ByteTokenizer, CallableTokenizer, HFTokenizer
+from streambatch.read import inputs as _inputs
+from streambatch.read.byte_tokens import byte_tokenize
+from streambatch.read.select import select_inputs
+from streambatch.read.tokenizers import ByteTokenizer, CallableTokenizer, HFTokenizer
 
 from .test_read_tokenizers import CORPUS, train_bpe
 

@@ -14,16 +14,16 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch.prepare import iter_files
-from streambatch.stages.read import bin as bin_format
-from streambatch.stages.read import inputs as _inputs
-from streambatch.stages.read.arrow import iter_arrow
-from streambatch.stages.read.bin import iter_bin
-from streambatch.stages.read.byte_tokens import byte_detokenize
-from streambatch.stages.read.hf import iter_hf
-from streambatch.stages.read.npy import iter_npy
-from streambatch.stages.read.parquet import iter_parquet
-from streambatch.stages.read.select import format_of
-from streambatch.stages.read.tokenizers import ByteTokenizer
+from streambatch.read import bin as bin_format
+from streambatch.read import inputs as _inputs
+from streambatch.read.arrow import iter_arrow
+from streambatch.read.bin import iter_bin
+from streambatch.read.byte_tokens import byte_detokenize
+from streambatch.read.hf import iter_hf
+from streambatch.read.npy import iter_npy
+from streambatch.read.parquet import iter_parquet
+from streambatch.read.select import format_of
+from streambatch.read.tokenizers import ByteTokenizer
 
 TEXT = "héllo world\r\nsecond line\n\n  \nlast line without newline"
 

@@ -1,4 +1,4 @@
-"""Tests for `streambatch.stages.read.jsonl`: lazy readers yield Documents; errors name where."""
+"""Tests for `streambatch.read.jsonl`: lazy readers yield Documents; errors name where."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import streambatch as sb
-from streambatch.stages.read.jsonl import iter_records, read_jsonl, read_records
+from streambatch.read.jsonl import iter_records, read_jsonl, read_records
 
 
 def test_iter_jsonl_is_lazy(tmp_path: Path) -> None:

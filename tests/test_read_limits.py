@@ -18,9 +18,9 @@ import streambatch as sb
 from streambatch.cli import main
 from streambatch.cli._common import byte_size
 from streambatch.prepare import iter_files
-from streambatch.stages.read import inputs as _inputs
-from streambatch.stages.read.blocks import read_options
-from streambatch.stages.read.jsonl import iter_jsonl
+from streambatch.read import inputs as _inputs
+from streambatch.read.blocks import read_options
+from streambatch.read.jsonl import iter_jsonl
 
 from .hostile import PEAK_RSS
 

@@ -1,4 +1,4 @@
-"""Tests for streambatch/stages/rows.py and packed_batch.py: sb.pack, Rows as items, PackedBatch, the C gather."""
+"""Tests for streambatch/items/pack/rows.py and packed_batch.py: sb.pack, Rows as items, PackedBatch, the C gather."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 import streambatch as sb
 from streambatch.errors import ConfigError, DataError, OutOfRangeError, PartitionError
-from streambatch.stages import rows as rows_module
-from streambatch.stages.packed_batch import PackedBatch, SegmentProvenance
+from streambatch.items.pack import rows as rows_module
+from streambatch.items.pack.packed_batch import PackedBatch, SegmentProvenance
 
 DOCS = [
     sb.Document("a", "train", [0, 10, 11, 12, 13, 14, 15, 16, 17, 18, 1]),  # 11 tokens: 10 targets

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch.stages.materialize import ShardedGather
+from streambatch.items.windows.gather import ShardedGather
 
 
 def _corpus(sizes: list[int], seed: int) -> sb.Corpus:

@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch.stages import window_index
+from streambatch.items.windows import window_index
+from streambatch.items.windows.window_index import WindowConfig, WindowIndex, window_starts
 from streambatch.stages.shuffle import permute
-from streambatch.stages.window_index import WindowConfig, WindowIndex, window_starts
 
 
 def _naive(lengths: list[int], config: WindowConfig, include: list[bool] | None = None) -> list[int]:
@@ -96,7 +96,8 @@ def test_windows_views_use_the_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_iteration_is_blocked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Iterating a view yields its window numbers block by block, sequential and shuffled alike."""
-    from streambatch.stages import items
+
+    from streambatch.items import protocol as items
 
     monkeypatch.setattr(items, "ITER_BLOCK", 3)
     w = sb.windows(sb.DocumentStore.from_arrays(np.zeros(30, dtype=np.uint16), [0, 12, 30]), context_length=2)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import streambatch as sb
 from streambatch import ConfigError
 from streambatch.errors import OutOfRangeError
-from streambatch.stages.window_index import WindowConfig, WindowIndex, window_counts, window_starts, window_tails
+from streambatch.items.windows.window_index import WindowConfig, WindowIndex, window_counts, window_starts, window_tails
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import IO, NoReturn
+from typing import IO, Any, NoReturn
 
 from .. import __version__
 from ..errors import StreamBatchError
@@ -29,6 +29,10 @@ __all__ = ["batch_record", "build_parser", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # no abbreviations: --batch is not --batch-size
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line, not usage + message
         command = self.prog.removeprefix("streambatch").strip()  # main() adds the "streambatch: " prefix
         raise StreamBatchError(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)")

@@ -10,8 +10,8 @@ from ..errors import ConfigError
 from ..io.mixture_file import MixtureSource
 from ..model.documents import Partition
 from ..model.source import Source
-from ..stages.read.inputs import MAX_LINE_BYTES
-from ..stages.read.open import open_source
+from ..read.inputs import MAX_LINE_BYTES
+from ..read.open import open_source
 
 STDIO = "-"
 STREAMS = {("epoch", "output"), ("trace", "svg"), ("trace", "html"), ("demo", "svg"), ("demo", "html")}

@@ -28,15 +28,18 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import itertools
 import json
 import os
-import re
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
+import numpy as np
+
 from .._checks import check_non_negative
+from .._progress import Bar, bar
 from ..errors import ConfigError, OutOfRangeError, StateError
 from ..io.atomic import atomic_text, writing
 from ..io.bounded_json import read_json_header
@@ -45,9 +48,13 @@ from ..io.mixture_file import MixtureSource
 from ..model.corpus import Corpus
 from ..model.source import Source
 from ..run import Run
+from ..stages.batch import MiniBatch
 from ..state import decode, encode
 from ._common import add_order, add_source, args_epoch, open_args_source
+from .outputs import FORMATS, ArrowStream, JsonLines, format_of, output_format, write_all
 from .records import batch_line
+
+Format = JsonLines | ArrowStream
 
 _BLOCK = 1 << 20
 
@@ -84,12 +91,19 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
         raise ConfigError(
             "--save-state/--resume need --output FILE: the state records what the file holds, to cut a resumed run back to it"
         )
+    name = format_of(args.format, None if args.output == "-" else args.output)
+    if name != "jsonl" and args.output in (None, "-"):
+        raise ConfigError(f"--format {name} writes binary: pass --output FILE (standard output takes JSON lines)")
     source = open_args_source(args)
     if args.output not in (None, "-"):
         _check_output(args.output, source)
     state_path = args.save_state if args.save_state is not None else args.resume
     if state_path is not None:
         _check_state_path(state_path, args.output, source)
+    if args.save_state is not None and args.resume is None:
+        _refuse_saved_state(args.save_state)
+    shown = _Shown(args)
+    fmt = output_format(name)
     if args.resume is not None:
         state = decode(
             read_json_header(
@@ -98,9 +112,10 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
             "epoch-command",
             short_path(state_path),
         )
+        fmt = output_format(args.format or state["output"].get("format", "jsonl"))  # a resume keeps the state's format
         run = _run(args, source, state["epoch"])
         with writing(args.output):  # a failed write names the output
-            _write_saving_state(run, state["epoch"], args.output, state_path, state)
+            _write_saving_state(run, state["epoch"], args.output, state_path, state, fmt, shown)
         return
     epoch = check_non_negative(0 if args.epoch is None else args.epoch, "epoch", "the epoch to write (0 for the first)")
     run = _run(args, source, epoch)
@@ -111,14 +126,98 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
             f"pass 0 <= --start-batch <= {run.batches_per_epoch}"
         )
     run.set_position(epoch, start)
+    _warn_size(args, run, fmt)
     if state_path is not None:
         with writing(args.output):
-            _write_saving_state(run, epoch, args.output, state_path, None)
+            _write_saving_state(run, epoch, args.output, state_path, None, fmt, shown)
     elif args.output in (None, "-"):
         out.writelines(line.decode() for line in map(batch_line, run))
     else:
-        with _locked_for_replacing(args.output), atomic_text(args.output) as handle:
-            handle.writelines(line.decode() for line in map(batch_line, run))
+        with _locked_for_replacing(args.output), atomic_text(args.output) as text:
+            progress = shown.bar(run.batches_per_epoch - start)
+            buffer: IO[bytes] = text.buffer  # type: ignore[attr-defined]  # atomic_text's handle wraps a binary writer
+            written, size = write_all(fmt, _counted(run, progress), buffer, run.config.context_length, _token_dtype(run))
+            progress.close()
+        shown.done(written, size, args.output)
+
+
+def _counted(batches: Iterable[MiniBatch], progress: Bar) -> Iterator[MiniBatch]:
+    for batch in batches:
+        yield batch
+        progress.update(1)
+
+
+class _Shown:
+    """What the command shows on stderr: a progress bar on a terminal (``--progress``), one summary line at the end."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._progress: bool | None = args.progress
+
+    def bar(self, total: int) -> Bar:
+        return bar(max(total, 0), desc="epoch", unit="batch", progress=self._progress)
+
+    def done(self, batches: int, size: int, output: str) -> None:
+        print(f"streambatch: wrote {batches:,} batches ({_bytes(size)}) to {short_path(output)}", file=sys.stderr)
+
+
+def _bytes(size: int) -> str:
+    """*size* bytes for a person: ``812 B``, ``3.4 MB``, ``12.8 GB`` (decimal units)."""
+    value, unit = float(size), "B"
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if value < 1000 or unit == "PB":
+            break
+        value /= 1000
+    return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+WARN_RATIO = 8
+"""Warn when the output holds this many times the corpus's tokens (inputs and targets of every window)."""
+
+
+def _warn_size(args: argparse.Namespace, run: Run, fmt: Format) -> None:
+    """Before writing: estimate the output, and warn when it is far larger than the corpus (overlapping windows)."""
+    corpus = max(sum(int(store.flat_size) for store in _stores(run)), 1)
+    tokens = 2 * run.window_count * run.config.context_length  # inputs and targets of every item
+    left = run.batches_per_epoch - run.position[1]
+    if tokens < WARN_RATIO * corpus or left <= 0:
+        return
+    estimate = len(fmt.encode(run.batch(*run.position))) * left  # the first batch's record, for each batch left
+    stride, T = run.config.stride, run.config.context_length
+    hint = (
+        f"; with --stride {stride} each window overlaps the next by {T + 1 - stride} tokens: --stride {T} gives "
+        "non-overlapping windows"
+        if not run.pack and stride < T
+        else ""
+    )
+    print(
+        f"streambatch: warning: the output holds about {tokens:,} tokens ({_bytes(estimate)} as {fmt.name}), "
+        f"{tokens / corpus:,.0f}x the corpus's {corpus:,} tokens{hint}",
+        file=sys.stderr,
+    )
+
+
+def _stores(run: Run) -> list[Any]:
+    """The stores the run reads: its store, or each source's of a mixture."""
+    parts = getattr(run.windows, "parts", None)
+    return [run.store] if parts is None else [part.store for part in parts]
+
+
+def _token_dtype(run: Run) -> Any:
+    """The dtype of the batches' tokens (a mixture's: the widest of its sources')."""
+    return np.result_type(*(store.dtype for store in _stores(run)))
+
+
+def _refuse_saved_state(state_path: str) -> None:
+    """--save-state over a state a run already saved would restart from batch 0 and lose it: refused."""
+    try:
+        size = os.stat(state_path).st_size
+    except OSError:
+        return
+    if size:
+        raise StateError(
+            f"--save-state {short_path(state_path)}: already holds a run's state; continue it with --resume "
+            f"{short_path(state_path)}, or remove the file to start again from batch 0"
+        )
 
 
 def _source_files(source: Source | MixtureSource) -> set[tuple[int, int]]:
@@ -219,7 +318,7 @@ def _lock(handle: IO[bytes], output: str) -> None:
         raise
 
 
-def _kept_prefix(handle: IO[bytes], output: str, state_path: str, record: dict[str, Any]) -> Any:
+def _kept_prefix(handle: IO[bytes], output: str, state_path: str, record: dict[str, Any], fmt: Format) -> Any:
     """Hash the output's first ``record["bytes"]`` bytes; refuse unless they are exactly what the state recorded."""
     length, count = record["bytes"], record["batches"]
     size = os.fstat(handle.fileno()).st_size
@@ -231,7 +330,7 @@ def _kept_prefix(handle: IO[bytes], output: str, state_path: str, record: dict[s
         )
     digest, lines, left = hashlib.blake2b(digest_size=32), 0, length
     handle.seek(0)
-    last = b"\n"
+    last = b""
     while left:
         block = handle.read(min(_BLOCK, left))
         if not block:
@@ -239,53 +338,41 @@ def _kept_prefix(handle: IO[bytes], output: str, state_path: str, record: dict[s
         digest.update(block)
         lines += block.count(b"\n")
         last, left = block[-1:], left - len(block)
-    if left or last != b"\n" or lines != count or digest.hexdigest() != record["digest"]:
+    found, heads = fmt.records_in(handle, length, lines, last)
+    if left or found != count or digest.hexdigest() != record["digest"]:
         raise StateError(
             f"{short_path(state_path)}: output {short_path(output)} does not hold the {count} batches "
             f"the state recorded (its first {length} "
             "bytes changed since, or the state was edited); start again without --resume"
         )
+    if count and heads != [(record["epoch"], record["first"]), (record["epoch"], record["first"] + count - 1)]:
+        raise StateError(
+            f"{short_path(state_path)}: output {short_path(output)} does not hold batches "
+            f"{record['first']}..{record['first'] + count - 1} "
+            f"of epoch {record['epoch']} as the state says (the state was edited); start again without --resume"
+        )
     return digest
 
 
-_HEAD = re.compile(rb'\{"epoch":(\d+),"index":(\d+),')
+def _recorded_output(state_path: str, recorded: str) -> str:
+    """The output a state names: recorded relative to the state file's folder (an absolute path: as it is)."""
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(state_path)), recorded))
 
 
-def _check_records(handle: IO[bytes], output: str, state_path: str, record: dict[str, Any], epoch: int) -> None:
-    """The kept prefix's first and last records must be batches ``first`` and ``first + batches - 1`` of *epoch*."""
-    count, length = record["batches"], record["bytes"]
-    if not count:
-        return
-    handle.seek(0)
-    first = handle.read(64)
-    end = length - 1  # the last record's newline; find the one before it
-    while end > 0:
-        lo = max(0, end - _BLOCK)
-        handle.seek(lo)
-        cut = handle.read(end - lo).rfind(b"\n")
-        if cut >= 0:
-            end = lo + cut + 1
-            break
-        end = lo
-    handle.seek(end)
-    last = handle.read(64)
-    for head, index in ((first, record["first"]), (last, record["first"] + count - 1)):
-        found = _HEAD.match(head)
-        if found is None or (int(found[1]), int(found[2])) != (epoch, index):
-            raise StateError(
-                f"{short_path(state_path)}: output {short_path(output)} does not hold batches "
-                f"{record['first']}..{record['first'] + count - 1} "
-                f"of epoch {epoch} as the state says (the state was edited); start again without --resume"
-            )
-
-
-def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, state: dict[str, Any] | None) -> None:
+def _write_saving_state(
+    run: Run, epoch: int, output: str, state_path: str, state: dict[str, Any] | None, fmt: Format, shown: _Shown
+) -> None:
     """Append batches to *output* under a lock; after each, make it durable and replace the state file atomically."""
     path = os.path.abspath(output)
-    if state is not None and state["output"]["path"] != path:
+    if state is not None and _recorded_output(state_path, state["output"]["path"]) != path:
         raise StateError(
             f"{short_path(state_path)}: the state belongs to output "
-            f"{short_path(state['output']['path'])!r}, not --output {short_path(path)!r}"
+            f"{short_path(_recorded_output(state_path, state['output']['path']))!r}, not --output {short_path(path)!r}"
+        )
+    if state is not None and state["output"].get("format", "jsonl") != fmt.name:
+        raise StateError(
+            f"{short_path(state_path)}: the state's output is {state['output'].get('format', 'jsonl')}, not --format {fmt.name}; "
+            "resume with the format it was written in"
         )
     try:
         fd = os.open(output, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
@@ -315,12 +402,14 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
                     f"{short_path(state_path)}: run position {list(position)}, first batch {first} and {written} batches written "
                     f"disagree for epoch {epoch}; the state was edited: pass the file --save-state wrote"
                 )
-            digest = _kept_prefix(handle, output, state_path, record)
-            _check_records(handle, output, state_path, record, epoch)
+            digest = _kept_prefix(handle, output, state_path, {**record, "epoch": epoch}, fmt)
             run.set_position(*position)
+        relative = os.path.relpath(path, os.path.dirname(os.path.abspath(state_path)))
 
         def save(size: int, count: int) -> None:
-            record = {"path": path, "bytes": size, "batches": count, "first": first, "digest": digest.hexdigest()}
+            record = {"path": relative, "bytes": size, "batches": count, "first": first, "digest": digest.hexdigest()}
+            if fmt.name != "jsonl":
+                record["format"] = fmt.name
             saved = encode("epoch-command", epoch=epoch, run=run.state_dict(), output=record)
             with atomic_text(state_path) as target:
                 json.dump(saved, target, indent=1)
@@ -328,18 +417,32 @@ def _write_saving_state(run: Run, epoch: int, output: str, state_path: str, stat
         save(length, written)  # the state file first: an unwritable one fails before the output is touched
         handle.truncate(length)  # drop whatever was written after the last saved state
         handle.seek(length)
-        for line in map(batch_line, run):
+        batches = iter(run)
+        pending: MiniBatch | None = None
+        if length == 0:  # a new output: its header (arrow: the schema, from the first batch) goes first
+            pending = next(batches, None)
+            header = fmt.header(pending, run.config.context_length, _token_dtype(run))
+            handle.write(header)
+            digest.update(header)
+            if pending is None:
+                save(handle.tell(), written)
+        progress = shown.bar(run.batches_per_epoch - first - written)
+        for batch in itertools.chain(() if pending is None else (pending,), batches):
+            line = fmt.encode(batch)
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
             digest.update(line)
             written += 1
             save(handle.tell(), written)
+            progress.update(1)
             if _identity(output) != (held.st_dev, held.st_ino):  # renamed over by a writer that ignores the lock
                 raise ConfigError(
                     f"--output {short_path(output)}: replaced by another process during the run; what this run wrote is no "
                     "longer there: write again (--save-state) and let no other program replace the file meanwhile"
                 )
+        progress.close()
+        shown.done(written, handle.tell(), output)
 
 
 def register(commands: Any) -> None:
@@ -359,5 +462,17 @@ def register(commands: Any) -> None:
     epoch.add_argument("--plan-dir", help="map the shuffle plan from this folder (computed there once if missing)")
     epoch.add_argument(
         "--verify", action="store_true", help="with --plan-dir: read the plan once first (digest, entries, no window twice)"
+    )
+    epoch.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="jsonl: one JSON object per batch (default); arrow: an Arrow IPC stream, one record batch per batch "
+        "(default for an --output ending in .arrow or .ipc)",
+    )
+    epoch.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="draw a progress bar on stderr (default: when stderr is a terminal)",
     )
     epoch.set_defaults(run=_epoch)

@@ -15,11 +15,11 @@ import time
 from typing import IO, Any
 
 from .._checks import check_non_negative
-from ..stages.mixture import Mixture
+from ..items.mix.mixture import Mixture
+from ..items.pack.rows import Rows
+from ..items.windows.windows import Windows
 from ..stages.plan import build_plan, plan_path
-from ..stages.rows import Rows
 from ..stages.splitmix import derive_seed
-from ..stages.windows import Windows
 from ._common import add_order, add_source, args_epoch, open_args_source
 
 

@@ -10,9 +10,9 @@ from ..io.files import short_path
 from ..model.documents import Partition
 from ..model.store import DocumentStore
 from ..prepare import prepare_store
-from ..stages.read.inputs import MAX_DOCUMENT_BYTES
-from ..stages.read.tokenizers import AUTO, SpecialId
-from ..stages.read.workers import WorkerLostError
+from ..read.inputs import MAX_DOCUMENT_BYTES
+from ..read.tokenizers import AUTO, SpecialId
+from ..read.workers import WorkerLostError
 from ._common import add_max_line, byte_size
 
 

@@ -12,14 +12,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..items.mix.mix_batch import MixtureBatch
+from ..items.mix.mix_rows import PackedMixtureBatch
+from ..items.pack.packed_batch import PackedBatch
 from ..model.corpus import Corpus
 from ..stages.batch import MiniBatch
-from ..stages.mix_batch import MixtureBatch
-from ..stages.mix_rows import PackedMixtureBatch
-from ..stages.packed_batch import PackedBatch
+
+ARRAY_FIELDS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
+"""The record's per-position arrays, in record order (a window record holds the first two)."""
 
 
-def batch_record(batch: MiniBatch) -> dict[str, Any]:
+def record_arrays(batch: MiniBatch) -> dict[str, Any]:
+    """The per-position arrays the record of *batch* holds (numpy ``(w, T)``), by field name."""
+    names = ARRAY_FIELDS if isinstance(batch, PackedBatch) else ARRAY_FIELDS[:2]
+    return {name: getattr(batch, name) for name in names}
+
+
+def batch_record(batch: MiniBatch, *, arrays: bool = True) -> dict[str, Any]:
     """One batch as the JSON object ``streambatch epoch`` writes (a corpus row names its shard, a mixture row its source).
 
     A packed batch (``--pack``) has the same ``epoch``, ``index``, ``shape``,
@@ -33,8 +42,13 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
     ``position_ids`` and ``loss_mask`` follow the targets.  Padding positions hold the pad id in
     inputs and targets, with ``loss_mask`` false.
     """
-    if isinstance(batch, PackedBatch):
-        return _packed_record(batch)
+    record = _packed_record(batch) if isinstance(batch, PackedBatch) else _window_record(batch)
+    if arrays:
+        record.update((name, values.tolist()) for name, values in record_arrays(batch).items())
+    return record
+
+
+def _window_record(batch: MiniBatch) -> dict[str, Any]:
     mixed = batch.source_names if isinstance(batch, MixtureBatch) else None
     sharded = mixed is not None or isinstance(batch.space.store, Corpus)
     return {
@@ -53,8 +67,6 @@ def batch_record(batch: MiniBatch) -> dict[str, Any]:
             }
             for r, p in enumerate(batch.provenance)
         ],
-        "inputs": batch.inputs.tolist(),
-        "targets": batch.targets.tolist(),
     }
 
 
@@ -84,13 +96,9 @@ def _packed_record(batch: PackedBatch) -> dict[str, Any]:
         "pack": True,
         "pad_positions": batch.pad_count,
         "rows": rows,
-        "inputs": batch.inputs.tolist(),
-        "targets": batch.targets.tolist(),
-        "segment_ids": batch.segment_ids.tolist(),
-        "position_ids": batch.position_ids.tolist(),
-        "loss_mask": batch.loss_mask.tolist(),
     }
 
 
 def batch_line(batch: MiniBatch) -> bytes:
+    """The record of *batch* as one line of JSON (the ``jsonl`` format)."""
     return (json.dumps(batch_record(batch), separators=(",", ":")) + "\n").encode()

@@ -60,7 +60,7 @@ class MixtureSource:
 
     What `streambatch.open_source` returns for a ``mixture.json``; `streambatch.Epoch`,
     `streambatch.Run` and every command accept it where a source goes (they need a
-    context length and a seed to make the `streambatch.stages.mixture.Mixture`).
+    context length and a seed to make the `streambatch.items.mix.mixture.Mixture`).
     """
 
     spec: MixtureSpec

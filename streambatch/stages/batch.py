@@ -13,10 +13,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import AccumulationError, RowIndexError
+from ..items.windows.window_index import IntArray
+from ..items.windows.windows import WindowSpace
 from ..model.documents import PARTITIONS, Partition
 from .reduce import TokenContribution, TokenMean, token_mean
-from .window_index import IntArray
-from .windows import WindowSpace
 
 
 @dataclass(frozen=True)

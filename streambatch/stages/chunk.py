@@ -3,7 +3,7 @@
 The final batch is never padded and never dropped.  `chunk` gives `Chunks`, a
 lazy sequence of views (nothing is copied), each tagged with its batch index;
 `streambatch.stages.share` takes a worker's or a rank's share of them.  Any
-`streambatch.stages.items.Items` can be chunked.
+`streambatch.items.protocol.Items` can be chunked.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from more_itertools import sliced
 
 from .._checks import check_non_negative, check_positive, is_integer
 from ..errors import ConfigError, OutOfRangeError
-from .items import Items
-from .windows import Windows
+from ..items.protocol import Items
+from ..items.windows.windows import Windows
 
 ItemsT = TypeVar("ItemsT", bound=Items)
 

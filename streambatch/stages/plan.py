@@ -68,11 +68,11 @@ from ..errors import ConfigError, StoreError
 from ..io.atomic import atomic_file, exclusive_lock
 from ..io.bounded_json import read_json_header
 from ..io.files import short_path
-from .items import ShuffleOrder
-from .pack_file import ALGORITHM
-from .rows import Rows
+from ..items.pack.pack_file import ALGORITHM
+from ..items.pack.rows import Rows
+from ..items.protocol import ShuffleOrder
+from ..items.windows.windows import Windows
 from .shuffle import permute
-from .windows import Windows
 
 FORMAT = "streambatch.plan"
 VERSION = 2

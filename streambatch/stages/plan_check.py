@@ -25,8 +25,8 @@ import numpy.typing as npt
 
 from ..errors import StoreError
 from ..io.files import short_path
-from .rows import Rows
-from .windows import Windows
+from ..items.pack.rows import Rows
+from ..items.windows.windows import Windows
 
 BLOCK = 1 << 20
 

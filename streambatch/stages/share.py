@@ -17,8 +17,8 @@ from typing import Any, overload
 
 from .._checks import is_integer
 from ..errors import ConfigError
+from ..items.windows.windows import Windows
 from .chunk import Chunks, ItemsT, row_share
-from .windows import Windows
 
 
 def _check_share(index: Any, count: Any, names: tuple[str, str]) -> tuple[int, int]:

@@ -43,10 +43,10 @@ import numpy.typing as npt
 
 from .._checks import check_non_negative, check_seed
 from ..errors import ConfigError
-from .items import ShuffleOrder
-from .rows import Rows
+from ..items.pack.rows import Rows
+from ..items.protocol import ShuffleOrder
+from ..items.windows.windows import Windows
 from .splitmix import splitmix64_draws, state_after
-from .windows import Windows
 
 OrderedT = TypeVar("OrderedT", bound=Windows | Rows)
 

@@ -12,12 +12,12 @@ import numpy as np
 
 from .._checks import check_positive
 from ..errors import ConfigError
+from ..items.windows.window_index import window_counts, window_tails
+from ..items.windows.windows import POSITION_LIMIT
 from ..model.corpus import Corpus
 from ..model.documents import Partition
 from ..model.source import Source, as_source
 from ..stages.chunk import batch_count
-from ..stages.window_index import window_counts, window_tails
-from ..stages.windows import POSITION_LIMIT
 from .inspect_pack import MODES, mode_summaries
 
 

@@ -7,7 +7,7 @@ and the pad share of their positions.  The window mode is counted at stride
 ``T`` (each target at most once per epoch, the stride packing cuts its pieces
 at); packing covers every target of every document of two tokens or more.
 Everything is per document with numpy, and the packing is the real one
-(`streambatch.stages.pack.pack_lengths`, best-fit decreasing), never an estimate.
+(`streambatch.items.pack.pack.pack_lengths`, best-fit decreasing), never an estimate.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..items.pack.pack import pack_lengths
+from ..items.windows.window_index import window_counts
 from ..stages.chunk import batch_count
-from ..stages.pack import pack_lengths
-from ..stages.window_index import window_counts
 
 MODES = ("windows", "packed")
 

@@ -2,7 +2,7 @@
 
 `check_packed_rows`: every row of a `PackedMixtureBatch` holds exactly what its
 own source's packing puts there, read apart from the batch's gather (the packed
-mode's numpy rule, `streambatch.stages.rows.gather_rows`, per source): tokens,
+mode's numpy rule, `streambatch.items.pack.rows.gather_rows`, per source): tokens,
 segment and position ids, the loss mask (False at every padding position), and
 the batch's ``target_count`` and ``cu_seqlens`` count real targets only.
 `check_source_targets`: inside each source epoch every row of the source comes
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..stages.mix_batch import present
-from ..stages.mix_rows import PackedMixtureBatch
-from ..stages.rows import Rows, gather_rows
+from ..items.mix.mix_batch import present
+from ..items.mix.mix_rows import PackedMixtureBatch
+from ..items.pack.rows import Rows, gather_rows
 
 __all__ = ["check_packed_rows", "check_source_targets"]
 

@@ -24,12 +24,12 @@ from ..epoch import Epoch
 from ..errors import ConfigError
 from ..io.atomic import atomic_text
 from ..io.mixture_file import MixtureSource
-from ..stages.mix import source_order
-from ..stages.mix_batch import MixtureBatch
-from ..stages.mix_rows import PackedMixtureBatch
-from ..stages.mix_source import as_mixture
-from ..stages.mixture import Mixture
-from ..stages.rows import Rows
+from ..items.mix.mix import source_order
+from ..items.mix.mix_batch import MixtureBatch
+from ..items.mix.mix_rows import PackedMixtureBatch
+from ..items.mix.mix_source import as_mixture
+from ..items.mix.mixture import Mixture
+from ..items.pack.rows import Rows
 from .figure import xml_text
 from .mix_audit_rows import check_packed_rows, check_source_targets
 

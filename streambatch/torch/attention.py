@@ -14,7 +14,7 @@ and no real query ever sees a pad key.  So every query has at least one key
 padding are finite and meaningless, and the loss mask drops them.
 
 *batch* is a packed batch (anything with ``segment_ids``: the packed batches of
-``sb.materialize``, `streambatch.stages.pack.PackedArrays`), or the segment ids
+``sb.materialize``, `streambatch.items.pack.pack.PackedArrays`), or the segment ids
 themselves as an array or tensor.
 
     >>> import numpy as np

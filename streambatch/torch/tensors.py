@@ -1,6 +1,6 @@
 """Batches as tensors: zero-copy views of a batch's numpy buffers, or one explicit conversion.
 
-A packed batch (`streambatch.stages.packed_batch.PackedBatch`) becomes a
+A packed batch (`streambatch.items.pack.packed_batch.PackedBatch`) becomes a
 `TensorBatch` that also carries ``loss_mask``, ``segment_ids``,
 ``position_ids``, ``cu_seqlens`` and ``max_seqlen``; converted to a signed
 dtype (the default ``torch.long``) its targets hold `IGNORE_INDEX` (-100,
@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from ..items.pack.packed_batch import PackedBatch
 from ..stages.batch import MiniBatch
-from ..stages.packed_batch import PackedBatch
 
 IGNORE_INDEX = -100
 """The target written at padding in signed (``long``) packed targets: ``cross_entropy``'s default ``ignore_index``."""
@@ -49,7 +49,7 @@ class TensorBatch:
     targets: torch.Tensor
     positions: torch.Tensor
     epoch: int = 0
-    # packed batches only (None in window mode): see streambatch.stages.packed_batch
+    # packed batches only (None in window mode): see streambatch.items.pack.packed_batch
     loss_mask: torch.Tensor | None = None
     segment_ids: torch.Tensor | None = None
     position_ids: torch.Tensor | None = None

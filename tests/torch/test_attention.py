@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 import streambatch.torch as sbt
 from streambatch.errors import ConfigError
-from streambatch.stages.pack import PackedArrays, pack_lengths
+from streambatch.items.pack.pack import PackedArrays, pack_lengths
 
 VOCAB, WIDTH, HEADS = 37, 16, 2
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 import streambatch as sb
 import streambatch.torch as sbt
-from streambatch.stages.mixture import mix
+from streambatch.items.mix.mixture import mix
 
 stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="torchdata is not installed; pip install torchdata")
 StatefulDataLoader = stateful.StatefulDataLoader

@@ -9,9 +9,9 @@ import numpy.typing as npt
 
 from ...epoch import Epoch
 from ...errors import ConfigError
+from ...items.windows.window_index import window_counts
+from ...items.windows.windows import Windows
 from ...stages.chunk import batch_widths
-from ...stages.window_index import window_counts
-from ...stages.windows import Windows
 
 
 class Rows:

@@ -17,7 +17,7 @@ from typing import Any
 from ...epoch import Epoch
 from ...errors import ConfigError
 from ...io.atomic import atomic_text
-from ...stages.packed_batch import PackedBatch
+from ...items.pack.packed_batch import PackedBatch
 from ..inspect import format_count
 from .svg import FONT, INK, MARGIN, MONO, MUTED, PALETTE, Canvas, xml_text
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ...epoch import Epoch
-from ...stages.window_index import window_tails
+from ...items.windows.window_index import window_tails
 from ..inspect import format_bytes, format_count, plan_bytes
 from .svg import INK, MARGIN, MUTED, PALETTE, TAIL_FILL, Canvas, text_width
 

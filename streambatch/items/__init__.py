@@ -1,0 +1,1 @@
+"""Item kinds behind one protocol (``protocol``): windows, packed rows and mixtures, one subpackage each."""

@@ -1,0 +1,1 @@
+"""Mixtures: items of several sources interleaved in fixed proportions."""

@@ -1,0 +1,277 @@
+"""A mixture's batches: rows of several sources gathered in one pass, each row tagged with its source.
+
+`MixGather` copies the rows of a batch whose rows come from several stores (or
+corpora) straight into the final ``(w, T)`` arrays.  When every store's tokens
+share one dtype, one read-only record view spans them all (as
+`streambatch.items.windows.gather.ShardedGather` does for one corpus) and a batch
+is one gather per buffer, whatever the mix; otherwise each store's rows are
+copied into their rows of the final arrays, widened to the common dtype.
+
+`MixtureBatch` is a `MiniBatch` whose rows carry ``sources`` (one source id per
+row); its provenance is resolved per source.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ...errors import AccumulationError, DataError
+from ...model.corpus import Corpus
+from ...model.documents import PARTITIONS, Partition
+from ...model.store import DocumentStore
+from ...stages.batch import MiniBatch, WindowProvenance
+from ...stages.reduce import TokenSums
+from ..windows.gather import RowGather, spanning_records
+from ..windows.window_index import IntArray
+from ..windows.windows import WindowSpace
+
+SourceArray = npt.NDArray[np.uint8]
+
+
+def present(values: npt.NDArray[Any]) -> list[int]:
+    """The distinct values of small non-negative ints (source ids, epochs, shards), sorted: one bincount, no sort."""
+    if not values.size:
+        return []
+    low = int(values.min())
+    found: list[int] = (np.flatnonzero(np.bincount(values - low if low else values)) + low).tolist()
+    return found
+
+
+def _stores(space: WindowSpace) -> tuple[list[DocumentStore], list[int]]:
+    """The stores behind *space* and the first position of each in its flat token space."""
+    store = space.store
+    if isinstance(store, Corpus):
+        return list(store.shards), [int(b) for b in store.bases[:-1].tolist()]
+    if isinstance(store, DocumentStore):
+        return [store], [0]
+    raise DataError(f"source={store!r} has no gather; mix windows of a DocumentStore or a Corpus")
+
+
+class MixGather:
+    """Gathers rows ``(source, position)`` of several sources into one ``(w, T)`` pair of arrays.
+
+    Every store of every source is a *shard*; a row's global position is its
+    position plus its source's offset, and its shard comes from one
+    ``searchsorted``.  A row outside its shard (a damaged plan file) is a `DataError`.
+    """
+
+    __slots__ = ("_bases", "_direct", "_dtype", "_ends", "_gathers", "_last", "_length", "_limit", "_offsets", "_span", "_tokens")
+
+    def __init__(self, spaces: Sequence[WindowSpace]) -> None:
+        length = spaces[0].config.context_length
+        self._length = length
+        shards: list[DocumentStore] = []
+        bases: list[int] = []
+        offsets: list[int] = []
+        total = 0
+        for space in spaces:
+            stores, starts = _stores(space)
+            offsets.append(total)
+            shards.extend(stores)
+            bases.extend(total + start for start in starts)
+            total += int(space.store.flat_size)
+        sizes = np.array([s.tokens.size for s in shards], dtype=np.int64)
+        self._offsets = np.array(offsets, dtype=np.int64)
+        self._bases = np.array(bases, dtype=np.int64)
+        self._ends = self._bases[1:]  # shard k holds global positions in [bases[k], bases[k + 1])
+        self._last = self._bases + sizes - (length + 1)  # the last start where T + 1 tokens fit
+        self._dtype = np.result_type(*(s.tokens.dtype for s in shards))
+        self._tokens = tuple(s.tokens for s in shards)  # kept alive with the views below
+        self._gathers = [RowGather(s, length) for s in shards]
+        self._span = spanning_records(self._tokens, self._bases, length)
+        self._limit = [int(space.store.flat_size) - (length + 1) for space in spaces]  # the last start in each source
+        single = all(isinstance(space.store, DocumentStore) for space in spaces)  # one shard per source
+        self._direct = None if self._span is None or not single else self._span[2] + self._offsets  # shard s is source s
+
+    def check_bound(self, source: int, positions: npt.NDArray[Any]) -> None:
+        """Refuse (`DataError`) first-token *positions* of *source* beyond its last window start (a damaged plan)."""
+        if positions.size and int(positions.max()) > self._limit[source]:
+            raise DataError(
+                f"position {int(positions.max())} of source {source} is not a window start of that source; "
+                "the plan does not belong to it (remove the plan files and plan again)"
+            )
+
+    def __call__(self, sources: SourceArray, positions: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)`` of rows starting at *positions* of *sources* (one source id per row)."""
+        return self.take(self.rows(sources, positions))
+
+    def rows(self, sources: SourceArray, positions: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], ...]:
+        """Where the rows are read, checked once (for many batches at a time): give slices of it to `take`.
+
+        Sources of one store each, whose positions `check_bound` passed: one add per row.
+        """
+        if self._direct is not None:
+            return (positions + self._direct[sources],)
+        where = positions.astype(np.int64) + self._offsets[sources]
+        shards = np.searchsorted(self._ends, where, side="right")
+        outside = (where < self._bases[shards]) | (where > self._last[shards])
+        if outside.any():
+            row = int(np.argmax(outside))
+            raise DataError(
+                f"row {row}: position {int(positions[row])} of source {int(sources[row])} is not a window start of that "
+                "source; the plan does not belong to it (remove the plan files and plan again)"
+            )
+        if self._span is not None:  # the span's record numbers
+            return (where + self._span[2][shards],)
+        return shards, where - self._bases[shards]
+
+    def take(self, rows: tuple[npt.NDArray[np.int64], ...]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)`` of rows found by `rows` (or a slice of each of its arrays)."""
+        width = rows[0].size
+        shape, dtype = (width, self._length), self._dtype
+        if width == 0:
+            return np.zeros(shape, dtype), np.zeros(shape, dtype)
+        if self._span is not None:  # one gather per buffer
+            records, shifted, _ = self._span
+            return np.ndarray(shape, dtype, records[rows[0]]), np.ndarray(shape, dtype, shifted[rows[0]])
+        shards, local = rows
+        inputs, targets = np.empty(shape, dtype), np.empty(shape, dtype)
+        for shard in present(shards):
+            picked = np.flatnonzero(shards == shard)
+            inputs[picked], targets[picked] = self._gathers[shard](local[picked].astype(np.intp))
+        return inputs, targets
+
+
+class MixtureBatch(MiniBatch):
+    """A `MiniBatch` of a mixture: ``sources[r]`` is row *r*'s source, ``positions[r]`` its start in that source.
+
+    ``spaces[s]`` is source *s*'s window space; ``space`` is source 0's (kept for
+    the `MiniBatch` interface).  Document indices, starts, ids, partitions and
+    window numbers are those of each row's own source.
+    """
+
+    __slots__ = ("names", "sources", "spaces")
+
+    def __init__(
+        self,
+        index: int,
+        inputs: npt.NDArray[Any],
+        targets: npt.NDArray[Any],
+        positions: npt.NDArray[Any],
+        sources: SourceArray,
+        spaces: tuple[WindowSpace, ...],
+        names: tuple[str, ...],
+        epoch: int = 0,
+    ) -> None:
+        super().__init__(index, inputs, targets, positions, spaces[0], epoch)
+        self.sources = sources
+        self.spaces = spaces
+        self.names = names
+
+    def in_epoch(self, epoch: int) -> MixtureBatch:
+        """This batch placed in epoch *epoch* of a run: a new batch sharing the same arrays."""
+        return MixtureBatch(self.index, self.inputs, self.targets, self.positions, self.sources, self.spaces, self.names, epoch)
+
+    def _per_source(self, values: Callable[[WindowSpace, npt.NDArray[Any], npt.NDArray[np.bool_]], Any], dtype: Any) -> Any:
+        out = np.zeros(self.sources.size, dtype=dtype)
+        for s in present(self.sources):
+            rows = self.sources == s
+            out[rows] = values(self.spaces[s], self.positions[rows], rows)
+        return out
+
+    def _locate(self) -> tuple[IntArray, IntArray]:
+        if self._located is None:
+            documents = self._per_source(lambda space, at, _: space.index.locate_positions(at)[0], np.int64)
+            starts = self._per_source(lambda space, at, _: space.index.locate_positions(at)[1], np.int64)
+            self._located = (documents, starts)
+        return self._located
+
+    @property
+    def source_names(self) -> list[str]:
+        """The name of each row's source."""
+        return [self.names[s] for s in self.sources.tolist()]
+
+    @property
+    def shards(self) -> IntArray:
+        """Store of each row within its source (0 for a source of one store)."""
+        documents = self.document_indices
+        result: IntArray = self._per_source(lambda space, _, rows: space.store.shard_of(documents[rows]), np.int64)
+        return result
+
+    @property
+    def window_numbers(self) -> IntArray:
+        """Window number of each row within its source."""
+        result: IntArray = self._per_source(lambda space, at, _: space.index.windows_at(at), np.int64)
+        return result
+
+    @property
+    def partitions(self) -> tuple[Partition, ...]:
+        """Partition of each row."""
+        documents = self.document_indices
+        codes = self._per_source(lambda space, _, rows: space.store.partition_codes[documents[rows]], np.uint8)
+        return tuple(PARTITIONS[c] for c in codes.tolist())
+
+    @property
+    def document_ids(self) -> list[str]:
+        """Document id of each row (within its source)."""
+        return [self.spaces[s].store.ids[d] for s, d in zip(self.sources.tolist(), self.document_indices.tolist(), strict=True)]
+
+    @property
+    def provenance(self) -> tuple[WindowProvenance, ...]:
+        """Per row: document id, document index, start, partition and store, within the row's source."""
+        rows = zip(
+            self.document_ids,
+            self.document_indices.tolist(),
+            self.starts.tolist(),
+            self.partitions,
+            self.shards.tolist(),
+            strict=True,
+        )
+        return tuple(WindowProvenance(i, d, s, p, k) for i, d, s, p, k in rows)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MixtureBatch):
+            return NotImplemented
+        return np.array_equal(self.sources, other.sources) and super().__eq__(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        epoch = f"epoch={self.epoch}, " if self.epoch else ""
+        counts = np.bincount(self.sources, minlength=len(self.names)).tolist()
+        return f"MixtureBatch({epoch}index={self.index}, shape={self.shape}, rows per source={counts})"
+
+
+def source_sums(batch: MiniBatch, row_loss_sums: npt.ArrayLike, gradient_sum: Any = None) -> TokenSums:
+    """A batch's raw `TokenSums` with per-source sums: *row_loss_sums* holds each row's summed token loss.
+
+    *gradient_sum* (default: one zero) is the batch's gradient sums; per-source sums carry losses and counts only.
+
+    Every row of windows holds ``T`` target tokens; a packed row (a mixture of packed
+    rows, `streambatch.items.mix.mix_rows.PackedMixtureBatch`) holds its real targets
+    only (``loss_mask``: padding never counts, and its row loss sum must leave the
+    padding out).  Rows of one source add (``math.fsum``, exact up to one rounding)
+    into that source's `TokenSums`.  A batch without ``sources`` (one store) gives
+    sums without ``sources``.  `streambatch.token_mean` adds these
+    per source across micro-batches, workers and ranks, and reports each source's mean.
+
+    >>> import streambatch as sb
+    >>> from streambatch.items.mix.mixture import mix
+    >>> a = sb.windows([sb.Document("a", "train", range(6))], context_length=2)
+    >>> b = sb.windows([sb.Document("b", "train", range(6))], context_length=2)
+    >>> batch = sb.materialize(sb.chunk(mix([a, b], [1, 1], seed=3), 4))[0]
+    >>> mean = sb.token_mean([source_sums(batch, [1.0, 2.0, 3.0, 4.0])])
+    >>> batch.sources.tolist(), mean.mean_loss, {s: m.mean_loss for s, m in mean.sources.items()}
+    ([0, 1, 0, 1], 1.25, {0: 1.0, 1: 1.5})
+    """
+    losses = np.asarray(row_loss_sums, dtype=np.float64).reshape(-1)
+    if losses.size != batch.width:
+        raise AccumulationError(f"row_loss_sums has {losses.size} values for a batch of {batch.width} rows; pass one per row")
+    T = batch.context_length
+    zero = np.zeros(1)
+    total = TokenSums(math.fsum(losses.tolist()), batch.token_count, zero if gradient_sum is None else gradient_sum)
+    sources: SourceArray | None = getattr(batch, "sources", None)  # a mixture's batch, of windows or packed rows
+    if sources is None:
+        return total
+    mask: npt.NDArray[np.bool_] | None = getattr(batch, "loss_mask", None)  # packed rows: real targets only
+    targets = np.full(sources.size, T, dtype=np.int64) if mask is None else np.count_nonzero(mask, axis=1)
+    per = {
+        s: TokenSums(math.fsum(losses[sources == s].tolist()), int(targets[sources == s].sum()), zero) for s in present(sources)
+    }
+    return replace(total, sources=per)

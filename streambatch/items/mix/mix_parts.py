@@ -1,0 +1,87 @@
+"""What a mixture blends: its parts (all `Windows`, or all packed `Rows`) and its sources' names, checked.
+
+Every part is one source's whole sequence in document (row) order: ``sb.windows(source,
+...)`` of each source, all with the same context length, stride and partition, or
+``sb.pack(source, context_length=T)`` of each, all with the same ``T``, partition
+and pad id.  The mixture orders each source itself, so a view or an already
+shuffled part is refused, and so is a part with no item, or windows mixed with rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..._checks import short_repr
+from ...errors import ConfigError
+from ..pack.rows import Rows
+from ..windows.windows import Windows
+from .mix import MAX_SOURCES
+
+__all__ = ["check_names", "check_parts"]
+
+Part = Windows | Rows
+
+
+def check_parts(parts: Any) -> tuple[Part, ...]:
+    """*parts* as a tuple of whole `Windows` (or whole packed `Rows`) in document order sharing one configuration."""
+    if isinstance(parts, (str, bytes, Windows, Rows)) or not isinstance(parts, Sequence):
+        raise ConfigError(f"parts={short_repr(parts)} must be a list of sb.windows(...) or of sb.pack(...), one per source")
+    found = tuple(parts)
+    if not 1 <= len(found) <= MAX_SOURCES:
+        raise ConfigError(f"parts has {len(found)} entries; a mixture takes 1 to {MAX_SOURCES} sources")
+    for s, part in enumerate(found):
+        if not isinstance(part, Windows | Rows):
+            raise ConfigError(
+                f"parts[{s}]={short_repr(part)} is neither streambatch.Windows nor packed Rows; "
+                "pass sb.windows(source, ...) or sb.pack(source, ...)"
+            )
+        if type(part) is not type(found[0]):
+            raise ConfigError(
+                f"parts[{s}] is {_kind(part)} but parts[0] is {_kind(found[0])}; a mixture blends items of one kind: "
+                "pass sb.windows(...) of every source, or sb.pack(...) of every source"
+            )
+        _check_whole(s, part)
+        if part.config != found[0].config or part.partition != found[0].partition:
+            raise ConfigError(
+                f"parts[{s}] has context_length={part.context_length}, stride={part.config.stride}, partition="
+                f"{part.partition.value!r} but parts[0] has {found[0].context_length}, {found[0].config.stride}, "
+                f"{found[0].partition.value!r}; every source of a mixture needs the same"
+            )
+        if isinstance(part, Rows) and isinstance(found[0], Rows) and part.space.pad_id != found[0].space.pad_id:
+            raise ConfigError(
+                f"parts[{s}] pads with pad_id={part.space.pad_id} but parts[0] with {found[0].space.pad_id}; "
+                "pack every source with the same pad_id"
+            )
+    return found
+
+
+def _kind(part: Part) -> str:
+    return "packed rows (sb.pack)" if isinstance(part, Rows) else "windows (sb.windows)"
+
+
+def _check_whole(s: int, part: Part) -> None:
+    if isinstance(part, Rows):
+        whole = part.is_sequential and len(part) == len(part.packed)
+        call = "sb.pack(source, context_length=T)"
+    else:
+        whole = part.is_sequential and len(part) == part.window_index.window_count
+        call = "sb.windows(source, ...)"
+    if not whole:
+        raise ConfigError(f"parts[{s}] is a view or already shuffled; the mixture orders each source itself: pass {call}")
+    if not len(part):
+        what = "rows (its partition has no target)" if isinstance(part, Rows) else "windows"
+        raise ConfigError(f"parts[{s}] has no {what}; a source needs one: lower the context length or drop it")
+
+
+def check_names(names: Any, count: int) -> tuple[str, ...]:
+    """*names* (or ``source-0``, ...) as distinct non-empty strings, one per source."""
+    if names is None:
+        return tuple(f"source-{s}" for s in range(count))
+    found = tuple(names) if isinstance(names, Sequence) and not isinstance(names, str) else None
+    if found is None or len(found) != count or not all(isinstance(n, str) and n for n in found):
+        raise ConfigError(f"names={short_repr(names)} must be {count} non-empty strings, one per source")
+    if len(set(found)) != count:
+        twice = next(n for n in found if found.count(n) > 1)
+        raise ConfigError(f"names has {twice!r} twice; give each source its own name")
+    return found

@@ -1,0 +1,80 @@
+"""Where a mixture enters the façades: a `Mixture` itself, or an opened ``mixture.json`` made into one.
+
+`as_mixture` is the one place `streambatch.Epoch` (and through it `Run`, the
+datasets and every command) turns a source into a mixture: a `Mixture` passes
+through (its window arguments, if given, must agree; ``pack=True`` needs a
+mixture of packed rows); a `MixtureSource` (what `streambatch.open_source`
+returns for a mixture file) becomes
+``mix([windows(store_s, ...) for each source], weights, seed=seed, length=...)``,
+or with ``pack=True`` ``mix([pack(store_s, context_length=T, ...) ...], ...)``
+(each packing a packing file in *plan_dir* when given).  Anything else is not a
+mixture (None).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ...errors import ConfigError
+from ...io.files import short_path
+from ...io.mixture_file import MixtureSource
+from ...model.documents import Partition
+from ..pack.rows import pack as pack_rows
+from ..windows.windows import windows
+from .mix_parts import Part
+from .mixture import Mixture, mix
+
+
+def as_mixture(
+    source: Any,
+    *,
+    context_length: int | None,
+    stride: int | None,
+    partition: Partition | str | None,
+    keep_partition: bool,
+    seed: int | None,
+    plan_dir: str | os.PathLike[str] | None,
+    pack: bool = False,
+) -> Mixture | None:
+    """The `Mixture` *source* is or names (of packed rows with *pack*), else None."""
+    if isinstance(source, Mixture):
+        if pack and not source.packed:
+            raise ConfigError("pack=True but the mixture passed blends windows; mix sb.pack(...) parts, or drop pack")
+        have = {"context_length": source.context_length, "stride": source.config.stride}
+        for key, value in {"context_length": context_length, "stride": stride}.items():
+            if value is not None and value != have[key]:
+                raise ConfigError(f"{key}={value!r} but the mixture passed has {key}={have[key]}; leave it out or match it")
+        if partition is not None and Partition.parse(partition, "epoch") != source.partition:
+            raise ConfigError(f"partition={partition!r} but the mixture passed is of {source.partition.value!r}")
+        if seed is not None and seed != source.seed:
+            raise ConfigError(
+                f"seed={seed!r} but the mixture passed has seed {source.seed}; leave it out or use mixture.reseeded"
+            )
+        return source
+    if not isinstance(source, MixtureSource):
+        return None
+    if context_length is None:
+        raise ConfigError(
+            f"{short_path(source.path)}: a mixture needs context_length (-T); pass the number of input tokens per window"
+        )
+    if seed is None:
+        raise ConfigError(
+            f"{short_path(source.path)}: a mixture needs a seed (--seed): each source's order is its seeded shuffle"
+        )
+    chosen = Partition.TRAIN if partition is None else partition
+    if pack:
+        if stride is not None:
+            raise ConfigError(f"stride={stride!r} with pack=True; packing cuts pieces at stride T: leave stride out")
+        parts: list[Part] = [
+            pack_rows(store, context_length=context_length, partition=chosen, keep_partition=keep_partition, plan_dir=plan_dir)
+            for store in source.stores
+        ]
+    else:
+        parts = [
+            windows(store, context_length=context_length, stride=1 if stride is None else stride, partition=chosen,
+                    keep_partition=keep_partition)
+            for store in source.stores
+        ]  # fmt: skip
+    spec = source.spec
+    return mix(parts, spec.weights, seed=seed, length=spec.length, names=spec.names, plan_dir=plan_dir)

@@ -1,0 +1,172 @@
+"""What every view of one mixture shares (`MixSpace`): the parts, the plan, the seed, the source epochs' orders.
+
+Source epoch ``e`` of source ``s`` is ``shuffle(parts[s], source_epoch_seed(seed, s, e))``
+(with a plan folder: that shuffle's plan file); a position's window (a packed
+mixture's: row) is found from its index within its source: ``divmod(index, N_s)``
+gives the epoch and the place in it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from ...stages.plan import plan_file
+from ...stages.shuffle import shuffle
+from ..pack.rows import Rows, RowSpace
+from ..windows.windows import Windows, WindowSpace
+from .mix import MixPlan, source_epoch_seed
+from .mix_batch import MixGather, SourceArray, present
+from .mix_rows import RowsGather
+
+IntArray = npt.NDArray[np.int64]
+
+
+class MixItem(NamedTuple):
+    """One item of a mixture: its source and its window number (a packed mixture's: row number) within that source."""
+
+    source: int
+    window: int
+
+
+class MixSpace:
+    """What every view of one mixture shares: the parts, the plan, the seed and the source-epoch orders."""
+
+    __slots__ = ("cache", "names", "parts", "plan", "plan_dir", "plan_path", "seed", "sizes")
+
+    def __init__(
+        self,
+        parts: tuple[Windows | Rows, ...],
+        names: tuple[str, ...],
+        plan: MixPlan,
+        seed: int,
+        plan_dir: str | os.PathLike[str] | None,
+        plan_path: str | None = None,
+    ) -> None:
+        self.parts = parts
+        self.names = names
+        self.plan = plan
+        self.seed = seed
+        self.plan_dir = plan_dir
+        self.plan_path = plan_path
+        self.sizes = np.array([len(p) for p in parts], dtype=np.int64)
+        self.cache: dict[Any, Any] = {}
+
+    @property
+    def packed(self) -> bool:
+        """True when the parts are packed `Rows` (every part is of one kind)."""
+        return isinstance(self.parts[0], Rows)
+
+    @property
+    def window_spaces(self) -> tuple[WindowSpace, ...]:
+        """Each source's window space (a mixture of windows only)."""
+        return tuple(p.space for p in self.parts if isinstance(p, Windows))
+
+    @property
+    def row_spaces(self) -> tuple[RowSpace, ...]:
+        """Each source's packing (a packed mixture only)."""
+        return tuple(p.space for p in self.parts if isinstance(p, Rows))
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        plan: Any = self.plan if self.plan_path is None else None  # a plan file is mapped again, never copied
+        return (self.parts, self.names, plan, self.seed, self.plan_dir, self.plan_path)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        parts, names, plan, seed, plan_dir, plan_path = state
+        if plan is None:
+            from .mix_plan_file import reopen_mix_plan
+
+            plan = reopen_mix_plan(plan_path)
+        self.__init__(parts, names, plan, seed, plan_dir, plan_path)  # type: ignore[misc]
+
+    def reseeded(self, seed: int) -> MixSpace:
+        """The same parts and plan (Tijdeman's order does not depend on the seed), source orders of *seed*."""
+        return MixSpace(self.parts, self.names, self.plan, seed, self.plan_dir, self.plan_path)
+
+    def order(self, source: int, epoch: int) -> Windows | Rows:
+        """Source epoch *epoch* of *source*: ``shuffle(parts[source], source_epoch_seed(seed, source, epoch))``.
+
+        With a plan folder it is that shuffle's plan file.  The last two epochs asked for of each source are kept.
+        """
+        key = (source, epoch)
+        found: Windows | Rows | None = self.cache.get(key)
+        if found is None:
+            seed = source_epoch_seed(self.seed, source, epoch)
+            part = self.parts[source]
+            found = shuffle(part, seed) if self.plan_dir is None else plan_file(part, seed, self.plan_dir)
+            held = [k for k in self.cache if isinstance(k, tuple) and k[0] == source]  # oldest first
+            for old in held[:-1]:  # keep this epoch and the one asked for before it
+                del self.cache[old]
+            self.cache[key] = found
+        return found
+
+    def gather(self) -> MixGather:
+        """The row gather over every source's stores (built once)."""
+        gather: MixGather | None = self.cache.get("gather")
+        if gather is None:
+            gather = self.cache["gather"] = MixGather(self.window_spaces)
+        return gather
+
+    def row_gather(self) -> RowsGather:
+        """The gather of a mixture of packed rows (built once)."""
+        gather: RowsGather | None = self.cache.get("row gather")
+        if gather is None:
+            gather = self.cache["row gather"] = RowsGather(self.row_spaces, self.names)
+        return gather
+
+    def stream(self, source: int, first: int, stop: int) -> npt.NDArray[Any]:
+        """First-token positions (packed: row numbers) of indices ``first .. stop - 1`` of *source*'s stream.
+
+        Slices of its epochs' plans.
+        """
+        size = int(self.sizes[source])
+        pieces = []
+        for epoch in range(first // size, (stop - 1) // size + 1):
+            ordered = self.order(source, epoch)
+            values = ordered.plan_values()[max(first - epoch * size, 0) : min(stop - epoch * size, size)]
+            space = ordered.space
+            if isinstance(space, WindowSpace) and not space.plan_holds_positions:  # window numbers: their starts
+                values = space.index.positions(values)
+            pieces.append(values)
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+    def rows(self, lo: int, hi: int) -> tuple[SourceArray, npt.NDArray[np.intp], tuple[npt.NDArray[np.int64], ...]]:
+        """Sources, first-token positions and the gather's checked rows of items ``lo .. hi - 1``.
+
+        The items are contiguous, so each source's are a contiguous run of its stream:
+        the counts before *lo*, then one slice of its epoch's plan per source (no search per item).
+        """
+        sources = self.plan.sources[lo:hi]
+        before, after = self.plan.counts(lo).tolist(), self.plan.counts(hi).tolist()  # a checkpoint row and a block each
+        positions = np.empty(hi - lo, dtype=np.intp)
+        gather = self.gather()
+        for s, (first, stop) in enumerate(zip(before, after, strict=True)):
+            if stop > first:
+                values = self.stream(s, first, stop)
+                gather.check_bound(s, values)
+                positions[sources == s] = values
+        return sources, positions, gather.rows(sources, positions)
+
+    def numbers(self, lo: int, hi: int) -> tuple[SourceArray, IntArray]:
+        """Sources and row numbers (each within its source's packing) of items ``lo .. hi - 1`` of a packed mixture."""
+        sources = self.plan.sources[lo:hi]
+        before, after = self.plan.counts(lo).tolist(), self.plan.counts(hi).tolist()
+        numbers = np.empty(hi - lo, dtype=np.int64)
+        for s, (first, stop) in enumerate(zip(before, after, strict=True)):
+            if stop > first:
+                numbers[sources == s] = self.stream(s, first, stop)
+        return sources, numbers
+
+    def windows(self, sources: SourceArray, indices: IntArray) -> IntArray:
+        """Window number (in its source) of index *indices* of each row's source."""
+        out = np.empty(indices.size, dtype=np.int64)
+        for s in present(sources):
+            rows = np.flatnonzero(sources == s)
+            epochs, at = np.divmod(indices[rows], self.sizes[s])
+            for e in present(epochs):
+                chosen = epochs == e
+                out[rows[chosen]] = self.order(s, e)[:].numbers()[at[chosen]]
+        return out

@@ -1,0 +1,365 @@
+"""Stage: mix, several sources' windows (or packed rows) blended at exact weights into one sequence of items.
+
+``sb.mix(parts, weights, seed=k)`` takes one `Windows` per source (each from its
+own store or corpus, all with the same context length and stride, in document
+order) and gives a `Mixture`: a sized, sliceable `streambatch.items.protocol.Items`
+whose item ``i`` is ``(source, window)``.  `chunk`, `share`, `split_rows` and
+`materialize` take it unchanged; its batches are `MixtureBatch` es carrying
+``sources``, one per row.  Parts may instead all be packed `Rows`
+(``sb.pack(source, context_length=T)`` of each source): the items are then
+``(source, row)`` and the batches `streambatch.items.mix.mix_rows.PackedMixtureBatch`
+es, packed batches carrying ``sources`` (`streambatch.items.mix.mix_rows`).
+
+The order is `streambatch.items.mix.mix`'s: Tijdeman's chairman assignment over the
+sources (after every prefix of ``n`` items source ``s`` holds within
+``1 - 1/(2k-2)`` of ``w_s n``), and within source ``s`` its windows in the
+chapter's exact SplitMix64 order, source epoch after source epoch: source epoch
+``e`` of source ``s`` is ``sb.shuffle(parts[s], source_epoch_seed(k, s, e))`` (for rows too)
+with ``source_epoch_seed(k, s, e) = derive_seed(k, 256 e + s + 1)``.  A source
+given more items than it has repeats whole epochs (every window once before any
+twice); a smaller share takes a prefix of its first epoch.  The default length
+passes the largest source exactly once at its weight.
+
+Random access is O(1): the plan (`MixPlan`: one uint8 per item plus a checkpoint
+table, 1.375 bytes per item for three sources) gives any position's source and
+index within that source; the source's epoch order (a plan of its own, the
+same as a single-source epoch's) gives the window.  With ``plan_dir`` both are
+plan files, computed once and memory-mapped by every process
+(`streambatch.items.mix.mix_plan_file`).
+
+>>> import streambatch as sb
+>>> web = sb.windows([sb.Document("w", "train", range(12))], context_length=2)
+>>> code = sb.windows([sb.Document("c", "train", range(100, 105))], context_length=2)
+>>> mixture = mix([web, code], [0.75, 0.25], seed=7)
+>>> len(mixture), mixture.counts().tolist(), mixture.sources().tolist()[:8]
+(13, [10, 3], [0, 0, 1, 0, 0, 0, 1, 0])
+>>> [b.sources.tolist() for b in sb.materialize(sb.chunk(mixture, 5))]
+[[0, 0, 1, 0, 0], [0, 1, 0, 0, 0], [1, 0, 0]]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
+
+import numpy as np
+import numpy.typing as npt
+
+from ..._checks import check_seed, is_integer
+from ...errors import ConfigError, OutOfRangeError
+from ...stages.chunk import Chunks
+from ...stages.materialize import materialize_one
+from ...stages.plan import check_plan_dir
+from ..pack.rows import Rows
+from .mix import MixPlan, integer_weights, plan_mix
+from .mix_batch import MixtureBatch, SourceArray, present
+from .mix_parts import Part, check_names, check_parts
+from .mix_rows import PackedMixtureBatch
+from .mix_space import MixItem, MixSpace
+
+IntArray = npt.NDArray[np.int64]
+FORMAT = "streambatch.mixture"
+_BLOCK_ROWS = 1 << 16  # rows of consecutive batches located at once when iterating
+
+
+class Mixture:
+    """A blend of several sources' windows at exact weights: a sized, sliceable sequence of `MixItem`.
+
+    Made by `mix`.  Slicing gives a view; ``view(lo, hi, batch_index=)`` is what
+    `chunk` takes; ``materialize_view`` gathers a view into a `MixtureBatch`.
+    """
+
+    __slots__ = ("_batch_index", "_hi", "_lo", "_space")
+
+    def __init__(self, space: MixSpace, lo: int = 0, hi: int | None = None, *, batch_index: int | None = None) -> None:
+        self._space = space
+        self._lo = lo
+        self._hi = len(space.plan) if hi is None else hi
+        self._batch_index = batch_index
+
+    # -- what the mixture is ---------------------------------------------------------
+    @property
+    def space(self) -> MixSpace:
+        """The parts, plan and seed every view shares."""
+        return self._space
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """One `Windows` (or packed `Rows`) per source, in document order."""
+        return self._space.parts
+
+    @property
+    def packed(self) -> bool:
+        """True when the parts are packed `Rows` (the items are rows, the batches packed)."""
+        return self._space.packed
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The sources' names (``source-0``, ... unless given)."""
+        return self._space.names
+
+    @property
+    def plan(self) -> MixPlan:
+        """The whole mixture's source order (Tijdeman's), shared by every view."""
+        return self._space.plan
+
+    @property
+    def seed(self) -> int:
+        """The mixture seed: source epoch ``e`` of source ``s`` shuffles with ``source_epoch_seed(seed, s, e)``."""
+        return self._space.seed
+
+    @property
+    def order(self) -> tuple[str, int]:
+        """What orders the items (never None: a mixture is always ordered)."""
+        return ("mixture", self._space.seed)
+
+    @property
+    def shuffle_state_after(self) -> None:
+        """None: a mixture's order is the plan and each source's epochs, not one shuffle."""
+        return None
+
+    @property
+    def weights(self) -> tuple[Any, ...]:
+        """The exact normalised weights (Fractions)."""
+        return self._space.plan.weights
+
+    @property
+    def sizes(self) -> list[int]:
+        """Windows (packed: rows) of each source (one source epoch)."""
+        return [int(n) for n in self._space.sizes.tolist()]
+
+    @property
+    def config(self) -> Any:
+        """The context length and stride every part shares."""
+        return self._space.parts[0].config
+
+    @property
+    def context_length(self) -> int:
+        """``T``."""
+        return int(self._space.parts[0].context_length)
+
+    @property
+    def partition(self) -> Any:
+        """The partition every part reads."""
+        return self._space.parts[0].partition
+
+    @property
+    def store(self) -> Mixture:
+        """The mixture itself: what façades record as the source (its `fingerprint`)."""
+        return self
+
+    @property
+    def fingerprint(self) -> str:
+        """What the order depends on besides the seed: every source's fingerprint and window count, the weights, the length."""
+        known: str | None = self._space.cache.get("fingerprint")
+        if known is None:
+            known = self._space.cache["fingerprint"] = mixture_fingerprint(self._space.parts, self.plan, len(self._space.plan))
+        return known
+
+    def content_fingerprint(self) -> str:
+        """The same as `fingerprint` (a mixture has no other)."""
+        return self.fingerprint
+
+    @property
+    def plan_nbytes(self) -> int:
+        """Bytes of the mixture's plan (the sources' epoch plans are their own)."""
+        return self._space.plan.nbytes
+
+    @property
+    def batch_index(self) -> int | None:
+        """The batch index of a chunk made by `streambatch.chunk`, else None."""
+        return self._batch_index
+
+    def reseeded(self, seed: int) -> Mixture:
+        """The same mixture with source orders of *seed*: what epoch ``e`` of a `streambatch.Run` reads."""
+        return Mixture(self._space.reseeded(check_seed(seed)))
+
+    def view(self, lo: int, hi: int, *, batch_index: int | None = None) -> Mixture:
+        """Items ``lo:hi`` of this view, tagged with *batch_index*."""
+        return Mixture(self._space, self._lo + lo, self._lo + hi, batch_index=batch_index)
+
+    # -- where each item comes from -----------------------------------------------------
+    def sources(self) -> SourceArray:
+        """The source of each item of this view."""
+        return self._space.plan.sources[self._lo : self._hi]
+
+    def locate(self) -> tuple[SourceArray, IntArray]:
+        """``(source, index within that source's stream)`` of each item, without replaying the order.
+
+        A view is contiguous: the counts before it (one checkpoint row and at most one
+        block), then each source's items numbered in order.
+        """
+        plan = self._space.plan
+        sources = plan.sources[self._lo : self._hi]
+        before = plan.counts(self._lo).tolist()
+        indices = np.empty(sources.size, dtype=np.int64)
+        for s in present(sources):
+            rows = sources == s
+            indices[rows] = np.arange(before[s], before[s] + int(np.count_nonzero(rows)), dtype=np.int64)
+        return sources, indices
+
+    def items(self) -> tuple[SourceArray, IntArray]:
+        """``(source, window number within that source)`` of each item."""
+        sources, indices = self.locate()
+        return sources, self._space.windows(sources, indices)
+
+    def numbers(self) -> IntArray:
+        """Window number (within its own source) of each item: ``items()[1]``."""
+        return self.items()[1]
+
+    def counts(self, n: int | None = None) -> IntArray:
+        """Items of each source among the mixture's first *n* (default: all) items."""
+        return self._space.plan.counts(n)
+
+    def source_epochs(self, n: int | None = None) -> list[float]:
+        """Source epochs each source has passed among the first *n* items (2.5: two whole epochs and half of one)."""
+        counts = self.counts(n)
+        return [int(c) / int(size) for c, size in zip(counts.tolist(), self._space.sizes.tolist(), strict=True)]
+
+    def source_plans(self) -> list[Part]:
+        """Every source epoch order this mixture reads, computed now (plan files, with a plan folder)."""
+        counts = self.counts().tolist()
+        return [self._space.order(s, e) for s, n in enumerate(counts) for e in range(-(-n // int(self._space.sizes[s])))]
+
+    def materialize_view(self, index: int) -> MixtureBatch | PackedMixtureBatch:
+        """Gather this view's rows into a `MixtureBatch` (packed: `PackedMixtureBatch`) numbered *index*."""
+        if self._space.packed:
+            sources, numbers = self._space.numbers(self._lo, self._hi)
+            return self._space.row_gather()(sources, numbers, index)
+        sources, positions, rows = self._space.rows(self._lo, self._hi)
+        inputs, targets = self._space.gather().take(rows)
+        spaces = self._space.window_spaces
+        return MixtureBatch(index, inputs, targets, positions, sources, spaces, self._space.names)
+
+    def materialize_chunks(self, chunks: Chunks[Mixture]) -> Iterator[MixtureBatch | PackedMixtureBatch]:
+        """Every batch of *chunks* (of this mixture), consecutive batches located and checked a block at a time.
+
+        What ``iter(sb.materialize(chunks))`` runs: per batch only the gather remains,
+        as for one source (`streambatch.stages.materialize`).  Shares of workers
+        (strided) and ranks gather batch by batch.
+        """
+        if chunks.world_size > 1 or chunks.batches.step != 1:
+            yield from map(materialize_one, chunks)
+            return
+        size, batches, space = chunks.batch_size, chunks.batches, self._space
+        if space.packed:
+            yield from self._packed_chunks(size, batches)
+            return
+        gather, spaces = space.gather(), space.window_spaces
+        per = max(1, _BLOCK_ROWS // size)
+        for head in range(0, len(batches), per):
+            group = batches[head : head + per]
+            lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
+            sources, positions, rows = space.rows(self._lo + lo, self._lo + hi)
+            for batch in group:
+                first = batch * size - lo
+                cut = slice(first, min(first + size, hi - lo))
+                inputs, targets = gather.take((rows[0][cut],) if len(rows) == 1 else tuple(r[cut] for r in rows))
+                yield MixtureBatch(batch, inputs, targets, positions[cut], sources[cut], spaces, space.names)
+
+    def _packed_chunks(self, size: int, batches: range) -> Iterator[PackedMixtureBatch]:
+        """Consecutive packed batches: sources and row numbers located a block of batches at a time."""
+        space, per = self._space, max(1, _BLOCK_ROWS // size)
+        gather = space.row_gather()
+        for head in range(0, len(batches), per):
+            group = batches[head : head + per]
+            lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
+            sources, numbers = space.numbers(self._lo + lo, self._lo + hi)
+            for batch in group:
+                cut = slice(batch * size - lo, min(batch * size - lo + size, hi - lo))
+                yield gather(sources[cut], numbers[cut], batch)
+
+    # -- the sequence protocol ----------------------------------------------------------
+    def __len__(self) -> int:
+        return self._hi - self._lo
+
+    @overload
+    def __getitem__(self, item: int) -> MixItem: ...
+    @overload
+    def __getitem__(self, item: slice) -> Mixture: ...
+    def __getitem__(self, item: int | slice) -> MixItem | Mixture:
+        size = len(self)
+        if isinstance(item, slice):
+            try:
+                start, stop, step = item.indices(size)
+            except (TypeError, ValueError) as err:
+                raise OutOfRangeError(f"slice {item!r} is not a slice of ints with a non-zero step ({err})") from None
+            if step != 1:
+                raise OutOfRangeError(f"slice {item!r} has step {step}; a mixture view is contiguous (step 1)")
+            return self.view(start, max(start, stop))
+        if not is_integer(item):
+            raise OutOfRangeError(f"index={item!r} is not an int or a slice; index a mixture by position")
+        at = int(item) + size if int(item) < 0 else int(item)
+        if not 0 <= at < size:
+            raise OutOfRangeError(f"index={item!r} is out of range for {size} items; use -len <= index < len")
+        sources, windows = self[at : at + 1].items()
+        return MixItem(int(sources[0]), int(windows[0]))
+
+    def __iter__(self) -> Iterator[MixItem]:
+        sources, windows = self.items()
+        return (MixItem(s, w) for s, w in zip(sources.tolist(), windows.tolist(), strict=True))
+
+    def __repr__(self) -> str:
+        shares = ", ".join(f"{n}={float(w):.4g}" for n, w in zip(self.names, self.weights, strict=True))
+        rows = ", packed rows" if self.packed else ""
+        return f"Mixture({len(self)} items, {shares}, seed={self.seed}, context_length={self.context_length}{rows})"
+
+
+def mixture_fingerprint(parts: Sequence[Part], plan: MixPlan, length: int) -> str:
+    """``mixture:`` + BLAKE2b-128 of the sources' fingerprints and item counts, the integer weights and the length.
+
+    A mixture of packed rows adds ``"rows"`` and ``T`` (a mixture of windows keeps its fingerprint).
+    """
+    rows = [["rows", parts[0].context_length]] if isinstance(parts[0], Rows) else []
+    key = [
+        FORMAT,
+        *rows,
+        [p.store.fingerprint or p.store.content_fingerprint() for p in parts],
+        [len(p) for p in parts],
+        [str(a) for a in plan.integer_weights],
+        length,
+    ]
+    return "mixture:" + hashlib.blake2b(json.dumps(key).encode(), digest_size=16).hexdigest()
+
+
+def mix(
+    parts: Sequence[Part],
+    weights: Sequence[Any],
+    *,
+    seed: int,
+    length: int | None = None,
+    names: Sequence[str] | None = None,
+    plan_dir: str | os.PathLike[str] | None = None,
+) -> Mixture:
+    """Blend *parts* (one `Windows` per source, or one packed `Rows` per source) at *weights* into a `Mixture`.
+
+    The mixture holds *length* items (windows, or rows).
+    *weights* are positive finite numbers (normalised to sum 1, exactly);
+    ``length=None`` passes the largest source once at its weight.  With
+    *plan_dir* the plan and every source epoch's order are plan files shared by
+    every process (see `streambatch.items.mix.mix_plan_file`).
+    """
+    found = check_parts(parts)
+    ints = integer_weights(weights)
+    if len(ints) != len(found):
+        raise ConfigError(f"weights has {len(ints)} entries for {len(found)} parts; pass one weight per source")
+    seed = check_seed(seed)
+    chosen = check_names(names, len(found))
+    sizes = [len(p) for p in found]
+    if plan_dir is None:
+        try:
+            plan = plan_mix(ints, length, sizes=sizes)
+        except MemoryError:  # e.g. the default length of a largest source with a tiny weight
+            raise ConfigError(
+                f"the mixture's plan does not fit in memory (length={length}, sources of {sizes} windows at weights "
+                f"{list(weights)}); pass a smaller length="
+            ) from None
+        return Mixture(MixSpace(found, chosen, plan, seed, None))
+    from .mix_plan_file import mix_plan_file
+
+    directory = check_plan_dir(plan_dir)
+    plan, path = mix_plan_file(found, ints, length, directory)
+    return Mixture(MixSpace(found, chosen, plan, seed, directory, str(path)))

@@ -1,0 +1,1 @@
+"""Packed rows: documents packed best-fit into rows of context_length tokens."""

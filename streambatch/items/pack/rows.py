@@ -1,0 +1,276 @@
+"""Packed rows as items: `pack` gives `Rows`, which the ordering stages take as they take `Windows`.
+
+`pack(source, context_length=T)` cuts every document of one partition into
+pieces and packs them into rows of ``T`` positions (`streambatch.items.pack.pack`:
+full pieces one per row, the rest best-fit decreasing, never split).  `Rows` is
+the item sequence of that packing: sized, sliceable, integers only (row
+numbers), backed by no per-row array in row order, or by one uint32 per row
+in a shuffled order (``sb.shuffle(rows, seed)``: the chapter's SplitMix64
+Fisher–Yates over row numbers, the same stage and code as for windows).
+`sb.chunk`, `sb.share`, `sb.split_rows` and `sb.materialize` take it unchanged;
+a chunk of rows materializes into a `streambatch.items.pack.packed_batch.PackedBatch`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ..._checks import is_integer
+from ...errors import ConfigError, DataError, OutOfRangeError
+from ...model.corpus import Corpus
+from ...model.documents import Partition
+from ...model.source import TokenSource, as_source, partition_documents
+from ...model.store import DocumentStore
+from ...stages.span import spanning_tokens
+from ..protocol import PlannedItems
+from ..windows.window_index import IntArray, WindowConfig
+from ._pack_gather import PackedArrays, gather_segments
+from .pack import PackedRows, PackReport, pack_lengths
+from .pack_file import packing_file
+from .packed_batch import PackedBatch
+
+_CGatherer: Any
+try:
+    from ..._row_gather import Gatherer as _CGatherer
+except ImportError:  # built without a C compiler: the numpy gather
+    _CGatherer = None
+
+GATHER_BACKEND: Literal["c", "numpy"] = "c" if _CGatherer is not None else "numpy"
+"""How packed batches are gathered: the C extension ``streambatch._row_gather`` (one pass), else numpy (same arrays)."""
+
+
+class RowSpace:
+    """What every view of one packing shares: the source, the packed rows, the partition (and caches, never pickled)."""
+
+    __slots__ = ("cache", "pad_id", "partition", "rows", "store")
+
+    def __init__(self, store: TokenSource, rows: PackedRows, partition: Partition, pad_id: int = 0) -> None:
+        self.store = store
+        self.rows = rows
+        self.partition = partition
+        self.pad_id = pad_id
+        self.cache: dict[str, Any] = {}
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self.store, self.rows, self.partition, self.pad_id)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.store, self.rows, self.partition, self.pad_id = state
+        self.cache = {}
+
+    def plan_dtype(self, count: int) -> Any:
+        """dtype of a plan of *count* rows: uint32 row numbers below 2**32 rows, else int64."""
+        return np.uint32 if count < (1 << 32) else np.int64
+
+
+class Rows(PlannedItems):
+    """A random-access, sliceable sequence of packed rows (row numbers) of one source; see the module docstring.
+
+    >>> import streambatch as sb
+    >>> rows = sb.pack([sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 1])],
+    ...                context_length=3)
+    >>> len(rows), list(rows), rows.report.pad_positions
+    (2, [0, 1], 0)
+    """
+
+    __slots__ = ()
+    _NOUN = "rows"
+    _space: RowSpace
+
+    @staticmethod
+    def _whole(space: RowSpace) -> int:
+        return len(space.rows)
+
+    @property
+    def space(self) -> RowSpace:
+        """The shared source, packing and partition."""
+        return self._space
+
+    @property
+    def packed(self) -> PackedRows:
+        """The packing: row numbers <-> segments (document, start, targets)."""
+        return self._space.rows
+
+    @property
+    def report(self) -> PackReport:
+        """What packing did: targets, rows, pad share, the window mode's coverage at stride ``T``."""
+        return self._space.rows.report
+
+    @property
+    def context_length(self) -> int:
+        """``T``: positions per row."""
+        return self._space.rows.context_length
+
+    @property
+    def config(self) -> WindowConfig:
+        """``T`` and the pieces' stride, ``T`` (consecutive pieces of a document share one token)."""
+        T = self.context_length
+        return WindowConfig(T, T)
+
+    def plan_values(self) -> npt.NDArray[Any]:
+        """This view's row numbers as plan entries (uint32, int64 beyond 2**32 rows): a view of the plan, or fresh."""
+        if self._plan is not None:
+            return self._plan[self._lo : self._hi]
+        return np.arange(self._lo, self._hi, dtype=self._space.plan_dtype(len(self._space.rows)))
+
+    def numbers(self) -> IntArray:
+        """Row number of each item of this view."""
+        if self._plan is None:
+            return np.arange(self._lo, self._hi, dtype=np.int64)
+        return self._plan[self._lo : self._hi].astype(np.int64)
+
+    def materialize_view(self, index: int) -> PackedBatch:
+        """Gather this view into a `PackedBatch` numbered *index* (what `sb.materialize` calls)."""
+        return emit(self._space, self.numbers(), index)
+
+    def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
+        return self.numbers()[start:stop:step].astype(self._space.plan_dtype(len(self._space.rows)))
+
+    def __repr__(self) -> str:
+        order = "row order" if self._plan is None else f"seed={self.seed}"
+        return (
+            f"Rows({len(self)} rows, context_length={self.context_length}, pad_share={self.report.pad_share:.4%}, "
+            f"{order}, partition={self.partition.value!r})"
+        )
+
+
+def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
+    """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy."""
+    gatherer = row_gatherer(space)
+    if gatherer is False:
+        try:
+            arrays = gather_rows(space, numbers)
+        except OutOfRangeError as err:  # the same refusal as the C gather's
+            raise _refused(err) from None
+        return PackedBatch(index, arrays, numbers, space)
+    return PackedBatch.from_kernel(index, _gather(gatherer, numbers), numbers, space)
+
+
+def row_gatherer(space: RowSpace) -> Any:
+    """The C gatherer of *space*, built once and cached on it; False where numpy gathers."""
+    gatherer = space.cache.get("gather")
+    if gatherer is None:
+        gatherer = space.cache["gather"] = _gatherer(space)
+    return gatherer
+
+
+def _gather(gatherer: Any, numbers: IntArray) -> Any:
+    """Every array of the batch of rows *numbers*, provenance included, made by one call of the C gather."""
+    try:
+        return gatherer.gather(numbers)
+    except ValueError as err:
+        raise _refused(err) from None
+
+
+def _refused(err: Exception) -> DataError:
+    return DataError(f"{err}; the rows do not belong to this packing (remove the plan file and plan again)")
+
+
+_BLOCK_ROWS = 2048  # consecutive batches whose row numbers are read (and cast to int64) at once
+
+
+def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[PackedBatch]:
+    """Emit batches *batches* of *rows* chunked by *batch_size*: row numbers read a block of batches at a time.
+
+    The per-batch work is the gather and the batch object: the C gather (when built) is looked up once, and
+    each batch is made by one call of it.
+    """
+    space, total = rows.space, len(rows)
+    gatherer = row_gatherer(space)
+    per = max(1, _BLOCK_ROWS // batch_size) if batches.step == 1 else 1
+    make = PackedBatch.from_kernel
+    for head in range(0, len(batches), per):
+        group = batches[head : head + per]
+        base = group[0] * batch_size
+        numbers = rows[base : min((group[-1] + 1) * batch_size, total)].numbers()
+        for at, batch in zip(range(0, numbers.size, batch_size), group, strict=True):
+            chunk = numbers[at : at + batch_size]
+            if gatherer is False:
+                yield PackedBatch(batch, gather_rows(space, chunk), chunk, space)
+                continue
+            try:
+                outputs = gatherer.gather(chunk)
+            except ValueError as err:
+                raise _refused(err) from None
+            yield make(batch, outputs, chunk, space)
+
+
+def _gatherer(space: RowSpace) -> Any:
+    """The C gatherer of *space* (views of its tokens and packing), or False where numpy gathers.
+
+    A `Corpus` is read through one view spanning its shards (`streambatch.stages.span`), with each
+    document's start moved into it; shards of mixed dtypes are gathered by numpy.
+    """
+    store, rows = space.store, space.rows
+    if _CGatherer is None or rows.context_length >= 1 << 31:
+        return False
+    if isinstance(store, DocumentStore):
+        tokens, starts = store.tokens, store.starts
+    elif isinstance(store, Corpus):
+        found = spanning_tokens(tuple(shard.tokens for shard in store.shards), store.bases)
+        if found is None:
+            return False
+        tokens, shift = found
+        starts = store.starts + shift[store.shard_of(np.arange(len(store)))]
+    else:
+        return False
+    full_docs, full_ends = rows.index.full_pieces()
+    args = (tokens, starts, store.lengths, full_docs, full_ends, rows.offsets, rows.tails)
+    return _CGatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id)
+
+
+def gather_rows(space: RowSpace, numbers: IntArray) -> PackedArrays:
+    """Tokens, ids, masks and provenance of rows *numbers* of *space* (any order, repeats allowed)."""
+    seg = space.rows.segments(numbers)
+    store: Any = space.store
+    tokens = store.tokens if isinstance(store, DocumentStore) else store
+    return gather_segments(
+        tokens, store.starts, seg.offsets, seg.documents, seg.starts, seg.lengths, space.rows.context_length, pad_id=space.pad_id
+    )
+
+
+def pack(
+    source: Any,
+    *,
+    context_length: int,
+    partition: Partition | str = Partition.TRAIN,
+    keep_partition: bool = False,
+    pad_id: int = 0,
+    plan_dir: str | os.PathLike[str] | None = None,
+) -> Rows:
+    """Every target of *partition* in *source*, in pieces packed into rows of ``T`` positions, in row order.
+
+    *source* is what `sb.windows` takes; a document of another partition is
+    refused unless *keep_partition* skips it (the one partition rule).  Full
+    pieces (``T + 1`` tokens) fill a row each, in document order; the other
+    pieces follow, packed best-fit decreasing; one-token documents are counted
+    in ``rows.report.skipped_pieces`` and skipped.  Padding positions of a
+    materialized batch hold *pad_id* (inputs and targets) with ``loss_mask``
+    False.  Holds a few integers per document and per packed row, nothing per
+    token; deterministic for a given corpus and ``T``.  With *plan_dir* the
+    packing is computed once into a packing file there and memory-mapped by
+    every later call, in any process (`streambatch.items.pack.pack_file`).
+
+    >>> import streambatch as sb
+    >>> rows = sb.pack([sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 1])],
+    ...                context_length=3)
+    >>> batch = next(iter(sb.materialize(sb.chunk(rows, 2))))
+    >>> batch.inputs.tolist(), batch.segment_ids.tolist(), batch.target_count
+    ([[0, 10, 11], [0, 20, 12]], [[0, 0, 0], [0, 0, 1]], 6)
+    """
+    store = as_source(source)
+    chosen = Partition.parse(partition, "pack")
+    include = partition_documents(store, chosen, keep_partition=keep_partition)
+    top = int(np.iinfo(store.dtype).max)
+    if not is_integer(pad_id) or not 0 <= int(pad_id) <= top:
+        raise ConfigError(f"pad_id={pad_id!r} does not fit the source's {store.dtype}; pass a token id in [0, {top}]")
+    if plan_dir is None:
+        packed = pack_lengths(store.lengths, context_length, include=include)
+    else:
+        packed = packing_file(store, context_length, chosen.value, include, plan_dir)
+    return Rows(RowSpace(store, packed, chosen, int(pad_id)))

@@ -1,0 +1,1 @@
+"""Windows: fixed-length spans of one document, and their gathers."""

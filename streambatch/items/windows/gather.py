@@ -1,0 +1,269 @@
+"""The window row gathers: copy whole ``T``-token records of one store (`RowGather`) or of a corpus's shards (`ShardedGather`).
+
+One vectorized gather per buffer from a read-only view of the flat tokens as
+overlapping ``T``-token records, giving C-contiguous ``inputs[w, T]`` and
+``targets[w, T]`` in the store's dtype.  `row_gather` caches the space's gather.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ...errors import ConfigError, DataError
+from ...model.corpus import Corpus
+from ...model.store import DocumentStore
+from ...stages.span import spanning_tokens
+from .windows import WindowSpace
+
+
+class RowGather:
+    """Gathers rows of one store for one context length into final ``(w, T)`` arrays.
+
+    Each buffer is one vectorized copy: the flat tokens are viewed (read-only, no
+    copy) as overlapping ``T``-token records, one per token position, and the
+    rows' positions select whole records, so each row is a single block copy
+    straight into the final C-contiguous array.
+
+    >>> store = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5])
+    >>> inputs, targets = RowGather(store, context_length=2)(np.array([2, 0]))
+    >>> inputs.tolist(), targets.tolist()
+    ([[11, 12], [0, 10]], [[12, 1], [10, 11]])
+    """
+
+    __slots__ = ("_dtype", "_empty", "_length", "_records", "_shifted")
+
+    def __init__(self, store: DocumentStore, context_length: int) -> None:
+        self._length = length = context_length
+        tokens = store.tokens
+        self._dtype = tokens.dtype
+        self._empty = np.zeros((0, length), dtype=tokens.dtype)
+        self._records: npt.NDArray[Any] | None = None
+        self._shifted: npt.NDArray[Any] | None = None
+        if tokens.size >= length + 1:
+            itemsize = tokens.dtype.itemsize
+            record = np.dtype((np.void, length * itemsize))
+            count = tokens.size - length  # records that have a following record (targets)
+            self._records = np.ndarray(shape=(count,), dtype=record, buffer=tokens, strides=(itemsize,))
+            self._shifted = np.ndarray(shape=(count,), dtype=record, buffer=tokens, offset=itemsize, strides=(itemsize,))
+
+    @property
+    def records(self) -> npt.NDArray[Any]:
+        """The read-only record view: record ``p`` is the ``T`` tokens from position ``p`` (one void item)."""
+        assert self._records is not None, "no records: the store is shorter than one window"
+        return self._records
+
+    @property
+    def shifted(self) -> npt.NDArray[Any]:
+        """`records` shifted by one token: the targets of a row starting at ``p``."""
+        assert self._shifted is not None, "no records: the store is shorter than one window"
+        return self._shifted
+
+    def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)`` for rows starting at *positions* (an intp array): ``take(rows(positions))``."""
+        return self.take(positions)
+
+    def rows(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+        """Where `take` reads the rows starting at *positions*: in one store, the positions themselves."""
+        return positions
+
+    def take(self, rows: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)`` for *rows* (a slice of what `rows` returned), one gather per buffer."""
+        records, width, positions = self._records, rows.size, rows
+        if records is None or self._shifted is None or width == 0:  # a rank's empty share, or no windows
+            return self._empty.copy(), self._empty.copy()
+        shape, dtype = (width, self._length), self._dtype
+        try:  # wrap each gathered record buffer as (width, T) tokens: no copy, cheaper than view + reshape
+            return np.ndarray(shape, dtype, records[positions]), np.ndarray(shape, dtype, self._shifted[positions])
+        except IndexError:  # e.g. a damaged plan file: positions beyond the tokens
+            raise DataError(
+                f"a row starts at a position outside the store's {records.size + self._length} tokens; "
+                "the plan does not belong to this store (remove the plan file and plan again)"
+            ) from None
+
+
+class ShardedGather:
+    """Gathers rows of a `Corpus` (global positions) straight into final ``(w, T)`` arrays.
+
+    `rows` maps a whole block of batches to where they are read, once (`take`
+    then only copies).  When the shards' token arrays share one dtype (the usual
+    case), one read-only record view spans the address range holding all of them,
+    and a row is read at ``position + shift[shard]``, the shift found by one
+    lookup in a table of position buckets (an exact ``searchsorted`` on the
+    shards' bases only for rows near a shard's end): the batch is then one
+    gather per buffer, as for a single store.  That view is only ever read at rows inside a shard (window
+    positions never point elsewhere); it is private to the gather and never
+    exposed.  Otherwise (mixed dtypes) each shard's rows are copied from that
+    shard's record view straight into their rows of the final arrays.
+
+    >>> a = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"])
+    >>> b = DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])
+    >>> inputs, targets = ShardedGather(Corpus([a, b]), context_length=2)(np.array([6, 1, 5]))
+    >>> inputs.tolist(), targets.tolist()
+    ([[20, 21], [10, 11], [0, 20]], [[21, 1], [11, 12], [20, 21]])
+    """
+
+    __slots__ = (
+        "_bases",
+        "_dtype",
+        "_ends",
+        "_gathers",
+        "_last",
+        "_length",
+        "_record",
+        "_records",
+        "_shifted",
+        "_span",
+        "_table",
+        "_tokens",
+    )
+
+    def __init__(self, corpus: Corpus, context_length: int) -> None:
+        self._length = context_length
+        self._dtype = corpus.dtype
+        self._tokens = tuple(shard.tokens for shard in corpus.shards)  # kept alive with the views below
+        self._gathers = [RowGather(shard, context_length) for shard in corpus.shards]
+        self._bases = corpus.bases[:-1]
+        # the last position of each shard where T + 1 tokens still fit: the spanning view is read nowhere else
+        self._last = corpus.bases[1:] - (context_length + 1)
+        self._ends = corpus.bases[1:-1]  # shard k holds the positions below ends[k] (and at or above ends[k - 1])
+        self._record = np.dtype((np.void, context_length * corpus.dtype.itemsize))
+        self._span = spanning_records(self._tokens, corpus.bases, context_length)
+        self._table = None if self._span is None else _ShiftTable(corpus.bases, self._last, self._span[2])
+        self._records: npt.NDArray[Any] | None = None if self._span is None else self._span[0]
+        self._shifted: Any = None if self._span is None else self._span[1]
+
+    def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)`` for rows starting at global *positions* (an intp array): ``take(rows(positions))``."""
+        return self.take(self.rows(positions))
+
+    def rows(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
+        """Where `take` reads the rows starting at global *positions*; checks each lies inside a shard.
+
+        With the spanning view: each row's record number in it (intp).  Otherwise:
+        each row's shard and position within it (a structured array).  Slices of
+        the result are what `take` accepts.
+        """
+        if self._table is not None:  # a table lookup per row; the exact check only near shard ends
+            at, odd = self._table.records(positions)
+            if odd is not None:
+                at[odd] = self._checked(positions[odd], odd)
+            return at
+        return self._checked(positions)
+
+    def _checked(self, positions: npt.NDArray[np.intp], rows: npt.NDArray[np.intp] | None = None) -> npt.NDArray[Any]:
+        """`rows` by one ``searchsorted``, each position checked (*rows*: their row numbers, for the message)."""
+        shards = np.searchsorted(self._ends, positions, side="right")
+        outside = (positions < self._bases[shards]) | (positions > self._last[shards])
+        if outside.any():  # e.g. a tampered plan file: never read the span between shards
+            bad = int(np.argmax(outside))
+            row = bad if rows is None else int(rows[bad])
+            raise DataError(
+                f"row {row}: position {int(positions[bad])} is not a window start inside a shard of this corpus; "
+                "the plan does not belong to it (remove the plan file and plan again)"
+            )
+        if self._span is not None:
+            at: npt.NDArray[np.intp] = positions + self._span[2][shards]
+            return at
+        where = np.empty(positions.size, dtype=_SHARD_ROWS)
+        where["shard"], where["local"] = shards, positions - self._bases[shards]
+        return where
+
+    def take(self, rows: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)`` for *rows* (a slice of what `rows` returned)."""
+        records, width = self._records, rows.size
+        if records is not None and width:  # one gather per buffer, as in RowGather
+            shape = (width, self._length)
+            return np.ndarray(shape, self._dtype, records[rows]), np.ndarray(shape, self._dtype, self._shifted[rows])
+        shape, dtype = (width, self._length), self._dtype
+        if width == 0:
+            return np.zeros(shape, dtype), np.zeros(shape, dtype)
+        inputs, targets = np.empty(shape, dtype), np.empty(shape, dtype)
+        rows_in, rows_out = inputs.view(self._record).reshape(width), targets.view(self._record).reshape(width)
+        order = np.argsort(rows["shard"], kind="stable")  # rows grouped by shard, in row order within each
+        shards, local = rows["shard"][order], rows["local"][order]
+        cuts = np.flatnonzero(shards[1:] != shards[:-1]) + 1  # only the shards present: O(width), never O(shards)
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), width], strict=True):
+            shard = int(shards[lo])
+            picked, gather = order[lo:hi], self._gathers[shard]
+            if self._tokens[shard].dtype == dtype:  # whole records straight into this shard's rows
+                rows_in[picked], rows_out[picked] = gather.records[local[lo:hi]], gather.shifted[local[lo:hi]]
+            else:  # a uint16 shard of a uint32 corpus: widened on the way
+                inputs[picked], targets[picked] = gather(local[lo:hi])
+        return inputs, targets
+
+
+_SHARD_ROWS = np.dtype([("shard", np.intp), ("local", np.intp)])  # rows of the per-shard path
+_NOT_INSIDE = np.iinfo(np.intp).min  # no shift: a bucket not wholly inside one shard's window starts
+
+
+class _ShiftTable:
+    """The spanning view's shift by buckets of ``2**bits`` global positions: one lookup per row, no binary search.
+
+    A bucket wholly inside one shard's window-start range holds that shard's shift;
+    every other bucket (a shard's last T tokens, a boundary) holds ``_NOT_INSIDE``,
+    and its rows (and any row outside the table) take the exact ``searchsorted`` path.
+    """
+
+    __slots__ = ("_bits", "_shift")
+
+    def __init__(self, bases: npt.NDArray[np.int64], last: npt.NDArray[np.int64], shift: npt.NDArray[np.int64]) -> None:
+        flat = int(bases[-1])
+        wanted = min(1 << 20, max(1 << 12, 64 * shift.size))  # buckets: L2-sized for a few shards
+        self._bits = max(1, flat.bit_length() - wanted.bit_length() + 1)  # >= 1: a negative position is past the end
+        self._shift = np.full((flat >> self._bits) + 1, _NOT_INSIDE, dtype=np.intp)
+        for first, final, by in zip(bases[:-1].tolist(), last.tolist(), shift.tolist(), strict=True):
+            lo, hi = -(-first >> self._bits), (final + 1) >> self._bits  # the buckets wholly inside [first, final]
+            if lo < hi:  # a shard without windows has none (and final + 1 may be negative)
+                self._shift[lo:hi] = by
+
+    def records(self, positions: npt.NDArray[Any]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp] | None]:
+        """Each row's record number in the spanning view, and the rows (if any) left to the exact path."""
+        where = np.ascontiguousarray(positions, dtype=np.intp)
+        buckets = (where.view(np.uint64) >> np.uint64(self._bits)).view(np.intp)  # negative: huge, past the table
+        try:
+            shift = self._shift[buckets]
+        except IndexError:  # a row past the table: every row takes the exact path
+            return np.empty(where.size, dtype=np.intp), np.arange(where.size, dtype=np.intp)
+        at: npt.NDArray[np.intp] = where + shift
+        if where.size and shift.min() == _NOT_INSIDE:
+            return at, np.flatnonzero(shift == _NOT_INSIDE)
+        return at, None
+
+
+def spanning_records(
+    tokens: tuple[npt.NDArray[Any], ...], bases: npt.NDArray[np.int64], length: int
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[np.int64]] | None:
+    """Record views (inputs, targets) over `spanning_tokens` of the shards, and each shard's shift.
+
+    Global position ``p`` of shard ``k`` is record ``p + shift[k]``; None where no span exists.
+    """
+    found = spanning_tokens(tokens, bases)
+    if found is None or found[0].size < length + 1:
+        return None
+    span, shift = found
+    size = span.dtype.itemsize
+    record = np.dtype((np.void, length * size))
+    records = np.ndarray(shape=(span.size - length,), dtype=record, buffer=span, strides=(size,))
+    shifted = np.ndarray(shape=(span.size - length,), dtype=record, buffer=span, offset=size, strides=(size,))
+    return records, shifted, shift
+
+
+Gather = RowGather | ShardedGather
+
+
+def row_gather(space: WindowSpace) -> Gather:
+    """The space's gather, built once and cached on it: `RowGather` for a store, `ShardedGather` for a corpus."""
+    gather: Gather | None = space.cache.get("gather")
+    if gather is None:
+        store, length = space.store, space.config.context_length
+        if isinstance(store, DocumentStore):
+            gather = RowGather(store, length)
+        elif isinstance(store, Corpus):
+            gather = ShardedGather(store, length)
+        else:
+            raise ConfigError(f"source={store!r} has no gather; pass a DocumentStore or a Corpus to sb.windows")
+        space.cache["gather"] = gather
+    return gather

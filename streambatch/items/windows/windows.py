@@ -1,0 +1,225 @@
+"""Stage 2, windows: every complete causal window of a store, as integers.
+
+A window of context length ``T`` is ``T + 1`` consecutive tokens of one document
+starting at ``0, s, 2s, ...``.  Windows are numbered globally in document order;
+`WindowIndex` maps window numbers to (document index, start) and token positions
+with one ``searchsorted`` per call, never a Python object per window.
+`windows` gives them to the next stage as `Windows`: a random-access, sliceable
+sequence of window numbers backed by no per-window array at all (sequential
+order) or by one uint32 per window (a shuffled plan).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ...errors import DataError
+from ...io.files import short_path
+from ...model.documents import Partition
+from ...model.source import TokenSource, as_source, partition_documents
+from ..protocol import PlannedItems, ShuffleOrder, from_file
+from .window_index import IntArray, WindowConfig, WindowIndex, in_blocks
+
+__all__ = ["POSITION_LIMIT", "ShuffleOrder", "WindowSpace", "Windows", "windows"]
+
+POSITION_LIMIT = 1 << 32  # plans hold uint32 first-token positions while every position fits
+
+
+class WindowSpace:
+    """What every view of one window enumeration shares: the source, its index, the partition.
+
+    The source is a `DocumentStore` or a `streambatch.Corpus` (its positions are
+    global in the corpus's virtual token space).  ``cache`` holds per-space helpers
+    of later stages (the gather's row views); it is rebuilt after pickling, never
+    pickled (it views the tokens).
+    """
+
+    __slots__ = ("cache", "config", "index", "partition", "plan_holds_positions", "store")
+
+    def __init__(
+        self, store: TokenSource, config: WindowConfig, partition: Partition, include: npt.NDArray[np.bool_] | None = None
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.partition = partition
+        self.index = WindowIndex(store.lengths, config, store.starts, include)
+        self.plan_holds_positions = store.flat_size < POSITION_LIMIT
+        self.cache: dict[str, Any] = {}
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self.store, self.config, self.partition, self.index, self.plan_holds_positions)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.store, self.config, self.partition, self.index, self.plan_holds_positions = state
+        self.cache = {}
+
+    def plan_dtype(self, count: int) -> Any:
+        """dtype of a plan of *count* windows: uint32 positions, else uint32/int64 window numbers."""
+        if self.plan_holds_positions or count < (1 << 32):
+            return np.uint32
+        return np.int64
+
+
+class Windows(PlannedItems):
+    """A random-access, sliceable sequence of windows (global window numbers) of one store.
+
+    No tokens and no object per window: a sequential `Windows` is a range of
+    window numbers; a shuffled one views a *plan* of one uint32 per window (each
+    window's first-token position, or its number in stores of 2**32+ tokens), in
+    memory or memory-mapped from a plan file (`streambatch.plan_file`).
+    Slicing returns a view; ``positions()`` and ``locate()`` map a view to token
+    positions and (document index, start) for the next stage.
+
+    >>> import streambatch as sb
+    >>> w = sb.windows(sb.DocumentStore.from_arrays([0, 10, 11, 12, 1, 0, 20, 21, 1], [0, 5, 9]), context_length=2)
+    >>> len(w), list(w), w[1:3].positions().tolist()
+    (5, [0, 1, 2, 3, 4], [1, 2])
+    """
+
+    __slots__ = ()
+    _NOUN = "windows"
+    _space: WindowSpace
+
+    @staticmethod
+    def _whole(space: WindowSpace) -> int:
+        return space.index.window_count
+
+    @property
+    def batch(self) -> int | None:
+        """Deprecated spelling of `batch_index` (kept for one release)."""
+        warnings.warn("Windows.batch is deprecated; use Windows.batch_index", DeprecationWarning, stacklevel=2)
+        return self._batch_index
+
+    @property
+    def state_after(self) -> int | None:
+        """Deprecated spelling of `shuffle_state_after` (kept for one release)."""
+        warnings.warn("Windows.state_after is deprecated; use Windows.shuffle_state_after", DeprecationWarning, stacklevel=2)
+        return self.shuffle_state_after
+
+    # -- what the next stages need -------------------------------------------------
+    @property
+    def space(self) -> WindowSpace:
+        """The shared store, index and partition."""
+        return self._space
+
+    @property
+    def window_index(self) -> WindowIndex:
+        """The store's `WindowIndex` (window numbers <-> documents and positions)."""
+        return self._space.index
+
+    @property
+    def config(self) -> WindowConfig:
+        """Context length and stride."""
+        return self._space.config
+
+    @property
+    def context_length(self) -> int:
+        """``T``."""
+        return self._space.config.context_length
+
+    def plan_values(self) -> npt.NDArray[Any]:
+        """This view's plan entries: first-token positions (or window numbers in 2**32+ token stores).
+
+        A view of the plan when there is one; a fresh array for sequential order.
+        """
+        space = self._space
+        if self._plan is not None:
+            return self._plan[self._lo : self._hi]
+        dtype = space.plan_dtype(len(self))
+        if space.plan_holds_positions:  # built in bounded blocks: no per-window temporary beyond the result
+            return space.index.range_positions(self._lo, self._hi, dtype)
+        return np.arange(self._lo, self._hi, dtype=dtype)
+
+    def _entries(self) -> npt.NDArray[Any]:
+        """This view's plan entries; read from a file, each is checked where it is used (a window here, else `DataError`).
+
+        Plans computed in this process (`shuffle`) are not checked: they cannot be damaged, and the check costs
+        about as much as gathering a short row.
+        """
+        assert self._plan is not None
+        values = self._plan[self._lo : self._hi]
+        bad = self._space.index.first_invalid(values, self._space.plan_holds_positions) if from_file(self._plan) else -1
+        if bad >= 0:
+            where = short_path(self.plan_path) if self.plan_path else "the plan"
+            raise DataError(
+                f"{where}: entry {self._lo + bad} ({int(values[bad])}) is not a window of partition "
+                f"{self.partition.value!r} at T={self.context_length}, stride {self.config.stride} of this source; "
+                "the plan is damaged or foreign: remove it and plan again"
+            )
+        return values
+
+    def positions(self) -> npt.NDArray[np.intp]:
+        """First-token position of each window in the store's flat tokens (intp: numpy's fast index)."""
+        space = self._space
+        if self._plan is None:
+            return space.index.range_positions(self._lo, self._hi, np.intp)
+        values = self._entries()
+        if space.plan_holds_positions:
+            return values.astype(np.intp)
+        return space.index.positions(values).astype(np.intp, copy=False)
+
+    def numbers(self) -> IntArray:
+        """Global window number of each window (document order numbering)."""
+        if self._plan is None:
+            return np.arange(self._lo, self._hi, dtype=np.int64)
+        values = self._entries()
+        if self._space.plan_holds_positions:
+            return in_blocks(self._space.index.windows_at, values)[0]
+        return values.astype(np.int64)
+
+    def locate(self) -> tuple[IntArray, IntArray]:
+        """``(document index, start)`` of each window (built in bounded blocks: the result is all that grows)."""
+        index = self._space.index
+        if self._plan is not None and self._space.plan_holds_positions:
+            documents, starts = in_blocks(index.locate_positions, self._entries(), 2)
+        else:
+            documents, starts = in_blocks(index.locate, self.numbers(), 2)
+        return documents, starts
+
+    def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
+        if self._plan is not None:
+            return self.plan_values()[start:stop:step]
+        numbers = np.arange(self._lo + start, self._lo + stop, step, dtype=np.int64)
+        space = self._space
+        picked = space.index.positions(numbers) if space.plan_holds_positions else numbers
+        return picked.astype(space.plan_dtype(numbers.size))
+
+    def __repr__(self) -> str:
+        order = "sequential" if self._plan is None else f"seed={self.seed}"
+        return (
+            f"Windows({len(self)} windows, context_length={self.context_length}, stride={self.config.stride}, "
+            f"{order}, partition={self.partition.value!r})"
+        )
+
+
+def windows(
+    source: Any,
+    *,
+    context_length: int,
+    stride: int = 1,
+    partition: Partition | str = Partition.TRAIN,
+    keep_partition: bool = False,
+) -> Windows:
+    """Every complete window of *partition* in *source*, in document order.
+
+    *source* is a `DocumentStore` (in memory or opened with `open_store`), a
+    `Corpus` of several stores, what `open_source` returns, or an iterable of
+    `Document`.  A document of another partition is refused (`PartitionError`)
+    unless *keep_partition* skips it: `streambatch.model.source.partition_documents`.
+    Holds a few integers per document and nothing per window.
+
+    >>> import streambatch as sb
+    >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]), sb.Document("train-b", "train", [0, 20, 21, 1])]
+    >>> w = sb.windows(docs, context_length=2)
+    >>> len(w), [(int(d), int(s)) for d, s in zip(*w.locate())]
+    (5, [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)])
+    """
+    config = WindowConfig(context_length, stride)
+    store = as_source(source)
+    chosen = Partition.parse(partition, "windows")
+    space = WindowSpace(store, config, chosen, partition_documents(store, chosen, keep_partition=keep_partition))
+    return Windows(space)

@@ -1,0 +1,57 @@
+"""Open what a path names: a store directory, a corpus manifest or a JSONL file, as one `Source`.
+
+One place decides how a path becomes documents, so every command (and script)
+reads sources the same way.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._paths import short_path
+from ..errors import StoreError
+from ..io.manifest import open_corpus
+from ..io.mixture_file import MixtureSource, is_mixture_file, open_mixture
+from ..io.store import open_store
+from ..model.source import Source
+from ..model.store import DocumentStore
+from .inputs import MAX_LINE_BYTES
+from .jsonl import read_jsonl
+
+
+def open_source(
+    path: str | os.PathLike[str], *, verify: bool = True, max_line_bytes: int = MAX_LINE_BYTES
+) -> Source | MixtureSource:
+    """Open a store directory (memory-mapped, checked), a corpus manifest or a mixture file (``*.json``), or a JSONL file.
+
+    A mixture file (``{"sources": [...]}``, see `streambatch.io.mixture_file`) gives a
+    `MixtureSource`: every source opened, to blend once a context length and a seed are given.
+
+    A JSONL line may hold at most *max_line_bytes* (`streambatch.read.jsonl.iter_jsonl`).
+
+    >>> import tempfile, pathlib
+    >>> file = pathlib.Path(tempfile.mkdtemp()) / "docs.jsonl"
+    >>> _ = file.write_text('{"id": "a", "tokens": [0, 10, 11, 12, 1]}\\n')
+    >>> source = open_source(file)
+    >>> source.kind, source.store.ids
+    ('jsonl', ('a',))
+    """
+    name = os.fspath(path)
+    if not os.path.lexists(name) and not _named_as_file(name):  # `data/store` that is not there: say what was looked for
+        shown = short_path(name)
+        raise StoreError(
+            f"{shown}: no such store folder (a SOURCE is a store folder, a corpus manifest or mixture file ending "
+            f"in .json, or a JSONL file); prepare the store with `streambatch prepare INPUT -o {shown}`"
+        )
+    if os.path.isdir(name):  # a store prepared by `streambatch prepare`
+        return Source(name, "store", open_store(name, verify=verify), verified=verify)
+    if is_mixture_file(name):  # sources and their weights: a blend
+        return open_mixture(name, verify=verify)
+    if name.lower().endswith(".json"):  # a manifest listing the stores of a sharded corpus
+        return Source(name, "corpus", open_corpus(name, verify=verify), verified=verify)
+    return Source(name, "jsonl", DocumentStore.from_documents(read_jsonl(name, max_line_bytes=max_line_bytes)))
+
+
+def _named_as_file(name: str) -> bool:
+    """Whether *name* has a file's suffix (``.jsonl``, ``.json``, ``.gz``, ...), not a store folder's bare name."""
+    return "." in os.path.basename(name.rstrip(os.sep)).lstrip(".")
