@@ -93,7 +93,7 @@ def read_mixture_file(path: PathLike) -> MixtureSpec:
     """Read and validate *path*; every refusal is a `ConfigError` naming the file and the entry."""
     where = os.fspath(path)
     shown = short_path(where)
-    fix = "see the mixture.json schema in the README (Mixtures)"
+    fix = "see the mixture.json schema in docs/mixtures.md"
     data = read_json_header(path, shown, "mixture file", fix, error=ConfigError, limit=LIMIT, missing="no such mixture file")
     if not isinstance(data, dict):
         raise ConfigError(f"{shown}: the top level must be an object with 'sources' (and optional 'length'); {fix}")
