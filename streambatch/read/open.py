@@ -37,7 +37,7 @@ def open_source(
     ('jsonl', ('a',))
     """
     name = os.fspath(path)
-    if not os.path.lexists(name) and not _named_as_file(name):  # `data/store` that is not there: say what was looked for
+    if _missing_store(name):  # `data/store` that is not there: say what was looked for
         shown = short_path(name)
         raise StoreError(
             f"{shown}: no such store folder (a SOURCE is a store folder, a corpus manifest or mixture file ending "
@@ -52,6 +52,7 @@ def open_source(
     return Source(name, "jsonl", DocumentStore.from_documents(read_jsonl(name, max_line_bytes=max_line_bytes)))
 
 
-def _named_as_file(name: str) -> bool:
-    """Whether *name* has a file's suffix (``.jsonl``, ``.json``, ``.gz``, ...), not a store folder's bare name."""
-    return "." in os.path.basename(name.rstrip(os.sep)).lstrip(".")
+def _missing_store(name: str) -> bool:
+    """Whether *name* is a store folder's bare name (no suffix such as ``.jsonl``, no ``s3://``) that does not exist."""
+    named_as_file = "." in os.path.basename(name.rstrip(os.sep)).lstrip(".")
+    return not named_as_file and "://" not in name and not os.path.lexists(name)
