@@ -118,6 +118,8 @@ def test_the_readme_is_the_front_door() -> None:
         assert f"(docs/{page.name})" in text, page.name
     for name in ("prepare", "packing", "mixtures", "resume", "scale", "limits", "cli"):
         assert (ROOT / "docs" / f"{name}.md").exists(), name
+    for command in _commands():  # the table of commands names every command
+        assert f"| `streambatch {command}" in text, command
 
 
 def test_the_pipeline_example_prints_the_chapter() -> None:
