@@ -34,7 +34,7 @@ from .read.bin import check_bin_separator
 from .read.blocks import Block, ReadKeywords, ReadOptions, documents, read_options
 from .read.select import InputFile, Selected, parse_shard, select_inputs
 from .read.tasks import Task, file_tasks, run_task
-from .read.workers import Outcome, capped_workers, check_main_guard, check_shareable, run_tasks
+from .read.workers import Outcome, check_main_guard, check_shareable, plan_workers, run_tasks
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -131,7 +131,7 @@ def prepare_store(
     if workers > 1:  # what was asked for is checked, then capped: a script that fails elsewhere fails here too
         check_main_guard(workers)
         check_shareable(opts, workers)
-    workers = capped_workers(workers, quiet)
+    split = plan_workers(workers, opts.tokenizer, quiet)
     files = _selected(inputs, include, exclude, shard, opts)
     part = parse_shard(shard)
     header = {"shard": {"index": part[0], "count": part[1]}} if part else {}
@@ -140,7 +140,9 @@ def prepare_store(
     skipped: list[tuple[str, str]] = []
     try:
         with StoreWriter(output, tokenizer=opts.tokenizer if opts.named_tokenizer else None, header=header) as writer:
-            with contextlib.closing(run_tasks(tasks, opts, workers)) as outcomes:  # closing stops the workers
+            with contextlib.closing(
+                run_tasks(tasks, opts, split.processes, split.threads)
+            ) as outcomes:  # closing stops the workers
                 totals = _write(outcomes, files, writer, opts, skip_bad, skipped, progress)
             if not opts.named_tokenizer and totals.tokenized:
                 if totals.outside:
@@ -157,7 +159,8 @@ def prepare_store(
         print(
             f"prepare: {_count_of(len(files) - len(skipped), 'file')}, {_count_of(len(store), 'document')}, "
             f"{store.token_count:,} tokens, "
-            f"{len(skipped)} skipped, {_left_out(files)}{seconds:.2f} s ({store.token_count / max(seconds, 1e-9):,.0f} tokens/s)",
+            f"{len(skipped)} skipped, {_left_out(files)}{split}, "
+            f"{seconds:.2f} s ({store.token_count / max(seconds, 1e-9):,.0f} tokens/s)",
             file=sys.stderr,
         )
     return store

@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -156,6 +156,7 @@ class HFTokenizer:
 
     tokenizer: Any = field(repr=False)
     name: str = "tokenizer"
+    threaded: ClassVar[bool] = True  # encode_batch runs on every core (Rust threads): see read.workers.plan_workers
     file_hash: str | None = None
     eos_id: int | None = AUTO  # type: ignore[assignment]
     bos_id: int | None = AUTO  # type: ignore[assignment]

@@ -24,7 +24,7 @@ from collections.abc import Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -61,6 +61,41 @@ def capped_workers(workers: int, quiet: bool = False) -> int:
     if not quiet:
         print(f"prepare: workers={workers} capped at the {cpus} CPUs available", file=sys.stderr)
     return cpus
+
+
+class WorkerPlan(NamedTuple):
+    """How a run's CPUs are split: *processes* that read and tokenize, *threads* each tokenizer may run."""
+
+    processes: int
+    threads: int
+
+    def __str__(self) -> str:
+        unit = "process" if self.processes == 1 else "processes"
+        return f"{self.processes} {unit} x {self.threads} tokenizer thread{'s' if self.threads != 1 else ''}"
+
+
+def plan_workers(workers: int, tokenizer: Any, quiet: bool = False) -> WorkerPlan:
+    """Split the CPUs between worker processes and a tokenizer that runs threads of its own (an HF tokenizer).
+
+    A tokenizer without threads of its own gets one thread per process, and the
+    processes asked for (at most the CPUs, `capped_workers`).  One that encodes
+    batches on every core (`HFTokenizer`: Rust threads) already keeps the CPUs
+    busy from one process: extra processes only add start-up and copying, and on
+    a machine of few cores they ran slower (2 workers on 2 cores: 1.5x the time
+    of one).  So each process keeps at least 2 threads: processes =
+    ``min(workers, cpus // 2)`` (at least 1), threads = ``cpus // processes``.
+    """
+    cpus = available_cpus()
+    if not getattr(tokenizer, "threaded", False):
+        return WorkerPlan(capped_workers(workers, quiet), 1)
+    processes = max(1, min(workers, cpus // 2))
+    if processes < workers and not quiet:
+        print(
+            f"prepare: workers={workers} run as {WorkerPlan(processes, max(1, cpus // processes))} on {cpus} CPUs: "
+            "the tokenizer runs threads of its own",
+            file=sys.stderr,
+        )
+    return WorkerPlan(processes, max(1, cpus // processes))
 
 
 def check_main_guard(workers: int) -> None:
@@ -152,9 +187,11 @@ _WORKER: dict[str, Any] = {}
 _UNCLAIMED, _IDLE = -2, -1  # a worker's slot in the shared array: unclaimed, idle, or the batch it reads
 
 
-def _start_worker(opts: ReadOptions, slots: Any) -> None:
+def _start_worker(opts: ReadOptions, slots: Any, threads: int = 1) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the main process, which stops the pool
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker: the pool is the parallelism
+    # the tokenizer's own threads (`plan_workers`): set before its thread pool starts, at its first batch
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
     _WORKER["options"] = opts
     with slots.get_lock():
         slot = next((i for i in range(len(slots)) if slots[i] == _UNCLAIMED), None)
@@ -189,8 +226,11 @@ def _narrow(block: Block) -> Block:
 # --- in the main process -------------------------------------------------------------------------
 
 
-def run_tasks(tasks: Iterable[Task], opts: ReadOptions, workers: int = 1) -> Generator[tuple[Task, Outcome], None, None]:
-    """Each task with its blocks (or its error message), in task order; *workers* > 1 tokenizes in spawned processes."""
+def run_tasks(
+    tasks: Iterable[Task], opts: ReadOptions, workers: int = 1, threads: int = 1
+) -> Generator[tuple[Task, Outcome], None, None]:
+    """Each task with its blocks (or its error message), in task order; *workers* > 1 tokenizes in spawned processes
+    (each tokenizer with *threads* threads of its own, `plan_workers`)."""
     if workers == 1:
         for task in tasks:
             yield task, run_task(task, opts)
@@ -198,7 +238,7 @@ def run_tasks(tasks: Iterable[Task], opts: ReadOptions, workers: int = 1) -> Gen
     check_shareable(opts, workers)
     pools: list[ProcessPoolExecutor] = []  # started at the first task that needs one
     try:
-        yield from _ordered(pools, tasks, opts, workers)
+        yield from _ordered(pools, tasks, opts, workers, threads)
     finally:
         for pool in pools:
             _stop(pool)
@@ -218,7 +258,7 @@ Done = Future[list[list[Block] | str]]
 
 
 def _ordered(
-    pools: list[ProcessPoolExecutor], tasks: Iterable[Task], opts: ReadOptions, workers: int
+    pools: list[ProcessPoolExecutor], tasks: Iterable[Task], opts: ReadOptions, workers: int, threads: int
 ) -> Iterator[tuple[Task, Outcome]]:
     pending: deque[tuple[list[Task], Done | None]] = deque()
     group: list[Task] = []
@@ -233,7 +273,9 @@ def _ordered(
     def submit() -> None:
         if group:
             if not pools:
-                pools.append(ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(opts, slots)))
+                pools.append(
+                    ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(opts, slots, threads))
+                )
             number = len(sent)
             sent[number] = list(group)
             try:

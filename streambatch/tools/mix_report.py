@@ -1,4 +1,6 @@
-"""Mixtures in the commands: what ``inspect`` shows, what ``audit`` proves and what ``trace`` draws for a mixture.
+"""Mixtures in the commands: what ``inspect`` shows, what ``audit`` proves, for a mixture.
+
+``trace`` draws it: `streambatch.tools.figure.mixture`.
 
 `inspect_mixture`: per source, its items in the mixture, weight, effective
 share, source epochs consumed and tokens (the counts do not depend on the seed:
@@ -8,7 +10,6 @@ Tijdeman's order does not).  `audit_mixture` iterates an epoch of a mixture
 integers), each source's rows in its exact order (the concatenation of
 ``shuffle(part_s, source_epoch_seed(seed, s, e))`` over its epochs ``e``), no
 window twice inside one source epoch, and every row's tokens read from its own
-source.  `mixture_svg` draws one strip per batch, one cell per row coloured by
 source.
 """
 
@@ -22,7 +23,6 @@ import numpy as np
 
 from ..epoch import Epoch
 from ..errors import ConfigError
-from ..io.atomic import atomic_text
 from ..io.mixture_file import MixtureSource
 from ..items.mix.mix import source_order
 from ..items.mix.mix_batch import MixtureBatch
@@ -30,10 +30,8 @@ from ..items.mix.mix_rows import PackedMixtureBatch
 from ..items.mix.mix_source import as_mixture
 from ..items.mix.mixture import Mixture
 from ..items.pack.rows import Rows
-from .figure import xml_text
+from .inspect import format_count
 from .mix_audit_rows import check_packed_rows, check_source_targets
-
-COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
 
 
 def inspect_mixture(
@@ -129,6 +127,7 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
                     _check_tokens(batch, failures)
                 sources[rows], windows[rows] = batch.sources, batch.window_numbers
                 seen[rows] += 1
+    covered, duplicates = int(np.count_nonzero(seen == 1)), int(np.count_nonzero(seen > 1))
     if (seen != 1).any():
         failures["coverage"] = f"item {int(np.argmax(seen != 1))} was handed out {int(seen[np.argmax(seen != 1)])} times"
     if not np.array_equal(sources, mixture.sources()):
@@ -137,16 +136,22 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
     _check_order(mixture, sources, windows, failures)
     if mixture.packed:
         check_source_targets(mixture, sources, targets, failures)
-    return {
+    result = {
         **({"mode": "pack"} if mixture.packed else {}),
         "items": length,
+        "covered": covered,
+        "duplicates": duplicates,
         "batches": epoch.batch_count,
         "sources": k,
         "source_epochs": [round(e, 6) for e in mixture.source_epochs()],
         "bound": f"1 - 1/{2 * k - 2}" if k > 1 else "0",
+        "names": list(mixture.names),
+        "workers": workers,
+        "world_size": world_size,
         "failures": failures,
         "seconds": round(time.perf_counter() - started, 3),
     }
+    return {"ok": not failures, "proof": mixture_proof_line(result), **result}
 
 
 def _row_offset(index: int, batch_size: int, length: int, rank: int, world: int) -> int:
@@ -191,42 +196,34 @@ def _check_order(mixture: Mixture, sources: Any, windows: Any, failures: dict[st
                 failures.setdefault("order", f"source {s} epoch {e} is not shuffle(part, source_epoch_seed(seed, {s}, {e}))")
 
 
+MIXTURE_CHECKS = ("prefix_bound", "source_order", "no_repeat_in_source_epoch", "tokens")
+PACKED_CHECKS = ("every_target_once_per_source_epoch", "padding_masked")
+_FAILURE_OF = {"prefix_bound": "prefix", "source_order": "order", "no_repeat_in_source_epoch": "repeat", "tokens": "tokens"}
+
+
+def mixture_proof_line(result: dict[str, Any]) -> str:
+    """The mixture's PROOF line, in the store audit's ``PROOF|name=value|...`` form: coverage and duplicates as counts,
+    then each claim ``ok`` or ``FAIL``."""
+    failures = result["failures"]
+    checks = MIXTURE_CHECKS + (PACKED_CHECKS if result.get("mode") == "pack" else ())
+    fields = [f"coverage={result['covered']}/{result['items']}", f"duplicates={result['duplicates']}"]
+    fields += [f"{check}={'FAIL' if _FAILURE_OF.get(check, check) in failures else 'ok'}" for check in checks]
+    return "PROOF|" + "|".join(fields) + f"|sources={result['sources']}"
+
+
 def format_mixture_audit(result: dict[str, Any]) -> str:
-    """One PROOF line, one FAIL line per failed check, then the counts."""
-    ok = not result["failures"]
-    checks = "prefix_bound,source_order,no_repeat_in_source_epoch,coverage,tokens"
-    checks += ",every_target_once_per_source_epoch,padding_masked" if result.get("mode") == "pack" else ""
-    kind = "mixture|pack" if result.get("mode") == "pack" else "mixture"
-    lines = [f"PROOF|{kind}|{'pass' if ok else 'FAIL'}|items={result['items']}|sources={result['sources']}|checks={checks}"]
+    """The PROOF line, one ``FAIL|check=...`` line per failed check, then the summary: the store audit's format."""
+    lines = [result["proof"]]
     lines += [f"FAIL|check={k}|{v}" for k, v in result["failures"].items()]
-    epochs = ", ".join(f"{e:g}" for e in result["source_epochs"])
+    what = "packed rows" if result.get("mode") == "pack" else "windows"
     lines.append(
-        f"mixture: {result['items']} items in {result['batches']} batches; source epochs {epochs}; bound {result['bound']}"
+        f"epoch: {format_count(result['items'])} items ({what}) of {result['sources']} sources in "
+        f"{format_count(result['batches'])} batches"
     )
-    lines.append(f"time: {result['seconds']:.2f} s")
+    epochs = ", ".join(f"{n} {e:g}" for n, e in zip(result["names"], result["source_epochs"], strict=True))
+    lines.append(f"sources: source epochs {epochs}; prefix bound |c_s(n) - w_s n| <= {result['bound']} at every batch")
+    if result["workers"] > 1 or result["world_size"] > 1:
+        lines.append(f"shares: {result['world_size']} ranks x {result['workers']} workers, union checked")
+    rate = result["items"] / result["seconds"] if result["seconds"] > 0 else 0.0
+    lines.append(f"time: {result['seconds']:.2f} s, {format_count(int(rate))} items/s")
     return "\n".join(lines) + "\n"
-
-
-def mixture_svg(epoch: Epoch, path: str) -> None:
-    """Write an SVG: one strip per batch, one cell per row coloured by its source, and a legend."""
-    mixture = epoch.order
-    assert isinstance(mixture, Mixture)
-    B, cell = epoch.batch_size, 10
-    batches = min(epoch.batch_count, 400)
-    width, height = 60 + B * cell, 40 + batches * cell + 20 * len(mixture.names)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">']
-    parts.append(f'<text x="4" y="16">{xml_text(repr(mixture))}</text>')
-    for b in range(batches):
-        for r, s in enumerate(mixture[b * B : (b + 1) * B].sources().tolist()):
-            colour = COLOURS[s % len(COLOURS)]
-            parts.append(
-                f'<rect class="row" data-batch="{b}" data-source="{s}" x="{50 + r * cell}" y="{30 + b * cell}" '
-                f'width="{cell - 1}" height="{cell - 1}" fill="{colour}"/>'
-            )
-    for s, name in enumerate(mixture.names):
-        y = 40 + batches * cell + 20 * s
-        parts.append(f'<rect x="4" y="{y - 9}" width="10" height="10" fill="{COLOURS[s % len(COLOURS)]}"/>')
-        parts.append(f'<text x="20" y="{y}">{xml_text(name)}</text>')
-    parts.append("</svg>\n")
-    with atomic_text(path) as handle:
-        handle.write("\n".join(parts))

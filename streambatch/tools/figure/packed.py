@@ -16,10 +16,10 @@ from typing import Any
 
 from ...epoch import Epoch
 from ...errors import ConfigError
-from ...io.atomic import atomic_text
 from ...items.pack.packed_batch import PackedBatch
 from ..inspect import format_count
-from .svg import FONT, INK, MARGIN, MONO, MUTED, PALETTE, Canvas, xml_text
+from .page import html_page, write_texts
+from .svg import MARGIN, MONO, MUTED, PALETTE, Canvas
 
 MAX_ROWS = 64
 ROW_WIDTH = 720.0
@@ -136,33 +136,11 @@ LEGEND = (
 def packed_html(epoch: Epoch, *, title: str | None = None, notes: Sequence[str] = ()) -> str:
     """An HTML page: *title*, a legend, and `packed_svg` inline."""
     heading = title or f"streambatch: {packed_title(epoch)}"
-    dashes = {"dashed": ' stroke-dasharray="5 3"', "solid": ""}
-    legend = "\n".join(
-        f'<li><svg width="26" height="16"><rect x="1" y="1" width="24" height="14" rx="3" fill="{fill}" stroke="#666"'
-        f"{dashes[style]}/></svg> {xml_text(words)}</li>"
-        for fill, style, words in LEGEND
-    )
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{xml_text(heading)}</title>\n"
-        f"<style>\nbody {{ font-family: {FONT}; color: {INK}; margin: 24px; }}\n"
-        "ul.legend { list-style: none; padding: 0; display: flex; gap: 6px 22px; font-size: 13px; }\n</style>\n"
-        f"</head>\n<body>\n<h1>{xml_text(heading)}</h1>\n"
-        f'<ul class="legend">\n{legend}\n</ul>\n{packed_svg(epoch, notes=notes)}</body>\n</html>\n'
-    )
+    return html_page(heading, LEGEND, packed_svg(epoch, notes=notes))
 
 
 def write_packed_figure(
     epoch: Epoch, *, svg: str | None = None, html_path: str | None = None, notes: Sequence[str] = ()
 ) -> list[str]:
     """Write the SVG and/or the HTML page atomically; returns the paths written."""
-    written = []
-    if svg is not None:
-        with atomic_text(svg) as handle:
-            handle.write(packed_svg(epoch, notes=notes))
-        written.append(svg)
-    if html_path is not None:
-        with atomic_text(html_path) as handle:
-            handle.write(packed_html(epoch, notes=notes))
-        written.append(html_path)
-    return written
+    return write_texts([(svg, lambda: packed_svg(epoch, notes=notes)), (html_path, lambda: packed_html(epoch, notes=notes))])
