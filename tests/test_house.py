@@ -55,9 +55,9 @@ def _layer(name: str) -> int | None:
     return LAYERS.get(parts[1]) if len(parts) > 1 else None
 
 
-def test_no_module_is_over_400_lines() -> None:
+def test_no_module_is_over_500_lines() -> None:
     """Small modules, one job each."""
-    assert [] == [f"{p}: {n}" for p in PACKAGE.rglob("*.py") if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400]
+    assert [] == [f"{p}: {n}" for p in PACKAGE.rglob("*.py") if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500]
 
 
 def test_imports_run_one_way() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,12 +132,19 @@ def select_inputs(
 
 
 def is_binary(path: Path) -> bool:
-    """Whether a file holds binary data: a NUL byte in its first `SNIFF_BYTES` (unreadable files are left to the reader)."""
+    """Whether a regular file holds binary data: a NUL byte in its first `SNIFF_BYTES`.
+
+    Never opens anything but a regular file (a FIFO would block, a device never
+    end): those, and unreadable files, are left to the reader, which refuses them.
+    """
     try:
-        with path.open("rb") as handle:
-            return b"\0" in handle.read(SNIFF_BYTES)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        return b"\0" in handle.read(SNIFF_BYTES)
 
 
 def _walk(folder: Path, prefix: str, given: str, left_out: list[str]) -> Iterator[InputFile]:
