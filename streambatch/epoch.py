@@ -21,6 +21,7 @@ from ._checks import check_non_negative, check_positive, check_seed
 from .errors import ConfigError
 from .items.mix.mix_source import as_mixture
 from .items.mix.mixture import Mixture
+from .items.pack.pack import check_emittable
 from .items.pack.rows import Rows, pack
 from .items.windows.window_index import WindowConfig, WindowIndex
 from .items.windows.windows import Windows, windows
@@ -171,6 +172,10 @@ class Epoch:
         self.windows: Windows | Rows | Mixture = given if given.order is None or isinstance(given, Mixture) else _unordered(given)
         self.pack = isinstance(given, Rows) or (isinstance(given, Mixture) and given.packed)  # packed rows (sb.pack)
         self.partition: Partition = self.windows.partition
+        if self.pack:  # refuse a batch that cannot be emitted now, not at the first batch
+            stores = [p.store for p in given.parts] if isinstance(given, Mixture) else [given.store]
+            widest = max((s.dtype for s in stores), key=lambda d: np.dtype(d).itemsize)
+            check_emittable(min(self.batch_size, len(given)), self.context_length, widest, batch_size=self.batch_size)
 
     @property
     def store(self) -> TokenSource:

@@ -55,6 +55,13 @@ class StateError(StreamBatchError):
     """A saved run position is malformed or belongs to another run (corpus, configuration, seed, version)."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises `KeyboardInterrupt` (`streambatch._signals`), so the same cleanup runs.
+
+    Not a `StreamBatchError`: like Ctrl-C it is a request to stop, not a bad input.
+    """
+
+
 EXTRAS = {  # the optional extras of pyproject.toml and the packages each installs (tests/test_newcomer.py keeps them equal)
     "progress": ("tqdm>=4.60",),
     "torch": ("torch>=2.1", "torchdata>=0.8"),

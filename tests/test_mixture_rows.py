@@ -313,8 +313,9 @@ def test_packed_mixture_refusals() -> None:
         mix([rows, sb.pack(rows.store, context_length=3, pad_id=7)], [1, 1], seed=1)
     with pytest.raises(ConfigError, match="no rows"):
         mix([rows, packed_source(1, [1, 1], T=3)], [1, 1], seed=1)
+    other = sb.windows(packed_source(1, [9, 5], T=3).store, context_length=3)
     with pytest.raises(ConfigError, match="blends windows"):
-        sb.Epoch(mix([windows, windows], [1, 1], seed=1), batch_size=2, pack=True)
+        sb.Epoch(mix([windows, other], [1, 1], seed=1), batch_size=2, pack=True)
 
 
 def test_a_window_state_is_refused_by_a_packed_mixture_run() -> None:

@@ -47,9 +47,10 @@ from ..model.source import Source
 from ..run import Run
 from ..stages.batch import MiniBatch
 from ..state import decode, encode
+from ..tools.mix_report import note_repeats
 from ._common import add_order, add_source, args_epoch, open_args_source
 from .outputs import FORMATS, ArrowStream, JsonLines, Shown, counted, format_of, output_format, token_dtype, warn_size, write_all
-from .records import batch_line
+from .records import record_pieces
 
 Format = JsonLines | ArrowStream
 
@@ -75,6 +76,7 @@ def _run(args: argparse.Namespace, source: Source | MixtureSource, epoch: int) -
             f"has the T + 1 = {first.context_length + 1} tokens one window needs",
             file=sys.stderr,
         )
+    note_repeats(source, first.windows)  # a mixture's repeated source is never silent
     return Run.from_epoch(first, epochs=epoch + 1)
 
 
@@ -128,7 +130,8 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
         with writing(args.output):
             _write_saving_state(run, epoch, args.output, state_path, None, fmt, shown)
     elif args.output in (None, "-"):
-        out.writelines(line.decode() for line in map(batch_line, run))
+        for batch in run:  # a piece at a time: a long record is never held whole
+            out.writelines(piece.decode() for piece in record_pieces(batch))
     else:
         with _locked_for_replacing(args.output), atomic_text(args.output) as text:
             progress = shown.bar(run.batches_per_epoch - start)
@@ -359,11 +362,11 @@ def _write_saving_state(
                 save(handle.tell(), written)
         progress = shown.bar(run.batches_per_epoch - first - written)
         for batch in itertools.chain(() if pending is None else (pending,), batches):
-            line = fmt.encode(batch)
-            handle.write(line)
+            for piece in fmt.pieces(batch):  # a long record a piece at a time: memory is the batch and one piece
+                handle.write(piece)
+                digest.update(piece)
             handle.flush()
             os.fsync(handle.fileno())
-            digest.update(line)
             written += 1
             save(handle.tell(), written)
             progress.update(1)

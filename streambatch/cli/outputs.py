@@ -36,7 +36,7 @@ from ..io.files import short_path
 from ..read.tokenizers import require
 from ..run import Run
 from ..stages.batch import MiniBatch
-from .records import batch_line, batch_record, record_arrays
+from .records import batch_line, batch_record, record_arrays, record_pieces
 
 FORMATS = ("jsonl", "arrow")
 ARROW_SUFFIXES = (".arrow", ".arrows", ".ipc")
@@ -59,6 +59,10 @@ class JsonLines:
 
     def encode(self, batch: MiniBatch) -> bytes:
         return batch_line(batch)
+
+    def pieces(self, batch: MiniBatch) -> Iterator[bytes]:
+        """The record of *batch* in pieces of about a megabyte (`record_pieces`): a long record is never held whole."""
+        return record_pieces(batch)
 
     def records_in(self, handle: IO[bytes], length: int, lines: int, last: bytes) -> tuple[int, list[tuple[int, int]]]:
         """``(records, [(epoch, index) of the first and last])`` of the first *length* bytes of *handle*.
@@ -134,6 +138,10 @@ class ArrowStream:
         columns, names = self._columns(record, arrays)
         self._schema = pa.RecordBatch.from_arrays(columns, names=names).schema
 
+    def pieces(self, batch: MiniBatch) -> Iterator[bytes]:
+        """The record batch of *batch*, in one piece."""
+        yield self.encode(batch)
+
     def encode(self, batch: MiniBatch) -> bytes:
         pa = self._pa
         record, arrays = _split(batch)
@@ -191,7 +199,7 @@ def write_all(
     size = handle.write(fmt.header(first, context_length, dtype))
     count = 0
     for batch in itertools.chain(() if first is None else (first,), batches):
-        size += handle.write(fmt.encode(batch))
+        size += sum(handle.write(piece) for piece in fmt.pieces(batch))
         count += 1
     return count, size
 
@@ -236,7 +244,7 @@ def warn_size(args: argparse.Namespace, run: Run, fmt: JsonLines | ArrowStream) 
     left = run.batches_per_epoch - run.position[1]
     if tokens < WARN_RATIO * corpus or left <= 0:
         return
-    estimate = len(fmt.encode(run.batch(*run.position))) * left  # the first batch's record, for each batch left
+    estimate = sum(map(len, fmt.pieces(run.batch(*run.position)))) * left  # the first record (in pieces), per batch left
     stride, T = run.config.stride, run.config.context_length
     hint = (
         f"; with --stride {stride} each window overlaps the next by {T + 1 - stride} tokens: --stride {T} gives "

@@ -5,12 +5,19 @@ row's provenance, and the ``inputs``/``targets`` rows.  A packed batch's record
 (``--pack``) adds ``pack``, ``pad_positions``, ``segment_ids``, ``position_ids``
 and ``loss_mask``, and each of its ``rows`` lists its segments; ``token_count``
 counts real targets only.
+
+A record is made in pieces (`record_pieces`) of at most about a megabyte, so
+writing one never holds more than the batch itself and a piece: the arrays are
+turned into text a slice at a time, never into one Python list of every token.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from ..items.mix.mix_batch import MixtureBatch
 from ..items.mix.mix_rows import PackedMixtureBatch
@@ -18,6 +25,7 @@ from ..items.pack.packed_batch import PackedBatch
 from ..model.corpus import Corpus
 from ..stages.batch import MiniBatch
 
+_PIECE = 1 << 16  # numbers turned into text at a time: about a megabyte of JSON
 ARRAY_FIELDS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
 """The record's per-position arrays, in record order (a window record holds the first two)."""
 
@@ -99,6 +107,32 @@ def _packed_record(batch: PackedBatch) -> dict[str, Any]:
     }
 
 
+def record_pieces(batch: MiniBatch) -> Iterator[bytes]:
+    """The record of *batch* as one line of JSON (the ``jsonl`` format), in pieces: an array `_PIECE` numbers at a time.
+
+    >>> import streambatch as sb
+    >>> epoch = sb.Epoch([sb.Document("a", "train", range(6))], context_length=2, batch_size=2, seed=None)
+    >>> batch = next(iter(epoch))
+    >>> json.loads(b"".join(record_pieces(batch))) == batch_record(batch)
+    True
+    """
+    yield json.dumps(batch_record(batch, arrays=False), separators=(",", ":"))[:-1].encode()
+    for name, values in record_arrays(batch).items():
+        array = np.asarray(values)
+        if array.size <= _PIECE:  # the usual batch: one piece per array
+            yield f',"{name}":{json.dumps(array.tolist(), separators=(",", ":"))}'.encode()
+            continue
+        yield f',"{name}":['.encode()
+        for r, row in enumerate(array):
+            yield b"[" if r == 0 else b",["
+            for at in range(0, row.size, _PIECE):
+                text = json.dumps(row[at : at + _PIECE].tolist(), separators=(",", ":"))[1:-1]
+                yield (text if at == 0 else "," + text).encode()
+            yield b"]"
+        yield b"]"
+    yield b"}\n"
+
+
 def batch_line(batch: MiniBatch) -> bytes:
-    """The record of *batch* as one line of JSON (the ``jsonl`` format)."""
-    return (json.dumps(batch_record(batch), separators=(",", ":")) + "\n").encode()
+    """The record of *batch* as one line of JSON (the ``jsonl`` format): `record_pieces` joined."""
+    return b"".join(record_pieces(batch))

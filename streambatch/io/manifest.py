@@ -127,6 +127,8 @@ def write_corpus(path: PathLike, shards: Sequence[PathLike], *, verify: bool = F
         for s, shard in zip(shards, corpus.shards, strict=True)
     ]
     manifest = {"format": FORMAT, "version": VERSION, "fingerprint": corpus.fingerprint, "shards": entries}
+    if corpus.tokenizer is not None:  # for a reader of the file; the shards' headers stay the truth (one tokenizer)
+        manifest["tokenizer"] = corpus.tokenizer
     with atomic_text(target) as handle:
         json.dump(manifest, handle, indent=1)
         handle.write("\n")

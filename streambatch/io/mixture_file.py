@@ -32,12 +32,13 @@ from ..errors import ConfigError, StreamBatchError
 from ..model.corpus import Corpus
 from ..model.store import DocumentStore
 from .bounded_json import read_json_header
-from .files import short_path
+from .files import open_regular, short_path
 from .manifest import open_corpus
 from .store import open_store
 
 PathLike = str | os.PathLike[str]
 LIMIT = 1 << 20
+_PEEK = 1 << 16  # bytes of a .json file read to tell a mixture file from a corpus manifest
 MAX_SOURCES = 255
 _TOP = ("sources", "length")
 _ENTRY = ("name", "path", "weight")
@@ -79,14 +80,24 @@ class MixtureSource:
 
 
 def is_mixture_file(path: PathLike) -> bool:
-    """True when *path* is a JSON file whose top level holds ``sources`` (a corpus manifest holds ``shards``)."""
-    if not os.fspath(path).lower().endswith(".json") or not os.path.isfile(path):
+    """True when the ``.json`` file *path* is meant as a mixture file (a corpus manifest holds ``shards``).
+
+    Decided from its first bytes, not from its decoding: a mixture file that is
+    not valid JSON, too large, or not a regular file is still a mixture file,
+    refused as one by `read_mixture_file`.  It is one when its start names
+    ``"sources"`` and not ``"shards"``, or (unreadable: a FIFO, a device) when its
+    name says ``mixture``.
+    """
+    name = os.fspath(path)
+    if not name.lower().endswith(".json") or not os.path.exists(name) or os.path.isdir(name):
         return False
+    named = "mixture" in os.path.basename(name).lower()
     try:
-        found = read_json_header(path, short_path(path), "mixture file", "", error=ConfigError, limit=LIMIT)
-    except StreamBatchError:
-        return False
-    return isinstance(found, dict) and "sources" in found
+        with open_regular(name) as handle:
+            start = handle.read(_PEEK)
+    except (OSError, StreamBatchError):
+        return named
+    return b'"sources"' in start and b'"shards"' not in start
 
 
 def read_mixture_file(path: PathLike) -> MixtureSpec:
@@ -94,7 +105,10 @@ def read_mixture_file(path: PathLike) -> MixtureSpec:
     where = os.fspath(path)
     shown = short_path(where)
     fix = "see the mixture.json schema in docs/mixtures.md"
-    data = read_json_header(path, shown, "mixture file", fix, error=ConfigError, limit=LIMIT, missing="no such mixture file")
+    strict = (
+        f"a mixture file is strict JSON (finite numbers: no NaN, Infinity or 1e309; no trailing comma) of at most 1 MiB; {fix}"
+    )
+    data = read_json_header(path, shown, "mixture file", strict, error=ConfigError, limit=LIMIT, missing="no such mixture file")
     if not isinstance(data, dict):
         raise ConfigError(f"{shown}: the top level must be an object with 'sources' (and optional 'length'); {fix}")
     _check_keys(data, _TOP, shown, fix)

@@ -4,21 +4,20 @@ The pool is a `concurrent.futures.ProcessPoolExecutor` (spawn), so a worker that
 dies (killed by the OOM killer, a crash in a tokenizer) breaks the pool at once:
 `WorkerLostError` names the inputs that worker held, and nothing waits forever
 or finishes with documents missing.  Workers ignore SIGINT: a Ctrl-C reaches
-the main process alone, which stops the pool (no traceback from each worker).
+the main process alone, which stops the pool (no traceback from each worker);
+the command line turns SIGTERM into the same stop (`streambatch._signals`).
 *workers* is capped at the CPUs this process may run on (`available_cpus`).
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import multiprocessing
 import os
 import pickle
 import signal
 import sys
-import threading
 from collections import deque
 from collections.abc import Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -28,6 +27,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._signals import stops_deferred
 from ..errors import ConfigError, DataError
 from ..io.files import open_regular, short_path
 from .blocks import Block, ReadOptions
@@ -154,33 +154,6 @@ def _guarded(frame: FrameType) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """A Ctrl-C during the block takes effect at its end (not lost, not halfway through starting a worker).
-
-    SIGINT is also blocked in this thread meanwhile, so a process spawned in the
-    block starts with it blocked: a Ctrl-C never interrupts a worker while it
-    imports (its initializer then ignores SIGINT for good).
-    """
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or not hasattr(signal, "pthread_sigmask")
-        or signal.getsignal(signal.SIGINT) is None  # a handler set outside Python: left alone
-    ):
-        yield
-        return
-    caught: list[int] = []
-    handler = signal.signal(signal.SIGINT, lambda number, frame: caught.append(number))
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        signal.signal(signal.SIGINT, handler)
-    if caught:
-        signal.raise_signal(signal.SIGINT)
-
-
 # --- in a worker ---------------------------------------------------------------------------------
 
 _WORKER: dict[str, Any] = {}
@@ -189,6 +162,8 @@ _UNCLAIMED, _IDLE = -2, -1  # a worker's slot in the shared array: unclaimed, id
 
 def _start_worker(opts: ReadOptions, slots: Any, threads: int = 1) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the main process, which stops the pool
+    if hasattr(signal, "pthread_sigmask"):  # spawned with SIGTERM blocked (stops_deferred): the pool stops workers with it
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     # the tokenizer's own threads (`plan_workers`): set before its thread pool starts, at its first batch
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
     os.environ["RAYON_NUM_THREADS"] = str(threads)
@@ -279,7 +254,7 @@ def _ordered(
             number = len(sent)
             sent[number] = list(group)
             try:
-                with _sigint_deferred():  # a worker is spawned at a submit
+                with stops_deferred():  # a worker is spawned at a submit
                     pending.append((sent[number], pools[0].submit(_work, sent[number], number)))
             except (BrokenProcessPool, OSError) as err:  # a worker died already (its pipes may be closed too)
                 if isinstance(err, BrokenProcessPool) or getattr(pools[0], "_broken", False):

@@ -15,6 +15,7 @@ source.
 
 from __future__ import annotations
 
+import sys
 import time
 from fractions import Fraction
 from typing import Any
@@ -23,6 +24,7 @@ import numpy as np
 
 from ..epoch import Epoch
 from ..errors import ConfigError
+from ..io.files import short_path
 from ..io.mixture_file import MixtureSource
 from ..items.mix.mix import source_order
 from ..items.mix.mix_batch import MixtureBatch
@@ -70,11 +72,40 @@ def inspect_mixture(
         if isinstance(part, Rows):  # per source epoch: every target of the source once, in its rows
             row.update(rows=size, targets=part.report.targets, pad_share=part.report.pad_share)
     summary.update(context_length=context_length, stride=stride, items=len(mixture), plan_bytes=mixture.plan_nbytes)
+    notes = repeat_notes(spec.names, mixture.source_epochs(), default=spec.length is None)
+    if notes:
+        summary["notes"] = notes
     if pack:
         summary.update(mode="pack", stride=context_length)
     if batch_size is not None:
         summary.update(batch_size=batch_size, batches=-(-len(mixture) // batch_size))
     return summary
+
+
+def repeat_notes(names: Any, source_epochs: list[float], *, default: bool) -> list[str]:
+    """One note per source that one pass of the mixture repeats (more than one source epoch).
+
+    >>> repeat_notes(["web", "code"], [1.0, 3.5], default=True)
+    ["source 'code' repeats: 3.500 source epochs per pass of the mixture (each of its items comes 3 or 4 times); ..."]
+    """
+    why = "; the default length passes the largest source once: set a length, or other weights, to change that" if default else ""
+    notes = []
+    for name, epochs in zip(names, source_epochs, strict=True):
+        if epochs > 1:
+            low, high = int(epochs), -(-epochs // 1)
+            times = f"{low} times" if low == high else f"{low} or {int(high)} times"
+            notes.append(
+                f"source {name!r} repeats: {epochs:.3f} source epochs per pass of the mixture "
+                f"(each of its items comes {times}){why}"
+            )
+    return notes
+
+
+def note_repeats(source: Any, items: Any) -> None:
+    """Print `repeat_notes` on stderr when *source* is a mixture file and *items* its `Mixture` (else nothing)."""
+    if isinstance(source, MixtureSource) and isinstance(items, Mixture):
+        for note in repeat_notes(source.spec.names, items.source_epochs(), default=source.spec.length is None):
+            print(f"streambatch: note: {short_path(source.path)}: {note}", file=sys.stderr)
 
 
 def format_mixture(summary: dict[str, Any]) -> str:
@@ -101,6 +132,7 @@ def format_mixture(summary: dict[str, Any]) -> str:
     lines += [
         "  ".join(cell.rjust(w) if c else cell.ljust(w) for c, (cell, w) in enumerate(zip(r, widths, strict=True))) for r in table
     ]
+    lines += [f"note: {note}" for note in summary.get("notes", ())]
     return "\n".join(lines) + "\n"
 
 

@@ -26,12 +26,14 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess witho
 from .attention import block_mask, cu_seqlens, document_mask
 from .backward import StepResult, cross_entropy_sum, micro_batches, token_mean_backward
 from .datasets import BatchesDataset, EpochDataset, RunDataset
+from .loader import StatefulDataLoader, loader_position
 from .tensors import TensorBatch, as_tensors, mark_batch_dynamic, tensor_batch
 
 __all__ = [
     "BatchesDataset",
     "EpochDataset",
     "RunDataset",
+    "StatefulDataLoader",
     "StepResult",
     "TensorBatch",
     "as_tensors",
@@ -39,6 +41,7 @@ __all__ = [
     "cross_entropy_sum",
     "cu_seqlens",
     "document_mask",
+    "loader_position",
     "mark_batch_dynamic",
     "micro_batches",
     "tensor_batch",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ...errors import ConfigError
+from ...errors import ConfigError, StreamBatchError
 from ...io.files import short_path
 from ...io.mixture_file import MixtureSource
 from ...model.documents import Partition
@@ -77,4 +77,7 @@ def as_mixture(
             for store in source.stores
         ]  # fmt: skip
     spec = source.spec
-    return mix(parts, spec.weights, seed=seed, length=spec.length, names=spec.names, plan_dir=plan_dir)
+    try:
+        return mix(parts, spec.weights, seed=seed, length=spec.length, names=spec.names, plan_dir=plan_dir)
+    except StreamBatchError as err:  # what the file asks for cannot be mixed: name the file
+        raise type(err)(f"{short_path(source.path)}: {err}") from None

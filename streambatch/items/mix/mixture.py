@@ -50,9 +50,11 @@ import numpy.typing as npt
 
 from ..._checks import check_seed, is_integer
 from ...errors import ConfigError, OutOfRangeError
+from ...model.validate import check_one_tokenizer
 from ...stages.chunk import Chunks
 from ...stages.materialize import materialize_one
 from ...stages.plan import check_plan_dir
+from ..pack._pack_gather import check_emittable
 from ..pack.rows import Rows
 from .mix import MixPlan, integer_weights, plan_mix
 from .mix_batch import MixtureBatch, SourceArray, present
@@ -264,6 +266,7 @@ class Mixture:
         """Consecutive packed batches: sources and row numbers located a block of batches at a time."""
         space, per = self._space, max(1, _BLOCK_ROWS // size)
         gather = space.row_gather()
+        check_emittable(min(size, len(self)), gather.spaces[0].rows.context_length, gather.dtype, batch_size=size)
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
             lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
@@ -308,6 +311,37 @@ class Mixture:
         return f"Mixture({len(self)} items, {shares}, seed={self.seed}, context_length={self.context_length}{rows})"
 
 
+def _too_long(parts: Sequence[Part], names: Sequence[str], weights: Any, length: int | None) -> ConfigError:
+    """The mixture's plan cannot be made: name the weights (and, for the default length, the source that sets it)."""
+    given = ", ".join(f"{n!r}: {w!r}" for n, w in zip(names, weights, strict=True))
+    if length is not None:
+        return ConfigError(f"a mixture of length={length} at weights {{{given}}} does not fit in memory; pass a smaller length")
+    sizes = [len(p) for p in parts]
+    big = max(range(len(parts)), key=lambda s: (sizes[s], -float(weights[s])))
+    share = float(weights[big]) / sum(float(w) for w in weights)
+    return ConfigError(
+        f"the default length passes the largest source {names[big]!r} ({sizes[big]} items) once at its share {share:.3g} "
+        f"of the weights {{{given}}}: about {sizes[big] / share:.3g} items, too many to plan; give the mixture a length, "
+        f"or {names[big]!r} a larger weight"
+    )
+
+
+def check_distinct_stores(parts: Sequence[Part], names: Sequence[str]) -> None:
+    """Refuse one store (or corpus) listed under two names: every item of it would come twice per pass."""
+    seen: dict[Any, str] = {}
+    for part, name in zip(parts, names, strict=True):
+        store = part.store
+        key = store.fingerprint if store.fingerprint is not None else id(store)
+        if key in seen:
+            raise ConfigError(
+                f"sources {seen[key]!r} and {name!r} are the same store (fingerprint {str(key)[:24]}...); "
+                "each window would come twice per pass: list it once, with the sum of the weights"
+                if isinstance(key, str)
+                else f"sources {seen[key]!r} and {name!r} are the same store; list it once, with the sum of the weights"
+            )
+        seen[key] = name
+
+
 def mixture_fingerprint(parts: Sequence[Part], plan: MixPlan, length: int) -> str:
     """``mixture:`` + BLAKE2b-128 of the sources' fingerprints and item counts, the integer weights and the length.
 
@@ -348,18 +382,19 @@ def mix(
         raise ConfigError(f"weights has {len(ints)} entries for {len(found)} parts; pass one weight per source")
     seed = check_seed(seed)
     chosen = check_names(names, len(found))
-    sizes = [len(p) for p in found]
-    if plan_dir is None:
-        try:
-            plan = plan_mix(ints, length, sizes=sizes)
-        except MemoryError:  # e.g. the default length of a largest source with a tiny weight
-            raise ConfigError(
-                f"the mixture's plan does not fit in memory (length={length}, sources of {sizes} windows at weights "
-                f"{list(weights)}); pass a smaller length="
-            ) from None
-        return Mixture(MixSpace(found, chosen, plan, seed, None))
-    from .mix_plan_file import mix_plan_file
+    check_distinct_stores(found, chosen)
+    check_one_tokenizer([f"source {n!r}" for n in chosen], [p.store.tokenizer for p in found], "a mixture")
+    directory = None if plan_dir is None else check_plan_dir(plan_dir)
+    try:
+        if directory is None:
+            return Mixture(MixSpace(found, chosen, plan_mix(ints, length, sizes=[len(p) for p in found]), seed, None))
+        from .mix_plan_file import mix_plan_file
 
-    directory = check_plan_dir(plan_dir)
-    plan, path = mix_plan_file(found, ints, length, directory)
+        plan, path = mix_plan_file(found, ints, length, directory)
+    except MemoryError:  # e.g. the default length of a largest source with a tiny weight
+        raise _too_long(found, chosen, weights, length) from None
+    except ConfigError as err:
+        if length is None and "below 2**48" in str(err):  # the default length: say which weights make it
+            raise _too_long(found, chosen, weights, length) from None
+        raise
     return Mixture(MixSpace(found, chosen, plan, seed, directory, str(path)))

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ..._checks import is_integer
+from ..._checks import check_positive, is_integer
 from ...errors import ConfigError, DataError, OutOfRangeError
 from ...model.corpus import Corpus
 from ...model.documents import Partition
@@ -29,7 +29,7 @@ from ...model.store import DocumentStore
 from ...stages.span import spanning_tokens
 from ..protocol import PlannedItems
 from ..windows.window_index import IntArray, WindowConfig
-from ._pack_gather import PackedArrays, gather_segments
+from ._pack_gather import PackedArrays, batch_bytes, check_emittable, gather_segments
 from .pack import PackedRows, PackReport, pack_lengths
 from .pack_file import packing_file
 from .packed_batch import PackedBatch
@@ -181,6 +181,8 @@ def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[Packed
     each batch is made by one call of it.
     """
     space, total = rows.space, len(rows)
+    T, dtype = space.rows.context_length, space.store.dtype
+    check_emittable(min(batch_size, total), T, dtype, batch_size=batch_size)
     gatherer = row_gatherer(space)
     per = max(1, _BLOCK_ROWS // batch_size) if batches.step == 1 else 1
     make = PackedBatch.from_kernel
@@ -190,14 +192,18 @@ def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[Packed
         numbers = rows[base : min((group[-1] + 1) * batch_size, total)].numbers()
         for at, batch in zip(range(0, numbers.size, batch_size), group, strict=True):
             chunk = numbers[at : at + batch_size]
-            if gatherer is False:
-                yield PackedBatch(batch, gather_rows(space, chunk), chunk, space)
-                continue
             try:
-                outputs = gatherer.gather(chunk)
-            except ValueError as err:
-                raise _refused(err) from None
-            yield make(batch, outputs, chunk, space)
+                if gatherer is False:
+                    made = PackedBatch(batch, gather_rows(space, chunk), chunk, space)
+                else:
+                    made = make(batch, _gather(gatherer, chunk), chunk, space)
+            except MemoryError:
+                need = batch_bytes(chunk.size, T, dtype)
+                raise ConfigError(
+                    f"out of memory gathering a packed batch of {chunk.size} rows of T={T} (its arrays alone take "
+                    f"{need} bytes, {need / 2**30:.1f} GiB); pass a smaller T or batch_size"
+                ) from None
+            yield made
 
 
 def _gatherer(space: RowSpace) -> Any:
@@ -269,6 +275,8 @@ def pack(
     top = int(np.iinfo(store.dtype).max)
     if not is_integer(pad_id) or not 0 <= int(pad_id) <= top:
         raise ConfigError(f"pad_id={pad_id!r} does not fit the source's {store.dtype}; pass a token id in [0, {top}]")
+    T = check_positive(context_length, "context_length", "the positions of one row (T)")
+    check_emittable(1, T, store.dtype, memory=False)  # a row of 2**31 positions can never be emitted
     if plan_dir is None:
         packed = pack_lengths(store.lengths, context_length, include=include)
     else:
