@@ -39,7 +39,7 @@ import streambatch as sb
 import streambatch.torch as sbt
 from streambatch.io.store import open_store
 from streambatch.prepare import prepare_store
-from streambatch.read.byte_tokens import BYTE_VOCAB_SIZE
+from streambatch.read.text.byte_tokens import BYTE_VOCAB_SIZE
 
 
 class TinyTransformer(nn.Module):

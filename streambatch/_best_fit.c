@@ -31,6 +31,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "_buffers.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -399,16 +401,7 @@ static void bin_items(packing *p, uint32_t *items) {
     }
 }
 
-static int is_uint32(const Py_buffer *view) {
-    const char *format = view->format;
-    if (format == NULL || view->itemsize != 4) {
-        return 0;
-    }
-    if (*format == '@' || *format == '=' || *format == (PY_LITTLE_ENDIAN ? '<' : '>')) {
-        format++;
-    }
-    return format[0] != '\0' && format[1] == '\0' && (*format == 'I' || (*format == 'L' && sizeof(unsigned long) == 4));
-}
+static int is_uint32(const Py_buffer *view) { return sb_buffer_is(view, SB_UINT32_KINDS, 4); }
 
 PyDoc_STRVAR(best_fit_decreasing_doc,
              "best_fit_decreasing(sizes, capacity) -> (offsets, items)\n\n"

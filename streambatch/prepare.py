@@ -112,7 +112,7 @@ def prepare_store(
     *read* are the reading keywords (`streambatch.read.blocks.ReadKeywords`).
     *tokenizer* (a tokenizer.json path, a `Tokenizer`, any ``str -> ids`` callable;
     bytes by default) tokenizes text, with *bos_id*/*eos_id* around each document
-    (``"auto"``: the tokenizer's own, `streambatch.read.tokenizers.EOS_NAMES`); token
+    (``"auto"``: the tokenizer's own, `streambatch.read.text.tokenizers.EOS_NAMES`); token
     inputs are stored as given.  The header records the tokenizer when one is given
     or when text was tokenized, and every token must fit its vocabulary.  With
     *skip_bad*, a file that cannot be read or holds bad documents is left out

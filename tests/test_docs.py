@@ -278,3 +278,11 @@ def test_every_dotted_name_the_pages_give_exists() -> None:
                     missing.append(f"{page.name}: {name}")
                 break
     assert [] == missing
+
+
+def test_the_readme_and_changelog_give_the_version() -> None:
+    """One version: the README's and the changelog's newest entry are the package's (and so pyproject's, --version)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert f"Version {sb.__version__} " in readme
+    assert re.findall(r"^## (\S+)", changelog, flags=re.M)[0] == sb.__version__

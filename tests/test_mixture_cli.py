@@ -159,7 +159,7 @@ def test_audit_proves_a_mixture(mixture: Path, workers: int, world: int) -> None
 
 
 def test_audit_finds_a_broken_order(mixture: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import streambatch.items.mix.mix_space as mix_space
+    import streambatch.items.mix.space as mix_space
 
     real = mix_space.source_epoch_seed
     monkeypatch.setattr(mix_space, "source_epoch_seed", lambda seed, s, e: real(seed, s, 0))  # every epoch alike

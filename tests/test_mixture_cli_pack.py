@@ -91,16 +91,16 @@ def test_audit_proves_a_packed_mixture(mixture: Path, workers: int, world: int) 
 
 
 def test_audit_finds_rows_that_are_not_their_sources(mixture: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from streambatch.items.mix.mix_rows import RowsGather
+    from streambatch.items.mix.packed_gather import PackedMixGather
 
-    real = RowsGather.__call__
+    real = PackedMixGather.__call__
 
-    def shifted(self: RowsGather, sources: Any, numbers: Any, index: int) -> Any:
+    def shifted(self: PackedMixGather, sources: Any, numbers: Any, index: int) -> Any:
         batch = real(self, sources, numbers, index)
         batch.targets[:, :1] += 1  # one wrong target per row
         return batch
 
-    monkeypatch.setattr(RowsGather, "__call__", shifted)
+    monkeypatch.setattr(PackedMixGather, "__call__", shifted)
     code, text = run(["audit", str(mixture), *ARGS, "--json"])
     assert code == 1
     assert "tokens" in json.loads(text)["failures"]

@@ -15,7 +15,7 @@ import pytest
 
 import streambatch.read.workers as workers
 from streambatch.cli import main
-from streambatch.read.tokenizers import ByteTokenizer, HFTokenizer
+from streambatch.read.text.tokenizers import ByteTokenizer, HFTokenizer
 from streambatch.read.workers import WorkerPlan, plan_workers
 
 from .test_read_tokenizers import train_bpe

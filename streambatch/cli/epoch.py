@@ -62,14 +62,14 @@ def _run(args: argparse.Namespace, source: Source | MixtureSource, epoch: int) -
     if args.verify and args.plan_dir is None:
         raise ConfigError("--verify checks a plan file: pass --plan-dir DIR too")
     first = args_epoch(args, source, plan_dir=args.plan_dir, verify_plan=args.verify)
-    if first.window_count == 0 and first.pack:  # not an error, but never silent
+    if first.item_count == 0 and first.pack:  # not an error, but never silent
         print(
             f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} "
             f"in {short_path(args.source)} "
             "has the 2 tokens one target needs",
             file=sys.stderr,
         )
-    elif first.window_count == 0:
+    elif first.item_count == 0:
         print(
             f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} "
             f"in {short_path(args.source)} "

@@ -33,7 +33,7 @@ import numpy as np
 from .._progress import Bar, bar
 from ..errors import ConfigError
 from ..io.files import short_path
-from ..read.tokenizers import require
+from ..read.text.tokenizers import require
 from ..run import Run
 from ..stages.batch import MiniBatch
 from .records import batch_line, batch_record, record_arrays, record_pieces
@@ -240,7 +240,7 @@ WARN_RATIO = 64
 def warn_size(args: argparse.Namespace, run: Run, fmt: JsonLines | ArrowStream) -> None:
     """Before writing: estimate the output, and warn when it is far larger than the corpus (overlapping windows)."""
     corpus = max(sum(int(store.flat_size) for store in _stores(run)), 1)
-    tokens = 2 * run.window_count * run.config.context_length  # inputs and targets of every item
+    tokens = 2 * run.item_count * run.config.context_length  # inputs and targets of every item
     left = run.batches_per_epoch - run.position[1]
     if tokens < WARN_RATIO * corpus or left <= 0:
         return

@@ -19,9 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from ..items.mix.mix_batch import MixtureBatch
-from ..items.mix.mix_rows import PackedMixtureBatch
-from ..items.pack.packed_batch import PackedBatch
 from ..model.corpus import Corpus
 from ..stages.batch import MiniBatch
 
@@ -32,7 +29,7 @@ ARRAY_FIELDS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
 
 def record_arrays(batch: MiniBatch) -> dict[str, Any]:
     """The per-position arrays the record of *batch* holds (numpy ``(w, T)``), by field name."""
-    names = ARRAY_FIELDS if isinstance(batch, PackedBatch) else ARRAY_FIELDS[:2]
+    names = ARRAY_FIELDS if batch.packed else ARRAY_FIELDS[:2]
     return {name: getattr(batch, name) for name in names}
 
 
@@ -50,14 +47,14 @@ def batch_record(batch: MiniBatch, *, arrays: bool = True) -> dict[str, Any]:
     ``position_ids`` and ``loss_mask`` follow the targets.  Padding positions hold the pad id in
     inputs and targets, with ``loss_mask`` false.
     """
-    record = _packed_record(batch) if isinstance(batch, PackedBatch) else _window_record(batch)
+    record = _packed_record(batch) if batch.packed else _window_record(batch)
     if arrays:
         record.update((name, values.tolist()) for name, values in record_arrays(batch).items())
     return record
 
 
 def _window_record(batch: MiniBatch) -> dict[str, Any]:
-    mixed = batch.source_names if isinstance(batch, MixtureBatch) else None
+    mixed = batch.source_names
     sharded = mixed is not None or isinstance(batch.space.store, Corpus)
     return {
         "epoch": batch.epoch,
@@ -78,14 +75,15 @@ def _window_record(batch: MiniBatch) -> dict[str, Any]:
     }
 
 
-def _packed_record(batch: PackedBatch) -> dict[str, Any]:
-    sharded = isinstance(batch.row_space.store, Corpus)
-    rows: list[dict[str, Any]] = [{"row": number, "segments": []} for number in batch.rows.tolist()]
-    if isinstance(batch, PackedMixtureBatch):  # a mixture of packed rows: each row names its source
-        sharded = sharded or any(isinstance(space.store, Corpus) for space in batch.row_spaces)
-        for row, name in zip(rows, batch.source_names, strict=True):
+def _packed_record(batch: MiniBatch) -> dict[str, Any]:
+    sharded = any(isinstance(space.store, Corpus) for space in batch.spaces)
+    rows: list[dict[str, Any]] = [{"row": number, "segments": []} for number in batch.row_numbers.tolist()]
+    names = batch.source_names
+    if names is not None:  # a mixture of packed rows: each row names its source
+        for row, name in zip(rows, names, strict=True):
             row["source"] = name
-    for p in batch.provenance:
+    segments: Any = batch.provenance  # SegmentProvenance: a packed batch's
+    for p in segments:
         rows[p.row]["segments"].append(
             {
                 "document": p.document_id,

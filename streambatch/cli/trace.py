@@ -36,19 +36,19 @@ def _trace(args: argparse.Namespace, out: IO[str]) -> None:
             )
         return
     if epoch.pack:
-        whole = epoch.window_count <= MAX_ROWS
+        whole = epoch.item_count <= MAX_ROWS
         proof = [audit_packed_epoch(epoch).proof_line()] if whole else []  # a small epoch is audited in milliseconds
         for path in write_packed_figure(epoch, svg=args.svg, html_path=args.html, notes=proof):
             drawn = "every row" if whole else f"the first {MAX_ROWS} rows"
-            out.write(f"wrote {short_path(path)}: {epoch.window_count} packed rows, {epoch.batch_count} batches, {drawn}\n")
+            out.write(f"wrote {short_path(path)}: {epoch.item_count} packed rows, {epoch.batch_count} batches, {drawn}\n")
         return
-    small = epoch.window_count <= MAX_WINDOWS
+    small = epoch.item_count <= MAX_WINDOWS
     notes = [audit_epoch(epoch).proof_line()] if small else []  # a small epoch is audited in milliseconds
     report = sys.stderr if "-" in (args.svg, args.html) else out  # the figure itself goes to stdout
     for path in write_figure(epoch, svg=args.svg, html_path=args.html, notes=notes, stdout=out):
         what = "every row" if small else f"a summary (more than {MAX_WINDOWS} windows)"
         where = "standard output" if path == "-" else short_path(path)
-        report.write(f"wrote {where}: {epoch.window_count} windows, {epoch.batch_count} batches, {what}\n")
+        report.write(f"wrote {where}: {epoch.item_count} windows, {epoch.batch_count} batches, {what}\n")
 
 
 def register(commands: Any) -> None:

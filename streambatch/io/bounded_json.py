@@ -30,8 +30,8 @@ from typing import IO, Any
 
 import msgspec
 
-from ..errors import DataError, StreamBatchError
-from .files import NotRegularFileError, open_regular
+from ..errors import DataError, NotRegularFileError, StreamBatchError
+from .files import open_regular
 
 BOM = "\ufeff"
 HEADER_LIMIT = 64 << 20  # bytes: a store header is a few kB; ids beyond the inline limit live in ids.jsonl

@@ -17,14 +17,14 @@ import numpy as np
 import numpy.typing as npt
 
 from .._checks import short_repr
-from ..errors import DataError, StoreError
+from ..errors import DataError, NotRegularFileError, StoreError, StoreFileMissing
 from ..model.documents import PARTITIONS, Partition
 from ..model.ids import IdLines, first_repeat
 from ..model.mapped import map_readonly
 from ..model.store import DocumentStore
 from ..model.validate import check_id, check_offsets, duplicate_id
 from .bounded_json import decode_string
-from .files import NotRegularFileError, open_regular, short_path
+from .files import open_regular, short_path
 from .store_header import (
     HEADER,
     IDS,
@@ -40,13 +40,7 @@ from .store_header import (
 OPEN_ATTEMPTS = 20
 
 
-class _Missing(Exception):
-    """A store file was not there (raised inside one open attempt; the caller decides what it means)."""
-
-    def __init__(self, name: str, err: OSError) -> None:
-        super().__init__(name)
-        self.name = name
-        self.err = err
+_Missing = StoreFileMissing  # raised inside one open attempt; the caller decides what it means
 
 
 def open_store(path: str | os.PathLike[str], *, verify: bool = True) -> DocumentStore:

@@ -3,9 +3,11 @@
 `chunk`, `share`, `split_rows` and `materialize` take any `Items`: the windows of
 `sb.windows` (the chapter's mode), packed rows, or a mixture's items.  An
 `Items` is sized and sliceable, and its `view` is what a chunk is: a contiguous
-run of items tagged with its global batch index.  Gathering a view into a batch
-is the item type's own `materialize_view`; `Windows` keeps its fast path in
-`streambatch.stages.materialize`.
+run of items tagged with its global batch index.  Gathering is the item kind's
+own: ``gather(index)`` makes one view's `streambatch.MiniBatch`, and
+``gather_batches(batch_size, batches)`` the batches of consecutive (or strided)
+chunks of the whole sequence, as fast as the kind can (`Windows`: a block of
+positions at a time).  No stage asks which kind it holds.
 
 `PlannedItems` is what `Windows` and packed `Rows` share: the view, its order,
 its plan (in memory or mapped from a plan file) and the sequence protocol.
@@ -21,9 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from .._checks import is_integer
-from ..errors import OutOfRangeError
+from ..errors import ConfigError, OutOfRangeError
 from ..model.documents import Partition
 from ..model.source import TokenSource
+from ..stages.batch import MiniBatch
 
 
 @runtime_checkable
@@ -42,6 +45,40 @@ class Items(Protocol):
     def view(self, lo: int, hi: int, *, batch_index: int | None = None) -> Items:
         """Items ``[lo, hi)`` as one chunk, tagged with *batch_index*."""
         ...
+
+    def gather(self, index: int) -> MiniBatch:
+        """This view's items as one batch numbered *index*."""
+        ...
+
+    def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
+        """Batches *batches* (a range of batch numbers) of this sequence chunked by *batch_size*."""
+        ...
+
+
+def check_agrees(
+    items: Any, *, context_length: int | None, stride: int | None, partition: Partition | str | None, pack: bool
+) -> None:
+    """The one rule for items passed to a façade: the window arguments may be left out; given, they must agree.
+
+    >>> import streambatch as sb
+    >>> w = sb.windows([sb.Document("a", "train", range(6))], context_length=2)
+    >>> check_agrees(w, context_length=3, stride=None, partition=None, pack=False)
+    Traceback (most recent call last):
+    ...
+    streambatch.errors.ConfigError: context_length=3 but the windows passed have context_length=2; leave it out or match it
+    """
+    mixture = items.orders_itself
+    what, has, are = ("the mixture passed", "has", "is") if mixture else ("the windows passed", "have", "are")
+    if pack and not items.packed:
+        if mixture:
+            raise ConfigError("pack=True but the mixture passed blends windows; mix sb.pack(...) parts, or drop pack")
+        raise ConfigError("pack=True but the source passed is windows; pass the source itself, or sb.pack(source, ...)")
+    have = {"context_length": items.context_length, "stride": items.config.stride}
+    for key, value in {"context_length": context_length, "stride": stride}.items():
+        if value is not None and value != have[key]:
+            raise ConfigError(f"{key}={value!r} but {what} {has} {key}={have[key]}; leave it out or match it")
+    if partition is not None and Partition.parse(partition, "epoch") != items.partition:
+        raise ConfigError(f"partition={partition!r} but {what} {are} of {items.partition.value!r}")
 
 
 class ShuffleOrder(NamedTuple):
@@ -69,6 +106,9 @@ class PlannedItems(Sequence[int]):
 
     __slots__ = ("_batch_index", "_hi", "_lo", "_order", "_plan", "_space")
     _NOUN = "items"
+    KIND = "items"  # what a message calls this kind, with the call that makes it
+    packed = False  # True for packed rows: their batches carry the packed columns
+    orders_itself = False  # True for a mixture: its order is its own plan, never a shuffle of it
 
     def __init__(
         self,
@@ -133,6 +173,20 @@ class PlannedItems(Sequence[int]):
             plan = plan.view(np.ndarray)
         return type(self)(self._space, plan, 0, plan.size, order=order)
 
+    def unordered(self: _P) -> _P:
+        """Every item of the whole space, in the natural order."""
+        return type(self)(self._space)
+
+    @property
+    def whole_count(self) -> int:
+        """Items of the whole space (every window, or every packed row), in any order."""
+        return self._whole(self._space)
+
+    @property
+    def is_whole(self) -> bool:
+        """True for every item of the space in the natural order (what a mixture part and a plan need)."""
+        return self.is_sequential and len(self) == self.whole_count
+
     @property
     def space(self) -> Any:
         """What every view of this sequence shares (source, index or packing, partition)."""
@@ -142,6 +196,12 @@ class PlannedItems(Sequence[int]):
     def store(self) -> TokenSource:
         """The store (or corpus) the items read."""
         return self._space.store  # type: ignore[no-any-return]
+
+    @property
+    def fingerprint(self) -> str:
+        """What the items' order depends on besides the seed: the store's fingerprint (else its content's)."""
+        store = self.store
+        return store.fingerprint or store.content_fingerprint()
 
     @property
     def partition(self) -> Partition:

@@ -25,7 +25,7 @@ from .jsonl import iter_jsonl, iter_records
 from .npy import iter_npy
 from .parquet import iter_parquet
 from .select import format_of, select_inputs
-from .text import iter_text
+from .text.text import iter_text
 
 __all__ = [
     "format_of",

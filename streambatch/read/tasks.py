@@ -26,8 +26,8 @@ from .jsonl import jsonl_blocks
 from .npy import npy_blocks
 from .parquet import parquet_blocks, parquet_row_groups
 from .select import InputFile
-from .text import text_file_block, text_lines_blocks
-from .tokenizers import ByteTokenizer
+from .text.text import text_file_block, text_lines_blocks
+from .text.tokenizers import ByteTokenizer
 
 DATASET_TASK_ROWS = 8192  # rows of a saved dataset per task
 

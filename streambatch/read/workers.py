@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._signals import stops_deferred
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, WorkerLostError
 from ..io.files import open_regular, short_path
 from .blocks import Block, ReadOptions
 from .inputs import LINE_CHUNK_BYTES
@@ -39,10 +39,6 @@ GROUP_FILES = 64
 GUARD = 'if __name__ == "__main__":'
 
 Outcome = Iterable[Block] | str
-
-
-class WorkerLostError(RuntimeError):
-    """A worker process died (killed, or crashed) while it held some inputs; the run failed, nothing was written."""
 
 
 def available_cpus() -> int:

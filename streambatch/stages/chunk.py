@@ -18,7 +18,6 @@ from more_itertools import sliced
 from .._checks import check_non_negative, check_positive, is_integer
 from ..errors import ConfigError, OutOfRangeError
 from ..items.protocol import Items
-from ..items.windows.windows import Windows
 
 ItemsT = TypeVar("ItemsT", bound=Items)
 
@@ -131,7 +130,7 @@ def chunk(windows: ItemsT, batch_size: int) -> Chunks[ItemsT]:
     [[0, 1, 2, 3], [4, 5]]
     """
     size = check_positive(batch_size, "batch_size", "the number of windows per batch")
-    if not isinstance(windows, Windows | Items) or isinstance(windows, str | bytes):
+    if not isinstance(windows, Items) or isinstance(windows, str | bytes):
         raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
     return Chunks(windows, size, range(batch_count(len(windows), size)))
 

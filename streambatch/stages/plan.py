@@ -134,7 +134,7 @@ def _file_name(key: dict[str, Any]) -> str:
 def _check_whole(windows: Windows | Rows) -> None:
     if not isinstance(windows, Windows | Rows):
         raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
-    total = len(windows.packed) if isinstance(windows, Rows) else windows.window_index.window_count
+    total = len(windows.packing) if isinstance(windows, Rows) else windows.window_index.window_count
     if not windows.is_sequential or len(windows) != total:
         raise ConfigError(
             f"windows={windows!r} is a view or already ordered; a plan file orders every window of a source: "

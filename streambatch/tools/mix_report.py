@@ -26,12 +26,8 @@ from ..epoch import Epoch
 from ..errors import ConfigError
 from ..io.files import short_path
 from ..io.mixture_file import MixtureSource
-from ..items.mix.mix import source_order
-from ..items.mix.mix_batch import MixtureBatch
-from ..items.mix.mix_rows import PackedMixtureBatch
-from ..items.mix.mix_source import as_mixture
-from ..items.mix.mixture import Mixture
-from ..items.pack.rows import Rows
+from ..items.mix.plan import source_order
+from ..items.mix.source import as_mixture
 from .inspect import format_count
 from .mix_audit_rows import check_packed_rows, check_source_targets
 
@@ -69,8 +65,9 @@ def inspect_mixture(
     for row, count, size, epochs, part in zip(rows, counts, mixture.sizes, mixture.source_epochs(), mixture.parts, strict=True):
         row.update(windows=size, items=count, effective_share=count / len(mixture), source_epochs=epochs)
         row["item_tokens"] = count * context_length
-        if isinstance(part, Rows):  # per source epoch: every target of the source once, in its rows
-            row.update(rows=size, targets=part.report.targets, pad_share=part.report.pad_share)
+        if mixture.packed:  # per source epoch: every target of the source once, in its rows
+            report: Any = part.report  # type: ignore[union-attr]
+            row.update(rows=size, targets=report.targets, pad_share=report.pad_share)
     summary.update(context_length=context_length, stride=stride, items=len(mixture), plan_bytes=mixture.plan_nbytes)
     notes = repeat_notes(spec.names, mixture.source_epochs(), default=spec.length is None)
     if notes:
@@ -103,7 +100,7 @@ def repeat_notes(names: Any, source_epochs: list[float], *, default: bool) -> li
 
 def note_repeats(source: Any, items: Any) -> None:
     """Print `repeat_notes` on stderr when *source* is a mixture file and *items* its `Mixture` (else nothing)."""
-    if isinstance(source, MixtureSource) and isinstance(items, Mixture):
+    if isinstance(source, MixtureSource) and getattr(items, "orders_itself", False):  # a mixture file and its mixture
         for note in repeat_notes(source.spec.names, items.source_epochs(), default=source.spec.length is None):
             print(f"streambatch: note: {short_path(source.path)}: {note}", file=sys.stderr)
 
@@ -138,8 +135,7 @@ def format_mixture(summary: dict[str, Any]) -> str:
 
 def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dict[str, Any]:
     """Iterate *epoch* (of a mixture) through every share and check the mixture's four claims; failures by name."""
-    mixture = epoch.order
-    assert isinstance(mixture, Mixture)
+    mixture: Any = epoch.order  # a mixture's epoch (the CLI checks)
     started = time.perf_counter()
     k, length, B = len(mixture.parts), len(mixture), epoch.batch_size
     sources = np.empty(length, dtype=np.uint8)
@@ -152,12 +148,11 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
             for batch in epoch.batches(worker=worker, workers=workers, rank=rank, world_size=world_size):
                 lo = batch.index * B + _row_offset(batch.index, B, length, rank, world_size)
                 rows = slice(lo, lo + batch.width)
-                if isinstance(batch, PackedMixtureBatch):
+                if batch.packed:
                     targets[rows] = check_packed_rows(batch, failures)
                 else:
-                    assert isinstance(batch, MixtureBatch)
                     _check_tokens(batch, failures)
-                sources[rows], windows[rows] = batch.sources, batch.window_numbers
+                sources[rows], windows[rows] = batch.sources, batch.item_numbers  # type: ignore[assignment]
                 seen[rows] += 1
     covered, duplicates = int(np.count_nonzero(seen == 1)), int(np.count_nonzero(seen > 1))
     if (seen != 1).any():
@@ -192,7 +187,7 @@ def _row_offset(index: int, batch_size: int, length: int, rank: int, world: int)
     return row_share(min(batch_size, length - index * batch_size), rank, world)[0]
 
 
-def _check_tokens(batch: MixtureBatch, failures: dict[str, str]) -> None:
+def _check_tokens(batch: Any, failures: dict[str, str]) -> None:
     """Every row's inputs and targets are its window's tokens, read from its own source with a plain gather."""
     for s in np.flatnonzero(np.bincount(batch.sources, minlength=len(batch.spaces))).tolist():
         rows = batch.sources == s
@@ -201,7 +196,7 @@ def _check_tokens(batch: MixtureBatch, failures: dict[str, str]) -> None:
             failures.setdefault("tokens", f"batch {batch.index}: rows of source {s} are not their windows' tokens")
 
 
-def _check_prefix(mixture: Mixture, batch_size: int, failures: dict[str, str]) -> None:
+def _check_prefix(mixture: Any, batch_size: int, failures: dict[str, str]) -> None:
     """``|a_s n - A c_s(n)| * (2k - 2) <= A (2k - 3)`` at every batch boundary, in integers."""
     ints = mixture.plan.integer_weights
     k, total = len(ints), sum(ints)
@@ -214,7 +209,7 @@ def _check_prefix(mixture: Mixture, batch_size: int, failures: dict[str, str]) -
                 failures.setdefault("prefix", f"after {n} items source {s} holds {c}, beyond w n +- (1 - 1/(2k-2))")
 
 
-def _check_order(mixture: Mixture, sources: Any, windows: Any, failures: dict[str, str]) -> None:
+def _check_order(mixture: Any, sources: Any, windows: Any, failures: dict[str, str]) -> None:
     """Each source's rows are its epochs' exact shuffles, concatenated; no window twice inside one source epoch."""
     for s, part in enumerate(mixture.parts):
         got = windows[sources == s]

@@ -4,13 +4,13 @@
 own store or corpus, all with the same context length and stride, in document
 order) and gives a `Mixture`: a sized, sliceable `streambatch.items.protocol.Items`
 whose item ``i`` is ``(source, window)``.  `chunk`, `share`, `split_rows` and
-`materialize` take it unchanged; its batches are `MixtureBatch` es carrying
+`materialize` take it unchanged; its batches are `streambatch.MiniBatch` es carrying
 ``sources``, one per row.  Parts may instead all be packed `Rows`
 (``sb.pack(source, context_length=T)`` of each source): the items are then
-``(source, row)`` and the batches `streambatch.items.mix.mix_rows.PackedMixtureBatch`
-es, packed batches carrying ``sources`` (`streambatch.items.mix.mix_rows`).
+``(source, row)`` and the batches packed `streambatch.MiniBatch` es
+carrying ``sources`` (`streambatch.items.mix.packed_gather`).
 
-The order is `streambatch.items.mix.mix`'s: Tijdeman's chairman assignment over the
+The order is `streambatch.items.mix.plan`'s: Tijdeman's chairman assignment over the
 sources (after every prefix of ``n`` items source ``s`` holds within
 ``1 - 1/(2k-2)`` of ``w_s n``), and within source ``s`` its windows in the
 chapter's exact SplitMix64 order, source epoch after source epoch: source epoch
@@ -25,7 +25,7 @@ table, 1.375 bytes per item for three sources) gives any position's source and
 index within that source; the source's epoch order (a plan of its own, the
 same as a single-source epoch's) gives the window.  With ``plan_dir`` both are
 plan files, computed once and memory-mapped by every process
-(`streambatch.items.mix.mix_plan_file`).
+(`streambatch.items.mix.plan_file`).
 
 >>> import streambatch as sb
 >>> web = sb.windows([sb.Document("w", "train", range(12))], context_length=2)
@@ -51,16 +51,12 @@ import numpy.typing as npt
 from ..._checks import check_seed, is_integer
 from ...errors import ConfigError, OutOfRangeError
 from ...model.validate import check_one_tokenizer
-from ...stages.chunk import Chunks
-from ...stages.materialize import materialize_one
+from ...stages.batch import MiniBatch, SourceArray, present
 from ...stages.plan import check_plan_dir
 from ..pack._pack_gather import check_emittable
-from ..pack.rows import Rows
-from .mix import MixPlan, integer_weights, plan_mix
-from .mix_batch import MixtureBatch, SourceArray, present
-from .mix_parts import Part, check_names, check_parts
-from .mix_rows import PackedMixtureBatch
-from .mix_space import MixItem, MixSpace
+from .parts import Part, check_names, check_parts
+from .plan import MixPlan, integer_weights, plan_mix
+from .space import MixItem, MixSpace
 
 IntArray = npt.NDArray[np.int64]
 FORMAT = "streambatch.mixture"
@@ -71,10 +67,15 @@ class Mixture:
     """A blend of several sources' windows at exact weights: a sized, sliceable sequence of `MixItem`.
 
     Made by `mix`.  Slicing gives a view; ``view(lo, hi, batch_index=)`` is what
-    `chunk` takes; ``materialize_view`` gathers a view into a `MixtureBatch`.
+    `chunk` takes; ``gather`` gathers a view into a `MiniBatch` with ``sources``.
     """
 
     __slots__ = ("_batch_index", "_hi", "_lo", "_space")
+    orders_itself = True  # its order is its plan and its sources' epochs, never one shuffle
+
+    def unordered(self) -> Mixture:
+        """The mixture itself: it has no other order."""
+        return self
 
     def __init__(self, space: MixSpace, lo: int = 0, hi: int | None = None, *, batch_index: int | None = None) -> None:
         self._space = space
@@ -149,11 +150,6 @@ class Mixture:
         return self._space.parts[0].partition
 
     @property
-    def store(self) -> Mixture:
-        """The mixture itself: what façades record as the source (its `fingerprint`)."""
-        return self
-
-    @property
     def fingerprint(self) -> str:
         """What the order depends on besides the seed: every source's fingerprint and window count, the weights, the length."""
         known: str | None = self._space.cache.get("fingerprint")
@@ -226,47 +222,47 @@ class Mixture:
         counts = self.counts().tolist()
         return [self._space.order(s, e) for s, n in enumerate(counts) for e in range(-(-n // int(self._space.sizes[s])))]
 
-    def materialize_view(self, index: int) -> MixtureBatch | PackedMixtureBatch:
-        """Gather this view's rows into a `MixtureBatch` (packed: `PackedMixtureBatch`) numbered *index*."""
+    def gather(self, index: int) -> MiniBatch:
+        """Gather this view's rows into a `MiniBatch` with ``sources`` (packed parts: a packed one) numbered *index*."""
         if self._space.packed:
             sources, numbers = self._space.numbers(self._lo, self._hi)
-            return self._space.row_gather()(sources, numbers, index)
-        sources, positions, rows = self._space.rows(self._lo, self._hi)
+            return self._space.packed_gather()(sources, numbers, index)
+        sources, positions, rows = self._space.window_rows(self._lo, self._hi)
         inputs, targets = self._space.gather().take(rows)
-        spaces = self._space.window_spaces
-        return MixtureBatch(index, inputs, targets, positions, sources, spaces, self._space.names)
+        return MiniBatch(index, inputs, targets, positions, self._space.spaces, sources=sources, names=self._space.names)
 
-    def materialize_chunks(self, chunks: Chunks[Mixture]) -> Iterator[MixtureBatch | PackedMixtureBatch]:
-        """Every batch of *chunks* (of this mixture), consecutive batches located and checked a block at a time.
+    def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
+        """Batches *batches* of this mixture chunked by *batch_size*, consecutive ones located and checked a block at a time.
 
         What ``iter(sb.materialize(chunks))`` runs: per batch only the gather remains,
-        as for one source (`streambatch.stages.materialize`).  Shares of workers
-        (strided) and ranks gather batch by batch.
+        as for one source (`streambatch.stages.materialize`).  A strided share (workers)
+        gathers batch by batch.
         """
-        if chunks.world_size > 1 or chunks.batches.step != 1:
-            yield from map(materialize_one, chunks)
+        size, space = batch_size, self._space
+        if batches.step != 1:
+            for b in batches:
+                yield self.view(b * size, min((b + 1) * size, len(self)), batch_index=b).gather(b)
             return
-        size, batches, space = chunks.batch_size, chunks.batches, self._space
         if space.packed:
             yield from self._packed_chunks(size, batches)
             return
-        gather, spaces = space.gather(), space.window_spaces
+        gather, spaces = space.gather(), space.spaces
         per = max(1, _BLOCK_ROWS // size)
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
             lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
-            sources, positions, rows = space.rows(self._lo + lo, self._lo + hi)
+            sources, positions, rows = space.window_rows(self._lo + lo, self._lo + hi)
             for batch in group:
                 first = batch * size - lo
                 cut = slice(first, min(first + size, hi - lo))
                 inputs, targets = gather.take((rows[0][cut],) if len(rows) == 1 else tuple(r[cut] for r in rows))
-                yield MixtureBatch(batch, inputs, targets, positions[cut], sources[cut], spaces, space.names)
+                yield MiniBatch(batch, inputs, targets, positions[cut], spaces, sources=sources[cut], names=space.names)
 
-    def _packed_chunks(self, size: int, batches: range) -> Iterator[PackedMixtureBatch]:
+    def _packed_chunks(self, size: int, batches: range) -> Iterator[MiniBatch]:
         """Consecutive packed batches: sources and row numbers located a block of batches at a time."""
         space, per = self._space, max(1, _BLOCK_ROWS // size)
-        gather = space.row_gather()
-        check_emittable(min(size, len(self)), gather.spaces[0].rows.context_length, gather.dtype, batch_size=size)
+        gather = space.packed_gather()
+        check_emittable(min(size, len(self)), gather.spaces[0].packing.context_length, gather.dtype, batch_size=size)
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
             lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
@@ -347,7 +343,7 @@ def mixture_fingerprint(parts: Sequence[Part], plan: MixPlan, length: int) -> st
 
     A mixture of packed rows adds ``"rows"`` and ``T`` (a mixture of windows keeps its fingerprint).
     """
-    rows = [["rows", parts[0].context_length]] if isinstance(parts[0], Rows) else []
+    rows = [["rows", parts[0].context_length]] if parts[0].packed else []
     key = [
         FORMAT,
         *rows,
@@ -374,7 +370,7 @@ def mix(
     *weights* are positive finite numbers (normalised to sum 1, exactly);
     ``length=None`` passes the largest source once at its weight.  With
     *plan_dir* the plan and every source epoch's order are plan files shared by
-    every process (see `streambatch.items.mix.mix_plan_file`).
+    every process (see `streambatch.items.mix.plan_file`).
     """
     found = check_parts(parts)
     ints = integer_weights(weights)
@@ -388,7 +384,7 @@ def mix(
     try:
         if directory is None:
             return Mixture(MixSpace(found, chosen, plan_mix(ints, length, sizes=[len(p) for p in found]), seed, None))
-        from .mix_plan_file import mix_plan_file
+        from .plan_file import mix_plan_file
 
         plan, path = mix_plan_file(found, ints, length, directory)
     except MemoryError:  # e.g. the default length of a largest source with a tiny weight

@@ -12,6 +12,7 @@ order) or by one uint32 per window (a shuffled plan).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,9 @@ from ...errors import DataError
 from ...io.files import short_path
 from ...model.documents import Partition
 from ...model.source import TokenSource, as_source, partition_documents
+from ...stages.batch import MiniBatch
 from ..protocol import PlannedItems, ShuffleOrder, from_file
+from .gather import gather_windows, iter_window_batches
 from .window_index import IntArray, WindowConfig, WindowIndex, in_blocks
 
 __all__ = ["POSITION_LIMIT", "ShuffleOrder", "WindowSpace", "Windows", "windows"]
@@ -57,6 +60,14 @@ class WindowSpace:
         self.store, self.config, self.partition, self.index, self.plan_holds_positions = state
         self.cache = {}
 
+    def locate_positions(self, positions: npt.NDArray[Any]) -> tuple[IntArray, IntArray]:
+        """``(document index, start)`` of windows starting at first-token *positions*."""
+        return self.index.locate_positions(positions)
+
+    def item_numbers(self, positions: npt.NDArray[Any]) -> IntArray:
+        """The window numbers of windows starting at first-token *positions*."""
+        return self.index.windows_at(positions)
+
     def plan_dtype(self, count: int) -> Any:
         """dtype of a plan of *count* windows: uint32 positions, else uint32/int64 window numbers."""
         if self.plan_holds_positions or count < (1 << 32):
@@ -82,6 +93,7 @@ class Windows(PlannedItems):
 
     __slots__ = ()
     _NOUN = "windows"
+    KIND = "windows (sb.windows)"
     _space: WindowSpace
 
     @staticmethod
@@ -179,6 +191,14 @@ class Windows(PlannedItems):
         else:
             documents, starts = in_blocks(index.locate, self.numbers(), 2)
         return documents, starts
+
+    def gather(self, index: int) -> MiniBatch:
+        """Gather this view into a `MiniBatch` numbered *index* (what `sb.materialize` calls)."""
+        return gather_windows(self, index)
+
+    def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
+        """Batches *batches* of these windows chunked by *batch_size*, a block of positions at a time."""
+        return iter_window_batches(self, batch_size, batches)
 
     def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
         if self._plan is not None:

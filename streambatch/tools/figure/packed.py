@@ -16,7 +16,6 @@ from typing import Any
 
 from ...epoch import Epoch
 from ...errors import ConfigError
-from ...items.pack.packed_batch import PackedBatch
 from ..inspect import format_count
 from .page import html_page, write_texts
 from .svg import MARGIN, MONO, MUTED, PALETTE, Canvas
@@ -28,11 +27,11 @@ ROW_WIDTH = 720.0
 def packed_title(epoch: Epoch) -> str:
     """``7 packed rows (shuffled) → 3 batches``."""
     how = "in row order" if epoch.seed is None else "shuffled"
-    return f"{format_count(epoch.window_count)} packed rows ({how}) → {format_count(epoch.batch_count)} batches"
+    return f"{format_count(epoch.item_count)} packed rows ({how}) → {format_count(epoch.batch_count)} batches"
 
 
 def _subtitle(epoch: Epoch) -> str:
-    report = epoch.windows.report  # type: ignore[union-attr]
+    report = epoch.windows.report
     order = "row order" if epoch.seed is None else f"seed {epoch.seed}"
     return (
         f"T = {epoch.context_length} · B = {epoch.batch_size} · {order} · partition {epoch.partition.value} · "
@@ -49,8 +48,8 @@ def _draw_row(canvas: Canvas, batch: Any, r: int, y: float, scale: float, T: int
     docs, starts, lengths = batch.document_indices[pick], batch.starts[pick], batch.segment_lengths[pick]
     ids = batch.document_ids
     names = [ids[i] for i in pick.nonzero()[0].tolist()]
-    canvas.open(class_="row", data_row=r, data_number=int(batch.rows[r]), data_segments=int(pick.sum()))
-    canvas.text(MARGIN, y + 17, f"row {int(batch.rows[r])}", size=11, fill=MUTED)
+    canvas.open(class_="row", data_row=r, data_number=int(batch.row_numbers[r]), data_segments=int(pick.sum()))
+    canvas.text(MARGIN, y + 17, f"row {int(batch.row_numbers[r])}", size=11, fill=MUTED)
     x0, column = MARGIN + 70, 0
     for d, s, n, name in zip(docs.tolist(), starts.tolist(), lengths.tolist(), names, strict=True):
         x, w = x0 + column * scale, n * scale
@@ -97,7 +96,6 @@ def packed_svg(epoch: Epoch, *, notes: Sequence[str] = (), max_rows: int = MAX_R
     canvas.text(MARGIN, 56, _subtitle(epoch), size=13, fill=MUTED)
     y, drawn, scale = 88.0, 0, ROW_WIDTH / T
     for b, batch in enumerate(epoch):
-        assert isinstance(batch, PackedBatch)
         if drawn >= max_rows:
             break
         pad = int(batch.pad_count)
@@ -118,8 +116,8 @@ def packed_svg(epoch: Epoch, *, notes: Sequence[str] = (), max_rows: int = MAX_R
             drawn += 1
         canvas.close()
         y += 10
-    if epoch.window_count > drawn:
-        canvas.text(MARGIN, y + 10, f"… {format_count(epoch.window_count - drawn)} more rows not drawn", size=13, fill=MUTED)
+    if epoch.item_count > drawn:
+        canvas.text(MARGIN, y + 10, f"… {format_count(epoch.item_count - drawn)} more rows not drawn", size=13, fill=MUTED)
         y += 20
     for note in notes:
         y += 20

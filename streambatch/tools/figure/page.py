@@ -30,7 +30,7 @@ def _subtitle(epoch: Epoch) -> str:
 def figure_title(epoch: Epoch) -> str:
     """``5 shuffled windows → 2 batches`` (``in document order`` when sequential)."""
     how = "windows in document order" if epoch.seed is None else "shuffled windows"
-    return f"{format_count(epoch.window_count)} {how} → {format_count(epoch.batch_count)} batches"
+    return f"{format_count(epoch.item_count)} {how} → {format_count(epoch.batch_count)} batches"
 
 
 def epoch_svg(epoch: Epoch, *, notes: Sequence[str] = (), max_windows: int = MAX_WINDOWS) -> str:
@@ -47,7 +47,7 @@ def epoch_svg(epoch: Epoch, *, notes: Sequence[str] = (), max_windows: int = MAX
     canvas = Canvas()
     canvas.text(MARGIN, 34, figure_title(epoch), size=20, font_weight="bold")
     canvas.text(MARGIN, 56, _subtitle(epoch), size=13, fill=MUTED)
-    y = draw_rows(canvas, epoch, 88) if epoch.window_count <= max_windows else draw_summary(canvas, epoch, 88)
+    y = draw_rows(canvas, epoch, 88) if epoch.item_count <= max_windows else draw_summary(canvas, epoch, 88)
     for note in notes:
         y += 20
         canvas.text(MARGIN, y, note, size=12, font_family=MONO, class_="note")
@@ -75,7 +75,7 @@ def epoch_html(epoch: Epoch, *, title: str | None = None, notes: Sequence[str] =
     (True, True)
     """
     heading = title or f"streambatch: {figure_title(epoch)}"
-    rows = LEGEND_ROWS if epoch.window_count <= max_windows else LEGEND_SUMMARY
+    rows = LEGEND_ROWS if epoch.item_count <= max_windows else LEGEND_SUMMARY
     return html_page(heading, rows, epoch_svg(epoch, notes=notes, max_windows=max_windows))
 
 

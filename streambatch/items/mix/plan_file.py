@@ -35,8 +35,8 @@ from ...errors import StoreError
 from ...io.atomic import atomic_file, exclusive_lock
 from ...io.bounded_json import read_json_header
 from ...io.files import short_path
-from .mix import MixPlan, block_for, plan_mix
-from .mix_parts import Part
+from .parts import Part
+from .plan import MixPlan, block_for, plan_mix
 
 FORMAT = "streambatch.mixplan"
 VERSION = 1

@@ -14,13 +14,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from ...stages.batch import SourceArray, present
 from ...stages.plan import plan_file
 from ...stages.shuffle import shuffle
-from ..pack.rows import Rows, RowSpace
+from ..pack.rows import Rows
 from ..windows.windows import Windows, WindowSpace
-from .mix import MixPlan, source_epoch_seed
-from .mix_batch import MixGather, SourceArray, present
-from .mix_rows import RowsGather
+from .gather import MixGather
+from .packed_gather import PackedMixGather
+from .plan import MixPlan, source_epoch_seed
 
 IntArray = npt.NDArray[np.int64]
 
@@ -58,17 +59,12 @@ class MixSpace:
     @property
     def packed(self) -> bool:
         """True when the parts are packed `Rows` (every part is of one kind)."""
-        return isinstance(self.parts[0], Rows)
+        return self.parts[0].packed
 
     @property
-    def window_spaces(self) -> tuple[WindowSpace, ...]:
-        """Each source's window space (a mixture of windows only)."""
-        return tuple(p.space for p in self.parts if isinstance(p, Windows))
-
-    @property
-    def row_spaces(self) -> tuple[RowSpace, ...]:
-        """Each source's packing (a packed mixture only)."""
-        return tuple(p.space for p in self.parts if isinstance(p, Rows))
+    def spaces(self) -> tuple[Any, ...]:
+        """Each source's item space (window spaces, or packings: every part is of one kind)."""
+        return tuple(p.space for p in self.parts)
 
     def __getstate__(self) -> tuple[Any, ...]:
         plan: Any = self.plan if self.plan_path is None else None  # a plan file is mapped again, never copied
@@ -77,7 +73,7 @@ class MixSpace:
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         parts, names, plan, seed, plan_dir, plan_path = state
         if plan is None:
-            from .mix_plan_file import reopen_mix_plan
+            from .plan_file import reopen_mix_plan
 
             plan = reopen_mix_plan(plan_path)
         self.__init__(parts, names, plan, seed, plan_dir, plan_path)  # type: ignore[misc]
@@ -107,14 +103,14 @@ class MixSpace:
         """The row gather over every source's stores (built once)."""
         gather: MixGather | None = self.cache.get("gather")
         if gather is None:
-            gather = self.cache["gather"] = MixGather(self.window_spaces)
+            gather = self.cache["gather"] = MixGather(self.spaces)
         return gather
 
-    def row_gather(self) -> RowsGather:
+    def packed_gather(self) -> PackedMixGather:
         """The gather of a mixture of packed rows (built once)."""
-        gather: RowsGather | None = self.cache.get("row gather")
+        gather: PackedMixGather | None = self.cache.get("packed gather")
         if gather is None:
-            gather = self.cache["row gather"] = RowsGather(self.row_spaces, self.names)
+            gather = self.cache["packed gather"] = PackedMixGather(self.spaces, self.names)
         return gather
 
     def stream(self, source: int, first: int, stop: int) -> npt.NDArray[Any]:
@@ -133,7 +129,7 @@ class MixSpace:
             pieces.append(values)
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
-    def rows(self, lo: int, hi: int) -> tuple[SourceArray, npt.NDArray[np.intp], tuple[npt.NDArray[np.int64], ...]]:
+    def window_rows(self, lo: int, hi: int) -> tuple[SourceArray, npt.NDArray[np.intp], tuple[npt.NDArray[np.int64], ...]]:
         """Sources, first-token positions and the gather's checked rows of items ``lo .. hi - 1``.
 
         The items are contiguous, so each source's are a contiguous run of its stream:
@@ -148,7 +144,7 @@ class MixSpace:
                 values = self.stream(s, first, stop)
                 gather.check_bound(s, values)
                 positions[sources == s] = values
-        return sources, positions, gather.rows(sources, positions)
+        return sources, positions, gather.where(sources, positions)
 
     def numbers(self, lo: int, hi: int) -> tuple[SourceArray, IntArray]:
         """Sources and row numbers (each within its source's packing) of items ``lo .. hi - 1`` of a packed mixture."""
