@@ -21,6 +21,7 @@ import numpy.typing as npt
 from ._checks import check_non_negative, check_positive, check_seed
 from .config import EpochConfig, items_of
 from .errors import ConfigError
+from .io.keyed_file import check_plan_dir
 from .items.pack.pack import check_emittable
 from .items.windows.window_index import WindowConfig, WindowIndex
 from .items.windows.windows import Windows
@@ -29,7 +30,7 @@ from .model.source import TokenSource
 from .stages.batch import MiniBatch
 from .stages.chunk import Chunks, batch_count, batch_widths, chunk
 from .stages.materialize import Batches, materialize
-from .stages.plan import check_plan_dir, plan_file
+from .stages.plan import plan_file
 from .stages.share import share
 from .stages.shuffle import shuffle
 from .stages.splitmix import derive_seed

@@ -20,12 +20,13 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._checks import check_positive
 from ._progress import FileProgress
 from .errors import ConfigError, DataError
 from .io.files import short_path
+from .io.formats import FORMATS, FormatWriter
 from .io.store import StoreWriter
 from .model.documents import Document
 from .model.store import DocumentStore
@@ -105,9 +106,15 @@ def prepare_store(
     skip_bad: bool = False,
     workers: int = 1,
     quiet: bool = False,
+    format: str = "streambatch",  # noqa: A002 - the CLI's --format
     **read: Unpack[ReadKeywords],
 ) -> DocumentStore:
     """Read *inputs* (files, folders; every format of `streambatch.read.formats`) into a new store at *output*.
+
+    *format* ``"megatron"`` writes Megatron-LM's ``OUTPUT.bin`` + ``OUTPUT.idx``
+    instead, ``"datatrove"`` datatrove's ``OUTPUT.ds`` + ``OUTPUT.ds.index``
+    (`streambatch.io.formats.writer`: the same atomic rules; ids and partitions
+    are not kept, so every document must be in the train partition).
 
     *read* are the reading keywords (`streambatch.read.blocks.ReadKeywords`).
     *tokenizer* (a tokenizer.json path, a `Tokenizer`, any ``str -> ids`` callable;
@@ -127,6 +134,8 @@ def prepare_store(
             "(write_store takes (path, documents))"
         )
     workers = check_positive(workers, "workers", "the number of processes that tokenize (1: this one)")
+    if format != "streambatch" and format not in FORMATS:
+        raise ConfigError(f"format={short(format)} is not one of streambatch, {', '.join(FORMATS)}; pass one of them")
     opts = read_options(**read)
     if workers > 1:  # what was asked for is checked, then capped: a script that fails elsewhere fails here too
         check_main_guard(workers)
@@ -139,7 +148,13 @@ def prepare_store(
     progress = FileProgress(len(files), desc="prepare", progress=False if quiet else None)
     skipped: list[tuple[str, str]] = []
     try:
-        with StoreWriter(output, tokenizer=opts.tokenizer if opts.named_tokenizer else None, header=header) as writer:
+        named = opts.tokenizer if opts.named_tokenizer else None
+        writer: StoreWriter | FormatWriter = (
+            StoreWriter(output, tokenizer=named, header=header)
+            if format == "streambatch"
+            else FormatWriter(output, format, tokenizer=named)
+        )
+        with writer:
             with contextlib.closing(
                 run_tasks(tasks, opts, split.processes, split.threads)
             ) as outcomes:  # closing stops the workers
@@ -180,13 +195,14 @@ def _count_of(count: int, noun: str) -> str:
 def _write(
     outcomes: Iterable[tuple[Task, Outcome]],
     files: list[InputFile],
-    writer: StoreWriter,
+    writer: StoreWriter | FormatWriter,
     opts: ReadOptions,
     skip_bad: bool,
     skipped: list[tuple[str, str]],
     progress: FileProgress,
 ) -> _FileCount:
     totals, count = _FileCount(), _FileCount()
+    mark: Any  # the writer's own kind of mark
     current, mark, failed = -1, writer.mark(), False
     for task, outcome in outcomes:
         if task.file != current:

@@ -106,6 +106,9 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    except MemoryError:  # what no check above foresaw: one line, never a traceback
+        print("streambatch: error: out of memory; raise the memory limit (ulimit -v) or use a larger machine", file=sys.stderr)
+        return EXIT_USAGE
     except Terminated:
         print("streambatch: terminated", file=sys.stderr)
         return 128 + signal.SIGTERM

@@ -8,6 +8,7 @@ from typing import IO, Any
 
 from ..errors import ConfigError, WorkerLostError
 from ..io.files import short_path
+from ..io.formats import FORMATS, output_paths
 from ..model.documents import Partition
 from ..model.store import DocumentStore
 from ..prepare import prepare_store
@@ -36,9 +37,14 @@ def _prepare(args: argparse.Namespace, out: IO[str]) -> int:
         print(f"streambatch: error: prepare: {err}", file=sys.stderr)
         return 1
     if not args.quiet:
+        written = (
+            short_path(args.output)
+            if args.format == "streambatch"
+            else " + ".join(short_path(p) for p in output_paths(args.output, args.format)[:2])
+        )
         out.write(
-            f"wrote {short_path(args.output)}: {len(store)} documents, {store.tokens.size} tokens ({store.tokens.dtype.name}), "
-            f"{store.fingerprint}\n"
+            f"wrote {written}: {len(store)} documents, {store.tokens.size} tokens ({store.tokens.dtype.name}), "
+            f"{store.fingerprint or args.format}\n"
         )
     return 0
 
@@ -63,14 +69,27 @@ def _run(args: argparse.Namespace) -> DocumentStore:
         skip_bad=args.skip_bad,
         workers=args.workers,
         quiet=args.quiet,
+        format=args.format,
     )
 
 
 def register(commands: Any) -> None:
     """Add ``prepare`` to *commands* (an argparse subparsers object)."""
     p = commands.add_parser("prepare", help="build a memory-mappable token store from text, JSONL, Parquet, .npy, .bin, datasets")
-    p.add_argument("inputs", nargs="+", help="files or folders: text, .jsonl/.ndjson (+.gz/.zst), .parquet, .arrow, .npy, .bin")
-    p.add_argument("-o", "--output", required=True, help="store directory to create (replaced atomically)")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        help="files or folders: text, .jsonl/.ndjson (+.gz/.zst), .parquet, .arrow, .npy, .bin, Megatron .idx, datatrove .ds",
+    )
+    p.add_argument(
+        "-o", "--output", required=True, help="store directory to create (replaced atomically); with --format, a prefix"
+    )
+    p.add_argument(
+        "--format",
+        default="streambatch",
+        choices=["streambatch", *FORMATS],
+        help="streambatch (a store, default), megatron (OUTPUT.bin + OUTPUT.idx), datatrove (OUTPUT.ds + OUTPUT.ds.index)",
+    )
     p.add_argument("--tokenizer", help="a Hugging Face tokenizer.json for text (default: UTF-8 bytes)")
     p.add_argument("--eos-id", type=_special, default=AUTO, help="id appended to each text document: ID, none, auto (default)")
     p.add_argument("--bos-id", type=_special, default=AUTO, help="id prepended to each text document: ID, none, auto (default)")

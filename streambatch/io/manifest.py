@@ -62,6 +62,19 @@ def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify
     return Corpus(shards, paths=paths)
 
 
+def shard_limit() -> int:
+    """Shards one corpus may have: half of the system's memory-map limit (Linux ``vm.max_map_count``; 65530 if unknown).
+
+    Each shard maps its tokens once; the other half is left to Python, numpy and the plan files.
+    """
+    try:
+        with open("/proc/sys/vm/max_map_count") as handle:
+            count = int(handle.read().strip())
+    except (OSError, ValueError):
+        count = 65530
+    return max(count // 2, 1)
+
+
 def _open_manifest(path: Path, verify: bool) -> Corpus:
     if path.is_dir():
         raise StoreError(f"{short_path(path)}: is a directory (a store?), not a corpus manifest; pass the corpus.json file")
@@ -82,6 +95,13 @@ def _open_manifest(path: Path, verify: bool) -> Corpus:
     entries = manifest.get("shards")
     if not isinstance(entries, list) or not entries:
         raise StoreError(f"{short_path(path)}: shards must be a non-empty list of store paths (relative to the manifest)")
+    limit = shard_limit()
+    if len(entries) > limit:  # refused before any is opened: past the limit, mapping the next shard fails
+        raise StoreError(
+            f"{short_path(path)}: {len(entries)} shards, more than the {limit} one process can map at once (one memory map "
+            f"per shard's tokens, at most half of vm.max_map_count={limit * 2}); merge shards into fewer, larger stores "
+            "(streambatch prepare) or raise vm.max_map_count"
+        )
     shards: list[DocumentStore] = []
     names: list[str | None] = []
     for k, entry in enumerate(entries):

@@ -8,7 +8,7 @@
      "length": 1000000}
 
 ``sources`` lists 1 to 255 entries, each with exactly ``name`` (a non-empty
-string, distinct), ``path`` (a store directory or a corpus manifest, relative
+string, distinct), ``path`` (a store directory, a corpus manifest, or Megatron's or datatrove's files, relative
 to the file's folder) and ``weight`` (a positive finite number; weights are
 normalised to sum 1).  ``length`` (optional; null or absent: the largest source
 passed once at its weight) is the number of items.  Nothing else is allowed.
@@ -33,6 +33,7 @@ from ..model.corpus import Corpus
 from ..model.store import DocumentStore
 from .bounded_json import read_json_header
 from .files import open_regular, short_path
+from .formats import open_format
 from .manifest import open_corpus
 from .store import open_store
 
@@ -154,12 +155,16 @@ def _check_keys(found: dict[str, Any], allowed: tuple[str, ...], at: str, fix: s
 
 
 def open_mixture(path: PathLike, *, verify: bool = True) -> MixtureSource:
-    """Read *path* (`read_mixture_file`) and open each source: a store directory or a corpus manifest."""
+    """Read *path* (`read_mixture_file`) and open each source: a store directory, a corpus manifest, or Megatron's
+    or datatrove's files (`streambatch.io.formats.open_format`)."""
     spec = read_mixture_file(path)
     stores: list[DocumentStore | Corpus] = []
     for name, where in zip(spec.names, spec.paths, strict=True):
         try:
-            if os.path.isdir(where):
+            other = open_format(where)  # Megatron's or datatrove's files
+            if other is not None:
+                stores.append(other[1])
+            elif os.path.isdir(where):
                 stores.append(open_store(where, verify=verify))
             elif os.path.exists(where):
                 stores.append(open_corpus(where, verify=verify))

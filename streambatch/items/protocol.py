@@ -81,6 +81,23 @@ def check_agrees(
         raise ConfigError(f"partition={partition!r} but {what} {are} of {items.partition.value!r}")
 
 
+def counted_targets(items: Any) -> int:
+    """The counted targets of *items* (a view of any item kind), from its plan alone: no token is read.
+
+    Each item kind brings its own ``counted_targets`` (windows: ``len * T``; packed
+    rows: their real targets; a mixture: its sources' own; with a loss mask, the
+    mask bits at those targets); this is the one call the share stage makes to
+    give every rank the whole batch's count.
+    """
+    count = getattr(items, "counted_targets", None)
+    if count is None:
+        raise ConfigError(
+            f"items={type(items).__name__} has no counted_targets(); an item kind split over ranks says how many "
+            "targets each view counts (see streambatch.items.protocol)"
+        )
+    return int(count())
+
+
 class ShuffleOrder(NamedTuple):
     """A seeded order: the seed and the SplitMix64 state after its Fisher–Yates shuffle."""
 
@@ -104,7 +121,7 @@ class PlannedItems(Sequence[int]):
     the whole space holds (`_whole`).
     """
 
-    __slots__ = ("_batch_index", "_hi", "_lo", "_order", "_plan", "_space")
+    __slots__ = ("_batch_index", "_global_count", "_hi", "_lo", "_order", "_plan", "_space")
     _NOUN = "items"
     KIND = "items"  # what a message calls this kind, with the call that makes it
     packed = False  # True for packed rows: their batches carry the packed columns
@@ -119,6 +136,7 @@ class PlannedItems(Sequence[int]):
         *,
         order: ShuffleOrder | None = None,
         batch_index: int | None = None,
+        global_count: int | None = None,
     ) -> None:
         self._space = space
         self._plan = plan
@@ -126,6 +144,7 @@ class PlannedItems(Sequence[int]):
         self._hi = (self._whole(space) if plan is None else plan.size) if hi is None else hi
         self._order = order
         self._batch_index = batch_index
+        self._global_count = global_count
 
     @staticmethod
     def _whole(space: Any) -> int:
@@ -138,6 +157,10 @@ class PlannedItems(Sequence[int]):
 
     def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
         """Plan entries of ``self[start:stop:step]`` (a step other than 1)."""
+        raise NotImplementedError
+
+    def counted_targets(self) -> int:
+        """The targets of this view that count in a token mean, from the plan alone (no token is read)."""
         raise NotImplementedError
 
     # -- what this view is: set at construction, never changed -----------------------
@@ -161,9 +184,20 @@ class PlannedItems(Sequence[int]):
         """The batch index of a chunk made by `streambatch.chunk`, else None."""
         return self._batch_index
 
-    def view(self: _P, lo: int, hi: int, *, batch_index: int | None = None) -> _P:
-        """Items ``lo:hi`` of this view (``0 <= lo <= hi <= len``), in the same order, tagged with *batch_index*."""
-        return type(self)(self._space, self._plan, self._lo + lo, self._lo + hi, order=self._order, batch_index=batch_index)
+    @property
+    def global_count(self) -> int | None:
+        """A rank's share of a batch: the counted targets of the whole batch over every rank (None: a whole batch)."""
+        return self._global_count
+
+    def view(self: _P, lo: int, hi: int, *, batch_index: int | None = None, global_count: int | None = None) -> _P:
+        """Items ``lo:hi`` of this view (``0 <= lo <= hi <= len``), in the same order, tagged with *batch_index*.
+
+        *global_count* marks the view as a rank's share of a batch whose ranks count that many targets in all.
+        """
+        return type(self)(
+            self._space, self._plan, self._lo + lo, self._lo + hi, order=self._order, batch_index=batch_index,
+            global_count=global_count,
+        )  # fmt: skip
 
     def with_plan(self: _P, plan: npt.NDArray[Any], order: ShuffleOrder | None) -> _P:
         """The same items in the order of *plan* (entries as `plan_values` gives them)."""
@@ -233,7 +267,8 @@ class PlannedItems(Sequence[int]):
         # a memory-mapped plan travels as its file name (spawned workers map the same
         # file), never as a copy of its bytes; the space pickles without its caches
         plan: Any = mapped_file(self._plan) or self._plan
-        return (_rebuild, (type(self), self._space, plan, self._lo, self._hi, self._order, self._batch_index))
+        rest = (self._lo, self._hi, self._order, self._batch_index, self._global_count)
+        return (_rebuild, (type(self), self._space, plan, *rest))
 
     # -- the sequence protocol -----------------------------------------------------
     def __len__(self) -> int:
@@ -307,5 +342,5 @@ def _rebuild(cls: type[PlannedItems], space: Any, plan: Any, *rest: Any) -> Plan
     if isinstance(plan, MappedFile):
         mapped = np.memmap(plan.filename, dtype=np.dtype(plan.dtype), mode="r", offset=plan.offset, shape=(plan.size,))
         plan = mapped.view(np.ndarray)
-    lo, hi, order, batch_index = rest
-    return cls(space, plan, lo, hi, order=order, batch_index=batch_index)
+    lo, hi, order, batch_index, global_count = rest
+    return cls(space, plan, lo, hi, order=order, batch_index=batch_index, global_count=global_count)

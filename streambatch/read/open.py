@@ -10,6 +10,7 @@ import os
 
 from .._paths import short_path
 from ..errors import StoreError
+from ..io.formats import open_format
 from ..io.manifest import open_corpus
 from ..io.mixture_file import MixtureSource, is_mixture_file, open_mixture
 from ..io.store import open_store
@@ -27,6 +28,10 @@ def open_source(
     A mixture file (``{"sources": [...]}``, see `streambatch.io.mixture_file`) gives a
     `MixtureSource`: every source opened, to blend once a context length and a seed are given.
 
+    Megatron-LM's datasets (a prefix, or its ``.bin`` or ``.idx`` path) and datatrove's
+    tokenized files (a ``.ds`` file; a folder of either is read as one corpus) are
+    memory-mapped too (`streambatch.io.formats`); their arrays are checked at first use.
+
     A JSONL line may hold at most *max_line_bytes* (`streambatch.read.jsonl.iter_jsonl`).
 
     >>> import tempfile, pathlib
@@ -37,11 +42,14 @@ def open_source(
     ('jsonl', ('a',))
     """
     name = os.fspath(path)
-    if _missing_store(name):  # `data/store` that is not there: say what was looked for
+    other = open_format(name)  # Megatron-LM's .bin + .idx, datatrove's .ds, or a folder of either
+    if other is not None:
+        return Source(name, other[0], other[1])
+    if _missing_store(name):  # `data/store` that is not there (nor a Megatron prefix): say what was looked for
         shown = short_path(name)
         raise StoreError(
-            f"{shown}: no such store folder (a SOURCE is a store folder, a corpus manifest or mixture file ending "
-            f"in .json, or a JSONL file); prepare the store with `streambatch prepare INPUT -o {shown}`"
+            f"{shown}: no such store folder (a SOURCE is a store folder, a Megatron-LM prefix, a corpus manifest or "
+            f"mixture file ending in .json, or a JSONL file); prepare the store with `streambatch prepare INPUT -o {shown}`"
         )
     if os.path.isdir(name):  # a store prepared by `streambatch prepare`
         return Source(name, "store", open_store(name, verify=verify), verified=verify)

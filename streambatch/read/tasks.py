@@ -22,6 +22,7 @@ from .arrow import arrow_blocks
 from .bin import bin_blocks
 from .blocks import Block, ReadOptions
 from .hf import dataset_rows_blocks, load_dataset_folder
+from .indexed import indexed_blocks
 from .jsonl import jsonl_blocks
 from .npy import npy_blocks
 from .parquet import parquet_blocks, parquet_row_groups
@@ -132,5 +133,7 @@ def run_task(task: Task, opts: ReadOptions) -> Iterator[Block]:
         yield from npy_blocks(task.path, task.name, opts)
     elif task.kind == "bin":
         yield from bin_blocks(task.path, task.name, opts)
+    elif task.kind in ("megatron", "datatrove", "datatrove-part"):
+        yield from indexed_blocks(task.path, task.name, task.kind, opts)
     elif task.kind != "empty":
         raise DataError(task.error or f"{short_path(task.path)}: unknown task kind {task.kind!r}")

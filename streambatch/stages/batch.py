@@ -107,6 +107,7 @@ class MiniBatch:
     position_ids: npt.NDArray[Any] | None = None  # packed: 0 at each segment's first position, +1 along it
     cu_seqlens: npt.NDArray[np.int32] | None = None  # packed: int32 varlen boundaries over the flattened w * T positions
     max_seqlen: int | None = None  # packed: the longest sequence of cu_seqlens
+    _global_count: int | None = None  # a rank's share: the whole batch's counted targets (see global_token_count)
 
     def __init__(
         self,
@@ -146,12 +147,15 @@ class MiniBatch:
 
     def in_epoch(self, epoch: int) -> MiniBatch:
         """This batch placed in epoch *epoch* of a run: a new `MiniBatch` sharing the same arrays."""
-        return MiniBatch(
+        twin = MiniBatch(
             self.index, self.inputs, self.targets, self.positions, self.spaces, epoch,
             sources=self.sources, names=self.names, loss_mask=self.loss_mask, segment_ids=self.segment_ids,
             position_ids=self.position_ids, cu_seqlens=self.cu_seqlens, max_seqlen=self.max_seqlen,
             segments=self._segments, target_count=self.target_count,
         )  # fmt: skip
+        if self._global_count is not None:
+            twin._global_count = self._global_count
+        return twin
 
     # -- what the batch is -------------------------------------------------------------
     @property
@@ -183,6 +187,20 @@ class MiniBatch:
     def token_count(self) -> int:
         """The targets that count, the token-mean denominator: ``width * T``, or a packed batch's real targets."""
         return self.target_count
+
+    @property
+    def global_token_count(self) -> int:
+        """Counted targets of the whole batch over every data-parallel rank: the token mean's global denominator.
+
+        On a rank's share (``sb.split_rows``, ``rank=``/``world_size=``) it comes
+        from the plan, the same on every rank, a rank with no rows included; on a
+        whole batch it is `token_count`.
+        """
+        return self.target_count if self._global_count is None else self._global_count
+
+    @global_token_count.setter
+    def global_token_count(self, count: int) -> None:
+        self._global_count = int(count)
 
     @property
     def pad_count(self) -> int:

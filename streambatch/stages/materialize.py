@@ -28,7 +28,11 @@ def materialize_one(chunk: Items, index: int | None = None) -> MiniBatch:
     gather = getattr(chunk, "gather", None)
     if gather is None or not callable(gather):
         raise ConfigError(f"chunk={chunk!r} is not a streambatch.Windows; chunk windows with sb.chunk(windows, batch_size)")
-    return gather((chunk.batch_index or 0) if index is None else index)  # type: ignore[no-any-return]
+    batch: MiniBatch = gather((chunk.batch_index or 0) if index is None else index)
+    shared = getattr(chunk, "global_count", None)  # a rank's share: the whole batch's count, from the plan
+    if shared is not None:
+        batch.global_token_count = shared
+    return batch
 
 
 class Batches(Sequence[MiniBatch]):

@@ -5,7 +5,8 @@
 `inspect_mixture`: per source, its items in the mixture, weight, effective
 share, source epochs consumed and tokens (the counts do not depend on the seed:
 Tijdeman's order does not).  `audit_mixture` iterates an epoch of a mixture
-(through the workers' and ranks' shares) and proves: the prefix bound
+(through the workers' and ranks' shares) and proves: every row's source is
+Tijdeman's order recomputed from the weights (a plan file is not trusted), the prefix bound
 ``|c_s(n) - w_s n| <= 1 - 1/(2k-2)`` at every batch boundary (in exact
 integers), each source's rows in its exact order (the concatenation of
 ``shuffle(part_s, source_epoch_seed(seed, s, e))`` over its epochs ``e``), no
@@ -26,7 +27,7 @@ from ..epoch import Epoch
 from ..errors import ConfigError
 from ..io.files import short_path
 from ..io.mixture_file import MixtureSource
-from ..items.mix.plan import source_order
+from ..items.mix.plan import plan_mix, source_order
 from ..items.mix.source import as_mixture
 from .inspect import format_count
 from .mix_audit_rows import check_packed_rows, check_source_targets
@@ -159,6 +160,7 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
         failures["coverage"] = f"item {int(np.argmax(seen != 1))} was handed out {int(seen[np.argmax(seen != 1)])} times"
     if not np.array_equal(sources, mixture.sources()):
         failures["sources"] = f"row {int(np.argmax(sources != mixture.sources()))} is not of the plan's source"
+    _check_tijdeman(mixture, sources, failures)
     _check_prefix(mixture, B, failures)
     _check_order(mixture, sources, windows, failures)
     if mixture.packed:
@@ -196,6 +198,21 @@ def _check_tokens(batch: Any, failures: dict[str, str]) -> None:
             failures.setdefault("tokens", f"batch {batch.index}: rows of source {s} are not their windows' tokens")
 
 
+def _check_tijdeman(mixture: Any, sources: Any, failures: dict[str, str]) -> None:
+    """The rows' sources and the plan's checkpoints are Tijdeman's order recomputed from the weights (no file trusted)."""
+    plan = mixture.plan
+    fresh = plan_mix(plan.integer_weights, len(plan), block=plan.block)
+    mine = fresh.sources[: sources.size]
+    if not np.array_equal(sources, mine):
+        at = int(np.argmax(sources != mine))
+        failures["tijdeman"] = (
+            f"item {at} is of source {int(sources[at])}; Tijdeman's order recomputed from the weights gives {int(mine[at])}"
+        )
+    elif not np.array_equal(np.asarray(plan.checkpoints), fresh.checkpoints):
+        row = int(np.argmax((np.asarray(plan.checkpoints) != fresh.checkpoints).any(axis=1)))
+        failures["tijdeman"] = f"checkpoint row {row} of the plan is not the counts of Tijdeman's order"
+
+
 def _check_prefix(mixture: Any, batch_size: int, failures: dict[str, str]) -> None:
     """``|a_s n - A c_s(n)| * (2k - 2) <= A (2k - 3)`` at every batch boundary, in integers."""
     ints = mixture.plan.integer_weights
@@ -223,9 +240,15 @@ def _check_order(mixture: Any, sources: Any, windows: Any, failures: dict[str, s
                 failures.setdefault("order", f"source {s} epoch {e} is not shuffle(part, source_epoch_seed(seed, {s}, {e}))")
 
 
-MIXTURE_CHECKS = ("prefix_bound", "source_order", "no_repeat_in_source_epoch", "tokens")
+MIXTURE_CHECKS = ("tijdeman_order", "prefix_bound", "source_order", "no_repeat_in_source_epoch", "tokens")
 PACKED_CHECKS = ("every_target_once_per_source_epoch", "padding_masked")
-_FAILURE_OF = {"prefix_bound": "prefix", "source_order": "order", "no_repeat_in_source_epoch": "repeat", "tokens": "tokens"}
+_FAILURE_OF = {
+    "tijdeman_order": "tijdeman",
+    "prefix_bound": "prefix",
+    "source_order": "order",
+    "no_repeat_in_source_epoch": "repeat",
+    "tokens": "tokens",
+}
 
 
 def mixture_proof_line(result: dict[str, Any]) -> str:

@@ -55,6 +55,7 @@ class TensorBatch:
     cu_seqlens: torch.Tensor | None = None
     max_seqlen: int | None = None
     sources: torch.Tensor | None = None  # a mixture's batches: each row's source id (uint8)
+    global_token_count: int | None = None  # counted targets of the whole batch over every rank (see MiniBatch)
 
     _ROW_FIELDS = ("inputs", "targets", "loss_mask", "segment_ids", "position_ids", "cu_seqlens", "sources")
 
@@ -97,7 +98,10 @@ def tensor_batch(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) ->
     inputs, targets = as_tensors(batch, dtype=dtype)
     sources = batch.sources  # a mixture's batch (of windows, or of packed rows)
     mixed = None if sources is None else torch.from_numpy(np.array(sources))  # a copy: w bytes, and writable
-    wrapped = TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch, sources=mixed)
+    wrapped = TensorBatch(
+        batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch, sources=mixed,
+        global_token_count=batch.global_token_count,
+    )  # fmt: skip
     if batch.loss_mask is None or batch.segment_ids is None or batch.position_ids is None or batch.cu_seqlens is None:
         return wrapped
     return replace(

@@ -50,13 +50,13 @@ import numpy.typing as npt
 
 from ..._checks import check_seed, is_integer
 from ...errors import ConfigError, OutOfRangeError
+from ...io.keyed_file import check_plan_dir
 from ...model.validate import check_one_tokenizer
 from ...stages.batch import MiniBatch, SourceArray, present
-from ...stages.plan import check_plan_dir
 from ..pack._pack_gather import check_emittable
 from .parts import Part, check_names, check_parts
 from .plan import MixPlan, integer_weights, plan_mix
-from .space import MixItem, MixSpace
+from .space import MixItem, MixSpace, counted_targets
 
 IntArray = npt.NDArray[np.int64]
 FORMAT = "streambatch.mixture"
@@ -70,18 +70,27 @@ class Mixture:
     `chunk` takes; ``gather`` gathers a view into a `MiniBatch` with ``sources``.
     """
 
-    __slots__ = ("_batch_index", "_hi", "_lo", "_space")
+    __slots__ = ("_batch_index", "_global_count", "_hi", "_lo", "_space")
     orders_itself = True  # its order is its plan and its sources' epochs, never one shuffle
 
     def unordered(self) -> Mixture:
         """The mixture itself: it has no other order."""
         return self
 
-    def __init__(self, space: MixSpace, lo: int = 0, hi: int | None = None, *, batch_index: int | None = None) -> None:
+    def __init__(
+        self,
+        space: MixSpace,
+        lo: int = 0,
+        hi: int | None = None,
+        *,
+        batch_index: int | None = None,
+        global_count: int | None = None,
+    ) -> None:
         self._space = space
         self._lo = lo
         self._hi = len(space.plan) if hi is None else hi
         self._batch_index = batch_index
+        self._global_count = global_count
 
     # -- what the mixture is ---------------------------------------------------------
     @property
@@ -175,14 +184,28 @@ class Mixture:
         """The same mixture with source orders of *seed*: what epoch ``e`` of a `streambatch.Run` reads."""
         return Mixture(self._space.reseeded(check_seed(seed)))
 
-    def view(self, lo: int, hi: int, *, batch_index: int | None = None) -> Mixture:
-        """Items ``lo:hi`` of this view, tagged with *batch_index*."""
-        return Mixture(self._space, self._lo + lo, self._lo + hi, batch_index=batch_index)
+    @property
+    def global_count(self) -> int | None:
+        """A rank's share of a batch: the counted targets of the whole batch over every rank (None: a whole batch)."""
+        return self._global_count
+
+    def view(self, lo: int, hi: int, *, batch_index: int | None = None, global_count: int | None = None) -> Mixture:
+        """Items ``lo:hi`` of this view, tagged with *batch_index* (and, for a rank's share, *global_count*)."""
+        return Mixture(self._space, self._lo + lo, self._lo + hi, batch_index=batch_index, global_count=global_count)
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """``(lo, hi)``: the items of the whole mixture this view holds."""
+        return self._lo, self._hi
+
+    def counted_targets(self) -> int:
+        """The targets of this view that count in a token mean (`counted_targets`): no token is read."""
+        return counted_targets(self)
 
     # -- where each item comes from -----------------------------------------------------
     def sources(self) -> SourceArray:
         """The source of each item of this view."""
-        return self._space.plan.sources[self._lo : self._hi]
+        return self._space.plan.ids(self._lo, self._hi)
 
     def locate(self) -> tuple[SourceArray, IntArray]:
         """``(source, index within that source's stream)`` of each item, without replaying the order.
@@ -191,8 +214,7 @@ class Mixture:
         block), then each source's items numbered in order.
         """
         plan = self._space.plan
-        sources = plan.sources[self._lo : self._hi]
-        before = plan.counts(self._lo).tolist()
+        sources, before, _ = plan.span(self._lo, self._hi)
         indices = np.empty(sources.size, dtype=np.int64)
         for s in present(sources):
             rows = sources == s

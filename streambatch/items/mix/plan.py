@@ -32,7 +32,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._checks import check_non_negative, check_positive, check_seed, is_integer, short_repr
-from ...errors import ConfigError, OutOfRangeError
+from ...errors import ConfigError, DataError, OutOfRangeError
+from ...io.keyed_file import check_blocks
 from ...stages.shuffle import IndexArray, shuffled_order
 from ...stages.splitmix import splitmix64_draws
 from .order import (
@@ -90,13 +91,16 @@ class MixPlan:
     ([0, 1, 0, 0, 1, 0], [3, 1], (1, 1))
     """
 
-    __slots__ = ("block", "checkpoints", "integer_weights", "sources")
+    __slots__ = ("block", "checkpoints", "integer_weights", "origin", "sources")
 
-    def __init__(self, sources: SourceArray, checkpoints: CountArray, weights: tuple[int, ...], block: int) -> None:
+    def __init__(
+        self, sources: SourceArray, checkpoints: CountArray, weights: tuple[int, ...], block: int, origin: str | None = None
+    ) -> None:
         self.sources = sources
         self.checkpoints = checkpoints
         self.integer_weights = weights
         self.block = block
+        self.origin = origin  # the plan file it is mapped from (named by errors), else None
 
     @property
     def source_count(self) -> int:
@@ -131,16 +135,42 @@ class MixPlan:
             raise OutOfRangeError(f"n={n} is beyond the mixture's {len(self)} items; pass a prefix length up to {len(self)}")
         row = n // self.block
         start = row * self.block
-        extra = np.bincount(self.sources[start:n], minlength=self.source_count).astype(np.int64)
+        extra = np.bincount(self.ids(start, n), minlength=self.source_count).astype(np.int64)
+        check_blocks(self.checkpoints, row * self.source_count, (row + 1) * self.source_count)  # flat entries of a row
         result: CountArray = self.checkpoints[row] + extra
         return result
+
+    def ids(self, lo: int, hi: int) -> SourceArray:
+        """The source ids of items ``lo .. hi - 1`` (a view; from a plan file, its blocks checked on first read)."""
+        check_blocks(self.sources, lo, hi)
+        return self.sources[lo:hi]
+
+    def span(self, lo: int, hi: int) -> tuple[SourceArray, list[int], list[int]]:
+        """``(ids, counts before lo, counts before hi)`` of items ``lo .. hi - 1``, checked against each other.
+
+        The ids' counts must be the difference of the two checkpoint counts: a plan file whose
+        digests were forged over edited ids or counts is a `DataError` naming it, never a numpy error.
+
+        >>> ids, before, after = plan_mix([2, 1], length=6).span(2, 5)
+        >>> ids.tolist(), before, after
+        ([0, 0, 1], [1, 1], [3, 2])
+        """
+        ids = self.ids(lo, hi)
+        before, after = self.counts(lo), self.counts(hi)
+        if not np.array_equal(np.bincount(ids, minlength=self.source_count), after - before):
+            raise DataError(
+                f"{self.origin or 'the mixture plan'}: the source ids of items {lo}..{hi - 1} do not agree with its "
+                f"checkpoint counts; the plan is damaged: remove it and plan again"
+            )
+        return ids, before.tolist(), after.tolist()
 
     def truncated(self, length: int) -> MixPlan:
         """The first *length* items (a view): Tijdeman's order does not depend on the total length."""
         length = check_non_negative(length, "length", "the number of items to keep")
         if length > len(self):
             raise OutOfRangeError(f"length={length} is beyond the mixture's {len(self)} items")
-        return MixPlan(self.sources[:length], self.checkpoints[: length // self.block + 1], self.integer_weights, self.block)
+        rows = self.checkpoints[: length // self.block + 1]
+        return MixPlan(self.sources[:length], rows, self.integer_weights, self.block, self.origin)
 
     @overload
     def locate(self, positions: int) -> tuple[int, int]: ...
@@ -159,8 +189,11 @@ class MixPlan:
         """
         scalar = is_integer(positions)
         where = self._check_positions(positions)
-        sources = self.sources[where]
         rows = where // self.block
+        for row in np.unique(rows).tolist():  # a plan file's blocks behind each position: checked on first read
+            self.ids(row * self.block, min((row + 1) * self.block, len(self)))
+            check_blocks(self.checkpoints, row * self.source_count, (row + 1) * self.source_count)
+        sources = self.sources[where]
         indices = self.checkpoints[rows, sources]
         full = len(self) // self.block
         blocks = self.sources[: full * self.block].reshape(full, self.block)

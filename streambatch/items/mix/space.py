@@ -17,8 +17,8 @@ import numpy.typing as npt
 from ...stages.batch import SourceArray, present
 from ...stages.plan import plan_file
 from ...stages.shuffle import shuffle
-from ..pack.rows import Rows
-from ..windows.windows import Windows, WindowSpace
+from ..pack.rows import Rows, row_targets
+from ..windows.windows import Windows, WindowSpace, window_targets
 from .gather import MixGather
 from .packed_gather import PackedMixGather
 from .plan import MixPlan, source_epoch_seed
@@ -122,7 +122,7 @@ class MixSpace:
         pieces = []
         for epoch in range(first // size, (stop - 1) // size + 1):
             ordered = self.order(source, epoch)
-            values = ordered.plan_values()[max(first - epoch * size, 0) : min(stop - epoch * size, size)]
+            values = ordered.view(max(first - epoch * size, 0), min(stop - epoch * size, size)).plan_values()
             space = ordered.space
             if isinstance(space, WindowSpace) and not space.plan_holds_positions:  # window numbers: their starts
                 values = space.index.positions(values)
@@ -135,8 +135,7 @@ class MixSpace:
         The items are contiguous, so each source's are a contiguous run of its stream:
         the counts before *lo*, then one slice of its epoch's plan per source (no search per item).
         """
-        sources = self.plan.sources[lo:hi]
-        before, after = self.plan.counts(lo).tolist(), self.plan.counts(hi).tolist()  # a checkpoint row and a block each
+        sources, before, after = self.plan.span(lo, hi)  # a checkpoint row and a block each
         positions = np.empty(hi - lo, dtype=np.intp)
         gather = self.gather()
         for s, (first, stop) in enumerate(zip(before, after, strict=True)):
@@ -148,8 +147,7 @@ class MixSpace:
 
     def numbers(self, lo: int, hi: int) -> tuple[SourceArray, IntArray]:
         """Sources and row numbers (each within its source's packing) of items ``lo .. hi - 1`` of a packed mixture."""
-        sources = self.plan.sources[lo:hi]
-        before, after = self.plan.counts(lo).tolist(), self.plan.counts(hi).tolist()
+        sources, before, after = self.plan.span(lo, hi)
         numbers = np.empty(hi - lo, dtype=np.int64)
         for s, (first, stop) in enumerate(zip(before, after, strict=True)):
             if stop > first:
@@ -166,3 +164,29 @@ class MixSpace:
                 chosen = epochs == e
                 out[rows[chosen]] = self.order(s, e)[:].numbers()[at[chosen]]
         return out
+
+
+def counted_targets(view: Any) -> int:
+    """The counted targets of a view of a mixture: each source's items counted by that source's own rule.
+
+    >>> import streambatch as sb
+    >>> from streambatch.items.mix.mixture import mix
+    >>> web = sb.windows([sb.Document("w", "train", range(12))], context_length=2)
+    >>> code = sb.windows([sb.Document("c", "train", range(100, 105))], context_length=2)
+    >>> counted_targets(mix([web, code], [0.75, 0.25], seed=7)[:5])
+    10
+    """
+    space = view.space
+    if space.packed:
+        sources, numbers = space.numbers(*view.bounds)
+        rows = space.spaces
+        return sum(row_targets(rows[s], numbers[sources == s]) for s in present(sources))
+    spaces = space.spaces
+    if any(getattr(w.store, "has_loss_mask", False) for w in spaces):  # the mask bits at each window's targets
+        sources, positions, _ = space.window_rows(*view.bounds)
+        return sum(window_targets(spaces[s], int(n), positions[sources == s]) for s, n in _counts(sources) if n)
+    return sum(window_targets(spaces[s], n) for s, n in _counts(view.sources()) if n)
+
+
+def _counts(sources: SourceArray) -> list[tuple[int, int]]:
+    return list(enumerate(np.bincount(sources).tolist()))

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from ..._checks import check_positive, is_integer
 from ...errors import ConfigError, DataError, OutOfRangeError
+from ...io.keyed_file import check_blocks
 from ...model.corpus import Corpus
 from ...model.documents import Partition
 from ...model.source import TokenSource, as_source, partition_documents
@@ -122,6 +123,7 @@ class Rows(PlannedItems):
     def plan_values(self) -> npt.NDArray[Any]:
         """This view's row numbers as plan entries (uint32, int64 beyond 2**32 rows): a view of the plan, or fresh."""
         if self._plan is not None:
+            check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
             return self._plan[self._lo : self._hi]
         return np.arange(self._lo, self._hi, dtype=self._space.plan_dtype(len(self._space.packing)))
 
@@ -129,7 +131,12 @@ class Rows(PlannedItems):
         """Row number of each item of this view."""
         if self._plan is None:
             return np.arange(self._lo, self._hi, dtype=np.int64)
+        check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
         return self._plan[self._lo : self._hi].astype(np.int64)
+
+    def counted_targets(self) -> int:
+        """The real targets of these rows (`counted_targets`): from the packing alone, no token is read."""
+        return counted_targets(self)
 
     def gather(self, index: int) -> MiniBatch:
         """Gather this view into a packed `MiniBatch` numbered *index* (what `sb.materialize` calls)."""
@@ -148,6 +155,30 @@ class Rows(PlannedItems):
             f"Rows({len(self)} rows, context_length={self.context_length}, pad_share={self.report.pad_share:.4%}, "
             f"{order}, partition={self.partition.value!r})"
         )
+
+
+def counted_targets(view: Rows) -> int:
+    """The counted targets of a view of packed rows: their real targets (padding never counts).
+
+    >>> import streambatch as sb
+    >>> rows = sb.pack([sb.Document("a", "train", range(5)), sb.Document("b", "train", range(3))], context_length=3)
+    >>> counted_targets(rows), counted_targets(rows[1:])
+    (6, 3)
+    """
+    return row_targets(view.space, view.numbers())
+
+
+def row_targets(space: RowSpace, numbers: npt.ArrayLike) -> int:
+    """Counted targets of rows *numbers* of *space*: their pieces' targets (from the packing's lengths), or,
+    with a loss mask, the set mask bits of those targets (the mask bits alone: no token is read)."""
+    seg = space.packing.segments(numbers)
+    store: Any = space.store
+    if not getattr(store, "has_loss_mask", False) or not seg.lengths.size:
+        return int(seg.lengths.sum())
+    lengths = seg.lengths
+    first = store.starts[seg.documents] + seg.starts + 1  # each piece's first target, in the flat token space
+    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return int(np.count_nonzero(store.mask_at(np.repeat(first, lengths) + within)))
 
 
 def emit(space: RowSpace, numbers: IntArray, index: int) -> MiniBatch:
@@ -229,7 +260,7 @@ def _gatherer(space: RowSpace) -> Any:
     else:
         return False
     full_docs, full_ends = rows.index.full_pieces()
-    args = (tokens, starts, store.lengths, full_docs, full_ends, rows.offsets, rows.tails)
+    args = (tokens, starts, rows.index.lengths, full_docs, full_ends, rows.offsets, rows.tails)  # the partition's lengths
     return _CGatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id)
 
 
