@@ -109,7 +109,7 @@ def assert_same_epochs(source: object, reference: object, *, context_length: int
     for pack in (False, True):
         mine = sb.Epoch(source, context_length=context_length, batch_size=batch_size, seed=seed, pack=pack)
         theirs = sb.Epoch(reference, context_length=context_length, batch_size=batch_size, seed=seed, pack=pack)
-        assert (mine.window_count, len(mine)) == (theirs.window_count, len(theirs))
+        assert (mine.item_count, len(mine)) == (theirs.item_count, len(theirs))
         for a, b in zip(mine, theirs, strict=True):
             assert a.inputs.tolist() == b.inputs.tolist()
             assert a.targets.tolist() == b.targets.tolist()

@@ -19,10 +19,9 @@ from ..errors import DataError
 from ..io.files import short_path
 from . import inputs as _inputs
 from .arrow import arrow_blocks
-from .bin import bin_blocks
+from .bin import bin_blocks, indexed_blocks
 from .blocks import Block, ReadOptions
 from .hf import dataset_rows_blocks, load_dataset_folder
-from .indexed import indexed_blocks
 from .jsonl import jsonl_blocks
 from .npy import npy_blocks
 from .parquet import parquet_blocks, parquet_row_groups
