@@ -13,6 +13,7 @@ from ..errors import StoreError
 from ..io.formats import open_format
 from ..io.manifest import open_corpus
 from ..io.mixture_file import MixtureSource, is_mixture_file, open_mixture
+from ..io.remote.location import is_remote
 from ..io.store import open_store
 from ..model.source import Source
 from ..model.store import DocumentStore
@@ -24,6 +25,8 @@ def open_source(
     path: str | os.PathLike[str], *, verify: bool = True, max_line_bytes: int = MAX_LINE_BYTES
 ) -> Source | MixtureSource:
     """Open a store directory (memory-mapped, checked), a corpus manifest or a mixture file (``*.json``), or a JSONL file.
+
+    An address (``s3://``, ``gs://``, ``https://``) opens a store or a corpus manifest in object storage.
 
     A mixture file (``{"sources": [...]}``, see `streambatch.io.mixture_file`) gives a
     `MixtureSource`: every source opened, to blend once a context length and a seed are given.
@@ -42,6 +45,10 @@ def open_source(
     ('jsonl', ('a',))
     """
     name = os.fspath(path)
+    if is_remote(name):  # in object storage: a corpus manifest (*.json) or a store
+        if name.lower().endswith(".json"):
+            return Source(name, "corpus", open_corpus(name), verified=False)
+        return Source(name, "store", open_store(name), verified=False)
     other = open_format(name)  # Megatron-LM's .bin + .idx, datatrove's .ds, or a folder of either
     if other is not None:
         return Source(name, other[0], other[1])
