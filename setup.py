@@ -1,8 +1,8 @@
-"""Build configuration beyond pyproject.toml: the optional C extensions (shuffle, best-fit packing, packed gather, mixture order).
+"""Build configuration beyond pyproject.toml: the optional C extensions (shuffle, best-fit packing, packed and window gathers, mixture order).
 
 Optional: where they cannot be compiled, the install still succeeds and each
 stage falls back to numpy or exact Python: see ``streambatch.stages.shuffle.BACKEND``,
-``streambatch.items.pack.pack.BACKEND``, ``streambatch.items.pack.rows.GATHER_BACKEND`` and ``streambatch.items.mix.order.BACKEND``.
+``streambatch.items.pack.pack.BACKEND``, ``streambatch.items.pack.rows.GATHER_BACKEND``, ``streambatch.items.windows.gather.WINDOW_BACKEND`` and ``streambatch.items.mix.order.BACKEND``.
 """
 
 from setuptools import Extension, setup

@@ -346,18 +346,20 @@ static inline void put_positions(const Gatherer *g, char *ids, int64_t idsize, i
  * (prefetcht2: the outer caches, not L1) emits ~15% faster than locality 0 (prefetchnta) or 3 (prefetcht0) at
  * T=1024 B=32 and T=2048 B=8: an L1-bound prefetch holds one of L1's few miss buffers until its line arrives, so
  * the loop of prefetches stalled the copies; the lines reach L1 on their copy, from L2. */
-static inline void prefetch(const Gatherer *g, int64_t src, int64_t n) {
+static inline void prefetch_bytes(const char *begin, size_t bytes) {
 #if defined(__GNUC__) || defined(__clang__)
-    const char *begin = (const char *)g->views[TOKENS].buf + src * g->itemsize;
-    const char *end = begin + n * g->itemsize;
+    const char *end = begin + bytes;
     for (; begin < end; begin += 64) {
         __builtin_prefetch(begin, 0, 1); /* low locality (prefetcht2): into L2, not L1 (see below) */
     }
 #else
-    (void)g;
-    (void)src;
-    (void)n;
+    (void)begin;
+    (void)bytes;
 #endif
+}
+
+static inline void prefetch(const Gatherer *g, int64_t src, int64_t n) {
+    prefetch_bytes((const char *)g->views[TOKENS].buf + src * g->itemsize, (size_t)(n * g->itemsize));
 }
 
 /* Pass 3 (shift 0: inputs, prefetching the segments ahead) and pass 4 (shift 1: targets, whose tokens pass 3
@@ -465,7 +467,7 @@ static int vector_of(PyObject *object, int type, const char *formats, Py_ssize_t
     }
     *viewed = 1;
     if (!kind_is(view, formats, itemsize)) {
-        PyErr_Format(PyExc_TypeError, "Gatherer.gather(): %s", what);
+        PyErr_Format(PyExc_TypeError, "gather(): %s", what);
         return -1;
     }
     *data = view->buf;
@@ -655,16 +657,165 @@ static PyTypeObject GathererType = {
     .tp_methods = gatherer_methods,
 };
 
+/* ------------------------------------------------------------------------------------------------------------
+ * The window mode's gather: whole T-token rows of one token buffer (the rule: the numpy path of
+ * streambatch.items.windows.gather.RowGather, which tests/test_window_gather.py checks this kernel against).
+ *
+ * WindowGatherer(tokens, T)
+ *     holds a read-only view of the tokens (uint16 or uint32, C-contiguous; made once per store and T);
+ * WindowGatherer.gather(rows)
+ *     returns (inputs, targets), new C-contiguous (w, T) arrays in the tokens' dtype: row i of inputs is
+ *     tokens[p : p + T] and of targets tokens[p + 1 : p + T + 1], p = rows[i] (int64).  Every p is checked first
+ *     (0 <= p < len(tokens) - T, else IndexError naming the row; nothing is read).  One pass: per row two memcpy
+ *     (the targets' source is in L1 after the inputs' copy), prefetching the row WINDOW_AHEAD ahead; the GIL is
+ *     released while filling large batches.
+ */
+
+#ifndef WINDOW_AHEAD
+#define WINDOW_AHEAD 4 /* rows: a row's tokens are read from memory while the ones before it are copied */
+#endif
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    int held;
+    int type;          /* NPY_UINT16 or NPY_UINT32: the arrays made */
+    size_t itemsize;   /* 2 or 4 */
+    int64_t T;
+    int64_t records;   /* positions with T + 1 tokens from them: len(tokens) - T (0 when shorter) */
+} WindowGatherer;
+
+static void window_release(WindowGatherer *self) {
+    if (self->held) {
+        PyBuffer_Release(&self->view);
+        self->held = 0;
+    }
+}
+
+static void window_dealloc(WindowGatherer *self) {
+    window_release(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int window_init(WindowGatherer *self, PyObject *args, PyObject *kwargs) {
+    PyObject *tokens;
+    long long T;
+    int64_t count;
+    (void)kwargs;
+    window_release(self);
+    if (!PyArg_ParseTuple(args, "OL", &tokens, &T)) {
+        return -1;
+    }
+    if (PyObject_GetBuffer(tokens, &self->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    self->held = 1;
+    if (!kind_is(&self->view, "HIL", self->view.itemsize) || (self->view.itemsize != 2 && self->view.itemsize != 4)) {
+        PyErr_SetString(PyExc_TypeError, "WindowGatherer: tokens must be uint16 or uint32");
+        window_release(self);
+        return -1;
+    }
+    if (T < 1 || T >= (1LL << 40)) {
+        PyErr_SetString(PyExc_ValueError, "WindowGatherer: T must be a positive context length");
+        window_release(self);
+        return -1;
+    }
+    self->itemsize = (size_t)self->view.itemsize;
+    self->type = self->itemsize == 2 ? NPY_UINT16 : NPY_UINT32;
+    self->T = (int64_t)T;
+    count = (int64_t)(self->view.len / self->view.itemsize);
+    self->records = count > self->T ? count - self->T : 0;
+    return 0;
+}
+
+static void copy_windows(const WindowGatherer *self, const int64_t *rows, int64_t width, char *inputs, char *targets) {
+    const char *tokens = (const char *)self->view.buf;
+    size_t size = self->itemsize, bytes = (size_t)self->T * size;
+    int64_t i;
+    for (i = 0; i < width && i < WINDOW_AHEAD; i++) {
+        prefetch_bytes(tokens + rows[i] * (int64_t)size, bytes + size);
+    }
+    for (i = 0; i < width; i++) {
+        const char *source = tokens + rows[i] * (int64_t)size;
+        if (i + WINDOW_AHEAD < width) {
+            prefetch_bytes(tokens + rows[i + WINDOW_AHEAD] * (int64_t)size, bytes + size);
+        }
+        memcpy(inputs + (size_t)i * bytes, source, bytes);
+        memcpy(targets + (size_t)i * bytes, source + size, bytes);
+    }
+}
+
+static PyObject *window_gather(WindowGatherer *self, PyObject *rows_object) {
+    Py_buffer rows_view;
+    const void *data = NULL;
+    const int64_t *rows;
+    int rows_viewed = 0;
+    int64_t width = 0, i;
+    PyObject *inputs = NULL, *targets = NULL, *result = NULL;
+    if (!self->held) {
+        PyErr_SetString(PyExc_ValueError, "WindowGatherer.gather(): not initialised");
+        return NULL;
+    }
+    if (vector_of(rows_object, NPY_INT64, "qlQL", 8, "rows must be int64", &rows_view, &rows_viewed, &data, &width) < 0) {
+        goto done;
+    }
+    rows = (const int64_t *)data;
+    for (i = 0; i < width; i++) {
+        if ((uint64_t)rows[i] >= (uint64_t)self->records) { /* negative: huge */
+            PyErr_Format(PyExc_IndexError, "row %lld of the batch starts at position %lld, outside the %lld window starts",
+                         (long long)i, (long long)rows[i], (long long)self->records);
+            goto done;
+        }
+    }
+    inputs = new_array((npy_intp)width, (npy_intp)self->T, self->type);
+    targets = inputs == NULL ? NULL : new_array((npy_intp)width, (npy_intp)self->T, self->type);
+    if (targets == NULL) {
+        goto done;
+    }
+    if (width * self->T >= GIL_POSITIONS) {
+        Py_BEGIN_ALLOW_THREADS
+        copy_windows(self, rows, width, (char *)ARRAY_DATA(inputs), (char *)ARRAY_DATA(targets));
+        Py_END_ALLOW_THREADS
+    } else {
+        copy_windows(self, rows, width, (char *)ARRAY_DATA(inputs), (char *)ARRAY_DATA(targets));
+    }
+    result = PyTuple_Pack(2, inputs, targets);
+done:
+    Py_XDECREF(inputs);
+    Py_XDECREF(targets);
+    if (rows_viewed) {
+        PyBuffer_Release(&rows_view);
+    }
+    return result;
+}
+
+static PyMethodDef window_methods[] = {
+    {"gather", (PyCFunction)window_gather, METH_O,
+     "gather(rows) -> (inputs, targets): (w, T) arrays of the windows starting at int64 rows (IndexError outside)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject WindowGathererType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "streambatch._row_gather.WindowGatherer",
+    .tp_basicsize = sizeof(WindowGatherer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "WindowGatherer(tokens, T)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)window_init,
+    .tp_dealloc = (destructor)window_dealloc,
+    .tp_methods = window_methods,
+};
+
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "streambatch._row_gather",
-    "The packed mode's gather in C: packed rows into inputs, targets, ids, masks and cu_seqlens in one pass.",
+    "The gathers in C: packed rows into inputs, targets, ids, masks and cu_seqlens in one pass; windows into inputs and targets.",
     -1, NULL, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__row_gather(void) {
     PyObject *module;
     import_array();
-    if (PyType_Ready(&GathererType) < 0) {
+    if (PyType_Ready(&GathererType) < 0 || PyType_Ready(&WindowGathererType) < 0) {
         return NULL;
     }
     module = PyModule_Create(&module_def);
@@ -674,6 +825,12 @@ PyMODINIT_FUNC PyInit__row_gather(void) {
     Py_INCREF(&GathererType);
     if (PyModule_AddObject(module, "Gatherer", (PyObject *)&GathererType) < 0) {
         Py_DECREF(&GathererType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_INCREF(&WindowGathererType);
+    if (PyModule_AddObject(module, "WindowGatherer", (PyObject *)&WindowGathererType) < 0) {
+        Py_DECREF(&WindowGathererType);
         Py_DECREF(module);
         return NULL;
     }

@@ -1,4 +1,4 @@
-"""Type stub of the C extension built from ``_row_gather.c``: the packed mode's one-pass gather."""
+"""Type stub of the C extension built from ``_row_gather.c``: the packed and window modes' one-pass gathers."""
 
 from typing import Any
 
@@ -46,4 +46,15 @@ class Gatherer:
         max_seqlen): tokens in the source's dtype, ids int16 when ``T < 2**15`` else int32, provenance int64
         ``(4, segments)`` (row in the batch, document, start, targets).  A mixture passes *kinds* (uint8, one
         per row) and *sources* (Gatherers of one T, token size and pad id): row i is read by ``sources[kinds[i]]``.
+        """
+
+class WindowGatherer:
+    """A read-only view of a store's tokens (uint16 or uint32) for one context length: the window mode's gather."""
+
+    def __init__(self, tokens: ReadableBuffer, context_length: int, /) -> None: ...
+    def gather(self, rows: ReadableBuffer, /) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """``(inputs, targets)``: new C-contiguous ``(w, T)`` arrays of the windows starting at int64 *rows*.
+
+        Row i holds ``tokens[p : p + T]`` and ``tokens[p + 1 : p + T + 1]``, ``p = rows[i]``; IndexError when a
+        position lies outside ``[0, len(tokens) - T)`` (nothing is read), TypeError when *rows* are not int64.
         """

@@ -91,6 +91,7 @@ EXTRAS = {  # the optional extras of pyproject.toml and the packages each instal
     "hf": ("datasets>=2.14",),
     "arrow": ("pyarrow>=12",),
     "zstd": ("zstandard>=0.21",),
+    "remote": ("obstore>=0.8",),
 }
 
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._checks import check_positive
@@ -27,6 +29,7 @@ from ._progress import FileProgress
 from .errors import ConfigError, DataError
 from .io.files import short_path
 from .io.formats import FORMATS, FormatWriter
+from .io.remote.location import is_remote
 from .io.store import StoreWriter
 from .model.documents import Document
 from .model.store import DocumentStore
@@ -133,6 +136,24 @@ def prepare_store(
             f"output={short(output)} is not a path; the order is prepare_store(inputs, output) "
             "(write_store takes (path, documents))"
         )
+    if is_remote(os.fspath(output)):  # prepared here, then uploaded with the header last (no reader sees a partial store)
+        from .io.remote.upload import check_writable, upload_store
+
+        check_writable(os.fspath(output))
+        with tempfile.TemporaryDirectory(prefix="streambatch-upload-") as folder:
+            local = Path(folder) / "store"
+            prepare_store(
+                inputs,
+                local,
+                include=include,
+                exclude=exclude,
+                shard=shard,
+                skip_bad=skip_bad,
+                workers=workers,
+                quiet=quiet,
+                **read,
+            )
+            return upload_store(local, os.fspath(output))
     workers = check_positive(workers, "workers", "the number of processes that tokenize (1: this one)")
     if format != "streambatch" and format not in FORMATS:
         raise ConfigError(f"format={short(format)} is not one of streambatch, {', '.join(FORMATS)}; pass one of them")

@@ -24,12 +24,13 @@ from ..model.store import DocumentStore
 from .atomic import atomic_text
 from .bounded_json import read_json_header
 from .files import short_path
+from .remote.location import is_remote
 from .store import open_store
 
 PathLike = str | os.PathLike[str]
 
 
-def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify: bool = True) -> Corpus:
+def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify: bool = True, **remote: Any) -> Corpus:
     """Open a corpus: a manifest file (``corpus.json``) or a list of stores and/or store paths.
 
     Stores named by path are opened with `open_store` (*verify* checks their
@@ -41,8 +42,10 @@ def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify
     >>> open_corpus([a, b]).ids
     ('a', 'b')
     """
+    if is_remote(source):  # a manifest in object storage: its shards are beside it there
+        return _open_manifest(source, verify, remote)  # type: ignore[arg-type]
     if isinstance(source, (str, os.PathLike)):
-        return _open_manifest(Path(source), verify)
+        return _open_manifest(Path(source), verify, remote)
     items: Any = source
     if isinstance(items, DocumentStore):
         raise ConfigError("source=DocumentStore(...) is one store; pass a list of stores, or the store itself to the stages")
@@ -57,7 +60,7 @@ def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify
         elif not isinstance(item, (str, os.PathLike)):
             raise ConfigError(f"shard {k}={item!r} is not a DocumentStore or a store path; pass stores or their paths")
         else:
-            shards.append(open_store(item, verify=verify))
+            shards.append(open_store(item, verify=verify, **remote))
             paths.append(os.fspath(item))
     return Corpus(shards, paths=paths)
 
@@ -75,10 +78,20 @@ def shard_limit() -> int:
     return max(count // 2, 1)
 
 
-def _open_manifest(path: Path, verify: bool) -> Corpus:
+def _open_manifest(path: Path | str, verify: bool, remote: dict[str, Any]) -> Corpus:
+    if isinstance(path, str):  # an address: the manifest fetched once, its shards opened beside it
+        from .remote.open import open_remote_manifest
+
+        manifest, shard_at = open_remote_manifest(path, remote)
+    else:
+        manifest, shard_at = _local_manifest(path), lambda relative: path.parent / relative
+    return _manifest_corpus(manifest, path, shard_at, verify, remote)
+
+
+def _local_manifest(path: Path) -> Any:
     if path.is_dir():
         raise StoreError(f"{short_path(path)}: is a directory (a store?), not a corpus manifest; pass the corpus.json file")
-    manifest = read_json_header(
+    return read_json_header(
         path,
         short_path(path),
         "corpus manifest",
@@ -86,6 +99,9 @@ def _open_manifest(path: Path, verify: bool) -> Corpus:
         error=StoreError,
         missing="no such corpus manifest; write one with sb.write_corpus",
     )
+
+
+def _manifest_corpus(manifest: Any, path: Any, shard_at: Any, verify: bool, remote: dict[str, Any]) -> Corpus:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise StoreError(f"{short_path(path)}: format is not {FORMAT!r}; this is not a streambatch corpus manifest")
     if type(manifest.get("version")) is not int or manifest.get("version") != VERSION:  # not true, not 1.0
@@ -111,7 +127,7 @@ def _open_manifest(path: Path, verify: bool) -> Corpus:
                 f"{short_path(path)}: shard {k}={short_repr(entry)} is not a store path relative to the manifest; "
                 "list relative paths (write it again with sb.write_corpus)"
             )
-        shard = open_store(path.parent / relative, verify=verify)
+        shard = open_store(shard_at(relative), verify=verify, **remote)
         recorded = entry.get("fingerprint") if isinstance(entry, dict) else None
         if recorded is not None and recorded != shard.fingerprint:
             raise StoreError(
@@ -119,7 +135,7 @@ def _open_manifest(path: Path, verify: bool) -> Corpus:
                 f"{recorded!r}; the shard changed since the manifest was written: write the manifest again"
             )
         shards.append(shard)
-        names.append(str(path.parent / relative))
+        names.append(str(shard_at(relative)))
     corpus = Corpus(shards, paths=names)
     recorded = manifest.get("fingerprint")
     if recorded is not None and recorded != corpus.fingerprint:

@@ -35,6 +35,7 @@ from .bounded_json import read_json_header
 from .files import open_regular, short_path
 from .formats import open_format
 from .manifest import open_corpus
+from .remote.location import is_remote
 from .store import open_store
 
 PathLike = str | os.PathLike[str]
@@ -105,7 +106,7 @@ def read_mixture_file(path: PathLike) -> MixtureSpec:
     """Read and validate *path*; every refusal is a `ConfigError` naming the file and the entry."""
     where = os.fspath(path)
     shown = short_path(where)
-    fix = "see the mixture.json schema in the README (Mixtures)"
+    fix = "see the mixture.json schema in docs/mixtures.md"
     strict = (
         f"a mixture file is strict JSON (finite numbers: no NaN, Infinity or 1e309; no trailing comma) of at most 1 MiB; {fix}"
     )
@@ -132,6 +133,11 @@ def read_mixture_file(path: PathLike) -> MixtureSpec:
             raise ConfigError(f"{at}.name={name!r} is also sources[{names.index(name)}]'s; give each source its own name")
         if not isinstance(relative, str) or not relative:
             raise ConfigError(f"{at}.path={relative!r} must be a non-empty path to a store or a corpus manifest")
+        if is_remote(relative):  # a store or manifest in object storage: its address
+            names.append(name)
+            paths.append(relative)
+            weights.append(weight)
+            continue
         if PurePosixPath(relative).is_absolute() or PureWindowsPath(relative).is_absolute() or PureWindowsPath(relative).drive:
             raise ConfigError(f"{at}.path={relative!r} is absolute; write it relative to the mixture file's folder")
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < float("inf"):
@@ -161,6 +167,9 @@ def open_mixture(path: PathLike, *, verify: bool = True) -> MixtureSource:
     stores: list[DocumentStore | Corpus] = []
     for name, where in zip(spec.names, spec.paths, strict=True):
         try:
+            if is_remote(where):
+                stores.append(open_corpus(where) if where.lower().endswith(".json") else open_store(where))
+                continue
             other = open_format(where)  # Megatron's or datatrove's files
             if other is not None:
                 stores.append(other[1])

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._checks import short_repr
-from ..errors import DataError, NotRegularFileError, StoreError, StoreFileMissing
+from ..errors import ConfigError, DataError, NotRegularFileError, StoreError, StoreFileMissing
 from ..model.documents import PARTITIONS, Partition
 from ..model.ids import IdLines, first_repeat
 from ..model.mapped import map_readonly
@@ -25,6 +25,7 @@ from ..model.store import DocumentStore
 from ..model.validate import check_id, check_offsets, duplicate_id
 from .bounded_json import decode_string
 from .files import open_regular, short_path
+from .remote.location import is_remote
 from .store_header import (
     HEADER,
     IDS,
@@ -43,8 +44,10 @@ OPEN_ATTEMPTS = 20
 _Missing = StoreFileMissing  # raised inside one open attempt; the caller decides what it means
 
 
-def open_store(path: str | os.PathLike[str], *, verify: bool = True) -> DocumentStore:
+def open_store(path: str | os.PathLike[str], *, verify: bool = True, **remote: Any) -> DocumentStore:
     """Memory-map a store read-only after checking it; every failure is a `StoreError`.
+
+    (An address in object storage is opened by `streambatch.io.store.open_store`.)
 
     Checks: the header (format, version, dtype, counts), file sizes against the
     header, offsets (within the tokens, start at 0, non-decreasing, end at the
@@ -53,6 +56,10 @@ def open_store(path: str | os.PathLike[str], *, verify: bool = True) -> Document
     one open directory, so they belong to one version of the store even while a
     writer replaces it; an open that loses its version to a replace starts over.
     """
+    if is_remote(path):
+        raise ConfigError(f"{path!r} is an address; open it with streambatch.open_store (streambatch.io.store)")
+    if remote:
+        raise ConfigError(f"{', '.join(sorted(remote))}: options of a remote store; {short_path(os.fspath(path))} is local")
     root = Path(path)
     for _ in range(OPEN_ATTEMPTS):
         try:

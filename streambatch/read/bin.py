@@ -1,4 +1,9 @@
-"""nanoGPT-style ``.bin`` files: flat little-endian tokens, split after each separator id.
+"""nanoGPT-style ``.bin`` files: flat little-endian tokens, split after each separator id; and the indexed token files.
+
+Megatron-LM's ``.bin`` beside its ``.idx``, and datatrove's ``.ds``, are split by
+their indexes instead (`indexed_blocks`, through `streambatch.io.formats`): ids
+``NAME:k``, *k* the document's number in the file, so ``prepare`` converts
+between the formats and a store.
 
 >>> import numpy as np, tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "train.bin"
@@ -19,6 +24,8 @@ import numpy.typing as npt
 
 from ..errors import ConfigError, DataError
 from ..io.files import short_path
+from ..io.formats import open_datatrove, open_megatron
+from ..io.formats.indexed_store import document_tokens
 from ..model.documents import Document, Partition
 from . import inputs as _inputs
 from .blocks import BLOCK_TOKENS, Block, ReadOptions, documents, flat_block, partition_codes, read_options
@@ -87,3 +94,24 @@ def iter_bin(
     _inputs.check_input(name)  # a FIFO or device is refused, never opened
     opts = read_options(partition=partition, bin_separator=separator, bin_dtype=dtype)
     return documents(bin_blocks(name, Path(name).name, opts))
+
+
+INDEXED = ("megatron", "datatrove")
+
+
+def indexed_blocks(path: str, name: str, kind: str, opts: ReadOptions) -> Iterator[Block]:
+    """The documents of a Megatron dataset (*kind* ``megatron``: its ``.idx`` or ``.bin``) or a ``.ds`` file, in blocks."""
+    if kind not in INDEXED:
+        raise DataError(f"{short_path(path)}: part of datatrove's files; pass the .ds file it belongs to")
+    store = open_megatron(path) if kind == "megatron" else open_datatrove(path)
+    count, shown = len(store), short_path(path)
+    ends = np.cumsum(store.lengths)
+    k = 0
+    while k < count:
+        done = int(ends[k - 1]) if k else 0
+        stop = min(count, max(k + 1, int(np.searchsorted(ends, done + BLOCK_TOKENS, side="right"))))
+        tokens, _ = document_tokens(store, k, stop)
+        ids = [f"{name}:{j}" for j in range(k, stop)]
+        wheres = [f"{shown} document {j}" for j in range(k, stop)]
+        yield flat_block(tokens, store.lengths[k:stop], ids, partition_codes(stop - k, opts.partition), wheres, opts)
+        k = stop

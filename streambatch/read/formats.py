@@ -8,7 +8,7 @@ By suffix, in any case (`streambatch.read.select.format_of`):
   from a token-list or text column (`.tables`);
 - ``.npy`` (`.npy`): a token array, one document, or split by ``X.offsets.npy`` beside it;
 - ``.bin`` (`.bin`, nanoGPT): flat uint16 tokens, split after each separator id;
-- ``.idx`` (`.indexed`, Megatron-LM; its ``.bin`` too) and ``.ds`` (datatrove): documents as their index says;
+- ``.idx`` (`.bin`, Megatron-LM; its ``.bin`` too) and ``.ds`` (datatrove): documents as their index says;
 - a folder saved by ``datasets`` (`.hf`; the ``hf`` extra): a document per row, like Parquet.
 
 JSONL and text may be compressed: ``.gz`` (stdlib) or ``.zst`` (``zstd`` extra;

@@ -18,12 +18,11 @@ from typing import Any
 from ..errors import DataError
 from ..io.files import short_path
 from . import inputs as _inputs
-from .bin import bin_blocks
+from .bin import bin_blocks, indexed_blocks
 from .blocks import Block, ReadOptions
 from .columns.arrow import arrow_blocks
 from .columns.hf import dataset_rows_blocks, load_dataset_folder
 from .columns.parquet import parquet_blocks, parquet_row_groups
-from .indexed import indexed_blocks
 from .jsonl import jsonl_blocks
 from .npy import npy_blocks
 from .select import InputFile

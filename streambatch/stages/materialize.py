@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
 from ..errors import ConfigError
+from ..io.remote.prefetch import Reader, remote_files
 from ..items.protocol import Items
 from .batch import MiniBatch
 from .chunk import Chunks
@@ -42,10 +43,11 @@ class Batches(Sequence[MiniBatch]):
     *i* alone, so DataLoader workers and resumed runs index straight into it.
     """
 
-    __slots__ = ("chunks",)
+    __slots__ = ("_reader", "chunks")
 
     def __init__(self, chunks: Chunks[Any]) -> None:
         self.chunks = chunks
+        self._reader: Any = None  # a remote store's prefetching reader (made at the first batch), False: all local
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -57,16 +59,35 @@ class Batches(Sequence[MiniBatch]):
     def __getitem__(self, item: int | slice) -> MiniBatch | Batches:
         if isinstance(item, slice):
             return Batches(self.chunks[item])
+        if self._reader is None:
+            self._reader = remote_reader(self.chunks)
+        if self._reader:  # a remote store: the batch's token ranges are fetched (and the next ones started) first
+            index = int(item) + len(self) if int(item) < 0 else int(item)
+            return self._reader.get(index, lambda: materialize_one(self.chunks[index]))  # type: ignore[no-any-return]
         return materialize_one(self.chunks[item])
 
     def __iter__(self) -> Iterator[MiniBatch]:
         chunks = self.chunks
+        if self._reader is None:
+            self._reader = remote_reader(chunks)
+        if self._reader:  # batch by batch, each one's ranges fetched ahead
+            return (self[i] for i in range(len(self)))
         if chunks.world_size > 1:  # each rank's rows of every batch: batch by batch
             return map(materialize_one, chunks)
         return chunks.items.gather_batches(chunks.batch_size, chunks.batches)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return f"Batches({self.chunks!r})"
+
+
+def remote_reader(chunks: Chunks[Any]) -> Any:
+    """A prefetching `streambatch.io.remote.prefetch.Reader` when *chunks* read a remote store, else False."""
+    items = chunks.items
+    sources = [p.store for p in getattr(items, "parts", ())] or [getattr(items, "store", None)]
+    files = [f for source in sources for f in remote_files(source)]
+    if not files:
+        return False
+    return Reader(lambda i: chunks[i].token_spans(), len(chunks), files)
 
 
 @overload

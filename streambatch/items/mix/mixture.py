@@ -54,6 +54,7 @@ from ...io.keyed_file import check_plan_dir
 from ...model.validate import check_one_tokenizer
 from ...stages.batch import MiniBatch, SourceArray, present
 from ..pack._pack_gather import check_emittable
+from ..pack.rows import row_spans
 from .parts import Part, check_names, check_parts
 from .plan import MixPlan, integer_weights, plan_mix
 from .space import MixItem, MixSpace, counted_targets
@@ -243,6 +244,20 @@ class Mixture:
         """Every source epoch order this mixture reads, computed now (plan files, with a plan folder)."""
         counts = self.counts().tolist()
         return [self._space.order(s, e) for s, n in enumerate(counts) for e in range(-(-n // int(self._space.sizes[s])))]
+
+    def token_spans(self) -> list[tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+        """``[(store, starts, lengths)]`` per source: the flat token spans this view reads."""
+        space = self._space
+        if space.packed:
+            sources, numbers = space.numbers(self._lo, self._hi)
+            return [span for s in present(sources) for span in row_spans(space.spaces[s], numbers[sources == s])]
+        sources, positions, _ = space.window_rows(self._lo, self._hi)
+        spans = []
+        for s in present(sources):
+            starts = positions[sources == s].astype(np.int64)
+            window = space.spaces[s]
+            spans.append((window.store, starts, np.full(starts.size, window.config.context_length + 1, dtype=np.int64)))
+        return spans
 
     def gather(self, index: int) -> MiniBatch:
         """Gather this view's rows into a `MiniBatch` with ``sources`` (packed parts: a packed one) numbered *index*."""

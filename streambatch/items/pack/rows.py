@@ -134,6 +134,10 @@ class Rows(PlannedItems):
         check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
         return self._plan[self._lo : self._hi].astype(np.int64)
 
+    def token_spans(self) -> list[tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+        """``[(store, starts, lengths)]``: the flat token spans this view's pieces read (targets + 1 tokens each)."""
+        return row_spans(self._space, self.numbers())
+
     def counted_targets(self) -> int:
         """The real targets of these rows (`counted_targets`): from the packing alone, no token is read."""
         return counted_targets(self)
@@ -155,6 +159,13 @@ class Rows(PlannedItems):
             f"Rows({len(self)} rows, context_length={self.context_length}, pad_share={self.report.pad_share:.4%}, "
             f"{order}, partition={self.partition.value!r})"
         )
+
+
+def row_spans(space: RowSpace, numbers: IntArray) -> list[tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+    """The flat token spans of rows *numbers* of *space*: each piece's first token and ``targets + 1`` tokens."""
+    seg = space.packing.segments(numbers)
+    store: Any = space.store
+    return [(store, store.starts[seg.documents] + seg.starts, seg.lengths + 1)]
 
 
 def counted_targets(view: Rows) -> int:

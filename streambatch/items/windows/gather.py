@@ -8,7 +8,7 @@ overlapping ``T``-token records, giving C-contiguous ``inputs[w, T]`` and
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +18,29 @@ from ...model.corpus import Corpus
 from ...model.store import DocumentStore
 from ...stages.batch import MiniBatch
 from ...stages.span import spanning_tokens
+
+_CWindowGatherer: Any
+try:  # the optional C extension (see setup.py): one call makes both arrays and copies each row's tokens
+    from ..._row_gather import WindowGatherer as _CWindowGatherer
+except ImportError:  # built without a C compiler: numpy gathers the same arrays
+    _CWindowGatherer = None
+
+WINDOW_BACKEND: Literal["c", "numpy"] = "c" if _CWindowGatherer is not None else "numpy"
+"""How window batches are gathered: the C extension ``streambatch._row_gather`` (uint16 or uint32 tokens), else numpy."""
+
+_OUTSIDE = (
+    "a row starts at a position outside the store's {size} tokens; "
+    "the plan does not belong to this store (remove the plan file and plan again)"
+)
+
+
+def c_window_gather(tokens: npt.NDArray[Any], length: int) -> Any:
+    """The C window gatherer of *tokens* for context length *length*, or None (not built, another dtype, no window)."""
+    if _CWindowGatherer is None or tokens.dtype not in (np.uint16, np.uint32) or tokens.size < length + 1:
+        return None
+    if not tokens.flags.c_contiguous:
+        return None
+    return _CWindowGatherer(tokens, length)
 
 
 class StoreGather:
@@ -34,7 +57,7 @@ class StoreGather:
     ([[11, 12], [0, 10]], [[12, 1], [10, 11]])
     """
 
-    __slots__ = ("_dtype", "_empty", "_length", "_records", "_shifted")
+    __slots__ = ("_c", "_dtype", "_empty", "_length", "_records", "_shifted")
 
     def __init__(self, store: DocumentStore, context_length: int) -> None:
         self._length = length = context_length
@@ -49,6 +72,7 @@ class StoreGather:
             count = tokens.size - length  # records that have a following record (targets)
             self._records = np.ndarray(shape=(count,), dtype=record, buffer=tokens, strides=(itemsize,))
             self._shifted = np.ndarray(shape=(count,), dtype=record, buffer=tokens, offset=itemsize, strides=(itemsize,))
+        self._c = c_window_gather(tokens, length)
 
     @property
     def records(self) -> npt.NDArray[Any]:
@@ -72,6 +96,11 @@ class StoreGather:
 
     def take(self, rows: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for *rows* (a slice of what `rows` returned), one gather per buffer."""
+        if self._c is not None:
+            try:
+                return self._c.gather(rows)  # type: ignore[no-any-return]
+            except (IndexError, TypeError):  # a position beyond the tokens, or rows not int64: numpy decides
+                pass
         records, width, positions = self._records, rows.size, rows
         if records is None or self._shifted is None or width == 0:  # a rank's empty share, or no windows
             return self._empty.copy(), self._empty.copy()
@@ -79,10 +108,7 @@ class StoreGather:
         try:  # wrap each gathered record buffer as (width, T) tokens: no copy, cheaper than view + reshape
             return np.ndarray(shape, dtype, records[positions]), np.ndarray(shape, dtype, self._shifted[positions])
         except IndexError:  # e.g. a damaged plan file: positions beyond the tokens
-            raise DataError(
-                f"a row starts at a position outside the store's {records.size + self._length} tokens; "
-                "the plan does not belong to this store (remove the plan file and plan again)"
-            ) from None
+            raise DataError(_OUTSIDE.format(size=records.size + self._length)) from None
 
 
 class ShardedGather:
@@ -108,6 +134,7 @@ class ShardedGather:
 
     __slots__ = (
         "_bases",
+        "_c",
         "_dtype",
         "_ends",
         "_gathers",
@@ -135,6 +162,8 @@ class ShardedGather:
         self._table = None if self._span is None else _ShiftTable(corpus.bases, self._last, self._span[2])
         self._records: npt.NDArray[Any] | None = None if self._span is None else self._span[0]
         self._shifted: Any = None if self._span is None else self._span[1]
+        found = None if self._span is None else spanning_tokens(self._tokens, corpus.bases)
+        self._c = None if found is None else c_window_gather(found[0], context_length)  # reads the same records
 
     def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for rows starting at global *positions* (an intp array): ``take(rows(positions))``."""
@@ -175,6 +204,11 @@ class ShardedGather:
     def take(self, rows: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for *rows* (a slice of what `rows` returned)."""
         records, width = self._records, rows.size
+        if self._c is not None:  # the spanning view's records, in C
+            try:
+                return self._c.gather(rows)  # type: ignore[no-any-return]
+            except (IndexError, TypeError):  # rows not the span's record numbers (int64): numpy decides
+                pass
         if records is not None and width:  # one gather per buffer, as in StoreGather
             shape = (width, self._length)
             return np.ndarray(shape, self._dtype, records[rows]), np.ndarray(shape, self._dtype, self._shifted[rows])
@@ -298,7 +332,10 @@ def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[Min
         base = group[0] * size
         positions = windows[base : min((group[-1] + 1) * size, total)].positions()
         rows = gather.where(positions)
+        same = rows is positions  # one store: the rows are the positions, one slice serves both
+        first = group[0]
         for batch in group:
-            lo = (batch - group[0]) * size
-            inputs, targets = take(rows[lo : lo + size])
-            yield MiniBatch(batch, inputs, targets, positions[lo : lo + size], space)
+            lo = (batch - first) * size
+            here = positions[lo : lo + size]
+            inputs, targets = take(here if same else rows[lo : lo + size])
+            yield MiniBatch(batch, inputs, targets, here, space)

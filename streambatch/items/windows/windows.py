@@ -177,6 +177,14 @@ class Windows(PlannedItems):
             return values.astype(np.intp)
         return space.index.positions(values).astype(np.intp, copy=False)
 
+    def token_spans(self) -> list[tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
+        """``[(store, starts, lengths)]``: the flat token spans this view reads (``T + 1`` tokens a window).
+
+        What a remote store fetches before the view is gathered (`streambatch.io.remote.prefetch`).
+        """
+        starts = self.positions().astype(np.int64)
+        return [(self.store, starts, np.full(starts.size, self.context_length + 1, dtype=np.int64))]
+
     def numbers(self) -> IntArray:
         """Global window number of each window (document order numbering)."""
         if self._plan is None:

@@ -1,0 +1,236 @@
+"""The requests a remote store makes: HEAD, whole and ranged GETs, PUTs; retried with backoff, counted.
+
+One client per location and process (the object-store handle is built again in
+a forked or spawned worker, never shared across a fork).  Timeouts, 5xx
+responses and dropped connections are retried ``retries`` times with
+exponential backoff and jitter; each retry is counted in `Stats` and logged on
+the ``streambatch.remote`` logger; the last failure is one `StoreError` line
+saying how many attempts were made.  A missing bucket, object or credentials is
+one clear line, never retried.  A ranged GET names the ETag recorded at open
+(``If-Match``): an object replaced since is a `DataError` naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import DataError, StoreError, missing_dependency
+from .location import Location, client_config, is_secret
+
+log = logging.getLogger("streambatch.remote")
+_STATUS = re.compile(r"status code: (\d{3})")
+
+
+@dataclass
+class Stats:
+    """What one process's client did: requests, bytes received, retries (read by benchmarks and tests)."""
+
+    requests: int = 0
+    range_requests: int = 0
+    bytes: int = 0
+    retries: int = 0
+    puts: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, *, requests: int = 0, ranges: int = 0, size: int = 0, retries: int = 0, puts: int = 0) -> None:
+        """Count requests, ranged requests, bytes, retries and uploads (thread-safe)."""
+        with self._lock:
+            self.requests += requests
+            self.range_requests += ranges
+            self.bytes += size
+            self.retries += retries
+            self.puts += puts
+
+
+STATS = Stats()  # this process's, over every remote store
+_RUNTIME_PID: int | None = None  # the process whose object-store runtime is running (not a forked child's)
+
+
+class ObjectClient:
+    """Requests against one `Location`: built lazily per process, retried, counted in `STATS`."""
+
+    def __init__(self, where: Location, *, retries: int = 5, backoff: float = 0.05, timeout: float = 30.0) -> None:
+        self.where = where
+        self.retries = retries
+        self.backoff = backoff
+        self.timeout = timeout
+        self._config = client_config(where)  # refuses missing credentials now, before any request
+        self._secrets = [str(v) for k, v in self._config.items() if is_secret(k) and v]
+        self._store: Any = None
+        self._pid = -1
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ObjectClient({self.where.url!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_store=None, _pid=-1, _lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _handle(self) -> Any:
+        global _RUNTIME_PID
+        if _RUNTIME_PID not in (None, os.getpid()):
+            raise StoreError(
+                f"{self.where.url}: this process was forked after it read from object storage, and the client "
+                "(obstore) cannot run in a forked child; start DataLoader workers with "
+                "multiprocessing_context='spawn' or 'forkserver'"
+            )
+        _RUNTIME_PID = os.getpid()
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._store, self._pid = self._build(), os.getpid()
+        return self._store
+
+    def _build(self) -> Any:
+        try:
+            from obstore.store import from_url
+        except ImportError:
+            raise missing_dependency("reading a store in object storage", "obstore", "remote") from None
+        config = dict(self._config)
+        endpoint = str(config.get("endpoint", ""))
+        url = f"{self.where.scheme}://{self.where.bucket}"  # rooted at the bucket: keys carry the prefix
+        client: dict[str, Any] = {"timeout": f"{self.timeout}s", "connect_timeout": f"{min(self.timeout, 10.0)}s"}
+        if endpoint.startswith("http://") or self.where.scheme == "http":
+            client["allow_http"] = True
+        client.update(config.pop("client_options", {}) or {})
+        try:
+            return from_url(url, client_options=client, retry_config={"max_retries": 0}, **config)  # type: ignore[call-overload]
+        except Exception as err:  # an unknown option, a bad endpoint
+            raise StoreError(f"{self.where.url}: cannot configure the object-store client ({self._clean(err)})") from None
+
+    # -- requests -------------------------------------------------------------------
+    def head(self, name: str) -> tuple[int, str | None]:
+        """``(size, etag)`` of object *name*."""
+        import obstore
+
+        meta = self._retried(name, lambda: obstore.head(self._handle(), self.where.key(name)))
+        self._count(1, 0, 0)
+        return int(meta["size"]), meta.get("e_tag")
+
+    def get(self, name: str) -> tuple[bytes, str | None]:
+        """The whole object *name* and its ETag (one GET)."""
+        import obstore
+
+        def fetch() -> tuple[bytes, str | None]:
+            result = obstore.get(self._handle(), self.where.key(name))
+            return bytes(result.bytes()), result.meta.get("e_tag")
+
+        data, etag = self._retried(name, fetch)
+        self._count(1, 0, len(data))
+        return data, etag
+
+    def get_range(self, name: str, start: int, end: int, etag: str | None, into: memoryview | None = None) -> bytes | None:
+        """Bytes ``[start, end)`` of object *name* (into *into* when given); *etag*: the object must still be that one."""
+        import obstore
+
+        options: dict[str, Any] = {"range": (start, end)}
+        if etag:
+            options["if_match"] = etag
+
+        def fetch() -> Any:
+            return obstore.get(self._handle(), self.where.key(name), options=options).bytes()  # type: ignore[arg-type]
+
+        data = self._retried(name, fetch)
+        if len(data) != end - start:
+            raise DataError(
+                f"{self.where.url}/{name}: a range of {end - start} bytes from {start} returned {len(data)}; "
+                "the object is shorter than the store's header records (it changed): open the store again"
+            )
+        self._count(1, 1, end - start)
+        if into is None:
+            return bytes(data)
+        into[:] = memoryview(data)
+        return None
+
+    def put(self, name: str, data: bytes | os.PathLike[str]) -> str | None:
+        """Upload *data* (bytes, or a local file's path) as object *name*; its ETag."""
+        from pathlib import Path
+
+        import obstore
+
+        body: Any = Path(data) if isinstance(data, os.PathLike) else data
+        result = self._retried(name, lambda: obstore.put(self._handle(), self.where.key(name), body))
+        STATS.add(puts=1)
+        return result.get("e_tag")  # type: ignore[no-any-return]
+
+    def _count(self, requests: int, ranges: int, size: int) -> None:
+        STATS.add(requests=requests, ranges=ranges, size=size)
+
+    def _retried(self, name: str, call: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return call()
+            except Exception as err:
+                status = _status(err)
+                if not _retryable(err, status) or attempt >= self.retries:
+                    raise self._failure(name, err, status, attempt + 1) from None
+                attempt += 1
+                STATS.add(retries=1)
+                pause = min(2.0, self.backoff * 2 ** (attempt - 1)) * (0.5 + random.random())
+                log.warning(
+                    "%s/%s: %s; retry %d of %d in %.2fs", self.where.url, name, self._short(err), attempt, self.retries, pause
+                )
+                time.sleep(pause)
+
+    def _failure(self, name: str, err: Exception, status: int | None, attempts: int) -> DataError:
+        where = f"{self.where.url}/{name}"
+        text = self._clean(err)
+        kind = type(err).__name__
+        if kind == "PreconditionError" or status == 412:
+            return DataError(f"{where}: the object changed since the store was opened (its ETag differs); open the store again")
+        if isinstance(err, FileNotFoundError) or kind == "NotFoundError" or status == 404:
+            if "NoSuchBucket" in text:
+                return StoreError(f"{self.where.scheme}://{self.where.bucket}: no such bucket; check the address")
+            return StoreError(f"{where}: no such object; check the address (is a store there?)")
+        if isinstance(err, PermissionError) or kind in ("PermissionDeniedError", "UnauthenticatedError") or status in (401, 403):
+            return StoreError(f"{where}: access denied (status {status or '?'}); check the credentials and their permissions")
+        tried = f" after {attempts} attempts" if attempts > 1 else ""
+        return StoreError(f"{where}: request failed{tried} ({self._short(err)})")
+
+    def _clean(self, err: Exception) -> str:
+        text = str(err)
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def _short(self, err: Exception) -> str:
+        first = self._clean(err).splitlines()[0] if str(err) else type(err).__name__
+        return first[:300]
+
+
+def _status(err: Exception) -> int | None:
+    found = _STATUS.search(str(err))
+    return int(found.group(1)) if found else None
+
+
+def _retryable(err: Exception, status: int | None) -> bool:
+    """Timeouts, 5xx, 408/429 and connection failures: retried; anything else answers for itself."""
+    if isinstance(err, (FileNotFoundError, PermissionError, DataError)):
+        return False
+    if type(err).__name__ in (
+        "PreconditionError",
+        "NotFoundError",
+        "PermissionDeniedError",
+        "UnauthenticatedError",
+        "InvalidPathError",
+        "UnknownConfigurationKeyError",
+        "NotSupportedError",
+    ):
+        return False
+    if status is not None:
+        return (status >= 500 and status != 501) or status in (408, 429)
+    return True  # no status: the connection dropped, timed out or was refused

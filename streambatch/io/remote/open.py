@@ -1,0 +1,172 @@
+"""Open a store in object storage: header, offsets, ids and partitions fetched once; tokens on demand.
+
+The header is read and checked as a local one is (`streambatch.io.store_header`).
+Each object's size is checked against the header, and against the sizes and
+ETags the uploader recorded (``objects`` in the header, see
+`streambatch.io.remote.upload`); every later ranged GET names that ETag, so an
+object replaced after the open is a `DataError` naming it, never wrong tokens.
+Reading every token byte to check the fingerprint is what a remote open avoids:
+the ETags stand in for it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from typing import IO, Any
+
+import numpy as np
+
+from ...errors import DataError, StoreError
+from ...model.store import DocumentStore
+from ...model.validate import check_offsets
+from ..store_header import HEADER, OFFSETS, TOKENS, header_tokenizer, listed_files, read_header
+from .client import ObjectClient
+from .location import Location
+from .tokens import TokenFile
+
+OBJECTS = "objects"  # header key: {name: {"size": int, "etag": str}} of each uploaded object
+
+
+class RemotePath(str):
+    """A remote address shown in messages as a path is (``where / name`` joins with ``/``)."""
+
+    __slots__ = ()
+
+    def __truediv__(self, name: str) -> RemotePath:
+        return RemotePath(f"{self.rstrip('/')}/{name}")
+
+
+def open_remote_store(
+    url: str,
+    *,
+    options: Mapping[str, Any] | None = None,
+    prefetch: int | None = None,
+    cache_dir: Any = None,
+    cache_bytes: int | None = None,
+    retries: int = 5,
+    timeout: float = 30.0,
+) -> DocumentStore:
+    """Open the store at *url* (``s3://``, ``gs://``, ``https://``): every failure is one `StoreError` or `DataError` line.
+
+    *options* configure the client (credentials, ``endpoint``, ``region``, ``skip_signature``; the
+    environment's are the defaults); *prefetch* fixes how many batches are fetched ahead (default:
+    chosen from the measured latency and rate); *cache_dir* and *cache_bytes* keep fetched blocks on
+    disk within that many bytes (`streambatch.io.remote.cache`); *retries* bounds the retries of a
+    request that timed out (*timeout* seconds), failed with 5xx or lost its connection.
+    """
+    where = Location.parse(url, options)
+    client = ObjectClient(where, retries=retries, timeout=timeout)
+    return open_at(client, prefetch=prefetch, cache=_cache(cache_dir, cache_bytes))
+
+
+def _cache(cache_dir: Any, cache_bytes: int | None) -> Any:
+    if cache_dir is None:
+        if cache_bytes is not None:
+            raise StoreError(f"cache_bytes={cache_bytes} needs cache_dir: pass the folder to keep fetched blocks in")
+        return None
+    from .cache import BlockCache
+
+    return BlockCache(cache_dir, cache_bytes)
+
+
+def open_at(client: ObjectClient, *, prefetch: int | None = None, cache: Any = None) -> DocumentStore:
+    """Open the store *client* reaches (see `open_remote_store`)."""
+    root = RemotePath(client.where.url)
+    with _spooled(client, HEADER) as (handle, _):
+        header, dtype, tokens_count, docs_count, fingerprint = read_header(handle, root / HEADER)  # type: ignore[arg-type]
+    found = header.get(OBJECTS)
+    recorded: dict[str, Any] = found if isinstance(found, dict) else {}
+    tokens_size, tokens_etag = client.head(TOKENS)
+    _check(root / TOKENS, tokens_size, tokens_count * dtype.itemsize, f"{tokens_count} tokens of {dtype.name}")
+    _check_recorded(root / TOKENS, recorded.get(TOKENS), tokens_size, tokens_etag)
+    with _spooled(client, OFFSETS) as (handle, etag):
+        size = len(handle.read())
+        _check(root / OFFSETS, size, (docs_count + 1) * 8, f"{docs_count + 1} int64 offsets")
+        _check_recorded(root / OFFSETS, recorded.get(OFFSETS), size, etag)
+        handle.seek(0)
+        offsets = np.fromfile(handle, dtype="<i8")
+    try:
+        offsets = check_offsets(offsets, tokens_count, "offsets")
+    except DataError as err:
+        raise StoreError(f"{root / OFFSETS}: {err}") from err
+    from ..store_reader import _read_documents
+
+    listed = listed_files(header, root / HEADER)  # type: ignore[arg-type]
+    spooled = [_spooled(client, name) for name in listed]
+    handles = [s.__enter__() for s in spooled]
+    try:
+        for name, (handle, etag) in zip(listed, handles, strict=True):
+            _check_recorded(root / name, recorded.get(name), _size(handle), etag)
+        ids, codes = _read_documents(root, header, root / HEADER, docs_count, [h for h, _ in handles])  # type: ignore[arg-type]
+    finally:
+        for s in spooled:
+            s.__exit__(None, None, None)
+    settings: dict[str, Any] = {"prefetch": prefetch, "cache": cache}
+    tokens: Any = (
+        TokenFile(client, TOKENS, dtype, tokens_count, tokens_etag, **settings).array() if tokens_count else np.zeros(0, dtype)
+    )
+    tokenizer = header_tokenizer(header, root / HEADER)  # type: ignore[arg-type]
+    return DocumentStore.from_checked(tokens, offsets[:-1], np.diff(offsets), ids, codes, fingerprint, tokenizer)
+
+
+def open_remote_manifest(url: str, remote: Mapping[str, Any]) -> tuple[Any, Any]:
+    """A remote corpus manifest's decoded JSON, and where each of its shards is (an address beside it)."""
+    from ..bounded_json import read_json_header
+
+    where = Location.parse(url, remote.get("options"))
+    folder = where.parent()
+    client = ObjectClient(folder, retries=remote.get("retries", 5), timeout=remote.get("timeout", 30.0))
+    name = where.prefix.rpartition("/")[2]
+    with _spooled(client, name) as (handle, _):
+        manifest = read_json_header(handle, where.url, "corpus manifest", "write it again", error=StoreError)
+    return manifest, lambda relative: folder.child(relative).url
+
+
+class _spooled:
+    """A small object fetched once into an anonymous temporary file (the local readers take files)."""
+
+    def __init__(self, client: ObjectClient, name: str) -> None:
+        self.client, self.name = client, name
+        self.handle: IO[bytes] | None = None
+
+    def __enter__(self) -> tuple[IO[bytes], str | None]:
+        data, etag = self.client.get(self.name)
+        self.handle = tempfile.TemporaryFile()
+        self.handle.write(data)
+        self.handle.flush()
+        self.handle.seek(0)
+        return self.handle, etag
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
+def _size(handle: IO[bytes]) -> int:
+    handle.seek(0, 2)
+    size = handle.tell()
+    handle.seek(0)
+    return size
+
+
+def _check(where: str, actual: int, expected: int, what: str) -> None:
+    if actual != expected:
+        state = "truncated" if actual < expected else "longer than the header says"
+        raise DataError(
+            f"{where}: size {actual} bytes but the header describes {what} ({expected} bytes): {state}; upload the store again"
+        )
+
+
+def _check_recorded(where: str, record: Any, size: int, etag: str | None) -> None:
+    """The object's size and ETag against what the uploader recorded (nothing recorded: nothing to check)."""
+    if not isinstance(record, dict):
+        return
+    if record.get("size") is not None and record["size"] != size:
+        raise DataError(
+            f"{where}: size {size} bytes but the header records {record['size']}: the object was replaced; upload the store again"
+        )
+    if record.get("etag") and etag and record["etag"] != etag:
+        raise DataError(
+            f"{where}: ETag {etag} but the header records {record['etag']}: the object was replaced; upload the store again"
+        )

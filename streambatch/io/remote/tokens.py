@@ -1,0 +1,203 @@
+"""A remote store's token array: the whole ``tokens.bin`` as virtual memory, filled by range requests on demand.
+
+`RemoteTokens` is a read-only numpy array over a private anonymous mapping of
+the object's full size (``MAP_NORESERVE``: address space only), so every gather
+runs unchanged on it.  `TokenFile.fill` writes the byte ranges a batch needs
+into the mapping before the batch is gathered (`streambatch.io.remote.prefetch`
+decides which and when); each range is held while some scheduled batch needs
+it and its memory is returned with ``madvise(MADV_DONTNEED)`` once none does,
+so a process holds only the batches in flight.  A pickled `RemoteTokens` (a
+spawned DataLoader worker) travels as its address and ETag, never as bytes;
+a forked one starts with nothing held.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .client import ObjectClient
+
+SLOT = 1 << 16  # bytes per hold count: memory is returned in runs of whole slots no batch in flight touches
+PART = 8 << 20  # the largest single ranged GET (larger ranges are split: parallel requests)
+_WORKERS = 32  # concurrent requests per process
+_POOL: dict[int, ThreadPoolExecutor] = {}
+_POOL_LOCK = threading.Lock()
+
+
+def pool() -> ThreadPoolExecutor:
+    """This process's request threads (made again after a fork)."""
+    pid = os.getpid()
+    with _POOL_LOCK:
+        found = _POOL.get(pid)
+        if found is None:
+            found = _POOL[pid] = ThreadPoolExecutor(_WORKERS, thread_name_prefix="streambatch-fetch")
+        return found
+
+
+class TokenFile:
+    """One remote ``tokens.bin``: its client, size, ETag, the mapping it is read into, and the holds on it."""
+
+    def __init__(
+        self, client: ObjectClient, name: str, dtype: np.dtype[Any], count: int, etag: str | None, **settings: Any
+    ) -> None:
+        self.client, self.name, self.dtype, self.count, self.etag = client, name, dtype, count, etag
+        self.nbytes = count * dtype.itemsize
+        self.settings = settings  # prefetch depth, cache: read by the prefetcher
+        self.cache: Any = settings.get("cache")
+        self._map: mmap.mmap | None = None
+        self._pid = -1
+        self._holds = np.zeros(0, dtype=np.int32)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"TokenFile({self.client.where.url}/{self.name}, {self.nbytes} bytes)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TokenFile, (self.client, self.name, self.dtype, self.count, self.etag), {"settings": self.settings})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.settings = state["settings"]
+        self.cache = self.settings.get("cache")
+
+    def array(self) -> RemoteTokens:
+        """The token array over this file's mapping (made on first use)."""
+        view = np.frombuffer(self._mapping(), dtype=self.dtype, count=self.count)
+        tokens: RemoteTokens = view.view(RemoteTokens)
+        tokens.remote = self
+        tokens.flags.writeable = False
+        return tokens
+
+    def _mapping(self) -> mmap.mmap:
+        if self._map is None:
+            flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_NORESERVE", 0)
+            self._map = mmap.mmap(-1, max(self.nbytes, 1), flags=flags)
+            self._holds = np.zeros(-(-self.nbytes // SLOT) or 1, dtype=np.int32)
+            self._pid = os.getpid()
+        elif self._pid != os.getpid():  # a forked child: nothing it inherited is held for it
+            with self._lock:
+                self._holds[:] = 0
+                self._pid = os.getpid()
+        return self._map
+
+    # -- holds ---------------------------------------------------------------------------
+    def hold(self, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Hold the slots of byte ranges ``[starts, ends)`` (none released until `release`); the slots held."""
+        self._mapping()
+        slots = _slots(starts, ends)
+        with self._lock:
+            np.add.at(self._holds, slots, 1)
+        return slots
+
+    def release(self, slots: npt.NDArray[np.int64]) -> None:
+        """Drop the holds of *slots*; return the memory of every slot no longer held."""
+        if not slots.size:
+            return
+        with self._lock:
+            np.subtract.at(self._holds, slots, 1)
+            free = slots[self._holds[slots] == 0]
+            if free.size:
+                free = np.unique(free)
+                cuts = np.flatnonzero(np.diff(free) != 1) + 1
+                mapping = self._map
+                assert mapping is not None
+                for run in np.split(free, cuts):
+                    lo = int(run[0]) * SLOT
+                    hi = min((int(run[-1]) + 1) * SLOT, len(mapping))
+                    mapping.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+    def held_bytes(self) -> int:
+        """Bytes of the mapping held now (slots some scheduled batch needs)."""
+        return int(np.count_nonzero(self._holds)) * SLOT
+
+    # -- fetching ------------------------------------------------------------------------
+    def fetch(self, starts: Sequence[int], ends: Sequence[int]) -> list[Future[None]]:
+        """Start fetching byte ranges ``[starts, ends)`` into the mapping (held by the caller); one future per GET."""
+        mapping = memoryview(self._mapping())
+        futures = []
+        for start, end in zip(starts, ends, strict=True):
+            for lo in range(start, end, PART):
+                hi = min(lo + PART, end)
+                futures.append(pool().submit(self._fill, mapping, lo, hi))
+        return futures
+
+    def _fill(self, mapping: memoryview, lo: int, hi: int) -> None:
+        if self.cache is not None and self.cache.read(self, lo, hi, mapping[lo:hi]):
+            return
+        self.client.get_range(self.name, lo, hi, self.etag, into=mapping[lo:hi])
+        if self.cache is not None:
+            self.cache.write(self, lo, hi, mapping[lo:hi])
+
+
+class RemoteTokens(np.ndarray):
+    """A read-only token array whose bytes a `TokenFile` fetches on demand; pickles as the file, not its bytes."""
+
+    remote: TokenFile | None
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.remote = getattr(obj, "remote", None)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        remote = self.remote
+        if remote is not None and self.size == remote.count and self.ndim == 1:
+            return (_reopen, (remote,))
+        plain: tuple[Any, ...] = np.asarray(self).__reduce__()  # type: ignore[assignment]
+        return plain
+
+
+def _reopen(remote: TokenFile) -> RemoteTokens:
+    return remote.array()
+
+
+def remote_file(tokens: Any) -> TokenFile | None:
+    """The `TokenFile` behind a store's *tokens*, or None for local tokens."""
+    return getattr(tokens, "remote", None) if isinstance(tokens, RemoteTokens) else None
+
+
+def _slots(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    first, last = starts // SLOT, (ends - 1) // SLOT
+    counts = last - first + 1
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.repeat(np.cumsum(counts) - counts, counts)
+    slots: npt.NDArray[np.int64] = np.repeat(first, counts) + (np.arange(total) - offsets)
+    return slots
+
+
+def coalesce(
+    starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], gap: int, spare: float = 0.04
+) -> tuple[list[int], list[int]]:
+    """Sorted, merged byte ranges: overlapping ranges become one, and so do ranges at most *gap* bytes apart,
+    smallest gaps first, while the gap bytes fetched stay within *spare* of the bytes needed.
+
+    >>> coalesce(np.array([0, 10, 100]), np.array([5, 20, 110]), gap=8, spare=1.0)
+    ([0, 100], [20, 110])
+    >>> coalesce(np.array([0, 10, 100]), np.array([5, 20, 110]), gap=8, spare=0.0)
+    ([0, 10, 100], [5, 20, 110])
+    """
+    if not starts.size:
+        return [], []
+    order = np.argsort(starts, kind="stable")
+    lo, hi = starts[order], np.maximum.accumulate(ends[order])
+    touching = np.flatnonzero(lo[1:] > hi[:-1]) + 1  # breaks between ranges that do not overlap or touch
+    firsts = np.concatenate([[0], touching])
+    lasts = np.concatenate([touching - 1, [lo.size - 1]])
+    lo, hi = lo[firsts], hi[lasts]
+    gaps = lo[1:] - hi[:-1]
+    budget = spare * float((hi - lo).sum())
+    by_size = np.argsort(gaps, kind="stable")
+    taken = by_size[(np.cumsum(gaps[by_size]) <= budget) & (gaps[by_size] <= gap)]
+    keep = np.ones(gaps.size, dtype=bool)
+    keep[taken] = False  # merged: no break there
+    breaks = np.flatnonzero(keep) + 1
+    firsts = np.concatenate([[0], breaks])
+    lasts = np.concatenate([breaks - 1, [lo.size - 1]])
+    return lo[firsts].tolist(), hi[lasts].tolist()

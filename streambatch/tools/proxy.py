@@ -1,0 +1,115 @@
+"""A TCP proxy on loopback that delays, drops or refuses HTTP requests: what remote reading is tested and measured through.
+
+``LoopbackProxy(port, delay=0.02)`` forwards ``127.0.0.1:proxy.port`` to
+``127.0.0.1:port`` and holds back the first byte of every response until
+*delay* seconds after its request arrived (a link's latency).  *fault*, called
+with each request's number and first line, may answer ``"503"`` (a canned
+``503 Slow Down``), ``"drop"`` (the connection is closed unanswered) or
+``"stall"`` (no answer until the client gives up).  Only loopback addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+
+_METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
+_SLOW_DOWN = b"HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+Fault = Callable[[int, str], "str | None"]
+
+
+class LoopbackProxy:
+    """Forward a loopback port to another, adding *delay* to each response's first byte and the faults *fault* asks for."""
+
+    def __init__(self, port: int, *, delay: float = 0.0, fault: Fault | None = None) -> None:
+        self.target, self.delay, self.fault = port, delay, fault
+        self.requests = 0
+        self.bytes = 0  # response bytes forwarded
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="loopback-proxy", daemon=True)
+
+    def __enter__(self) -> LoopbackProxy:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+        self._thread.join(5)
+
+    async def _shutdown(self) -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        asyncio.get_running_loop().stop()
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``: the endpoint to give a client."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        server = loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=512))
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            server.close()
+            loop.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        except OSError:
+            writer.close()
+            return
+        asked = [0.0, False]  # when the latest request arrived; whether its response has begun
+        done = asyncio.Event()
+
+        async def upstream() -> None:
+            while data := await reader.read(1 << 16):
+                if data.startswith(_METHODS):
+                    self.requests += 1
+                    action = self.fault(self.requests, data.split(b"\r\n", 1)[0].decode(errors="replace")) if self.fault else None
+                    if action == "503":
+                        writer.write(_SLOW_DOWN)
+                        await writer.drain()
+                        break
+                    if action == "drop":
+                        break
+                    if action == "stall":
+                        await asyncio.sleep(3600)
+                    asked[0], asked[1] = time.perf_counter(), False
+                up_writer.write(data)
+                await up_writer.drain()
+            done.set()
+
+        async def downstream() -> None:
+            while data := await up_reader.read(1 << 16):
+                if not asked[1]:
+                    asked[1] = True
+                    wait = asked[0] + self.delay - time.perf_counter()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                self.bytes += len(data)
+                writer.write(data)
+                await writer.drain()
+            done.set()
+
+        tasks = [asyncio.ensure_future(upstream()), asyncio.ensure_future(downstream())]
+        with contextlib.suppress(Exception):
+            await done.wait()
+        for task in tasks:
+            task.cancel()
+        for stream in (writer, up_writer):
+            with contextlib.suppress(Exception):
+                stream.close()
