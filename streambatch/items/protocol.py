@@ -211,6 +211,24 @@ class PlannedItems(Sequence[int]):
         """Every item of the whole space, in the natural order."""
         return type(self)(self._space)
 
+    ITEM = "item"  # one item, as a message names it
+
+    def plan_key_fields(self) -> dict[str, Any]:
+        """What names a plan file of these items, besides the seed (`streambatch.stages.plan.plan_key`)."""
+        raise NotImplementedError
+
+    def fill_plan(self, values: npt.NDArray[Any]) -> None:
+        """Write every item's plan entry, in the natural order, into *values* (in bounded blocks): its number."""
+        for lo in range(0, values.size, ITER_BLOCK):
+            hi = min(lo + ITER_BLOCK, values.size)
+            values[lo:hi] = np.arange(lo, hi, dtype=values.dtype)
+
+    def plan_entries(self, block: npt.NDArray[np.integer], total: int) -> npt.NDArray[np.int64]:
+        """Each plan entry's item number, -1 where the entry names no item of the *total* (a number past the last)."""
+        numbers = block.astype(np.int64)
+        numbers[(numbers < 0) | (numbers >= total)] = -1
+        return numbers
+
     @property
     def whole_count(self) -> int:
         """Items of the whole space (every window, or every packed row), in any order."""
