@@ -317,10 +317,6 @@ def read_litdata(url: str, context: int, batch: int, seed: int, cache: Path) -> 
 
 
 def child(args: argparse.Namespace) -> None:
-    if os.environ.get("BENCH_TRACE"):
-        import faulthandler
-
-        faulthandler.dump_traceback_later(float(os.environ["BENCH_TRACE"]), exit=False)
     if args.child == "mosaic":
         _stub_torchvision()
     name, _, depth = args.child.partition("@")  # streambatch@N: prefetch fixed at N batches
@@ -371,8 +367,6 @@ def run(reader: str, url: str, proxy: str, counts: Any, args: argparse.Namespace
     with counts.get_lock():
         counts[:] = [0] * len(COUNTERS)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout, check=False)
-    if os.environ.get("BENCH_TRACE"):
-        Path(os.environ["BENCH_TRACE_FILE"]).write_text(done.stderr)
     if done.returncode:
         raise SystemExit(f"{reader} failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -395,7 +389,7 @@ def table(results: dict[str, list[dict[str, Any]]], needed: int) -> str:
         cells = []
         for key, _, fmt in cols:
             value, ref = med(name, key), med(base, key)
-            cells += [fmt.format(value), f"{value / ref:.2f}" if ref else "-"]
+            cells += [fmt.format(value), f"{value / ref:.3g}" if ref else "-"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append(f"\nbytes the epoch's windows hold: {needed:,}; runs per reader: {len(results[base])} (medians)")
     return "\n".join(lines)
