@@ -2,7 +2,7 @@
 
 Optional: where they cannot be compiled, the install still succeeds and each
 stage falls back to numpy or exact Python: see ``streambatch.stages.shuffle.BACKEND``,
-``streambatch.items.pack.pack.BACKEND``, ``streambatch.items.pack.rows.GATHER_BACKEND`` and ``streambatch.items.mix._mix_order.BACKEND``.
+``streambatch.items.pack.pack.BACKEND``, ``streambatch.items.pack.rows.GATHER_BACKEND`` and ``streambatch.items.mix.order.BACKEND``.
 """
 
 from setuptools import Extension, setup
@@ -14,11 +14,19 @@ try:  # the packed gather makes its batch's numpy arrays itself (numpy's C API)
 except ImportError:  # no numpy at build time: that extension fails to build and numpy gathers instead
     NUMPY_INCLUDE = []
 
+HEADERS = ["streambatch/_buffers.h"]  # the buffer checks every kernel shares (also shipped as package data)
+
 setup(
     ext_modules=[
-        Extension("streambatch._fisher_yates", sources=["streambatch/_fisher_yates.c"], optional=True),
-        Extension("streambatch._best_fit", sources=["streambatch/_best_fit.c"], optional=True),
-        Extension("streambatch._mix_order", sources=["streambatch/_mix_order.c"], optional=True),
-        Extension("streambatch._row_gather", sources=["streambatch/_row_gather.c"], include_dirs=NUMPY_INCLUDE, optional=True),
+        Extension("streambatch._fisher_yates", sources=["streambatch/_fisher_yates.c"], depends=HEADERS, optional=True),
+        Extension("streambatch._best_fit", sources=["streambatch/_best_fit.c"], depends=HEADERS, optional=True),
+        Extension("streambatch._mix_order", sources=["streambatch/_mix_order.c"], depends=HEADERS, optional=True),
+        Extension(
+            "streambatch._row_gather",
+            sources=["streambatch/_row_gather.c"],
+            depends=HEADERS,
+            include_dirs=NUMPY_INCLUDE,
+            optional=True,
+        ),
     ]
 )

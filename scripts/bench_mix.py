@@ -52,9 +52,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's streambatch, not an installed one
 
 import streambatch as sb
-from streambatch.items.mix import _mix_order
-from streambatch.items.mix.mix import integer_weights, plan_mix
+from streambatch.items.mix import order as _mix_order
 from streambatch.items.mix.mixture import mix
+from streambatch.items.mix.plan import integer_weights, plan_mix
 
 PIPE_SIZES = [10**6, 3 * 10**6, 10**7]
 PIPE_WEIGHTS = [0.6, 0.3, 0.1]

@@ -174,7 +174,7 @@ def peak():  # this process's own peak RSS in bytes (VmHWM: ru_maxrss would inhe
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 import numpy as np
 from tokenizers import Tokenizer
-from streambatch.read.tokenizers import HFTokenizer
+from streambatch.read.text.tokenizers import HFTokenizer
 tok = Tokenizer.from_file(sys.argv[1])
 text = open(sys.argv[2], encoding="utf-8").read()
 base, start = peak(), time.perf_counter()

@@ -3,13 +3,23 @@
 
     python scripts/train_tiny_lm.py                  # one process, ~1 minute on 2 CPU cores
     python scripts/train_tiny_lm.py --pack           # packed rows, document-masked attention
-    python scripts/train_tiny_lm.py --world-size 2   # data-parallel on gloo, same token means
+    python scripts/train_tiny_lm.py --world-size 2   # DistributedDataParallel on gloo, same token means
+    python scripts/train_tiny_lm.py --sft --world-size 2   # a loss mask: only each file's second half trains
     torchrun --nproc-per-node 2 scripts/train_tiny_lm.py --torchrun
 
 The corpus goes through the byte-level tokenizer into a streambatch store; each
-epoch is a seeded streambatch order; every batch is split into micro-batches whose
-summed losses and gradients are merged (and all-reduced across ranks) before one
-division by the batch's real target-token count.
+epoch is a seeded streambatch order.  With more than one rank the model is
+wrapped in DistributedDataParallel; every rank's share of a batch is split into
+micro-batches (all but the last under ``no_sync``), each one's summed loss
+scaled by `sbt.token_mean_loss` with the batch's ``global_token_count`` (the
+counted targets of the whole batch over every rank, known from the plan), so
+DDP's own gradient averaging leaves the exact token mean: no other collective.
+
+``--sft`` trains on a masked corpus, the supervised fine-tuning case: each
+file's first half is the "prompt" (never a target), its second half the
+"completion".  The mask is built here from each row's provenance, and the
+whole batch's count from the plan's window positions alone (no tokens), the
+same on every rank; a rank whose rows are all prompt still joins every step.
 
 ``--pack`` trains on packed rows (`sb.Epoch(..., pack=True)`): every target of
 every file, pieces packed best-fit into rows, attention kept inside each
@@ -22,24 +32,29 @@ share of the corpus's targets an epoch trains on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import sysconfig
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 import streambatch as sb
 import streambatch.torch as sbt
 from streambatch.io.store import open_store
 from streambatch.prepare import prepare_store
-from streambatch.read.byte_tokens import BYTE_VOCAB_SIZE
+from streambatch.read.text.byte_tokens import BYTE_VOCAB_SIZE
+from streambatch.torch.tensors import IGNORE_INDEX
 
 
 class TinyTransformer(nn.Module):
@@ -86,10 +101,38 @@ def stdlib_files(max_bytes: int) -> list[Path]:
     return chosen
 
 
+class PromptMask:
+    """The ``--sft`` loss mask: target position ``p`` of a document trains when ``p >= prompt[document]``."""
+
+    def __init__(self, store: sb.DocumentStore, context_length: int) -> None:
+        self.prompt = store.lengths // 2  # the first half of each file is its prompt
+        self.T = context_length
+
+    def rows(self, documents: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """``(w, T)`` bool: which targets of windows at *documents*, *starts* train (target j is token start + 1 + j)."""
+        at = starts[:, None] + 1 + np.arange(self.T)
+        return at >= self.prompt[documents][:, None]  # type: ignore[no-any-return]
+
+    def counted(self, documents: np.ndarray, starts: np.ndarray) -> int:
+        """Trained targets of those windows, by arithmetic on the plan's positions (no mask array, no token)."""
+        first = np.maximum(starts + 1, self.prompt[documents])
+        return int(np.clip(starts + self.T + 1 - first, 0, self.T).sum())
+
+
+def micro_steps(model: nn.Module, batch: sbt.TensorBatch, rows: int, extra: tuple[torch.Tensor, ...]) -> list[Any]:
+    """This rank's micro-batches of its share; one (empty) even with no rows, so it joins DDP's all-reduce."""
+    size = max(1, rows)
+    pieces = [batch.inputs.split(size), batch.targets.split(size), *(t.split(size) for t in extra)]
+    steps = list(zip(*pieces, strict=True)) or [(batch.inputs, batch.targets, *extra)]
+    sync = getattr(model, "no_sync", None)
+    return [(piece, contextlib.nullcontext() if k == len(steps) - 1 or sync is None else sync()) for k, piece in enumerate(steps)]
+
+
 def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str) -> None:
     torch.manual_seed(0)  # the same initial weights on every rank
     torch.set_num_threads(max(1, args.threads // world_size))
     store = open_store(store_path)
+    mask = PromptMask(store, args.context_length) if args.sft else None
     if args.pack:
         epoch = sb.Epoch(store, context_length=args.context_length, batch_size=args.batch_size, seed=args.seed, pack=True)
         covered, targets = epoch.windows.report.targets, epoch.windows.report.targets
@@ -99,9 +142,14 @@ def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str)
         )
         covered = epoch.window_count * args.context_length
         targets = int((store.lengths - 1).clip(min=0).sum())
+        if mask is not None:  # only the completions' targets count
+            documents, starts = epoch.windows.locate()
+            covered = mask.counted(documents, starts)
+            targets = int((store.lengths - np.maximum(mask.prompt, 1)).clip(min=0).sum())
     dataset = sbt.EpochDataset(epoch, rank=rank, world_size=world_size)
     loader = DataLoader(dataset, batch_size=None, num_workers=0)
-    model = TinyTransformer(args.context_length)
+    plain = TinyTransformer(args.context_length)
+    model: nn.Module = DistributedDataParallel(plain) if world_size > 1 else plain
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     if rank == 0:
         items = "packed rows" if args.pack else "windows"
@@ -109,21 +157,33 @@ def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str)
             f"corpus: {len(store)} files, {store.tokens.size:,} byte tokens; {dataset.epoch.window_count:,} {items} of "
             f"T={args.context_length}, {len(dataset)} batches of <= {args.batch_size} per epoch; world size {world_size}"
         )
-        mode = "pack" if args.pack else "windows"
+        mode = "pack" if args.pack else "sft" if args.sft else "windows"
         print(f"mode: {mode}: an epoch trains on {covered:,} of {targets:,} targets ({covered / targets:.1%})")
     for number in range(args.epochs):
         dataset.set_epoch(number)
-        loss_sum, tokens, steps, started = 0.0, 0, 0, time.perf_counter()
+        chunks = dataset.epoch.chunks()  # this epoch's whole batches, as plan views (no tokens)
+        local_sum, tokens, steps, started = torch.zeros((), dtype=torch.float64), 0, 0, time.perf_counter()
         for batch in loader:
+            count = batch.global_token_count  # the whole batch over every rank: from the plan, no collective
+            if mask is not None:  # the script's own mask: -100 at prompt targets, the whole batch's count from the plan
+                count = mask.counted(*chunks[batch.index].locate())
+                positions = batch.positions.numpy().astype(np.int64)
+                documents = np.searchsorted(store.starts, positions, side="right") - 1
+                keep = mask.rows(documents, positions - store.starts[documents])
+                batch.targets.masked_fill_(~torch.from_numpy(keep), IGNORE_INDEX)
             optimizer.zero_grad(set_to_none=True)
             extra = (batch.segment_ids, batch.position_ids) if args.pack else ()
-            step = sbt.token_mean_backward(
-                model, batch.inputs, batch.targets, micro_batch_rows=args.micro_batch_rows, row_inputs=extra
-            )
+            for (inputs, targets, *rows), sync in micro_steps(model, batch, args.micro_batch_rows, extra):
+                with sync:
+                    loss_sum = sbt.cross_entropy_sum(model, inputs, targets, *rows)
+                    sbt.token_mean_loss(loss_sum, count=count, world_size=world_size).backward()
+                local_sum += loss_sum.detach().to(torch.float64)  # raw sums over the epoch; divided once below
             optimizer.step()
-            loss_sum += step.loss_sum  # raw sums over the epoch; divided once below
-            tokens += step.token_count  # this step's real targets (all ranks): padding never counts
+            tokens += count  # this step's counted targets (all ranks): padding and prompts never count
             steps += 1
+        if world_size > 1:  # for the report only, once an epoch: the training steps need no collective of their own
+            dist.all_reduce(local_sum)
+        loss_sum = float(local_sum)
         if rank == 0:
             seconds = time.perf_counter() - started
             print(
@@ -155,7 +215,10 @@ def main() -> None:
     parser.add_argument("--world-size", type=int, default=1, help="data-parallel ranks on gloo (spawned here)")
     parser.add_argument("--torchrun", action="store_true", help="ranks come from torchrun's environment")
     parser.add_argument("--pack", action="store_true", help="packed rows with document-masked attention (every target)")
+    parser.add_argument("--sft", action="store_true", help="a loss mask: each file's first half is a prompt, never a target")
     args = parser.parse_args()
+    if args.sft and args.pack:
+        parser.error("--sft takes windows (the script builds its mask from each window's provenance); drop --pack")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         store_path = os.path.join(tmp, "stdlib")

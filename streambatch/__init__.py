@@ -21,7 +21,6 @@ position the checkpoint (``state_dict`` / ``load_state_dict``).
 [(2, 2), (1, 2)]
 """
 
-from . import _deprecated
 from .epoch import Epoch
 from .errors import AccumulationError, ConfigError, DataError, StateError, StreamBatchError
 from .io.manifest import open_corpus, write_corpus
@@ -45,7 +44,7 @@ from .stages.reduce import TokenContribution, TokenMean, TokenMeanAccumulator, T
 from .stages.share import share, split_rows
 from .stages.shuffle import shuffle
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "AccumulationError",
@@ -86,5 +85,3 @@ __all__ = [
     "write_corpus",
     "write_store",
 ]
-
-__getattr__ = _deprecated.module_getattr(globals())

@@ -15,6 +15,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "_buffers.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -94,23 +96,10 @@ DEFINE_SHUFFLE(shuffle_i64, int64_t)
 
 /* The buffer's element type: 4 (uint32), 8 (64-bit integer) or 0 (refused). */
 static int element_kind(const Py_buffer *view) {
-    const char *format = view->format;
-    if (format == NULL) {
-        return 0;
-    }
-    if (*format == '@' || *format == '=' || *format == (PY_LITTLE_ENDIAN ? '<' : '>')) {
-        format++;
-    }
-    if (format[0] == '\0' || format[1] != '\0') {
-        return 0;
-    }
-    if (view->itemsize == 4 && (*format == 'I' || (*format == 'L' && sizeof(unsigned long) == 4))) {
+    if (sb_buffer_is(view, SB_UINT32_KINDS, 4)) {
         return 4;
     }
-    if (view->itemsize == 8 && strchr("qQlL", *format) != NULL) {
-        return 8;
-    }
-    return 0;
+    return sb_buffer_is(view, "qQlL", 8) ? 8 : 0;
 }
 
 PyDoc_STRVAR(shuffle_doc,

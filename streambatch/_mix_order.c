@@ -23,6 +23,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "_buffers.h"
 #include <stdint.h>
 #include <string.h>
 

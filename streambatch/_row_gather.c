@@ -40,6 +40,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "_buffers.h"
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 #include <stdint.h>
@@ -65,11 +67,7 @@ typedef struct {
 #define IOTA_LIMIT (1 << 16)
 
 static int kind_is(const Py_buffer *view, const char *kinds, Py_ssize_t itemsize) {
-    const char *format = view->format ? view->format : "B";
-    if (*format == '<' || *format == '=' || *format == '@') {
-        format++;
-    }
-    return view->itemsize == itemsize && format[0] != '\0' && format[1] == '\0' && strchr(kinds, format[0]) != NULL;
+    return sb_buffer_is(view, kinds, itemsize);
 }
 
 static void gatherer_release(Gatherer *self) {

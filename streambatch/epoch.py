@@ -12,70 +12,31 @@ import enum
 import os
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ._checks import check_non_negative, check_positive, check_seed
+from .config import EpochConfig, items_of
 from .errors import ConfigError
-from .items.mix.mix_source import as_mixture
-from .items.mix.mixture import Mixture
-from .items.pack.rows import Rows, pack
+from .io.keyed_file import check_plan_dir
+from .items.pack.pack import check_emittable
 from .items.windows.window_index import WindowConfig, WindowIndex
-from .items.windows.windows import Windows, windows
+from .items.windows.windows import Windows
 from .model.documents import Partition
 from .model.source import TokenSource
 from .stages.batch import MiniBatch
 from .stages.chunk import Chunks, batch_count, batch_widths, chunk
 from .stages.materialize import Batches, materialize
-from .stages.plan import check_plan_dir, plan_file
+from .stages.plan import plan_file
 from .stages.share import share
 from .stages.shuffle import shuffle
 from .stages.splitmix import derive_seed
 from .state import check_index
 
 __all__ = ["Epoch", "derive_seed"]
-
-
-def epoch_windows(
-    source: Any,
-    context_length: int | None,
-    stride: int | None,
-    partition: Partition | str | None,
-    keep_partition: bool,
-    packed: bool = False,
-    plan_dir: str | os.PathLike[str] | None = None,
-) -> Windows | Rows:
-    """The items a façade reads: ``sb.windows(source, ...)`` (``sb.pack`` when *packed*), or *source* itself.
-
-    Given `Windows` (or `Rows`), the window arguments may be left out; given, they must agree.
-    """
-    if isinstance(source, Windows | Rows):
-        if packed and isinstance(source, Windows):
-            raise ConfigError("pack=True but the source passed is windows; pass the source itself, or sb.pack(source, ...)")
-        given = {"context_length": context_length, "stride": stride}
-        have = {"context_length": source.context_length, "stride": source.config.stride}
-        for key, value in given.items():
-            if value is not None and value != have[key]:
-                raise ConfigError(f"{key}={value!r} but the windows passed have {key}={have[key]}; leave it out or match it")
-        if partition is not None and Partition.parse(partition, "epoch") != source.partition:
-            raise ConfigError(f"partition={partition!r} but the windows passed are of {source.partition.value!r}")
-        return source
-    if context_length is None:
-        raise ConfigError("context_length is required; pass the number of input tokens per window (T)")
-    if packed:
-        if stride is not None:
-            raise ConfigError(f"stride={stride!r} with pack=True; packing cuts pieces at stride T: leave stride out")
-        chosen = Partition.TRAIN if partition is None else partition
-        return pack(source, context_length=context_length, partition=chosen, keep_partition=keep_partition, plan_dir=plan_dir)
-    return windows(
-        source,
-        context_length=context_length,
-        stride=1 if stride is None else stride,
-        partition=Partition.TRAIN if partition is None else partition,
-        keep_partition=keep_partition,
-    )
 
 
 class _Unset(enum.Enum):
@@ -87,11 +48,6 @@ NO_SEED = (
     "Epoch(...) without seed= reads the windows in document order, unshuffled: pass seed=N for a shuffled epoch "
     "(the CLI's --seed N) or seed=None for document order (--sequential); a later release will require seed="
 )
-
-
-def _unordered(given: Windows | Rows) -> Windows | Rows:
-    """The same items in document (row) order."""
-    return Rows(given.space) if isinstance(given, Rows) else Windows(given.space)
 
 
 class Epoch:
@@ -112,10 +68,9 @@ class Epoch:
 
     ``pack=True`` (or `Rows` from `sb.pack` as *source*) is the packed mode: the
     same pipe over ``sb.pack(source, context_length=T)`` (no stride), whose items
-    are rows and whose batches are `streambatch.items.pack.packed_batch.PackedBatch`;
-    ``window_count`` then counts rows.  Over a mixture (``sb.mix`` of ``sb.pack``
-    parts, or a mixture file with ``pack=True``) the batches are packed batches
-    carrying ``sources`` (`streambatch.items.mix.mix_rows.PackedMixtureBatch`).
+    are rows and whose batches are packed `MiniBatch` es; ``item_count`` counts
+    rows.  Over a mixture (``sb.mix`` of ``sb.pack`` parts, or a mixture file with
+    ``pack=True``) the batches are packed batches carrying ``sources``.
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),
@@ -147,37 +102,49 @@ class Epoch:
                 raise ConfigError("pass the source once: source= (documents= is its deprecated name)")
             warnings.warn("Epoch(documents=...) is deprecated; pass the source first, or source=", DeprecationWarning, 2)
             source = documents
-        self.batch_size = check_positive(batch_size, "batch_size", "the number of windows per batch")
-        given_seed = None if isinstance(seed, _Unset) else seed
-        mixture = as_mixture(
-            source, context_length=context_length, stride=stride, partition=partition,
-            keep_partition=keep_partition, seed=given_seed, plan_dir=plan_dir, pack=pack,
-        )  # fmt: skip
-        given = (
-            epoch_windows(source, context_length, stride, partition, keep_partition, pack, plan_dir)
-            if mixture is None
-            else mixture
-        )
+        config = EpochConfig(batch_size, seed, context_length, stride, partition, keep_partition, plan_dir, verify_plan, pack)
+        self._open(source, config, stacklevel=3)
+
+    @classmethod
+    def from_config(cls, source: Any, config: EpochConfig) -> Epoch:
+        """The epoch of *source* under *config* (what `streambatch.Run` builds each epoch with)."""
+        epoch = cls.__new__(cls)
+        epoch._open(source, config, stacklevel=4)
+        return epoch
+
+    def _open(self, source: Any, config: EpochConfig, stacklevel: int) -> None:
+        self.batch_size = check_positive(config.batch_size, "batch_size", "the number of windows per batch")
+        seed = config.seed
+        given = items_of(source, config, None if isinstance(seed, _Unset) else seed)
         if isinstance(seed, _Unset):
             if given.order is None:
-                warnings.warn(NO_SEED, DeprecationWarning, stacklevel=2)
+                warnings.warn(NO_SEED, DeprecationWarning, stacklevel=stacklevel)
             seed = None
         if given.seed is not None and seed is not None and seed != given.seed:
+            if given.orders_itself:
+                raise ConfigError(
+                    f"seed={seed!r} but the mixture passed has seed {given.seed}; leave it out or use mixture.reseeded"
+                )
             raise ConfigError(f"seed={seed!r} but the windows passed are already shuffled with seed {given.seed}")
         self.seed = given.seed if seed is None else check_seed(seed)
-        self.plan_dir = None if plan_dir is None else check_plan_dir(plan_dir)
-        self.verify_plan = bool(verify_plan)  # read the plan file once to check it (digest, entries, repeats)
-        self._order: Windows | Rows | Mixture | None = given if given.order is not None or self.seed is None else None
-        self.windows: Windows | Rows | Mixture = given if given.order is None or isinstance(given, Mixture) else _unordered(given)
-        self.pack = isinstance(given, Rows) or (isinstance(given, Mixture) and given.packed)  # packed rows (sb.pack)
+        self.plan_dir = None if config.plan_dir is None else check_plan_dir(config.plan_dir)
+        self.verify_plan = bool(config.verify_plan)  # read the plan file once to check it (digest, entries, repeats)
+        self.settings = replace(config, seed=self.seed, plan_dir=self.plan_dir, verify_plan=self.verify_plan)
+        self._order: Any = given if given.order is not None or self.seed is None else None
+        self.windows: Any = given if given.order is None else given.unordered()  # a mixture is its own order
+        self.pack: bool = given.packed  # packed rows (sb.pack), alone or mixed
         self.partition: Partition = self.windows.partition
+        if self.pack:  # refuse a batch that cannot be emitted now, not at the first batch
+            stores = [p.store for p in (given.parts if given.orders_itself else (given,))]  # a mixture: its sources'
+            widest = max((s.dtype for s in stores), key=lambda d: np.dtype(d).itemsize)
+            check_emittable(min(self.batch_size, len(given)), self.context_length, widest, batch_size=self.batch_size)
 
     @property
     def store(self) -> TokenSource:
         """The store or corpus the windows read (a mixture has one per source: ``windows.parts[s].store``)."""
-        if isinstance(self.windows, Mixture):
+        if self.windows.orders_itself:
             raise ConfigError("a mixture has one store per source; use epoch.windows.parts[s].store")
-        return self.windows.store
+        return self.windows.store  # type: ignore[no-any-return]
 
     @classmethod
     def from_windows(cls, ordered: Windows, *, batch_size: int) -> Epoch:
@@ -186,25 +153,24 @@ class Epoch:
 
     def reseeded(self, seed: int | None) -> Epoch:
         """The same windows and batching over the same source, in the order of *seed*."""
-        if isinstance(self.windows, Mixture):  # a mixture's epochs: the same plan, source orders of *seed*
-            return Epoch(self.windows.reseeded(self.windows.seed if seed is None else seed), batch_size=self.batch_size)
-        if seed is None:
-            return Epoch(self.windows, batch_size=self.batch_size, seed=None)
-        return Epoch(self.windows, batch_size=self.batch_size, seed=seed, plan_dir=self.plan_dir, verify_plan=self.verify_plan)
+        if self.windows.orders_itself:  # a mixture's epochs: the same plan, source orders of *seed*
+            mixture = self.windows.reseeded(self.windows.seed if seed is None else seed)
+            return Epoch.from_config(mixture, replace(self.settings, seed=mixture.seed))
+        return Epoch.from_config(self.windows, replace(self.settings, seed=seed))
 
     @property
     def config(self) -> WindowConfig:
         """Context length and stride."""
-        return self.windows.config
+        return self.windows.config  # type: ignore[no-any-return]
 
     @property
     def index(self) -> WindowIndex:
-        """The source's window numbering (window mode only; packed epochs have ``windows.packed``)."""
-        if isinstance(self.windows, Rows):
-            raise ConfigError("a packed epoch has no window index; use epoch.windows.packed (the packing) instead")
-        if isinstance(self.windows, Mixture):
+        """The source's window numbering (window mode only; packed epochs have ``windows.packing``)."""
+        if self.windows.orders_itself:
             raise ConfigError("a mixture has one window numbering per source; use epoch.windows.parts[s].window_index")
-        return self.windows.window_index
+        if self.pack:
+            raise ConfigError("a packed epoch has no window index; use epoch.windows.packing (the packing) instead")
+        return self.windows.window_index  # type: ignore[no-any-return]
 
     @property
     def context_length(self) -> int:
@@ -217,33 +183,39 @@ class Epoch:
         return self.config.stride
 
     @property
+    def item_count(self) -> int:
+        """Items in this epoch: windows, packed rows, or a mixture's items."""
+        return len(self.windows)
+
+    @property
     def window_count(self) -> int:
-        """Complete windows in this epoch."""
+        """Complete windows in this epoch (a packed epoch's items are rows: `item_count`)."""
+        if self.pack:
+            raise ConfigError("a packed epoch has rows, not windows; use epoch.item_count")
         return len(self.windows)
 
     @property
     def batch_count(self) -> int:
-        """Batches in this epoch: ``ceil(window_count / batch_size)``."""
-        return batch_count(self.window_count, self.batch_size)
+        """Batches in this epoch: ``ceil(item_count / batch_size)``."""
+        return batch_count(self.item_count, self.batch_size)
 
     @property
     def batch_widths(self) -> list[int]:
         """``[B, ..., B, r]``: the width of every batch."""
-        return batch_widths(self.window_count, self.batch_size)
+        return batch_widths(self.item_count, self.batch_size)
 
     def __len__(self) -> int:
         return self.batch_count
 
     @property
-    def order(self) -> Windows | Rows | Mixture:
+    def order(self) -> Any:
         """The epoch's windows in order: ``shuffle(windows, seed)`` (computed once), or document order.
 
         With *plan_dir* the order is ``plan_file(windows, seed, plan_dir)``: the same
         order, memory-mapped from a plan file computed once for every process.
         """
         if self._order is None:
-            assert self.seed is not None  # sequential epochs hold their order from the start
-            assert not isinstance(self.windows, Mixture)  # so do mixtures
+            assert self.seed is not None  # sequential epochs and mixtures hold their order from the start
             if self.plan_dir is not None:
                 self._order = plan_file(self.windows, self.seed, self.plan_dir, verify=self.verify_plan)
             else:
@@ -253,28 +225,28 @@ class Epoch:
     @property
     def shuffle_state_after(self) -> int | None:
         """SplitMix64 state after the shuffle; ``None`` for sequential order."""
-        return self.order.shuffle_state_after
+        return self.order.shuffle_state_after  # type: ignore[no-any-return]
 
     @property
     def plan_nbytes(self) -> int:
         """Bytes held for the epoch's order (0 for sequential order)."""
-        return self.order.plan_nbytes
+        return self.order.plan_nbytes  # type: ignore[no-any-return]
 
-    def chunks(self) -> Chunks[Windows | Rows | Mixture]:
+    def chunks(self) -> Chunks[Any]:
         """``chunk(order, batch_size)``: the epoch's batches as lazy window (or row) views."""
         return chunk(self.order, self.batch_size)
 
     def batches(self, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Batches:
         """``materialize(share(chunks, ...))``: a lazy sequence of this worker's batches, this rank's rows of each."""
-        return materialize(share(self.chunks(), worker=worker, workers=workers, rank=rank, world_size=world_size))
+        return materialize(share(self.chunks(), worker=worker, workers=workers, rank=rank, world_size=world_size))  # type: ignore[no-any-return]
 
     def window_order(self) -> npt.NDArray[np.integer[Any]]:
         """Global window numbers in epoch order (materialized on request only)."""
-        return self.order.numbers()
+        return self.order.numbers()  # type: ignore[no-any-return]
 
     def batch_windows(self, index: int) -> npt.NDArray[np.integer[Any]]:
         """Window numbers of batch *index*."""
-        return self.chunks()[check_index(index, self.batch_count)].numbers()
+        return self.chunks()[check_index(index, self.batch_count)].numbers()  # type: ignore[no-any-return]
 
     def batch(self, index: int) -> MiniBatch:
         """Materialize batch *index* alone."""
@@ -312,7 +284,7 @@ class Epoch:
             self.partition == other.partition
             and self.config == other.config
             and self.batch_size == other.batch_size
-            and self.window_count == other.window_count
+            and self.item_count == other.item_count
             and self.shuffle_state_after == other.shuffle_state_after
             and all(a == b for a, b in zip(self, other, strict=True))
         )
@@ -323,7 +295,7 @@ class Epoch:
         order = "sequential" if self.seed is None else f"seed={self.seed}"
         if self.pack:
             return (
-                f"Epoch(pack=True, rows={self.window_count}, batches={self.batch_count}, context_length={self.context_length}, "
+                f"Epoch(pack=True, rows={self.item_count}, batches={self.batch_count}, context_length={self.context_length}, "
                 f"batch_size={self.batch_size}, {order}, partition={self.partition.value!r})"
             )
         return (

@@ -55,6 +55,35 @@ class StateError(StreamBatchError):
     """A saved run position is malformed or belongs to another run (corpus, configuration, seed, version)."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises `KeyboardInterrupt` (`streambatch._signals`), so the same cleanup runs.
+
+    Not a `StreamBatchError`: like Ctrl-C it is a request to stop, not a bad input.
+    """
+
+
+class NotRegularFileError(OSError):
+    """A path names a FIFO, device, socket or directory where a regular file is expected (an `OSError`:
+    the store and file readers turn it into a `StoreError` or `DataError` naming the path)."""
+
+
+class StoreFileMissing(Exception):
+    """A store file was not there: raised inside one attempt to open a store, never out of `streambatch.open_store`
+    (the reader turns it into a `StoreError`, or tries again when a writer replaced the store meanwhile)."""
+
+    def __init__(self, name: str, err: OSError) -> None:
+        super().__init__(name)
+        self.name = name
+        self.err = err
+
+
+class WorkerLostError(RuntimeError):
+    """A worker process died (killed, or crashed) while it held some inputs; the run failed, nothing was written.
+
+    Not a refusal of the input (``streambatch prepare`` exits 1, not 2): a `RuntimeError`.
+    """
+
+
 EXTRAS = {  # the optional extras of pyproject.toml and the packages each installs (tests/test_newcomer.py keeps them equal)
     "progress": ("tqdm>=4.60",),
     "torch": ("torch>=2.1", "torchdata>=0.8"),

@@ -22,12 +22,13 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._checks import check_positive
 from ._progress import FileProgress
 from .errors import ConfigError, DataError
 from .io.files import short_path
+from .io.formats import FORMATS, FormatWriter
 from .io.remote.location import is_remote
 from .io.store import StoreWriter
 from .model.documents import Document
@@ -37,7 +38,7 @@ from .read.bin import check_bin_separator
 from .read.blocks import Block, ReadKeywords, ReadOptions, documents, read_options
 from .read.select import InputFile, Selected, parse_shard, select_inputs
 from .read.tasks import Task, file_tasks, run_task
-from .read.workers import Outcome, capped_workers, check_main_guard, check_shareable, run_tasks
+from .read.workers import Outcome, check_main_guard, check_shareable, plan_workers, run_tasks
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -108,14 +109,20 @@ def prepare_store(
     skip_bad: bool = False,
     workers: int = 1,
     quiet: bool = False,
+    format: str = "streambatch",  # noqa: A002 - the CLI's --format
     **read: Unpack[ReadKeywords],
 ) -> DocumentStore:
     """Read *inputs* (files, folders; every format of `streambatch.read.formats`) into a new store at *output*.
 
+    *format* ``"megatron"`` writes Megatron-LM's ``OUTPUT.bin`` + ``OUTPUT.idx``
+    instead, ``"datatrove"`` datatrove's ``OUTPUT.ds`` + ``OUTPUT.ds.index``
+    (`streambatch.io.formats.writer`: the same atomic rules; ids and partitions
+    are not kept, so every document must be in the train partition).
+
     *read* are the reading keywords (`streambatch.read.blocks.ReadKeywords`).
     *tokenizer* (a tokenizer.json path, a `Tokenizer`, any ``str -> ids`` callable;
     bytes by default) tokenizes text, with *bos_id*/*eos_id* around each document
-    (``"auto"``: the tokenizer's own, `streambatch.read.tokenizers.EOS_NAMES`); token
+    (``"auto"``: the tokenizer's own, `streambatch.read.text.tokenizers.EOS_NAMES`); token
     inputs are stored as given.  The header records the tokenizer when one is given
     or when text was tokenized, and every token must fit its vocabulary.  With
     *skip_bad*, a file that cannot be read or holds bad documents is left out
@@ -135,14 +142,26 @@ def prepare_store(
         check_writable(os.fspath(output))
         with tempfile.TemporaryDirectory(prefix="streambatch-upload-") as folder:
             local = Path(folder) / "store"
-            prepare_store(inputs, local, include=include, exclude=exclude, shard=shard, skip_bad=skip_bad, workers=workers, quiet=quiet, **read)
+            prepare_store(
+                inputs,
+                local,
+                include=include,
+                exclude=exclude,
+                shard=shard,
+                skip_bad=skip_bad,
+                workers=workers,
+                quiet=quiet,
+                **read,
+            )
             return upload_store(local, os.fspath(output))
     workers = check_positive(workers, "workers", "the number of processes that tokenize (1: this one)")
+    if format != "streambatch" and format not in FORMATS:
+        raise ConfigError(f"format={short(format)} is not one of streambatch, {', '.join(FORMATS)}; pass one of them")
     opts = read_options(**read)
     if workers > 1:  # what was asked for is checked, then capped: a script that fails elsewhere fails here too
         check_main_guard(workers)
         check_shareable(opts, workers)
-    workers = capped_workers(workers, quiet)
+    split = plan_workers(workers, opts.tokenizer, quiet)
     files = _selected(inputs, include, exclude, shard, opts)
     part = parse_shard(shard)
     header = {"shard": {"index": part[0], "count": part[1]}} if part else {}
@@ -150,8 +169,16 @@ def prepare_store(
     progress = FileProgress(len(files), desc="prepare", progress=False if quiet else None)
     skipped: list[tuple[str, str]] = []
     try:
-        with StoreWriter(output, tokenizer=opts.tokenizer if opts.named_tokenizer else None, header=header) as writer:
-            with contextlib.closing(run_tasks(tasks, opts, workers)) as outcomes:  # closing stops the workers
+        named = opts.tokenizer if opts.named_tokenizer else None
+        writer: StoreWriter | FormatWriter = (
+            StoreWriter(output, tokenizer=named, header=header)
+            if format == "streambatch"
+            else FormatWriter(output, format, tokenizer=named)
+        )
+        with writer:
+            with contextlib.closing(
+                run_tasks(tasks, opts, split.processes, split.threads)
+            ) as outcomes:  # closing stops the workers
                 totals = _write(outcomes, files, writer, opts, skip_bad, skipped, progress)
             if not opts.named_tokenizer and totals.tokenized:
                 if totals.outside:
@@ -168,7 +195,8 @@ def prepare_store(
         print(
             f"prepare: {_count_of(len(files) - len(skipped), 'file')}, {_count_of(len(store), 'document')}, "
             f"{store.token_count:,} tokens, "
-            f"{len(skipped)} skipped, {_left_out(files)}{seconds:.2f} s ({store.token_count / max(seconds, 1e-9):,.0f} tokens/s)",
+            f"{len(skipped)} skipped, {_left_out(files)}{split}, "
+            f"{seconds:.2f} s ({store.token_count / max(seconds, 1e-9):,.0f} tokens/s)",
             file=sys.stderr,
         )
     return store
@@ -188,13 +216,14 @@ def _count_of(count: int, noun: str) -> str:
 def _write(
     outcomes: Iterable[tuple[Task, Outcome]],
     files: list[InputFile],
-    writer: StoreWriter,
+    writer: StoreWriter | FormatWriter,
     opts: ReadOptions,
     skip_bad: bool,
     skipped: list[tuple[str, str]],
     progress: FileProgress,
 ) -> _FileCount:
     totals, count = _FileCount(), _FileCount()
+    mark: Any  # the writer's own kind of mark
     current, mark, failed = -1, writer.mark(), False
     for task, outcome in outcomes:
         if task.file != current:

@@ -29,12 +29,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ._checks import check_non_negative, check_positive, is_integer, short_repr
+from .config import EpochConfig
 from .epoch import Epoch
 from .errors import ConfigError, OutOfRangeError, StateError
-from .items.mix.mixture import Mixture
-from .items.pack.rows import Rows
 from .items.windows.window_index import WindowConfig
-from .items.windows.windows import Windows
 from .model.documents import Partition
 from .model.source import TokenSource
 from .stages.batch import MiniBatch
@@ -84,13 +82,14 @@ class Run:
         verify_plan: bool = False,
         pack: bool = False,
     ) -> None:
+        config = EpochConfig(batch_size, seed, context_length, stride, partition, keep_partition, plan_dir, verify_plan, pack)
+        first = Epoch.from_config(source, config)
+        self._start(first, epochs)
+
+    def _start(self, first: Epoch, epochs: int | None) -> None:
         self._epochs = (
             None if epochs is None else check_non_negative(epochs, "epochs", "the number of epochs, or None for an endless run")
         )
-        first = Epoch(
-            source, context_length=context_length, batch_size=batch_size, stride=stride, seed=seed,
-            partition=partition, keep_partition=keep_partition, plan_dir=plan_dir, verify_plan=verify_plan, pack=pack,
-        )  # fmt: skip
         self._seed = first.seed
         self._current: tuple[int, Epoch] = (0, first)
         self._batches = first.batch_count
@@ -102,15 +101,8 @@ class Run:
         """The run whose epoch 0 is *epoch* (its seed is the run seed); a plan *epoch* already holds is reused."""
         if not isinstance(epoch, Epoch):
             raise ConfigError(f"epoch={short_repr(epoch)} is not a streambatch.Epoch; build one with sb.Epoch(source, ...)")
-        run = cls(
-            epoch.windows,
-            batch_size=epoch.batch_size,
-            seed=epoch.seed,
-            plan_dir=epoch.plan_dir,
-            verify_plan=epoch.verify_plan,
-            epochs=epochs,
-        )
-        run._current = (0, epoch)  # the same epoch: keep the plan it already holds
+        run = cls.__new__(cls)
+        run._start(epoch, epochs)  # the same epoch: keep the plan it already holds
         return run
 
     # -- what the run is ---------------------------------------------------------------
@@ -150,27 +142,30 @@ class Run:
         return self._current[1].pack
 
     @property
-    def windows(self) -> Windows | Rows | Mixture:
+    def windows(self) -> Any:
         """Every window (packed: every row) of the run, in document order (each epoch shuffles these)."""
         return self._current[1].windows
 
     @property
+    def item_count(self) -> int:
+        """Items per epoch: windows, packed rows, or a mixture's items."""
+        return self._current[1].item_count
+
+    @property
     def window_count(self) -> int:
-        """Windows per epoch."""
+        """Windows per epoch (a packed run's items are rows: `item_count`)."""
         return self._current[1].window_count
 
     @property
     def batches_per_epoch(self) -> int:
-        """``ceil(window_count / batch_size)``, the same for every epoch."""
+        """``ceil(item_count / batch_size)``, the same for every epoch."""
         return self._batches
 
     @property
     def fingerprint(self) -> str:
         """The corpus fingerprint recorded in every state: a store's own, else its content fingerprint (computed once)."""
-        if self._fingerprint is None and isinstance(self.windows, Mixture):  # every source's, the weights, the length
+        if self._fingerprint is None:  # a mixture's: every source's, the weights, the length
             self._fingerprint = self.windows.fingerprint
-        if self._fingerprint is None:
-            self._fingerprint = self.store.fingerprint or self.store.content_fingerprint()
         return self._fingerprint
 
     @property
@@ -346,7 +341,7 @@ class Run:
         epoch, batch = self._position
         return (
             f"Run(position=(epoch {epoch}, batch {batch}), {epochs}, "
-            f"{'pack=True, rows' if self.pack else 'windows'}={self.window_count}, "
+            f"{'pack=True, rows' if self.pack else 'windows'}={self.item_count}, "
             f"batches_per_epoch={self._batches}, context_length={self.config.context_length}, stride={self.config.stride}, "
             f"batch_size={self.batch_size}, {order}, partition={self.partition.value!r})"
         )

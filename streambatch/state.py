@@ -73,6 +73,7 @@ class _Batches(_State):
     start: Count
     worker: tuple[Count, Size]
     last: Count | None
+    begin: Count | None = None  # written only after an elastic resume: the iteration began there, not at start
 
 
 class _Output(msgspec.Struct, forbid_unknown_fields=True):

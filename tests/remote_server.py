@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,15 +46,29 @@ def environment(**values: str | None) -> Iterator[None]:
                 os.environ[k] = v
 
 
+_SERVE = """
+import sys, time
+from moto.server import ThreadedMotoServer
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=int(sys.argv[1]), verbose=False)
+server.start()
+print("ready", flush=True)
+sys.stdin.read()  # until the test closes the pipe
+server.stop()
+"""
+
+
 @contextmanager
 def moto_server() -> Iterator[int]:
-    """A moto S3 server on 127.0.0.1 (its port), with credentials in the environment and bucket `BUCKET` made."""
-    server_module = pytest.importorskip("moto.server", reason="moto[server] is not installed (the test extra)")
+    """A moto S3 server (ThreadedMotoServer) on 127.0.0.1 (its port), with credentials in the environment and bucket
+    `BUCKET` made.  It runs in a child process: DataLoader workers fork this one, and a fork must not copy the
+    server's threads mid-request (their locks)."""
+    pytest.importorskip("moto.server", reason="moto[server] is not installed (the test extra)")
     pytest.importorskip("obstore", reason="obstore is not installed (the remote extra)")
     port = free_port()
-    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    child = subprocess.Popen([sys.executable, "-c", _SERVE, str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
         with environment(
             AWS_ACCESS_KEY_ID="testing",
             AWS_SECRET_ACCESS_KEY=SECRET,
@@ -59,13 +76,17 @@ def moto_server() -> Iterator[int]:
             AWS_REGION="us-east-1",
             AWS_DEFAULT_REGION="us-east-1",
         ):
-            import urllib.request
-
             request = urllib.request.Request(f"http://127.0.0.1:{port}/{BUCKET}", method="PUT")
             urllib.request.urlopen(request, timeout=10).close()  # moto does not check signatures
             yield port
     finally:
-        server.stop()
+        assert child.stdin is not None
+        child.stdin.close()
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 def documents(count: int = 24, seed: int = 0, high: int = 50_000, prefix: str = "d") -> list[sb.Document]:

@@ -55,7 +55,7 @@ def copy(batch: Any, **changes: Any) -> SimpleNamespace:
     fields = {
         name: np.array(getattr(batch, name))
         for name in (
-            "rows",
+            "row_numbers",
             "inputs",
             "targets",
             "segment_ids",

@@ -15,6 +15,8 @@ import streambatch as sb
 from streambatch.cli import batch_record, main
 from streambatch.read.jsonl import read_jsonl
 
+from . import keyed
+
 
 def run(argv: list[str]) -> tuple[int, str]:
     out = io.StringIO()
@@ -89,7 +91,7 @@ def test_plan_pack_is_written_once_and_mapped_by_epoch(corpus: tuple[Path, list[
     assert status == 0
     assert mapped == run(["epoch", str(path), *ARGS])[1]
     assert sorted(p.name for p in plans.glob("*.plan")) == [Path(summary["plan"]).name]
-    order = np.fromfile(summary["plan"], dtype="<u4", offset=4096)
+    order = np.asarray(keyed.body(Path(summary["plan"]), "plan"))
     assert order.tolist() == epoch.order.numbers().tolist()
     window_plan = json.loads(run(["plan", str(path), "-T", "4", "-B", "3", "--seed", "9", "-o", str(plans)])[1])
     assert window_plan["plan"] != summary["plan"]  # the window mode's plan is another file

@@ -163,8 +163,10 @@ def test_invalid_epoch_arguments(kwargs: dict[str, Any], error: type[Exception],
 
 def test_errors_are_value_errors() -> None:
     """Every library error is a StreamBatchError, itself a ValueError."""
+    import streambatch.errors as errors
+
     for name in ("ConfigError", "DataError", "PartitionError", "DuplicateIdError", "StoreError", "AccumulationError"):
-        assert issubclass(getattr(sb, name), sb.StreamBatchError)
+        assert issubclass(getattr(errors, name), sb.StreamBatchError)
     assert issubclass(sb.StreamBatchError, ValueError)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import streambatch.cli.epoch as cli_epoch
+import streambatch.cli.outputs as cli_outputs
 from streambatch.cli import main
 
 pa = pytest.importorskip("pyarrow")
@@ -69,13 +70,13 @@ def test_an_output_far_larger_than_the_corpus_is_announced_with_the_stride_hint(
 ) -> None:
     source, out = tmp_path / "long.jsonl", tmp_path / "x.jsonl"
     rng = np.random.default_rng(2)
-    source.write_text("".join(json.dumps({"id": f"d{i}", "tokens": rng.integers(0, 500, 200).tolist()}) + "\n" for i in range(5)))
-    status, _, err = _run(["epoch", str(source), "-T", "8", "-B", "16", "--seed", "1", "-o", str(out)], capsys)
+    source.write_text("".join(json.dumps({"id": f"d{i}", "tokens": rng.integers(0, 500, 400).tolist()}) + "\n" for i in range(5)))
+    status, _, err = _run(["epoch", str(source), "-T", "64", "-B", "64", "--seed", "1", "-o", str(out)], capsys)
     assert status == 0
     warning, summary = err.splitlines()
     ratio = float(re.search(r"([\d.,]+)x the corpus", warning)[1].replace(",", ""))  # type: ignore[index]
-    assert ratio >= cli_epoch.WARN_RATIO
-    assert "--stride 8 gives non-overlapping windows" in warning
+    assert ratio >= cli_outputs.WARN_RATIO
+    assert "--stride 64 gives non-overlapping windows" in warning
     estimate = re.search(r"\(([\d.]+) (kB|B|MB) as jsonl\)", warning)
     assert estimate is not None
     size = out.stat().st_size

@@ -72,7 +72,7 @@ def test_a_killed_worker_fails_the_run_naming_the_inputs_api(tmp_path: Path) -> 
     out = tmp_path / "out"
     done = _python(
         "import streambatch as sb, tests.hostile as h\n"
-        "from streambatch.read.workers import WorkerLostError\n"
+        "from streambatch.errors import WorkerLostError\n"
         "try:\n"
         f"    sb.prepare_store([{str(folder)!r}], {str(out)!r}, tokenizer=h.killing_tokenizer, workers=2, quiet=True)\n"
         "except WorkerLostError as err:\n"

@@ -8,7 +8,7 @@ import pytest
 import streambatch as sb
 from streambatch import AccumulationError
 from streambatch.errors import RowIndexError
-from streambatch.items.windows.gather import RowGather
+from streambatch.items.windows.gather import StoreGather
 from streambatch.stages.batch import WindowProvenance
 from streambatch.stages.materialize import Batches, materialize_one
 from streambatch.tools.chapter import batch_contributions, build_epoch
@@ -74,16 +74,16 @@ def test_materialize_is_lazy_and_indexable() -> None:
 
 
 def test_one_gather_per_buffer_in_the_store_dtype() -> None:
-    """RowGather copies whole rows into fresh C-contiguous arrays of the store's dtype."""
+    """StoreGather copies whole rows into fresh C-contiguous arrays of the store's dtype."""
     store = sb.DocumentStore.from_arrays(np.arange(10, dtype=np.uint16), [0, 10])
-    inputs, targets = RowGather(store, 3)(np.array([4, 0], dtype=np.intp))
+    inputs, targets = StoreGather(store, 3)(np.array([4, 0], dtype=np.intp))
     assert inputs.dtype == np.uint16
     assert inputs.tolist() == [[4, 5, 6], [0, 1, 2]]
     assert targets.tolist() == [[5, 6, 7], [1, 2, 3]]
     for gathered in (inputs, targets):  # fresh C-contiguous arrays, not views of the store's tokens
         assert gathered.flags.c_contiguous
         assert not np.shares_memory(gathered, store.tokens)
-    empty_in, empty_out = RowGather(store, 3)(np.zeros(0, dtype=np.intp))
+    empty_in, empty_out = StoreGather(store, 3)(np.zeros(0, dtype=np.intp))
     assert empty_in.shape == empty_out.shape == (0, 3)
 
 

@@ -1,4 +1,4 @@
-"""Tests for `streambatch.items.mix.mix`: Tijdeman's order, exact, randomly accessible, each source in its exact epochs.
+"""Tests for `streambatch.items.mix.plan`: Tijdeman's order, exact, randomly accessible, each source in its exact epochs.
 
 The order is checked against the rule as written in DESIGN.md, run literally in
 `fractions.Fraction`; the prefix bound is checked at every n in Fractions too.
@@ -16,23 +16,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import streambatch.items.mix._mix_order as mix_order
+import streambatch.items.mix.order as mix_order
 from streambatch.errors import ConfigError, OutOfRangeError, StreamBatchError
-from streambatch.items.mix.mix import (
+from streambatch.items.mix.plan import (
     MixPlan,
     default_length,
     integer_weights,
     normalised_weights,
     plan_mix,
-    seeded_orders,
     source_epoch_seed,
-    source_items,
-    source_position,
     tijdeman_order,
 )
 from streambatch.stages.splitmix import derive_seed
 
 from . import spec
+from .mix_reference import plan_items, seeded_orders, source_items, source_position
 
 try:
     from streambatch import _mix_order
@@ -242,7 +240,7 @@ def test_each_source_is_its_exact_epochs(weights: list[Any], sizes_seed: list[in
     chapter's Fisher–Yates (the plain loop of tests/spec.py) at `source_epoch_seed`, cut at its count."""
     sizes = sizes_seed[: len(weights)]
     plan = plan_mix(weights, length=length)
-    sources, items = plan.items(np.arange(length), sizes, seeded_orders(sizes, seed))
+    sources, items = plan_items(plan, np.arange(length), sizes, seeded_orders(sizes, seed))
     assert sources.tolist() == plan.sources.tolist()
     for s, size in enumerate(sizes):
         got = items[sources == s].tolist()
@@ -264,7 +262,7 @@ def test_third_epoch_of_an_upsampled_source() -> None:
     source, index = plan.locate(int(positions[7]))  # the 8th item of source 1: epoch 2, position 1
     assert (source, index) == (1, 7)
     assert source_position(index, 3) == (2, 1)
-    assert plan.items([positions[7]], sizes, orders)[1].tolist() == [int(orders[1](2)[1])]
+    assert plan_items(plan, [positions[7]], sizes, orders)[1].tolist() == [int(orders[1](2)[1])]
 
 
 def test_source_epoch_seed_derivation() -> None:

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch.errors import ConfigError, DataError, StateError, StoreError, StreamBatchError
-from streambatch.items.mix.mix import integer_weights, source_order
-from streambatch.items.mix.mix_batch import MixtureBatch, source_sums
+from streambatch.items.mix.gather import source_sums
 from streambatch.items.mix.mixture import MixItem, Mixture, mix
+from streambatch.items.mix.plan import integer_weights, source_order
 from streambatch.stages.splitmix import derive_seed
 
 WEIGHT = st.one_of(
@@ -53,7 +53,8 @@ def rows_in_order(mixture: Mixture, batch_size: int, workers: int, world: int) -
         for worker in range(workers):
             chunks = sb.share(sb.chunk(mixture, batch_size), worker=worker, workers=workers, rank=rank, world_size=world)
             for view, batch in zip(chunks, sb.materialize(chunks), strict=True):
-                assert isinstance(batch, MixtureBatch)
+                assert isinstance(batch, sb.MiniBatch)
+                assert batch.sources is not None
                 lo = view._lo  # the view's place in the mixture
                 assert (windows[lo : lo + batch.width] == -1).all()  # every row in exactly one share
                 sources[lo : lo + batch.width] = batch.sources
@@ -196,8 +197,8 @@ def test_per_source_token_mean_over_micro_batches_and_ranks() -> None:
         for first in range(0, share.width, 2):
             part = sb.materialize(sb.share(sb.chunk(mixture, 8), rank=rank, world_size=3))[1]
             rows = slice(first, min(first + 2, share.width))
-            micro = MixtureBatch(part.index, part.inputs[rows], part.targets[rows], part.positions[rows],
-                                 part.sources[rows], part.spaces, part.names)  # fmt: skip
+            micro = sb.MiniBatch(part.index, part.inputs[rows], part.targets[rows], part.positions[rows], part.spaces,
+                                 sources=part.sources[rows], names=part.names)  # fmt: skip
             pieces.append(source_sums(micro, losses[lo + rows.start : lo + rows.stop]))
     folded = sb.token_mean(pieces)
     assert folded.mean_loss == direct.mean_loss

@@ -153,17 +153,22 @@ def test_inspect_shows_each_source(mixture: Path) -> None:
 def test_audit_proves_a_mixture(mixture: Path, workers: int, world: int) -> None:
     code, text = run(["audit", str(mixture), *ARGS, "--workers", str(workers), "--world-size", str(world)])
     assert code == 0
-    assert text.startswith("PROOF|mixture|pass|items=64|sources=2")
+    assert text.startswith(
+        "PROOF|coverage=64/64|duplicates=0|prefix_bound=ok|source_order=ok|no_repeat_in_source_epoch=ok|tokens=ok|sources=2"
+    )
 
 
 def test_audit_finds_a_broken_order(mixture: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import streambatch.items.mix.mix_space as mix_space
+    import streambatch.items.mix.space as mix_space
 
     real = mix_space.source_epoch_seed
     monkeypatch.setattr(mix_space, "source_epoch_seed", lambda seed, s, e: real(seed, s, 0))  # every epoch alike
     code, text = run(["audit", str(mixture), *ARGS, "--json"])
     assert code == 1
-    assert "order" in json.loads(text)["failures"]
+    found = json.loads(text)
+    assert "order" in found["failures"]
+    assert found["ok"] is False
+    assert "|source_order=FAIL|" in found["proof"]
 
 
 def test_trace_and_plan(mixture: Path, tmp_path: Path) -> None:

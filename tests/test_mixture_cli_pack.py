@@ -86,21 +86,21 @@ def test_inspect_shows_each_sources_rows_and_targets(mixture: Path) -> None:
 def test_audit_proves_a_packed_mixture(mixture: Path, workers: int, world: int) -> None:
     code, text = run(["audit", str(mixture), *ARGS, "--workers", str(workers), "--world-size", str(world)])
     assert code == 0
-    assert text.startswith("PROOF|mixture|pack|pass|items=40|sources=2")
+    assert text.startswith("PROOF|coverage=40/40|duplicates=0|prefix_bound=ok")
     assert "every_target_once_per_source_epoch" in text
 
 
 def test_audit_finds_rows_that_are_not_their_sources(mixture: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from streambatch.items.mix.mix_rows import RowsGather
+    from streambatch.items.mix.packed_gather import PackedMixGather
 
-    real = RowsGather.__call__
+    real = PackedMixGather.__call__
 
-    def shifted(self: RowsGather, sources: Any, numbers: Any, index: int) -> Any:
+    def shifted(self: PackedMixGather, sources: Any, numbers: Any, index: int) -> Any:
         batch = real(self, sources, numbers, index)
         batch.targets[:, :1] += 1  # one wrong target per row
         return batch
 
-    monkeypatch.setattr(RowsGather, "__call__", shifted)
+    monkeypatch.setattr(PackedMixGather, "__call__", shifted)
     code, text = run(["audit", str(mixture), *ARGS, "--json"])
     assert code == 1
     assert "tokens" in json.loads(text)["failures"]

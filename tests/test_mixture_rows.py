@@ -1,4 +1,4 @@
-"""Tests for mixtures of packed rows (`streambatch.items.mix.mix_rows`): ``sb.mix`` of ``sb.pack`` parts.
+"""Tests for mixtures of packed rows (`streambatch.items.mix.packed_gather`): ``sb.mix`` of ``sb.pack`` parts.
 
 The hypothesis property is the mixture property (tests/test_mixture.py) over
 packed parts: the prefix bound at every n, each source's rows as the
@@ -24,12 +24,11 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch.errors import ConfigError, StateError
-from streambatch.items.mix.mix import integer_weights, source_order
-from streambatch.items.mix.mix_batch import source_sums
-from streambatch.items.mix.mix_rows import PackedMixtureBatch
+from streambatch.items.mix.gather import source_sums
 from streambatch.items.mix.mixture import MixItem, Mixture, mix
-from streambatch.items.pack.packed_batch import PackedBatch
+from streambatch.items.mix.plan import integer_weights, source_order
 from streambatch.items.pack.rows import GATHER_BACKEND
+from streambatch.stages.batch import MiniBatch
 
 from .test_mixture import WEIGHT, check_prefix_bound
 
@@ -68,12 +67,14 @@ def rows_in_order(mixture: Mixture, batch_size: int, workers: int, world: int) -
         for worker in range(workers):
             chunks = sb.share(sb.chunk(mixture, batch_size), worker=worker, workers=workers, rank=rank, world_size=world)
             for view, batch in zip(chunks, sb.materialize(chunks), strict=True):
-                assert isinstance(batch, PackedMixtureBatch)
+                assert isinstance(batch, MiniBatch)
+                assert batch.packed
+                assert batch.sources is not None
                 check_batch(batch)
                 lo = view._lo  # the view's place in the mixture
                 assert (numbers[lo : lo + batch.width] == -1).all()  # every row in exactly one share
                 sources[lo : lo + batch.width] = batch.sources
-                numbers[lo : lo + batch.width] = batch.rows
+                numbers[lo : lo + batch.width] = batch.row_numbers
                 for r in range(batch.width):
                     mask = batch.loss_mask[r]
                     rows[lo + r] = (batch.targets[r][mask].tolist(), batch.inputs[r][mask].tolist())
@@ -81,7 +82,7 @@ def rows_in_order(mixture: Mixture, batch_size: int, workers: int, world: int) -
     return sources, numbers, rows
 
 
-def check_batch(batch: PackedMixtureBatch) -> None:
+def check_batch(batch: MiniBatch) -> None:
     """The packed fields hold together: real targets only in the mask, cu_seqlens over the rows, ids per segment."""
     T = batch.context_length
     assert batch.target_count == int(batch.loss_mask.sum())
@@ -164,12 +165,13 @@ def _mixture(**more: Any) -> Mixture:
 def test_packed_mixture_batches_are_each_sources_packed_rows() -> None:
     mixture = _mixture()
     for batch in sb.materialize(sb.chunk(mixture, 3)):
-        assert isinstance(batch, PackedMixtureBatch)
-        assert isinstance(batch, PackedBatch)
+        assert isinstance(batch, MiniBatch)
+        assert batch.packed
+        assert batch.sources is not None
         for s in range(2):  # the rows of source s are that source's own packed rows
             rows = batch.sources == s
             alone = sb.materialize(sb.chunk(mixture.parts[s][:], len(mixture.parts[s])))[0]
-            picked = batch.rows[rows]
+            picked = batch.row_numbers[rows]
             assert np.array_equal(batch.inputs[rows], alone.inputs[picked])
             assert np.array_equal(batch.segment_ids[rows], alone.segment_ids[picked])
             assert np.array_equal(batch.loss_mask[rows], alone.loss_mask[picked])
@@ -178,7 +180,9 @@ def test_packed_mixture_batches_are_each_sources_packed_rows() -> None:
     assert list(sb.materialize(sb.chunk(twin, 3))) == list(sb.materialize(sb.chunk(mixture, 3)))
     first = sb.materialize(sb.chunk(mixture, 3))[1]
     moved = first.in_epoch(4)
-    assert isinstance(moved, PackedMixtureBatch)
+    assert isinstance(moved, MiniBatch)
+    assert moved.packed
+    assert moved.sources is not None
     assert (moved.epoch, moved.sources.tolist(), moved.document_ids) == (4, first.sources.tolist(), first.document_ids)
 
 
@@ -193,12 +197,12 @@ def test_epoch_over_a_packed_mixture_is_the_chained_stages() -> None:
     assert "pack=True" in repr(sb.Run(mixture, batch_size=4, seed=None))
 
 
-def expected_fields(mixture: Mixture, batch: PackedMixtureBatch) -> list[list[Any]]:
+def expected_fields(mixture: Mixture, batch: MiniBatch) -> list[list[Any]]:
     """The batch's five arrays from each source's own packed rows (its whole epoch in row order), cu_seqlens from the ids."""
     alone = [sb.materialize(sb.chunk(part[:], len(part)))[0] for part in mixture.parts]
     picked = [alone[s] for s in batch.sources.tolist()]
     fields = [
-        [getattr(a, name)[r].tolist() for a, r in zip(picked, batch.rows.tolist(), strict=True)]
+        [getattr(a, name)[r].tolist() for a, r in zip(picked, batch.row_numbers.tolist(), strict=True)]
         for name in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
     ]
     T, flat = batch.context_length, np.asarray(fields[2]).reshape(-1)
@@ -206,10 +210,10 @@ def expected_fields(mixture: Mixture, batch: PackedMixtureBatch) -> list[list[An
     return [*fields, [*starts, flat.size], [sum(map(sum, fields[4]))]]
 
 
-def expected_provenance(mixture: Mixture, batch: PackedMixtureBatch) -> tuple[Any, ...]:
+def expected_provenance(mixture: Mixture, batch: MiniBatch) -> tuple[Any, ...]:
     """Each row's segments as its own source's packed batch of that row gives them (row moved to the batch's)."""
     found: list[Any] = []
-    for r, (s, number) in enumerate(zip(batch.sources.tolist(), batch.rows.tolist(), strict=True)):
+    for r, (s, number) in enumerate(zip(batch.sources.tolist(), batch.row_numbers.tolist(), strict=True)):
         own = sb.materialize(sb.chunk(mixture.parts[s][number : number + 1], 1))[0]
         found += [dataclasses.replace(p, row=r) for p in own.provenance]
     return tuple(found)
@@ -220,7 +224,7 @@ def test_the_one_pass_gather_and_the_gather_by_source_agree(one_pass: bool, monk
     """The C kernel's one pass over every source, and each source's own gather placed row by row, give those rows."""
     parts = [packed_source(s, lengths, T=5) for s, lengths in enumerate([[13, 2, 27, 6], [9, 1, 4], [31, 3]])]
     mixture = mix(parts, [3, 2, 1], seed=5, length=60)
-    gather = mixture.space.row_gather()
+    gather = mixture.space.packed_gather()
     assert gather.one_pass == (GATHER_BACKEND == "c")
     if one_pass and GATHER_BACKEND != "c":
         pytest.skip("the C gather is not built")
@@ -229,7 +233,9 @@ def test_the_one_pass_gather_and_the_gather_by_source_agree(one_pass: bool, monk
     assert len(batches) == 9
     alone = sb.materialize(sb.chunk(parts[0][:], 3))[0]  # one source's own packed batch: the arrays to match
     for batch in batches:
-        assert isinstance(batch, PackedMixtureBatch)
+        assert isinstance(batch, MiniBatch)
+        assert batch.packed
+        assert batch.sources is not None
         got = [getattr(batch, name).tolist() for name in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")]
         assert [*got, batch.cu_seqlens.tolist(), [batch.target_count]] == expected_fields(mixture, batch)
         for name in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask", "cu_seqlens"):
@@ -254,8 +260,8 @@ def test_the_numpy_gather_gives_the_same_batches(T: int, dtype: Any) -> None:
         return mix(parts, [3, 2, 1], seed=5, length=40)
 
     fast, slow = mixture(False), mixture(True)
-    assert not slow.space.row_gather().one_pass
-    assert fast.space.row_gather().one_pass == (GATHER_BACKEND == "c")
+    assert not slow.space.packed_gather().one_pass
+    assert fast.space.packed_gather().one_pass == (GATHER_BACKEND == "c")
     ids = np.int16 if T < 1 << 15 else np.int32
     for a, b in zip(sb.materialize(sb.chunk(fast, 7)), sb.materialize(sb.chunk(slow, 7)), strict=True):
         assert a == b
@@ -279,9 +285,11 @@ def test_mixed_dtypes_and_corpora_are_widened() -> None:
         seen.update(batch.targets[mask].tolist())
     assert seen == Counter([*range(70_001, 70_011), *range(80_001, 80_004)])
     same = mix([packed_source(0, [9, 5], T=3), corpus], [1, 1], seed=2)  # one dtype: the one-pass gather over a corpus
-    assert same.space.row_gather().one_pass == (GATHER_BACKEND == "c")
+    assert same.space.packed_gather().one_pass == (GATHER_BACKEND == "c")
     for batch in sb.materialize(sb.chunk(same, 4)):
-        assert isinstance(batch, PackedMixtureBatch)
+        assert isinstance(batch, MiniBatch)
+        assert batch.packed
+        assert batch.sources is not None
         assert [*(getattr(batch, n).tolist() for n in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")),
                 batch.cu_seqlens.tolist(), [batch.target_count]] == expected_fields(same, batch)  # fmt: skip
 
@@ -289,7 +297,9 @@ def test_mixed_dtypes_and_corpora_are_widened() -> None:
 def test_per_source_token_sums_count_real_targets_only() -> None:
     mixture = _mixture()
     batch = sb.materialize(sb.chunk(mixture, 6))[0]
-    assert isinstance(batch, PackedMixtureBatch)
+    assert isinstance(batch, MiniBatch)
+    assert batch.packed
+    assert batch.sources is not None
     assert batch.pad_count > 0  # padding is there, and never counted
     losses = (batch.loss_mask * 0.5).sum(axis=1)  # 0.5 per real target
     sums = sb.token_mean([source_sums(batch, losses)])
@@ -313,8 +323,9 @@ def test_packed_mixture_refusals() -> None:
         mix([rows, sb.pack(rows.store, context_length=3, pad_id=7)], [1, 1], seed=1)
     with pytest.raises(ConfigError, match="no rows"):
         mix([rows, packed_source(1, [1, 1], T=3)], [1, 1], seed=1)
+    other = sb.windows(packed_source(1, [9, 5], T=3).store, context_length=3)
     with pytest.raises(ConfigError, match="blends windows"):
-        sb.Epoch(mix([windows, windows], [1, 1], seed=1), batch_size=2, pack=True)
+        sb.Epoch(mix([windows, other], [1, 1], seed=1), batch_size=2, pack=True)
 
 
 def test_a_window_state_is_refused_by_a_packed_mixture_run() -> None:
@@ -362,7 +373,7 @@ def test_readme_packed_mixture_example_runs() -> None:
 @pytest.mark.skipif(GATHER_BACKEND != "c", reason="the C gather is not built")
 def test_the_kernel_refuses_bad_kinds_and_unlike_sources() -> None:
     parts = [packed_source(s, [9, 5], T=3) for s in range(2)]
-    gather = mix(parts, [1, 1], seed=1).space.row_gather()
+    gather = mix(parts, [1, 1], seed=1).space.packed_gather()
     g0, g1 = gather.gatherers
     rows = np.zeros(2, dtype=np.int64)
     with pytest.raises(ValueError, match="source 2 has no gatherer"):
@@ -377,7 +388,7 @@ def test_the_kernel_refuses_bad_kinds_and_unlike_sources() -> None:
         g0.gather(rows, np.array([0, 1], np.uint8), [g0, g1])
     with pytest.raises(TypeError, match="takes 1 argument"):
         g0.gather(rows, np.array([0, 1], np.uint8))
-    other = mix([packed_source(0, [9, 5], T=2)], [1], seed=1).space.row_gather().gatherers[0]
+    other = mix([packed_source(0, [9, 5], T=2)], [1], seed=1).space.packed_gather().gatherers[0]
     with pytest.raises(ValueError, match=r"sources\[1\] has T=2"):
         g0.gather(rows, np.array([0, 1], np.uint8), (g0, other))
     with pytest.raises(ValueError, match="row 1 of the batch"):  # a row beyond its own source's packing

@@ -26,7 +26,7 @@ def test_epoch_pack_is_the_stages_chained_by_hand() -> None:
     by_hand = list(sb.materialize(sb.chunk(sb.shuffle(sb.pack(docs, context_length=6), 9), 4)))
     assert epoch.pack
     assert list(epoch) == by_hand
-    assert epoch.window_count == len(epoch.windows) == epoch.windows.report.rows
+    assert epoch.item_count == len(epoch.windows) == epoch.windows.report.rows
     assert sum(b.target_count for b in epoch) == epoch.windows.report.targets
     assert epoch.batch(1) == by_hand[1]
     assert epoch.reseeded(9) == epoch
@@ -106,8 +106,8 @@ def test_packing_file_is_computed_once(tmp_path: Path, monkeypatch: pytest.Monke
     assert len(calls) == 1
     fresh = sb.pack(docs, context_length=6)
     assert first.report == second.windows.report == fresh.report
-    assert first.packed.offsets.tolist() == fresh.packed.offsets.tolist()
-    assert first.packed.tails.tolist() == fresh.packed.tails.tolist()
+    assert first.packing.offsets.tolist() == fresh.packing.offsets.tolist()
+    assert first.packing.tails.tolist() == fresh.packing.tails.tolist()
     assert list(second) == list(sb.Epoch(docs, context_length=6, batch_size=4, seed=3, pack=True))
     sb.pack(docs, context_length=5, plan_dir=tmp_path)  # another T: another file
     assert len(calls) == 2

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
 import os
@@ -27,10 +26,12 @@ import streambatch.stages.plan as planning
 from streambatch import ConfigError
 from streambatch.cli import main
 from streambatch.errors import StoreError
+from streambatch.io.keyed_file import block_digest
 from streambatch.io.store import write_store
 from streambatch.stages.plan import plan_path
 from streambatch.stages.splitmix import derive_seed
 
+from . import keyed
 from .strategies import configs, documents
 
 
@@ -88,9 +89,9 @@ def test_in_memory_and_on_disk_stores_share_a_plan(tmp_path: Path, monkeypatch: 
 
 
 def test_header_records_key_count_dtype_and_state(tmp_path: Path) -> None:
-    """The 4 KiB JSON header holds the full key, the window count, the dtype, state_after and the plan's digest."""
+    """The JSON header holds the full key, the window count, the dtype, state_after and one digest per block."""
     order = sb.plan_file(_windows(), 7, tmp_path)
-    header = json.loads(Path(str(order.plan_path)).read_bytes()[: planning.HEADER_BYTES])
+    header = keyed.header(Path(str(order.plan_path)))
     assert {"format": "streambatch.plan", "version": 2, "key": planning.plan_key(_windows(), 7)} == {
         k: header[k] for k in ("format", "version", "key")
     }
@@ -99,9 +100,13 @@ def test_header_records_key_count_dtype_and_state(tmp_path: Path) -> None:
         header["key"]["dtype"],
         header["state_after"],
     )
-    assert planning.HEADER_BYTES + 4 * len(order) == os.path.getsize(str(order.plan_path))
-    body = Path(str(order.plan_path)).read_bytes()[planning.HEADER_BYTES :]
-    assert hashlib.blake2b(body, digest_size=32).hexdigest() == header["digest"]
+    ((dtype, entries, offset),) = keyed.sections(Path(str(order.plan_path))).values()
+    table_at, blocks, _ = header["digests"]
+    assert ("<u4", len(order), 1) == (dtype, entries, blocks)
+    assert offset + 4 * len(order) <= table_at
+    assert table_at + 16 == os.path.getsize(str(order.plan_path))
+    body = Path(str(order.plan_path)).read_bytes()[offset : offset + 4 * len(order)]
+    assert block_digest(body, 0) == Path(str(order.plan_path)).read_bytes()[table_at:]
 
 
 def _foreign_copy(tmp_path: Path, other: sb.Windows, other_seed: int) -> Path:
@@ -136,14 +141,15 @@ def test_foreign_plan_is_refused(tmp_path: Path, other: Any, seed: int, message:
     ("damage", "message"),
     [
         (lambda b: b[:-4], "truncated"),
-        (lambda b: b[:100], "unreadable plan header|truncated"),
+        (lambda b: b[:100], "truncated within its header"),
         (lambda b: b + b"\0\0\0\0", "longer than its header says"),
-        (lambda b: b"x" + b[1:], "unreadable plan header"),
-        (lambda b: b.replace(b'"version": 2', b'"version": 9'), "not a 'streambatch.plan' version 2 file"),
-        (lambda b: b.replace(b'"state_after": ', b'"state_after":-'), "state_after=-"),
-        (lambda b: b.replace(b'"digest": "', b'"digest":"x'), "digest='x"),
+        (lambda b: b"x" + b[1:], "not a streambatch plan, packing or mixture plan file"),
+        (lambda b: b.replace(b'"version": 2', b'"version": 9'), "its header does not match its digest"),
+        (lambda b: b.replace(b'"state_after": ', b'"state_after":-'), "its header does not match its digest"),
+        (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "its table of block digests does not match the header"),
+        (lambda b: b"{" + b[1:], "an earlier layout .*without block digests.*plan again"),
     ],
-    ids=["truncated", "header-only", "extended", "garbage", "version", "state", "digest"],
+    ids=["truncated", "header-only", "extended", "garbage", "version", "state", "table", "old-layout"],
 )
 def test_damaged_plan_is_refused(tmp_path: Path, damage: Any, message: str) -> None:
     """Truncated, extended or corrupted plan files raise StoreError naming the file and the fix."""
@@ -269,7 +275,7 @@ def test_cli_plan_then_epochs_map_it(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert 0 == main(argv)
     summary = json.loads(capsys.readouterr().out)
     assert (True, derive_seed(7, 2), 59) == (summary["created"], summary["shuffle_seed"], summary["batches"])
-    header = json.loads(Path(summary["plan"]).read_bytes()[: planning.HEADER_BYTES])
+    header = keyed.header(Path(summary["plan"]))
     assert {"seed": 7, "epoch": 2} == header["run"]
     _no_planning(monkeypatch)
     assert 0 == main(argv)

@@ -10,7 +10,6 @@ its digest, every entry and that no window repeats.
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import json
 import os
@@ -33,10 +32,11 @@ import streambatch.stages.plan as planning
 from streambatch.cli import main
 from streambatch.errors import DataError, StoreError
 from streambatch.io.files import short_path
-from streambatch.io.store import write_store
-from streambatch.stages.plan import HEADER_BYTES, build_plan, plan_path
+from streambatch.io.store import StoreWriter, write_store
+from streambatch.stages.plan import build_plan, plan_path
 from streambatch.stages.splitmix import derive_seed
 
+from . import keyed
 from .hostile import ENV
 from .strategies import configs, documents
 
@@ -63,12 +63,11 @@ def _windows(path: Path) -> sb.Windows:
 
 
 def _body(path: Path) -> np.memmap[Any, Any]:
-    count = (path.stat().st_size - HEADER_BYTES) // 4
-    return np.memmap(path, dtype="<u4", mode="r+", offset=HEADER_BYTES, shape=(count,))
+    return keyed.body(path, "plan")
 
 
 def _tamper(plan: Path, store: Path, how: str, redigest: bool = False) -> None:
-    """Damage one entry of *plan* the way *how* says; with *redigest* the header's digest matches the new body."""
+    """Damage one entry of *plan* the way *how* says; with *redigest* the block digests match the new body."""
     opened = sb.open_store(store)
     body = _body(plan)
     if how == "duplicate":
@@ -83,10 +82,7 @@ def _tamper(plan: Path, store: Path, how: str, redigest: bool = False) -> None:
     body.flush()
     del body
     if redigest:
-        data = plan.read_bytes()
-        header = json.loads(data[:HEADER_BYTES])
-        fresh = hashlib.blake2b(data[HEADER_BYTES:], digest_size=32).hexdigest()
-        plan.write_bytes(data[:HEADER_BYTES].replace(header["digest"].encode(), fresh.encode()) + data[HEADER_BYTES:])
+        keyed.redigest(plan)
 
 
 def _planned(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -118,9 +114,12 @@ USE_MESSAGE = r"entry \d+ \(\d+\) is not a window of partition 'train' at T=2, s
 
 @pytest.mark.parametrize("how", ["crossing", "partition", "beyond"])
 def test_a_tampered_entry_is_refused_where_it_is_used(tmp_path: Path, how: str) -> None:
-    """API: the batch holding the damaged entry raises DataError naming the plan; no row crossing documents comes out."""
+    """API: the batch holding the damaged entry raises DataError naming the plan; no row crossing documents comes out.
+
+    The digests are forged to match: the entry check where it is used is what refuses it.
+    """
     store, plans, plan = _planned(tmp_path)
-    _tamper(plan, store, how)
+    _tamper(plan, store, how, redigest=True)
     epoch = sb.Epoch(sb.open_store(store), context_length=T, batch_size=B, seed=SEED, keep_partition=True, plan_dir=plans)
     with pytest.raises(DataError, match=re.escape(str(plan)) + ": " + USE_MESSAGE):
         epoch[0]
@@ -143,8 +142,8 @@ def test_verify_refuses_every_tampered_plan(tmp_path: Path, how: str, redigest: 
         "partition": r"entry 0 \(\d+\) is not a window of this source and partition",
         "beyond": r"entry 0 \(1000000000\) is not a window of this source and partition",
     }[how]
-    if not redigest and how == "duplicate":
-        expected = "repeat other windows|do not match the digest"
+    if not redigest:  # the block's digest refuses it first
+        expected = r"block 0 of its plan \(entries 0\.\.\d+\) does not match its digest"
     with pytest.raises(StoreError, match=re.escape(str(plan)) + ": .*(" + expected + ")"):
         sb.plan_file(_windows(store), SEED, plans, verify=True)
     with pytest.raises(StoreError, match=expected):
@@ -182,7 +181,7 @@ def test_a_digest_mismatch_alone_is_refused(tmp_path: Path) -> None:
     body[0], body[1] = int(body[1]), int(body[0])
     body.flush()
     del body
-    with pytest.raises(StoreError, match="the plan's bytes do not match the digest in its header; it was changed"):
+    with pytest.raises(StoreError, match=r"block 0 of its plan .* does not match its digest: the file is damaged or was edited"):
         sb.plan_file(_windows(store), SEED, plans, verify=True)
 
 
@@ -204,6 +203,7 @@ def test_window_number_plans_are_checked_too(tmp_path: Path, monkeypatch: pytest
     body[2] = len(order)
     body.flush()
     del body, order
+    keyed.redigest(plan)  # forged digests: the entry check refuses it
     with pytest.raises(DataError, match=r"entry 2 \(\d+\) is not a window"):
         sb.Epoch(
             sb.open_store(store), context_length=T, batch_size=B, seed=SEED, keep_partition=True, plan_dir=tmp_path / "plans"
@@ -427,6 +427,7 @@ def test_a_corpus_plan_entry_across_a_shard_boundary_is_refused(tmp_path: Path) 
     body[0] = int(corpus.bases[1]) - 2  # the last shard's first token is one of its targets
     body.flush()
     del body, epoch
+    keyed.redigest(plan)  # forged digests: the entry check refuses it
     again = sb.Epoch(
         sb.open_corpus(tmp_path / "corpus.json"), context_length=T, batch_size=B, seed=SEED, plan_dir=tmp_path / "plans"
     )
@@ -436,3 +437,86 @@ def test_a_corpus_plan_entry_across_a_shard_boundary_is_refused(tmp_path: Path) 
         sb.plan_file(
             sb.windows(sb.open_corpus(tmp_path / "corpus.json"), context_length=T), SEED, tmp_path / "plans", verify=True
         )
+
+
+# -- issue 25 item 3: what does not fit is a StoreError stating the bytes, never a MemoryError traceback --------------
+
+_UNDER_LIMIT = """
+import resource, sys
+import numpy as np
+import streambatch as sb
+from streambatch.cli import main
+from streambatch.errors import StreamBatchError
+with open("/proc/self/status") as handle:
+    size = next(int(line.split()[1]) * 1024 for line in handle if line.startswith("VmSize:"))
+extra = int(sys.argv[1]) << 20
+resource.setrlimit(resource.RLIMIT_AS, (size + extra, size + extra))
+if sys.argv[2] == "api":
+    try:
+        sb.Epoch(sb.open_source(sys.argv[3], verify=False), context_length=1, batch_size=4, seed=7)[0]
+    except StreamBatchError as err:
+        print(type(err).__name__ + ": " + str(err))
+else:
+    sys.exit(main(sys.argv[3:]))
+"""
+
+
+def _under_limit(extra_mb: int, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _UNDER_LIMIT, str(extra_mb), *argv], env=ENV, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One document of 48 Mi tokens: a 192 MiB plan at T=1, over 96 MiB of tokens (mapped, not counted as memory)."""
+    path = tmp_path_factory.mktemp("big") / "store"
+    with StoreWriter(path, dtype=np.uint16) as writer:
+        writer.add("d0", "train", np.zeros(48 << 20, dtype=np.uint16))
+        writer.commit()
+    return path
+
+
+@pytest.mark.slow
+def test_a_plan_beyond_the_address_space_is_a_store_error_stating_the_bytes(big_store: Path) -> None:
+    """API and CLI: the in-memory shuffle of a plan that cannot be allocated says how many bytes it needs."""
+    done = _under_limit(150, "api", str(big_store))
+    assert (0, "") == (done.returncode, done.stderr), done.stderr
+    assert re.fullmatch(r"StoreError: shuffle: a plan of 50331647 windows needs 201326588 bytes of memory .*\n", done.stdout)
+    out = big_store.parent / "out.jsonl"
+    done = _under_limit(150, "cli", "epoch", str(big_store), "-T", "1", "-B", "4", "--seed", "7", "--no-verify", "-o", str(out))
+    assert (2, 1) == (done.returncode, len(done.stderr.splitlines())), done.stderr
+    assert "needs 201326588 bytes of memory" in done.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_an_audit_beyond_the_address_space_is_one_line_stating_the_bytes(big_store: Path) -> None:
+    done = _under_limit(120, "cli", "audit", str(big_store), "-T", "1", "-B", "1024", "--seed", "7", "--no-verify", "-q")
+    assert (2, 1) == (done.returncode, len(done.stderr.splitlines())), done.stderr
+    assert "Traceback" not in done.stderr
+    assert re.search(r"needs? (about )?\d+ bytes of memory", done.stderr), done.stderr
+
+
+def test_a_manifest_of_100000_shards_is_refused_with_the_limit(tmp_path: Path) -> None:
+    """Under an address-space limit: a StoreError naming the manifest and the limit, at once (no shard opened)."""
+    write_store(tmp_path / "s", [sb.Document("a", "train", [1, 2, 3])])
+    manifest = tmp_path / "corpus.json"
+    manifest.write_text(json.dumps({"format": "streambatch.corpus", "version": 1, "shards": ["s"] * 100_000}))
+    started = time.monotonic()
+    done = _under_limit(64, "cli", "inspect", str(manifest))
+    assert (2, 1) == (done.returncode, len(done.stderr.splitlines())), done.stderr
+    assert re.search(r"corpus\.json: 100000 shards, more than the \d+ one process can map at once", done.stderr)
+    assert time.monotonic() - started < 60
+    with pytest.raises(StoreError, match=r"100000 shards, more than the \d+ .* merge shards into fewer, larger stores"):
+        sb.open_corpus(manifest)
+
+
+def test_a_small_json_file_is_read_without_allocating_the_limit(tmp_path: Path) -> None:
+    """The bounded reader allocates what the file holds: a manifest and its stores' headers (limit 64 MiB) in 32 MiB."""
+    for k in range(3):
+        write_store(tmp_path / f"s{k}", [sb.Document(f"d{k}", "train", [1, 2, 3])])
+    manifest = tmp_path / "corpus.json"
+    manifest.write_text(json.dumps({"format": "streambatch.corpus", "version": 1, "shards": ["s0", "s1", "s2"]}))
+    done = _under_limit(32, "cli", "inspect", str(manifest))
+    assert (0, "") == (done.returncode, done.stderr), done.stderr

@@ -19,9 +19,9 @@ from streambatch.cli import main
 from streambatch.errors import StoreError
 from streambatch.prepare import iter_files
 from streambatch.read import inputs as _inputs
-from streambatch.read.byte_tokens import byte_tokenize
 from streambatch.read.select import select_inputs
-from streambatch.read.tokenizers import ByteTokenizer, CallableTokenizer, HFTokenizer
+from streambatch.read.text.byte_tokens import byte_tokenize
+from streambatch.read.text.tokenizers import ByteTokenizer, CallableTokenizer, HFTokenizer
 
 from .test_read_tokenizers import CORPUS, train_bpe
 
@@ -226,7 +226,7 @@ def test_workers_make_the_same_store(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize("count", [1, 2, 3, 7, 20])
 def test_shards_read_together_are_the_whole(tmp_path: Path, count: int) -> None:
-    """--shard i/n stores, read in order, hold exactly the whole store's documents; read as a corpus, the same epoch."""
+    """--part i/n stores, read in order, hold exactly the whole store's documents; read as a corpus, the same epoch."""
     corpus = _corpus(tmp_path / "c")
     tok = ByteTokenizer(eos_id=0)  # named, so that every shard records it (token-only shards too)
     whole = sb.prepare_store([corpus], tmp_path / "whole", tokenizer=tok, quiet=True)
@@ -250,13 +250,21 @@ def test_shard_through_the_cli(tmp_path: Path) -> None:
     for i in range(3):
         assert (
             0
-            == cli("prepare", str(corpus), "-o", str(tmp_path / f"part-{i}"), "--shard", f"{i}/3", "--bin-separator", "0", "-q")[
-                0
-            ]
+            == cli("prepare", str(corpus), "-o", str(tmp_path / f"part-{i}"), "--part", f"{i}/3", "--bin-separator", "0", "-q")[0]
         )
     assert 0 == cli("prepare", str(corpus), "-o", str(tmp_path / "whole"), "--bin-separator", "0", "-q")[0]
     parts = [_docs(sb.open_store(tmp_path / f"part-{i}")) for i in range(3)]
     assert _docs(sb.open_store(tmp_path / "whole")) == [d for p in parts for d in p]
+
+
+def test_the_old_shard_flag_is_refused_with_its_new_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--shard`` (0.3) clashed with a corpus's shards: refused in one line that names ``--part``, nothing written."""
+    corpus = _corpus(tmp_path / "c")
+    assert 2 == cli("prepare", str(corpus), "-o", str(tmp_path / "p"), "--shard", "0/3", "-q")[0]
+    err = capsys.readouterr().err
+    assert "--shard 0/3 is now --part 0/3" in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "p").exists()
 
 
 def test_summary_line_and_quiet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,12 +18,12 @@ from streambatch.read import bin as bin_format
 from streambatch.read import inputs as _inputs
 from streambatch.read.arrow import iter_arrow
 from streambatch.read.bin import iter_bin
-from streambatch.read.byte_tokens import byte_detokenize
 from streambatch.read.hf import iter_hf
 from streambatch.read.npy import iter_npy
 from streambatch.read.parquet import iter_parquet
 from streambatch.read.select import format_of
-from streambatch.read.tokenizers import ByteTokenizer
+from streambatch.read.text.byte_tokens import byte_detokenize
+from streambatch.read.text.tokenizers import ByteTokenizer
 
 TEXT = "héllo world\r\nsecond line\n\n  \nlast line without newline"
 

@@ -1,4 +1,4 @@
-"""Tests for `streambatch.read.tokenizers`: the byte, Hugging Face and callable tokenizers, bos/eos, vocabularies."""
+"""Tests for `streambatch.read.text.tokenizers`: the byte, Hugging Face and callable tokenizers, bos/eos, vocabularies."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch.read.tokenizers import (
+from streambatch.read.text.tokenizers import (
     BOS_NAMES,
     EOS_NAMES,
     ByteTokenizer,

@@ -15,7 +15,7 @@ import streambatch as sb
 from streambatch.errors import DataError, StoreError
 from streambatch.io.remote.client import STATS
 from streambatch.io.remote.tokens import coalesce
-from streambatch.stages.mixture import mix
+from streambatch.items.mix.mixture import mix
 
 from .remote_server import BUCKET, SECRET, documents, environment, moto_server, uploaded
 
@@ -39,7 +39,8 @@ def same(a: list[Any], b: list[Any]) -> None:
     for x, y in zip(a, b, strict=True):
         assert x.index == y.index
         assert x.inputs.dtype == y.inputs.dtype
-        assert x.inputs.tobytes() == y.inputs.tobytes() and x.targets.tobytes() == y.targets.tobytes()
+        assert x.inputs.tobytes() == y.inputs.tobytes()
+        assert x.targets.tobytes() == y.targets.tobytes()
         for name in ("loss_mask", "segment_ids", "position_ids", "cu_seqlens"):
             if getattr(x, name, None) is not None:
                 assert np.array_equal(getattr(x, name), getattr(y, name)), name
@@ -66,7 +67,10 @@ def test_a_remote_store_reads_what_was_uploaded(stores: dict[str, Any]) -> None:
 def test_remote_epochs_equal_local_epochs(stores: dict[str, Any], options: dict[str, Any], name: str) -> None:
     """Windows and packed rows, shuffled or not, uint16 or uint32: byte-identical batches."""
     local, remote = stores[name]
-    same(list(sb.Epoch(local, context_length=16, batch_size=8, **options)), list(sb.Epoch(remote, context_length=16, batch_size=8, **options)))
+    same(
+        list(sb.Epoch(local, context_length=16, batch_size=8, **options)),
+        list(sb.Epoch(remote, context_length=16, batch_size=8, **options)),
+    )
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["windows", "packed"])
@@ -96,7 +100,7 @@ def test_a_corpus_of_remote_shards(stores: dict[str, Any]) -> None:
     """Remote shards read as one corpus, and a remote manifest names them."""
     from streambatch.io.remote.upload import write_remote_corpus
 
-    (lw, rw), (lc, rc) = stores["web"], stores["code"]
+    (lw, _), (lc, _) = stores["web"], stores["code"]
     corpus = write_remote_corpus(f"s3://{BUCKET}/corpus.json", [f"s3://{BUCKET}/web", f"s3://{BUCKET}/code"])
     opened = sb.open_corpus(f"s3://{BUCKET}/corpus.json")
     assert opened.fingerprint == corpus.fingerprint == sb.open_corpus([lw, lc]).fingerprint
@@ -133,7 +137,7 @@ def test_coalesce_keeps_gap_bytes_within_the_spare() -> None:
     starts = np.array([0, 100, 200, 10_000])
     ends = starts + 90
     lo, hi = coalesce(starts, ends, gap=4096, spare=0.1)
-    assert sum(h - l for l, h in zip(lo, hi, strict=True)) <= 1.1 * 360
+    assert sum(b - a for a, b in zip(lo, hi, strict=True)) <= 1.1 * 360
     assert coalesce(starts, ends, gap=4096, spare=1.0) == ([0, 10_000], [290, 10_090])
 
 
@@ -199,18 +203,26 @@ def test_the_cache_never_exceeds_its_limit(stores: dict[str, Any], tmp_path: Pat
 
     def sample() -> None:
         while not stop.is_set():
-            sizes.append(sum(p.stat().st_size for p in (tmp_path / "cache").iterdir() if p.name.endswith(".block") or ".partial-" in p.name))
+            sizes.append(
+                sum(
+                    p.stat().st_size for p in (tmp_path / "cache").iterdir() if p.name.endswith(".block") or ".partial-" in p.name
+                )
+            )
             time.sleep(0.005)
 
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
         for _ in range(2):
-            same(list(sb.Epoch(local, context_length=16, batch_size=64, seed=None)), list(sb.Epoch(remote, context_length=16, batch_size=64, seed=None)))
+            same(
+                list(sb.Epoch(local, context_length=16, batch_size=64, seed=None)),
+                list(sb.Epoch(remote, context_length=16, batch_size=64, seed=None)),
+            )
     finally:
         stop.set()
         sampler.join()
-    assert sizes and max(sizes) <= limit
+    assert sizes
+    assert max(sizes) <= limit
 
 
 def test_a_cache_folder_must_be_a_cache(stores: dict[str, Any], tmp_path: Path) -> None:
@@ -240,8 +252,14 @@ def test_prepare_uploads_a_store_with_its_header_last(server: int, tmp_path: Pat
         assert main(["prepare", str(source), "-o", f"s3://{BUCKET}/prepared", "--quiet"]) == 0
     finally:
         client_module.ObjectClient.put = put  # type: ignore[method-assign]
-    assert order[-1] == "header.json" and set(order[:-1]) == {"tokens.bin", "offsets.bin"}
-    local = sb.open_store(sb.write_store(tmp_path / "local", sb.open_source(str(source)).store).fingerprint and tmp_path / "local")
+    assert order[-1] == "header.json"
+    assert set(order[:-1]) == {"tokens.bin", "offsets.bin"}
+    local = sb.open_store(
+        sb.write_store(tmp_path / "local", sb.open_source(str(source)).store).fingerprint and tmp_path / "local"
+    )
     remote = sb.open_source(f"s3://{BUCKET}/prepared").store
     assert remote.fingerprint == local.fingerprint
-    same(list(sb.Epoch(local, context_length=4, batch_size=3, seed=1)), list(sb.Epoch(remote, context_length=4, batch_size=3, seed=1)))
+    same(
+        list(sb.Epoch(local, context_length=4, batch_size=3, seed=1)),
+        list(sb.Epoch(remote, context_length=4, batch_size=3, seed=1)),
+    )

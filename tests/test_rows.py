@@ -1,4 +1,4 @@
-"""Tests for streambatch/items/pack/rows.py and packed_batch.py: sb.pack, Rows as items, PackedBatch, the C gather."""
+"""Tests for streambatch/items/pack/rows.py and packed_batch.py: sb.pack, Rows as items, packed MiniBatch, the C gather."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import streambatch as sb
 from streambatch.errors import ConfigError, DataError, OutOfRangeError, PartitionError
 from streambatch.items.pack import rows as rows_module
-from streambatch.items.pack.packed_batch import PackedBatch, SegmentProvenance
+from streambatch.stages.batch import MiniBatch, SegmentProvenance
 
 DOCS = [
     sb.Document("a", "train", [0, 10, 11, 12, 13, 14, 15, 16, 17, 18, 1]),  # 11 tokens: 10 targets
@@ -35,7 +35,8 @@ def test_worked_example() -> None:
     r = rows.report
     assert (len(rows), r.full_rows, r.packed_rows, r.targets, r.skipped_pieces, r.pad_positions) == (4, 2, 2, 15, 1, 1)
     batch = sb.materialize(sb.chunk(rows, 4))[0]
-    assert isinstance(batch, PackedBatch)
+    assert isinstance(batch, MiniBatch)
+    assert batch.packed
     assert batch.shape == (4, 4)
     assert batch.inputs.tolist() == [[0, 10, 11, 12], [13, 14, 15, 16], [0, 30, 31, 0], [17, 18, 0, 40]]
     assert batch.targets.tolist() == [[10, 11, 12, 13], [14, 15, 16, 17], [30, 31, 1, 0], [18, 1, 40, 1]]
@@ -48,7 +49,7 @@ def test_worked_example() -> None:
     assert batch.sequence_is_pad.tolist() == [False, False, False, True, False, False]
     assert [str(p) for p in batch.provenance] == ["a@0+4", "a@4+4", "c@0+3", "a@8+2", "f@0+2"]
     assert batch.provenance[3] == SegmentProvenance("a", 0, 8, sb.Partition.TRAIN, 0, 2, 3)
-    assert batch.rows.tolist() == [0, 1, 2, 3]
+    assert batch.row_numbers.tolist() == [0, 1, 2, 3]
     assert batch.document_ids == ["a", "a", "c", "a", "f"]
 
 
@@ -66,7 +67,7 @@ def test_c_gather_equals_numpy_gather(dtype: type, T: int) -> None:
         assert fast == reference
         assert fast.inputs.dtype == np.dtype(dtype)
         assert fast.inputs.flags.c_contiguous
-        assert fast.arrays.sequence_is_pad.tolist() == reference.arrays.sequence_is_pad.tolist()
+        assert fast.sequence_is_pad.tolist() == reference.sequence_is_pad.tolist()  # type: ignore[union-attr]
     if rows_module.GATHER_BACKEND == "c":
         assert rows.space.cache["gather"] is not False
 
@@ -77,12 +78,12 @@ def test_rows_are_items_for_every_stage() -> None:
     ordered = sb.shuffle(rows, seed=11)
     chunks = sb.chunk(ordered, 4)
     assert chunks.widths == [4] * (len(rows) // 4) + ([len(rows) % 4] if len(rows) % 4 else [])
-    whole = [b.rows.tolist() for b in sb.materialize(chunks)]
+    whole = [b.row_numbers.tolist() for b in sb.materialize(chunks)]
     assert [n for w in whole for n in w] == list(ordered)
-    by_worker = {b.index: b.rows.tolist() for k in range(3) for b in sb.materialize(sb.share(chunks, worker=k, workers=3))}
+    by_worker = {b.index: b.row_numbers.tolist() for k in range(3) for b in sb.materialize(sb.share(chunks, worker=k, workers=3))}
     assert [by_worker[i] for i in range(len(chunks))] == whole
     for index, batch in enumerate(whole):
-        parts = [sb.materialize(sb.split_rows(chunks, r, 3))[index].rows.tolist() for r in range(3)]
+        parts = [sb.materialize(sb.split_rows(chunks, r, 3))[index].row_numbers.tolist() for r in range(3)]
         assert [n for p in parts for n in p] == batch
     assert ordered[2:5].numbers().tolist() == list(ordered)[2:5]
     assert ordered[-1] == list(ordered)[-1]

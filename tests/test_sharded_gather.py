@@ -22,7 +22,7 @@ def _corpus(sizes: list[int], seed: int) -> sb.Corpus:
 def _outcome(gather: ShardedGather, positions: np.ndarray, exact: bool) -> object:
     """The rows' records (or the DataError's message): by the table (`rows`) or the exact searchsorted path."""
     try:
-        found = gather._checked(positions) if exact else gather.rows(positions)
+        found = gather._checked(positions) if exact else gather.where(positions)
     except sb.DataError as error:
         return str(error)
     return found.tolist()
@@ -111,6 +111,6 @@ def test_per_shard_path_with_mixed_dtypes(sizes: list[int], wide: st.DataObject,
         assert inputs.tolist() == expected[:, :-1].tolist()
         assert targets.tolist() == expected[:, 1:].tolist()
     for lo in range(0, positions.size, 5):  # batches of 5 rows, as a block is sliced
-        part_in, part_out = gather.take(gather.rows(positions)[lo : lo + 5])
+        part_in, part_out = gather.take(gather.where(positions)[lo : lo + 5])
         assert part_in.tolist() == inputs[lo : lo + 5].tolist()
         assert part_out.tolist() == targets[lo : lo + 5].tolist()

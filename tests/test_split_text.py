@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streambatch.read import split_text
-from streambatch.read.tokenizers import HFTokenizer
+from streambatch.read.text import split_text
+from streambatch.read.text.tokenizers import HFTokenizer
 
 tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import Regex, models, normalizers, pre_tokenizers, trainers  # noqa: E402
@@ -123,7 +123,7 @@ _CHILD = (
 import resource, sys
 import numpy as np
 from tokenizers import Tokenizer
-from streambatch.read.tokenizers import HFTokenizer
+from streambatch.read.text.tokenizers import HFTokenizer
 tok = Tokenizer.from_file(sys.argv[1])
 text = open(sys.argv[2], encoding="utf-8").read()
 wrapped = HFTokenizer(tok)

@@ -22,7 +22,7 @@ from streambatch import DataError
 from streambatch.errors import DuplicateIdError, StoreError
 from streambatch.io.store import INLINE_DOCUMENTS, StoreWriter, open_store, write_store
 from streambatch.prepare import prepare_store
-from streambatch.read.byte_tokens import byte_detokenize
+from streambatch.read.text.byte_tokens import byte_detokenize
 
 from .strategies import configs, documents, seeds
 

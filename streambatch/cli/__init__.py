@@ -1,18 +1,21 @@
 """The ``streambatch`` command line: ``demo``, ``epoch`` and friends.
 
 Bad input anywhere: one line on stderr, exit status 2, no traceback, no partial file.
+Ctrl-C: exit 130; SIGTERM: exit 143; either way one line, and the same cleanup.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import IO, Any, NoReturn
 
 from .. import __version__
-from ..errors import StreamBatchError
+from .._signals import terminate_as_interrupt
+from ..errors import StreamBatchError, Terminated
 from ..io.files import short_path
 from ..tools import chapter
 from ._common import check_dashes
@@ -75,10 +78,11 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     """Run the CLI; return the exit status."""
     stream = out or sys.stdout
     try:
-        args = build_parser().parse_args(argv)
-        check_dashes(args)
-        status = args.run(args, stream)  # None, or a status of its own (audit: 1 when a proof fails)
-        stream.flush()
+        with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does (temporaries, workers)
+            args = build_parser().parse_args(argv)
+            check_dashes(args)
+            status = args.run(args, stream)  # None, or a status of its own (audit: 1 when a proof fails)
+            stream.flush()
     except StreamBatchError as err:
         print(f"streambatch: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -92,6 +96,12 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    except MemoryError:  # what no check above foresaw: one line, never a traceback
+        print("streambatch: error: out of memory; raise the memory limit (ulimit -v) or use a larger machine", file=sys.stderr)
+        return EXIT_USAGE
+    except Terminated:
+        print("streambatch: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("streambatch: interrupted", file=sys.stderr)
         return 130

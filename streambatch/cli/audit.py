@@ -81,12 +81,12 @@ def format_audit(result: AuditResult, epoch: Epoch, workers: int = 1, world_size
     lines = [result.proof_line()]
     lines += [f"FAIL|check={check}|{message}" for check, message in result.failures.items()]
     widths = epoch.batch_widths
-    shape = "none" if not widths else f"[{epoch.batch_size}] x {format_count(epoch.window_count // epoch.batch_size)}"
+    shape = "none" if not widths else f"[{epoch.batch_size}] x {format_count(epoch.item_count // epoch.batch_size)}"
     if widths and widths[-1] != epoch.batch_size:
         shape = f"[{widths[-1]}]" if len(widths) == 1 else f"{shape} + [{widths[-1]}]"
     order = "sequential" if epoch.seed is None else f"seed {epoch.seed}"
     lines.append(
-        f"epoch: {format_count(epoch.window_count)} windows of T={epoch.context_length} (stride {epoch.stride}, "
+        f"epoch: {format_count(epoch.item_count)} windows of T={epoch.context_length} (stride {epoch.stride}, "
         f"partition {epoch.partition.value}) in {format_count(epoch.batch_count)} batches {shape}, {order}"
     )
     if workers > 1 or world_size > 1:

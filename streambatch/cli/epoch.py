@@ -33,13 +33,10 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import IO, Any
 
-import numpy as np
-
 from .._checks import check_non_negative
-from .._progress import Bar, bar
 from ..errors import ConfigError, OutOfRangeError, StateError
 from ..io.atomic import atomic_text, writing
 from ..io.bounded_json import read_json_header
@@ -50,9 +47,10 @@ from ..model.source import Source
 from ..run import Run
 from ..stages.batch import MiniBatch
 from ..state import decode, encode
+from ..tools.mix_report import note_repeats
 from ._common import add_order, add_source, args_epoch, open_args_source
-from .outputs import FORMATS, ArrowStream, JsonLines, format_of, output_format, write_all
-from .records import batch_line
+from .outputs import FORMATS, ArrowStream, JsonLines, Shown, counted, format_of, output_format, token_dtype, warn_size, write_all
+from .records import record_pieces
 
 Format = JsonLines | ArrowStream
 
@@ -64,20 +62,21 @@ def _run(args: argparse.Namespace, source: Source | MixtureSource, epoch: int) -
     if args.verify and args.plan_dir is None:
         raise ConfigError("--verify checks a plan file: pass --plan-dir DIR too")
     first = args_epoch(args, source, plan_dir=args.plan_dir, verify_plan=args.verify)
-    if first.window_count == 0 and first.pack:  # not an error, but never silent
+    if first.item_count == 0 and first.pack:  # not an error, but never silent
         print(
             f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} "
             f"in {short_path(args.source)} "
             "has the 2 tokens one target needs",
             file=sys.stderr,
         )
-    elif first.window_count == 0:
+    elif first.item_count == 0:
         print(
             f"streambatch: note: the epoch is empty: no document of partition {first.partition.value!r} "
             f"in {short_path(args.source)} "
             f"has the T + 1 = {first.context_length + 1} tokens one window needs",
             file=sys.stderr,
         )
+    note_repeats(source, first.windows)  # a mixture's repeated source is never silent
     return Run.from_epoch(first, epochs=epoch + 1)
 
 
@@ -102,7 +101,7 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
         _check_state_path(state_path, args.output, source)
     if args.save_state is not None and args.resume is None:
         _refuse_saved_state(args.save_state)
-    shown = _Shown(args)
+    shown = Shown(args)
     fmt = output_format(name)
     if args.resume is not None:
         state = decode(
@@ -126,85 +125,20 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
             f"pass 0 <= --start-batch <= {run.batches_per_epoch}"
         )
     run.set_position(epoch, start)
-    _warn_size(args, run, fmt)
+    warn_size(args, run, fmt)
     if state_path is not None:
         with writing(args.output):
             _write_saving_state(run, epoch, args.output, state_path, None, fmt, shown)
     elif args.output in (None, "-"):
-        out.writelines(line.decode() for line in map(batch_line, run))
+        for batch in run:  # a piece at a time: a long record is never held whole
+            out.writelines(piece.decode() for piece in record_pieces(batch))
     else:
         with _locked_for_replacing(args.output), atomic_text(args.output) as text:
             progress = shown.bar(run.batches_per_epoch - start)
             buffer: IO[bytes] = text.buffer  # type: ignore[attr-defined]  # atomic_text's handle wraps a binary writer
-            written, size = write_all(fmt, _counted(run, progress), buffer, run.config.context_length, _token_dtype(run))
+            written, size = write_all(fmt, counted(run, progress), buffer, run.config.context_length, token_dtype(run))
             progress.close()
         shown.done(written, size, args.output)
-
-
-def _counted(batches: Iterable[MiniBatch], progress: Bar) -> Iterator[MiniBatch]:
-    for batch in batches:
-        yield batch
-        progress.update(1)
-
-
-class _Shown:
-    """What the command shows on stderr: a progress bar on a terminal (``--progress``), one summary line at the end."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self._progress: bool | None = args.progress
-
-    def bar(self, total: int) -> Bar:
-        return bar(max(total, 0), desc="epoch", unit="batch", progress=self._progress)
-
-    def done(self, batches: int, size: int, output: str) -> None:
-        print(f"streambatch: wrote {batches:,} batches ({_bytes(size)}) to {short_path(output)}", file=sys.stderr)
-
-
-def _bytes(size: int) -> str:
-    """*size* bytes for a person: ``812 B``, ``3.4 MB``, ``12.8 GB`` (decimal units)."""
-    value, unit = float(size), "B"
-    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
-        if value < 1000 or unit == "PB":
-            break
-        value /= 1000
-    return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
-
-
-WARN_RATIO = 8
-"""Warn when the output holds this many times the corpus's tokens (inputs and targets of every window)."""
-
-
-def _warn_size(args: argparse.Namespace, run: Run, fmt: Format) -> None:
-    """Before writing: estimate the output, and warn when it is far larger than the corpus (overlapping windows)."""
-    corpus = max(sum(int(store.flat_size) for store in _stores(run)), 1)
-    tokens = 2 * run.window_count * run.config.context_length  # inputs and targets of every item
-    left = run.batches_per_epoch - run.position[1]
-    if tokens < WARN_RATIO * corpus or left <= 0:
-        return
-    estimate = len(fmt.encode(run.batch(*run.position))) * left  # the first batch's record, for each batch left
-    stride, T = run.config.stride, run.config.context_length
-    hint = (
-        f"; with --stride {stride} each window overlaps the next by {T + 1 - stride} tokens: --stride {T} gives "
-        "non-overlapping windows"
-        if not run.pack and stride < T
-        else ""
-    )
-    print(
-        f"streambatch: warning: the output holds about {tokens:,} tokens ({_bytes(estimate)} as {fmt.name}), "
-        f"{tokens / corpus:,.0f}x the corpus's {corpus:,} tokens{hint}",
-        file=sys.stderr,
-    )
-
-
-def _stores(run: Run) -> list[Any]:
-    """The stores the run reads: its store, or each source's of a mixture."""
-    parts = getattr(run.windows, "parts", None)
-    return [run.store] if parts is None else [part.store for part in parts]
-
-
-def _token_dtype(run: Run) -> Any:
-    """The dtype of the batches' tokens (a mixture's: the widest of its sources')."""
-    return np.result_type(*(store.dtype for store in _stores(run)))
 
 
 def _refuse_saved_state(state_path: str) -> None:
@@ -360,7 +294,7 @@ def _recorded_output(state_path: str, recorded: str) -> str:
 
 
 def _write_saving_state(
-    run: Run, epoch: int, output: str, state_path: str, state: dict[str, Any] | None, fmt: Format, shown: _Shown
+    run: Run, epoch: int, output: str, state_path: str, state: dict[str, Any] | None, fmt: Format, shown: Shown
 ) -> None:
     """Append batches to *output* under a lock; after each, make it durable and replace the state file atomically."""
     path = os.path.abspath(output)
@@ -421,18 +355,18 @@ def _write_saving_state(
         pending: MiniBatch | None = None
         if length == 0:  # a new output: its header (arrow: the schema, from the first batch) goes first
             pending = next(batches, None)
-            header = fmt.header(pending, run.config.context_length, _token_dtype(run))
+            header = fmt.header(pending, run.config.context_length, token_dtype(run))
             handle.write(header)
             digest.update(header)
             if pending is None:
                 save(handle.tell(), written)
         progress = shown.bar(run.batches_per_epoch - first - written)
         for batch in itertools.chain(() if pending is None else (pending,), batches):
-            line = fmt.encode(batch)
-            handle.write(line)
+            for piece in fmt.pieces(batch):  # a long record a piece at a time: memory is the batch and one piece
+                handle.write(piece)
+                digest.update(piece)
             handle.flush()
             os.fsync(handle.fileno())
-            digest.update(line)
             written += 1
             save(handle.tell(), written)
             progress.update(1)

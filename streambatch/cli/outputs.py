@@ -1,4 +1,6 @@
-"""The ``epoch`` command's output formats: JSON lines, or Arrow IPC for trainers that read arrays without parsing JSON.
+"""The ``epoch`` command's outputs: its formats, the size announced before writing, progress and the summary line.
+
+The formats: JSON lines, or Arrow IPC for trainers that read arrays without parsing JSON.
 
 Both write the same fields (`batch_record`).  An `OutputFormat` turns a run's
 batches into bytes (a header, then one record per batch) and reads back the
@@ -18,18 +20,23 @@ rules (`streambatch.cli.epoch`) are one code path for both:
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import mmap
 import re
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import numpy as np
 
+from .._progress import Bar, bar
 from ..errors import ConfigError
-from ..read.tokenizers import require
+from ..io.files import short_path
+from ..read.text.tokenizers import require
+from ..run import Run
 from ..stages.batch import MiniBatch
-from .records import batch_line, batch_record, record_arrays
+from .records import batch_line, batch_record, record_arrays, record_pieces
 
 FORMATS = ("jsonl", "arrow")
 ARROW_SUFFIXES = (".arrow", ".arrows", ".ipc")
@@ -52,6 +59,10 @@ class JsonLines:
 
     def encode(self, batch: MiniBatch) -> bytes:
         return batch_line(batch)
+
+    def pieces(self, batch: MiniBatch) -> Iterator[bytes]:
+        """The record of *batch* in pieces of about a megabyte (`record_pieces`): a long record is never held whole."""
+        return record_pieces(batch)
 
     def records_in(self, handle: IO[bytes], length: int, lines: int, last: bytes) -> tuple[int, list[tuple[int, int]]]:
         """``(records, [(epoch, index) of the first and last])`` of the first *length* bytes of *handle*.
@@ -127,6 +138,10 @@ class ArrowStream:
         columns, names = self._columns(record, arrays)
         self._schema = pa.RecordBatch.from_arrays(columns, names=names).schema
 
+    def pieces(self, batch: MiniBatch) -> Iterator[bytes]:
+        """The record batch of *batch*, in one piece."""
+        yield self.encode(batch)
+
     def encode(self, batch: MiniBatch) -> bytes:
         pa = self._pa
         record, arrays = _split(batch)
@@ -184,6 +199,72 @@ def write_all(
     size = handle.write(fmt.header(first, context_length, dtype))
     count = 0
     for batch in itertools.chain(() if first is None else (first,), batches):
-        size += handle.write(fmt.encode(batch))
+        size += sum(handle.write(piece) for piece in fmt.pieces(batch))
         count += 1
     return count, size
+
+
+def counted(batches: Iterable[MiniBatch], progress: Bar) -> Iterator[MiniBatch]:
+    for batch in batches:
+        yield batch
+        progress.update(1)
+
+
+class Shown:
+    """What the command shows on stderr: a progress bar on a terminal (``--progress``), one summary line at the end."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._progress: bool | None = args.progress
+
+    def bar(self, total: int) -> Bar:
+        return bar(max(total, 0), desc="epoch", unit="batch", progress=self._progress)
+
+    def done(self, batches: int, size: int, output: str) -> None:
+        print(f"streambatch: wrote {batches:,} batches ({_bytes(size)}) to {short_path(output)}", file=sys.stderr)
+
+
+def _bytes(size: int) -> str:
+    """*size* bytes for a person: ``812 B``, ``3.4 MB``, ``12.8 GB`` (decimal units)."""
+    value, unit = float(size), "B"
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if value < 1000 or unit == "PB":
+            break
+        value /= 1000
+    return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+WARN_RATIO = 64
+"""Warn when the output holds this many times the corpus's tokens (inputs and targets of every window)."""
+
+
+def warn_size(args: argparse.Namespace, run: Run, fmt: JsonLines | ArrowStream) -> None:
+    """Before writing: estimate the output, and warn when it is far larger than the corpus (overlapping windows)."""
+    corpus = max(sum(int(store.flat_size) for store in _stores(run)), 1)
+    tokens = 2 * run.item_count * run.config.context_length  # inputs and targets of every item
+    left = run.batches_per_epoch - run.position[1]
+    if tokens < WARN_RATIO * corpus or left <= 0:
+        return
+    estimate = sum(map(len, fmt.pieces(run.batch(*run.position)))) * left  # the first record (in pieces), per batch left
+    stride, T = run.config.stride, run.config.context_length
+    hint = (
+        f"; with --stride {stride} each window overlaps the next by {T + 1 - stride} tokens: --stride {T} gives "
+        "non-overlapping windows"
+        if not run.pack and stride < T
+        else ""
+    )
+    print(
+        f"streambatch: warning: the output holds about {tokens:,} tokens ({_bytes(estimate)} as {fmt.name}), "
+        f"{tokens / corpus:,.0f}x the corpus's {corpus:,} tokens{hint}",
+        file=sys.stderr,
+    )
+
+
+def _stores(run: Run) -> list[Any]:
+    """The stores the run reads: its store, or each source's of a mixture."""
+    parts = getattr(run.windows, "parts", None)
+    return [run.store] if parts is None else [part.store for part in parts]
+
+
+def token_dtype(run: Run) -> Any:
+    """The dtype of the batches' tokens (a mixture's: the widest of its sources')."""
+    return np.result_type(*(store.dtype for store in _stores(run)))

@@ -15,9 +15,6 @@ import time
 from typing import IO, Any
 
 from .._checks import check_non_negative
-from ..items.mix.mixture import Mixture
-from ..items.pack.rows import Rows
-from ..items.windows.windows import Windows
 from ..stages.plan import build_plan, plan_path
 from ..stages.splitmix import derive_seed
 from ._common import add_order, add_source, args_epoch, open_args_source
@@ -32,7 +29,6 @@ def _plan(args: argparse.Namespace, out: IO[str]) -> None:
         return
     epoch = args_epoch(args, source)  # checks -T, -B, --stride, --pack and the partition rule, plans nothing
     whole = epoch.windows
-    assert isinstance(whole, Windows | Rows)  # a mixture was planned above
     path = plan_path(whole, seed, args.output)
     started = time.perf_counter()
     plan, created = build_plan(whole, seed, args.output, run={"seed": args.seed, "epoch": number}, verify=args.verify)
@@ -55,7 +51,6 @@ def _plan(args: argparse.Namespace, out: IO[str]) -> None:
 
 def _plan_mixture(mixture: Any, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """Plan a mixture's epoch: its order file, then every source epoch plan it reads (all in the plan folder)."""
-    assert isinstance(mixture, Mixture)
     started = time.perf_counter()
     ordered = mixture.reseeded(seed)
     plans = ordered.source_plans()

@@ -6,13 +6,14 @@ import argparse
 import sys
 from typing import IO, Any
 
+from ..errors import ConfigError, WorkerLostError
 from ..io.files import short_path
+from ..io.formats import FORMATS, output_paths
 from ..model.documents import Partition
 from ..model.store import DocumentStore
 from ..prepare import prepare_store
 from ..read.inputs import MAX_DOCUMENT_BYTES
-from ..read.tokenizers import AUTO, SpecialId
-from ..read.workers import WorkerLostError
+from ..read.text.tokenizers import AUTO, SpecialId
 from ._common import add_max_line, byte_size
 
 
@@ -26,15 +27,24 @@ def _special(text: str) -> SpecialId:
 
 
 def _prepare(args: argparse.Namespace, out: IO[str]) -> int:
+    if args.old_shard is not None:  # a shard is one store of a corpus; this flag picks a part of the input list
+        raise ConfigError(
+            f"--shard {args.old_shard} is now --part {args.old_shard}: pass --part I/N (a shard is a store of a corpus)"
+        )
     try:
         store = _run(args)
     except WorkerLostError as err:  # not a refusal: the run failed (exit 1)
         print(f"streambatch: error: prepare: {err}", file=sys.stderr)
         return 1
     if not args.quiet:
+        written = (
+            short_path(args.output)
+            if args.format == "streambatch"
+            else " + ".join(short_path(p) for p in output_paths(args.output, args.format)[:2])
+        )
         out.write(
-            f"wrote {short_path(args.output)}: {len(store)} documents, {store.tokens.size} tokens ({store.tokens.dtype.name}), "
-            f"{store.fingerprint}\n"
+            f"wrote {written}: {len(store)} documents, {store.tokens.size} tokens ({store.tokens.dtype.name}), "
+            f"{store.fingerprint or args.format}\n"
         )
     return 0
 
@@ -55,18 +65,31 @@ def _run(args: argparse.Namespace) -> DocumentStore:
         max_document_bytes=args.max_document_bytes,
         include=args.include,
         exclude=args.exclude,
-        shard=args.shard,
+        shard=args.part,
         skip_bad=args.skip_bad,
         workers=args.workers,
         quiet=args.quiet,
+        format=args.format,
     )
 
 
 def register(commands: Any) -> None:
     """Add ``prepare`` to *commands* (an argparse subparsers object)."""
     p = commands.add_parser("prepare", help="build a memory-mappable token store from text, JSONL, Parquet, .npy, .bin, datasets")
-    p.add_argument("inputs", nargs="+", help="files or folders: text, .jsonl/.ndjson (+.gz/.zst), .parquet, .arrow, .npy, .bin")
-    p.add_argument("-o", "--output", required=True, help="store directory to create (replaced atomically)")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        help="files or folders: text, .jsonl/.ndjson (+.gz/.zst), .parquet, .arrow, .npy, .bin, Megatron .idx, datatrove .ds",
+    )
+    p.add_argument(
+        "-o", "--output", required=True, help="store directory to create (replaced atomically); with --format, a prefix"
+    )
+    p.add_argument(
+        "--format",
+        default="streambatch",
+        choices=["streambatch", *FORMATS],
+        help="streambatch (a store, default), megatron (OUTPUT.bin + OUTPUT.idx), datatrove (OUTPUT.ds + OUTPUT.ds.index)",
+    )
     p.add_argument("--tokenizer", help="a Hugging Face tokenizer.json for text (default: UTF-8 bytes)")
     p.add_argument("--eos-id", type=_special, default=AUTO, help="id appended to each text document: ID, none, auto (default)")
     p.add_argument("--bos-id", type=_special, default=AUTO, help="id prepended to each text document: ID, none, auto (default)")
@@ -87,6 +110,7 @@ def register(commands: Any) -> None:
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="leave matching files out (repeatable)")
     p.add_argument("--skip-bad", action="store_true", help="leave out files that cannot be read, listing them on stderr")
     p.add_argument("--workers", type=int, default=1, help="tokenizing processes (default 1, at most the CPUs); same store")
-    p.add_argument("--shard", metavar="I/N", help="prepare only the I-th of N contiguous parts of the file list")
+    p.add_argument("--part", metavar="I/N", help="prepare only the I-th of N contiguous parts of the file list")
+    p.add_argument("--shard", dest="old_shard", help=argparse.SUPPRESS)  # 0.3's name of --part: refused, with the new one
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     p.set_defaults(run=_prepare)

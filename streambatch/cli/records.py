@@ -5,26 +5,31 @@ row's provenance, and the ``inputs``/``targets`` rows.  A packed batch's record
 (``--pack``) adds ``pack``, ``pad_positions``, ``segment_ids``, ``position_ids``
 and ``loss_mask``, and each of its ``rows`` lists its segments; ``token_count``
 counts real targets only.
+
+A record is made in pieces (`record_pieces`) of at most about a megabyte, so
+writing one never holds more than the batch itself and a piece: the arrays are
+turned into text a slice at a time, never into one Python list of every token.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
-from ..items.mix.mix_batch import MixtureBatch
-from ..items.mix.mix_rows import PackedMixtureBatch
-from ..items.pack.packed_batch import PackedBatch
+import numpy as np
+
 from ..model.corpus import Corpus
 from ..stages.batch import MiniBatch
 
+_PIECE = 1 << 16  # numbers turned into text at a time: about a megabyte of JSON
 ARRAY_FIELDS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
 """The record's per-position arrays, in record order (a window record holds the first two)."""
 
 
 def record_arrays(batch: MiniBatch) -> dict[str, Any]:
     """The per-position arrays the record of *batch* holds (numpy ``(w, T)``), by field name."""
-    names = ARRAY_FIELDS if isinstance(batch, PackedBatch) else ARRAY_FIELDS[:2]
+    names = ARRAY_FIELDS if batch.packed else ARRAY_FIELDS[:2]
     return {name: getattr(batch, name) for name in names}
 
 
@@ -42,14 +47,14 @@ def batch_record(batch: MiniBatch, *, arrays: bool = True) -> dict[str, Any]:
     ``position_ids`` and ``loss_mask`` follow the targets.  Padding positions hold the pad id in
     inputs and targets, with ``loss_mask`` false.
     """
-    record = _packed_record(batch) if isinstance(batch, PackedBatch) else _window_record(batch)
+    record = _packed_record(batch) if batch.packed else _window_record(batch)
     if arrays:
         record.update((name, values.tolist()) for name, values in record_arrays(batch).items())
     return record
 
 
 def _window_record(batch: MiniBatch) -> dict[str, Any]:
-    mixed = batch.source_names if isinstance(batch, MixtureBatch) else None
+    mixed = batch.source_names
     sharded = mixed is not None or isinstance(batch.space.store, Corpus)
     return {
         "epoch": batch.epoch,
@@ -70,14 +75,15 @@ def _window_record(batch: MiniBatch) -> dict[str, Any]:
     }
 
 
-def _packed_record(batch: PackedBatch) -> dict[str, Any]:
-    sharded = isinstance(batch.row_space.store, Corpus)
-    rows: list[dict[str, Any]] = [{"row": number, "segments": []} for number in batch.rows.tolist()]
-    if isinstance(batch, PackedMixtureBatch):  # a mixture of packed rows: each row names its source
-        sharded = sharded or any(isinstance(space.store, Corpus) for space in batch.row_spaces)
-        for row, name in zip(rows, batch.source_names, strict=True):
+def _packed_record(batch: MiniBatch) -> dict[str, Any]:
+    sharded = any(isinstance(space.store, Corpus) for space in batch.spaces)
+    rows: list[dict[str, Any]] = [{"row": number, "segments": []} for number in batch.row_numbers.tolist()]
+    names = batch.source_names
+    if names is not None:  # a mixture of packed rows: each row names its source
+        for row, name in zip(rows, names, strict=True):
             row["source"] = name
-    for p in batch.provenance:
+    segments: Any = batch.provenance  # SegmentProvenance: a packed batch's
+    for p in segments:
         rows[p.row]["segments"].append(
             {
                 "document": p.document_id,
@@ -99,6 +105,32 @@ def _packed_record(batch: PackedBatch) -> dict[str, Any]:
     }
 
 
+def record_pieces(batch: MiniBatch) -> Iterator[bytes]:
+    """The record of *batch* as one line of JSON (the ``jsonl`` format), in pieces: an array `_PIECE` numbers at a time.
+
+    >>> import streambatch as sb
+    >>> epoch = sb.Epoch([sb.Document("a", "train", range(6))], context_length=2, batch_size=2, seed=None)
+    >>> batch = next(iter(epoch))
+    >>> json.loads(b"".join(record_pieces(batch))) == batch_record(batch)
+    True
+    """
+    yield json.dumps(batch_record(batch, arrays=False), separators=(",", ":"))[:-1].encode()
+    for name, values in record_arrays(batch).items():
+        array = np.asarray(values)
+        if array.size <= _PIECE:  # the usual batch: one piece per array
+            yield f',"{name}":{json.dumps(array.tolist(), separators=(",", ":"))}'.encode()
+            continue
+        yield f',"{name}":['.encode()
+        for r, row in enumerate(array):
+            yield b"[" if r == 0 else b",["
+            for at in range(0, row.size, _PIECE):
+                text = json.dumps(row[at : at + _PIECE].tolist(), separators=(",", ":"))[1:-1]
+                yield (text if at == 0 else "," + text).encode()
+            yield b"]"
+        yield b"]"
+    yield b"}\n"
+
+
 def batch_line(batch: MiniBatch) -> bytes:
-    """The record of *batch* as one line of JSON (the ``jsonl`` format)."""
-    return (json.dumps(batch_record(batch), separators=(",", ":")) + "\n").encode()
+    """The record of *batch* as one line of JSON (the ``jsonl`` format): `record_pieces` joined."""
+    return b"".join(record_pieces(batch))

@@ -16,8 +16,8 @@ from ..io.mixture_file import MixtureSource
 from ..tools.audit import audit_epoch
 from ..tools.audit.packed import audit_packed_epoch
 from ..tools.figure import MAX_WINDOWS, write_figure
+from ..tools.figure.mixture import write_mixture_figure
 from ..tools.figure.packed import MAX_ROWS, write_packed_figure
-from ..tools.mix_report import mixture_svg
 from ._common import add_order, add_source, args_epoch, open_args_source
 
 
@@ -26,29 +26,29 @@ def _trace(args: argparse.Namespace, out: IO[str]) -> None:
         raise ConfigError("trace needs --svg FILE and/or --html FILE; say where to draw the epoch")
     source = open_args_source(args)
     epoch = args_epoch(args, source)
-    if isinstance(source, MixtureSource):  # one strip per batch, each row coloured by its source
-        if args.svg is None or args.html is not None:
-            raise ConfigError("trace of a mixture draws SVG only; pass --svg FILE (and no --html)")
-        mixture_svg(epoch, args.svg)
-        out.write(
-            f"wrote {short_path(args.svg)}: {epoch.window_count} items of "
-            f"{short_path(source.spec.path)}, {epoch.batch_count} batches\n"
-        )
+    if isinstance(source, MixtureSource):  # every batch's rows coloured by source, the sources' legend above
+        report = sys.stderr if "-" in (args.svg, args.html) else out
+        for path in write_mixture_figure(epoch, svg=args.svg, html_path=args.html, stdout=out):
+            where = "standard output" if path == "-" else short_path(path)
+            report.write(
+                f"wrote {where}: {len(epoch.order)} items of {short_path(source.spec.path)}, {epoch.batch_count} batches, "
+                "every batch\n"
+            )
         return
     if epoch.pack:
-        whole = epoch.window_count <= MAX_ROWS
+        whole = epoch.item_count <= MAX_ROWS
         proof = [audit_packed_epoch(epoch).proof_line()] if whole else []  # a small epoch is audited in milliseconds
         for path in write_packed_figure(epoch, svg=args.svg, html_path=args.html, notes=proof):
             drawn = "every row" if whole else f"the first {MAX_ROWS} rows"
-            out.write(f"wrote {short_path(path)}: {epoch.window_count} packed rows, {epoch.batch_count} batches, {drawn}\n")
+            out.write(f"wrote {short_path(path)}: {epoch.item_count} packed rows, {epoch.batch_count} batches, {drawn}\n")
         return
-    small = epoch.window_count <= MAX_WINDOWS
+    small = epoch.item_count <= MAX_WINDOWS
     notes = [audit_epoch(epoch).proof_line()] if small else []  # a small epoch is audited in milliseconds
     report = sys.stderr if "-" in (args.svg, args.html) else out  # the figure itself goes to stdout
     for path in write_figure(epoch, svg=args.svg, html_path=args.html, notes=notes, stdout=out):
         what = "every row" if small else f"a summary (more than {MAX_WINDOWS} windows)"
         where = "standard output" if path == "-" else short_path(path)
-        report.write(f"wrote {where}: {epoch.window_count} windows, {epoch.batch_count} batches, {what}\n")
+        report.write(f"wrote {where}: {epoch.item_count} windows, {epoch.batch_count} batches, {what}\n")
 
 
 def register(commands: Any) -> None:

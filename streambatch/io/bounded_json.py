@@ -30,8 +30,8 @@ from typing import IO, Any
 
 import msgspec
 
-from ..errors import DataError, StreamBatchError
-from .files import NotRegularFileError, open_regular
+from ..errors import DataError, NotRegularFileError, StreamBatchError
+from .files import open_regular
 
 BOM = "\ufeff"
 HEADER_LIMIT = 64 << 20  # bytes: a store header is a few kB; ids beyond the inline limit live in ids.jsonl
@@ -178,7 +178,10 @@ def _read_bounded(
             raise error(f"{where}: not a regular file; {fix}")
         if status.st_size > limit and not padding:
             raise error(f"{where}: {status.st_size} bytes, more than a {what} may have ({shown}); {fix}")
-        data = handle.read(limit if padding else limit + 1)
+        # no more than the file holds: read(limit) would allocate *limit* bytes up front (64 MiB per small header)
+        data = handle.read(min(limit, status.st_size) + (0 if padding else 1))
+        if not padding and len(data) > status.st_size:  # it grew while it was read: read on, bounded
+            data += handle.read(limit + 1 - len(data))
     except OSError as err:
         raise error(f"{where}: unreadable {what} ({err.strerror or err}); {fix}") from err
     if len(data) > limit:  # grew while it was read

@@ -22,12 +22,9 @@ from typing import IO
 
 from .._paths import LONG_PATH, short_path
 from .._paths import printable as _printable
+from ..errors import NotRegularFileError
 
 __all__ = ["LONG_PATH", "NotRegularFileError", "check_regular", "open_regular", "short_path"]
-
-
-class NotRegularFileError(OSError):
-    """A path names a FIFO, device, socket or directory where a regular file is expected."""
 
 
 def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> IO[bytes]:
@@ -42,7 +39,7 @@ def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> 
     >>> open_regular("/dev/zero")
     Traceback (most recent call last):
     ...
-    streambatch.io.files.NotRegularFileError: [Errno 22] not a regular file (a character device): '/dev/zero'
+    streambatch.errors.NotRegularFileError: [Errno 22] not a regular file (a character device): '/dev/zero'
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)

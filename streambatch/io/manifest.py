@@ -65,6 +65,19 @@ def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify
     return Corpus(shards, paths=paths)
 
 
+def shard_limit() -> int:
+    """Shards one corpus may have: half of the system's memory-map limit (Linux ``vm.max_map_count``; 65530 if unknown).
+
+    Each shard maps its tokens once; the other half is left to Python, numpy and the plan files.
+    """
+    try:
+        with open("/proc/sys/vm/max_map_count") as handle:
+            count = int(handle.read().strip())
+    except (OSError, ValueError):
+        count = 65530
+    return max(count // 2, 1)
+
+
 def _open_manifest(path: Path | str, verify: bool, remote: dict[str, Any]) -> Corpus:
     if isinstance(path, str):  # an address: the manifest fetched once, its shards opened beside it
         from .remote.open import open_remote_manifest
@@ -98,6 +111,13 @@ def _manifest_corpus(manifest: Any, path: Any, shard_at: Any, verify: bool, remo
     entries = manifest.get("shards")
     if not isinstance(entries, list) or not entries:
         raise StoreError(f"{short_path(path)}: shards must be a non-empty list of store paths (relative to the manifest)")
+    limit = shard_limit()
+    if len(entries) > limit:  # refused before any is opened: past the limit, mapping the next shard fails
+        raise StoreError(
+            f"{short_path(path)}: {len(entries)} shards, more than the {limit} one process can map at once (one memory map "
+            f"per shard's tokens, at most half of vm.max_map_count={limit * 2}); merge shards into fewer, larger stores "
+            "(streambatch prepare) or raise vm.max_map_count"
+        )
     shards: list[DocumentStore] = []
     names: list[str | None] = []
     for k, entry in enumerate(entries):
@@ -143,6 +163,8 @@ def write_corpus(path: PathLike, shards: Sequence[PathLike], *, verify: bool = F
         for s, shard in zip(shards, corpus.shards, strict=True)
     ]
     manifest = {"format": FORMAT, "version": VERSION, "fingerprint": corpus.fingerprint, "shards": entries}
+    if corpus.tokenizer is not None:  # for a reader of the file; the shards' headers stay the truth (one tokenizer)
+        manifest["tokenizer"] = corpus.tokenizer
     with atomic_text(target) as handle:
         json.dump(manifest, handle, indent=1)
         handle.write("\n")

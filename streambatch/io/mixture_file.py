@@ -8,7 +8,7 @@
      "length": 1000000}
 
 ``sources`` lists 1 to 255 entries, each with exactly ``name`` (a non-empty
-string, distinct), ``path`` (a store directory or a corpus manifest, or the address of one in object storage, relative
+string, distinct), ``path`` (a store directory, a corpus manifest, or Megatron's or datatrove's files, relative
 to the file's folder) and ``weight`` (a positive finite number; weights are
 normalised to sum 1).  ``length`` (optional; null or absent: the largest source
 passed once at its weight) is the number of items.  Nothing else is allowed.
@@ -32,13 +32,15 @@ from ..errors import ConfigError, StreamBatchError
 from ..model.corpus import Corpus
 from ..model.store import DocumentStore
 from .bounded_json import read_json_header
-from .files import short_path
+from .files import open_regular, short_path
+from .formats import open_format
 from .manifest import open_corpus
 from .remote.location import is_remote
 from .store import open_store
 
 PathLike = str | os.PathLike[str]
 LIMIT = 1 << 20
+_PEEK = 1 << 16  # bytes of a .json file read to tell a mixture file from a corpus manifest
 MAX_SOURCES = 255
 _TOP = ("sources", "length")
 _ENTRY = ("name", "path", "weight")
@@ -80,14 +82,24 @@ class MixtureSource:
 
 
 def is_mixture_file(path: PathLike) -> bool:
-    """True when *path* is a JSON file whose top level holds ``sources`` (a corpus manifest holds ``shards``)."""
-    if not os.fspath(path).lower().endswith(".json") or not os.path.isfile(path):
+    """True when the ``.json`` file *path* is meant as a mixture file (a corpus manifest holds ``shards``).
+
+    Decided from its first bytes, not from its decoding: a mixture file that is
+    not valid JSON, too large, or not a regular file is still a mixture file,
+    refused as one by `read_mixture_file`.  It is one when its start names
+    ``"sources"`` and not ``"shards"``, or (unreadable: a FIFO, a device) when its
+    name says ``mixture``.
+    """
+    name = os.fspath(path)
+    if not name.lower().endswith(".json") or not os.path.exists(name) or os.path.isdir(name):
         return False
+    named = "mixture" in os.path.basename(name).lower()
     try:
-        found = read_json_header(path, short_path(path), "mixture file", "", error=ConfigError, limit=LIMIT)
-    except StreamBatchError:
-        return False
-    return isinstance(found, dict) and "sources" in found
+        with open_regular(name) as handle:
+            start = handle.read(_PEEK)
+    except (OSError, StreamBatchError):
+        return named
+    return b'"sources"' in start and b'"shards"' not in start
 
 
 def read_mixture_file(path: PathLike) -> MixtureSpec:
@@ -95,7 +107,10 @@ def read_mixture_file(path: PathLike) -> MixtureSpec:
     where = os.fspath(path)
     shown = short_path(where)
     fix = "see the mixture.json schema in the README (Mixtures)"
-    data = read_json_header(path, shown, "mixture file", fix, error=ConfigError, limit=LIMIT, missing="no such mixture file")
+    strict = (
+        f"a mixture file is strict JSON (finite numbers: no NaN, Infinity or 1e309; no trailing comma) of at most 1 MiB; {fix}"
+    )
+    data = read_json_header(path, shown, "mixture file", strict, error=ConfigError, limit=LIMIT, missing="no such mixture file")
     if not isinstance(data, dict):
         raise ConfigError(f"{shown}: the top level must be an object with 'sources' (and optional 'length'); {fix}")
     _check_keys(data, _TOP, shown, fix)
@@ -146,13 +161,18 @@ def _check_keys(found: dict[str, Any], allowed: tuple[str, ...], at: str, fix: s
 
 
 def open_mixture(path: PathLike, *, verify: bool = True) -> MixtureSource:
-    """Read *path* (`read_mixture_file`) and open each source: a store directory or a corpus manifest."""
+    """Read *path* (`read_mixture_file`) and open each source: a store directory, a corpus manifest, or Megatron's
+    or datatrove's files (`streambatch.io.formats.open_format`)."""
     spec = read_mixture_file(path)
     stores: list[DocumentStore | Corpus] = []
     for name, where in zip(spec.names, spec.paths, strict=True):
         try:
             if is_remote(where):
                 stores.append(open_corpus(where) if where.lower().endswith(".json") else open_store(where))
+                continue
+            other = open_format(where)  # Megatron's or datatrove's files
+            if other is not None:
+                stores.append(other[1])
             elif os.path.isdir(where):
                 stores.append(open_store(where, verify=verify))
             elif os.path.exists(where):

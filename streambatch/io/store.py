@@ -37,8 +37,26 @@ names), `streambatch.io.store_writer` (`StoreWriter`, `write_store`),
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
+from ..model.store import DocumentStore
+from .remote.location import is_remote
 from .store_header import FORMAT, HEADER, INLINE_DOCUMENTS, VERSION, fingerprint_files
-from .store_reader import open_store
+from .store_reader import open_store as open_local_store
 from .store_writer import StoreWriter, write_store
+
+
+def open_store(path: str | os.PathLike[str], *, verify: bool = True, **remote: Any) -> DocumentStore:
+    """Open the store at *path*: a local directory (`streambatch.io.store_reader.open_store`: memory-mapped,
+    checked) or an address in object storage (`streambatch.io.remote.open.open_remote_store`: *remote* keywords
+    ``options``, ``prefetch``, ``cache_dir``, ``cache_bytes``, ``retries``, ``timeout``; the objects' sizes and
+    ETags stand in for *verify*'s read of every byte)."""
+    if is_remote(path):
+        from .remote.open import open_remote_store
+
+        return open_remote_store(path, **remote)  # type: ignore[arg-type]
+    return open_local_store(path, verify=verify, **remote)
+
 
 __all__ = ["FORMAT", "HEADER", "INLINE_DOCUMENTS", "VERSION", "StoreWriter", "fingerprint_files", "open_store", "write_store"]

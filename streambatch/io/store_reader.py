@@ -17,14 +17,14 @@ import numpy as np
 import numpy.typing as npt
 
 from .._checks import short_repr
-from ..errors import ConfigError, DataError, StoreError
+from ..errors import ConfigError, DataError, NotRegularFileError, StoreError, StoreFileMissing
 from ..model.documents import PARTITIONS, Partition
 from ..model.ids import IdLines, first_repeat
 from ..model.mapped import map_readonly
 from ..model.store import DocumentStore
 from ..model.validate import check_id, check_offsets, duplicate_id
 from .bounded_json import decode_string
-from .files import NotRegularFileError, open_regular, short_path
+from .files import open_regular, short_path
 from .remote.location import is_remote
 from .store_header import (
     HEADER,
@@ -41,22 +41,13 @@ from .store_header import (
 OPEN_ATTEMPTS = 20
 
 
-class _Missing(Exception):
-    """A store file was not there (raised inside one open attempt; the caller decides what it means)."""
-
-    def __init__(self, name: str, err: OSError) -> None:
-        super().__init__(name)
-        self.name = name
-        self.err = err
+_Missing = StoreFileMissing  # raised inside one open attempt; the caller decides what it means
 
 
 def open_store(path: str | os.PathLike[str], *, verify: bool = True, **remote: Any) -> DocumentStore:
     """Memory-map a store read-only after checking it; every failure is a `StoreError`.
 
-    An address (``s3://``, ``gs://``, ``https://``) opens a store in object storage
-    (`streambatch.io.remote.open.open_remote_store`: *remote* keywords ``options``,
-    ``prefetch``, ``cache_dir``, ``cache_bytes``, ``retries``, ``timeout``); its
-    objects' sizes and ETags stand in for *verify*'s read of every byte.
+    (An address in object storage is opened by `streambatch.io.store.open_store`.)
 
     Checks: the header (format, version, dtype, counts), file sizes against the
     header, offsets (within the tokens, start at 0, non-decreasing, end at the
@@ -66,9 +57,7 @@ def open_store(path: str | os.PathLike[str], *, verify: bool = True, **remote: A
     writer replaces it; an open that loses its version to a replace starts over.
     """
     if is_remote(path):
-        from .remote.open import open_remote_store
-
-        return open_remote_store(path, **remote)  # type: ignore[arg-type]
+        raise ConfigError(f"{path!r} is an address; open it with streambatch.open_store (streambatch.io.store)")
     if remote:
         raise ConfigError(f"{', '.join(sorted(remote))}: options of a remote store; {short_path(os.fspath(path))} is local")
     root = Path(path)

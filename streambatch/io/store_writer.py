@@ -59,7 +59,7 @@ def _step(name: str) -> None:
 
 
 class Described(Protocol):
-    """What made the tokens, as a store header records it (a `streambatch.read.tokenizers.Tokenizer`)."""
+    """What made the tokens, as a store header records it (a `streambatch.read.text.tokenizers.Tokenizer`)."""
 
     def describe(self) -> dict[str, Any]: ...
 

@@ -3,9 +3,11 @@
 `chunk`, `share`, `split_rows` and `materialize` take any `Items`: the windows of
 `sb.windows` (the chapter's mode), packed rows, or a mixture's items.  An
 `Items` is sized and sliceable, and its `view` is what a chunk is: a contiguous
-run of items tagged with its global batch index.  Gathering a view into a batch
-is the item type's own `materialize_view`; `Windows` keeps its fast path in
-`streambatch.stages.materialize`.
+run of items tagged with its global batch index.  Gathering is the item kind's
+own: ``gather(index)`` makes one view's `streambatch.MiniBatch`, and
+``gather_batches(batch_size, batches)`` the batches of consecutive (or strided)
+chunks of the whole sequence, as fast as the kind can (`Windows`: a block of
+positions at a time).  No stage asks which kind it holds.
 
 `PlannedItems` is what `Windows` and packed `Rows` share: the view, its order,
 its plan (in memory or mapped from a plan file) and the sequence protocol.
@@ -21,9 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from .._checks import is_integer
-from ..errors import OutOfRangeError
+from ..errors import ConfigError, OutOfRangeError
 from ..model.documents import Partition
 from ..model.source import TokenSource
+from ..stages.batch import MiniBatch
 
 
 @runtime_checkable
@@ -42,6 +45,57 @@ class Items(Protocol):
     def view(self, lo: int, hi: int, *, batch_index: int | None = None) -> Items:
         """Items ``[lo, hi)`` as one chunk, tagged with *batch_index*."""
         ...
+
+    def gather(self, index: int) -> MiniBatch:
+        """This view's items as one batch numbered *index*."""
+        ...
+
+    def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
+        """Batches *batches* (a range of batch numbers) of this sequence chunked by *batch_size*."""
+        ...
+
+
+def check_agrees(
+    items: Any, *, context_length: int | None, stride: int | None, partition: Partition | str | None, pack: bool
+) -> None:
+    """The one rule for items passed to a façade: the window arguments may be left out; given, they must agree.
+
+    >>> import streambatch as sb
+    >>> w = sb.windows([sb.Document("a", "train", range(6))], context_length=2)
+    >>> check_agrees(w, context_length=3, stride=None, partition=None, pack=False)
+    Traceback (most recent call last):
+    ...
+    streambatch.errors.ConfigError: context_length=3 but the windows passed have context_length=2; leave it out or match it
+    """
+    mixture = items.orders_itself
+    what, has, are = ("the mixture passed", "has", "is") if mixture else ("the windows passed", "have", "are")
+    if pack and not items.packed:
+        if mixture:
+            raise ConfigError("pack=True but the mixture passed blends windows; mix sb.pack(...) parts, or drop pack")
+        raise ConfigError("pack=True but the source passed is windows; pass the source itself, or sb.pack(source, ...)")
+    have = {"context_length": items.context_length, "stride": items.config.stride}
+    for key, value in {"context_length": context_length, "stride": stride}.items():
+        if value is not None and value != have[key]:
+            raise ConfigError(f"{key}={value!r} but {what} {has} {key}={have[key]}; leave it out or match it")
+    if partition is not None and Partition.parse(partition, "epoch") != items.partition:
+        raise ConfigError(f"partition={partition!r} but {what} {are} of {items.partition.value!r}")
+
+
+def counted_targets(items: Any) -> int:
+    """The counted targets of *items* (a view of any item kind), from its plan alone: no token is read.
+
+    Each item kind brings its own ``counted_targets`` (windows: ``len * T``; packed
+    rows: their real targets; a mixture: its sources' own; with a loss mask, the
+    mask bits at those targets); this is the one call the share stage makes to
+    give every rank the whole batch's count.
+    """
+    count = getattr(items, "counted_targets", None)
+    if count is None:
+        raise ConfigError(
+            f"items={type(items).__name__} has no counted_targets(); an item kind split over ranks says how many "
+            "targets each view counts (see streambatch.items.protocol)"
+        )
+    return int(count())
 
 
 class ShuffleOrder(NamedTuple):
@@ -67,8 +121,11 @@ class PlannedItems(Sequence[int]):
     the whole space holds (`_whole`).
     """
 
-    __slots__ = ("_batch_index", "_hi", "_lo", "_order", "_plan", "_space")
+    __slots__ = ("_batch_index", "_global_count", "_hi", "_lo", "_order", "_plan", "_space")
     _NOUN = "items"
+    KIND = "items"  # what a message calls this kind, with the call that makes it
+    packed = False  # True for packed rows: their batches carry the packed columns
+    orders_itself = False  # True for a mixture: its order is its own plan, never a shuffle of it
 
     def __init__(
         self,
@@ -79,6 +136,7 @@ class PlannedItems(Sequence[int]):
         *,
         order: ShuffleOrder | None = None,
         batch_index: int | None = None,
+        global_count: int | None = None,
     ) -> None:
         self._space = space
         self._plan = plan
@@ -86,6 +144,7 @@ class PlannedItems(Sequence[int]):
         self._hi = (self._whole(space) if plan is None else plan.size) if hi is None else hi
         self._order = order
         self._batch_index = batch_index
+        self._global_count = global_count
 
     @staticmethod
     def _whole(space: Any) -> int:
@@ -98,6 +157,10 @@ class PlannedItems(Sequence[int]):
 
     def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
         """Plan entries of ``self[start:stop:step]`` (a step other than 1)."""
+        raise NotImplementedError
+
+    def counted_targets(self) -> int:
+        """The targets of this view that count in a token mean, from the plan alone (no token is read)."""
         raise NotImplementedError
 
     # -- what this view is: set at construction, never changed -----------------------
@@ -121,9 +184,20 @@ class PlannedItems(Sequence[int]):
         """The batch index of a chunk made by `streambatch.chunk`, else None."""
         return self._batch_index
 
-    def view(self: _P, lo: int, hi: int, *, batch_index: int | None = None) -> _P:
-        """Items ``lo:hi`` of this view (``0 <= lo <= hi <= len``), in the same order, tagged with *batch_index*."""
-        return type(self)(self._space, self._plan, self._lo + lo, self._lo + hi, order=self._order, batch_index=batch_index)
+    @property
+    def global_count(self) -> int | None:
+        """A rank's share of a batch: the counted targets of the whole batch over every rank (None: a whole batch)."""
+        return self._global_count
+
+    def view(self: _P, lo: int, hi: int, *, batch_index: int | None = None, global_count: int | None = None) -> _P:
+        """Items ``lo:hi`` of this view (``0 <= lo <= hi <= len``), in the same order, tagged with *batch_index*.
+
+        *global_count* marks the view as a rank's share of a batch whose ranks count that many targets in all.
+        """
+        return type(self)(
+            self._space, self._plan, self._lo + lo, self._lo + hi, order=self._order, batch_index=batch_index,
+            global_count=global_count,
+        )  # fmt: skip
 
     def with_plan(self: _P, plan: npt.NDArray[Any], order: ShuffleOrder | None) -> _P:
         """The same items in the order of *plan* (entries as `plan_values` gives them)."""
@@ -132,6 +206,20 @@ class PlannedItems(Sequence[int]):
         if isinstance(plan, np.memmap):  # a plain view: batches never see the memmap subclass
             plan = plan.view(np.ndarray)
         return type(self)(self._space, plan, 0, plan.size, order=order)
+
+    def unordered(self: _P) -> _P:
+        """Every item of the whole space, in the natural order."""
+        return type(self)(self._space)
+
+    @property
+    def whole_count(self) -> int:
+        """Items of the whole space (every window, or every packed row), in any order."""
+        return self._whole(self._space)
+
+    @property
+    def is_whole(self) -> bool:
+        """True for every item of the space in the natural order (what a mixture part and a plan need)."""
+        return self.is_sequential and len(self) == self.whole_count
 
     @property
     def space(self) -> Any:
@@ -142,6 +230,12 @@ class PlannedItems(Sequence[int]):
     def store(self) -> TokenSource:
         """The store (or corpus) the items read."""
         return self._space.store  # type: ignore[no-any-return]
+
+    @property
+    def fingerprint(self) -> str:
+        """What the items' order depends on besides the seed: the store's fingerprint (else its content's)."""
+        store = self.store
+        return store.fingerprint or store.content_fingerprint()
 
     @property
     def partition(self) -> Partition:
@@ -173,7 +267,8 @@ class PlannedItems(Sequence[int]):
         # a memory-mapped plan travels as its file name (spawned workers map the same
         # file), never as a copy of its bytes; the space pickles without its caches
         plan: Any = mapped_file(self._plan) or self._plan
-        return (_rebuild, (type(self), self._space, plan, self._lo, self._hi, self._order, self._batch_index))
+        rest = (self._lo, self._hi, self._order, self._batch_index, self._global_count)
+        return (_rebuild, (type(self), self._space, plan, *rest))
 
     # -- the sequence protocol -----------------------------------------------------
     def __len__(self) -> int:
@@ -247,5 +342,5 @@ def _rebuild(cls: type[PlannedItems], space: Any, plan: Any, *rest: Any) -> Plan
     if isinstance(plan, MappedFile):
         mapped = np.memmap(plan.filename, dtype=np.dtype(plan.dtype), mode="r", offset=plan.offset, shape=(plan.size,))
         plan = mapped.view(np.ndarray)
-    lo, hi, order, batch_index = rest
-    return cls(space, plan, lo, hi, order=order, batch_index=batch_index)
+    lo, hi, order, batch_index, global_count = rest
+    return cls(space, plan, lo, hi, order=order, batch_index=batch_index, global_count=global_count)

@@ -18,6 +18,8 @@ A manifest (``corpus.json``) lists shard store directories relative to itself::
     {"format": "streambatch.corpus", "version": 1, "fingerprint": "blake2b-256:...",
      "shards": [{"path": "shard-0", "fingerprint": "blake2b-256:..."}, ...]}
 
+(plus ``"tokenizer"`` when the shards record one: they never record two, `check_one_tokenizer`)
+
 (an entry may also be a plain path string); `write_corpus` writes one,
 `open_corpus` reads one (or takes a list of stores or their paths).
 """
@@ -37,7 +39,7 @@ from .._paths import short_path
 from ..errors import ConfigError
 from .documents import PARTITIONS, Document, Partition
 from .store import DocumentStore
-from .validate import duplicate_id
+from .validate import check_one_tokenizer, duplicate_id
 
 FORMAT = "streambatch.corpus"
 VERSION = 1
@@ -106,6 +108,7 @@ class Corpus:
         self.dtype: np.dtype[Any] = np.dtype(np.uint32 if any(s.dtype == np.uint32 for s in stores) else np.uint16)
         if not _checked:  # a restored corpus was checked before
             self._check_unique_ids()
+            check_one_tokenizer([self._shard_label(k) for k in range(len(stores))], [s.tokenizer for s in stores], "a corpus")
         recorded = [s.fingerprint for s in stores if s.fingerprint is not None]
         # like a store's: known when every shard has one (opened from disk), else None (see content_fingerprint)
         self.fingerprint: str | None = corpus_fingerprint(recorded) if len(recorded) == len(stores) else None
@@ -127,8 +130,11 @@ class Corpus:
 
     def _where(self, index: int) -> str:
         shard, local = self.locate_document(index)
+        return f"{self._shard_label(shard)} document index {local}"
+
+    def _shard_label(self, shard: int) -> str:
         path = self.paths[shard]
-        return f"shard {shard}{f' ({short_path(path)})' if path else ''} document index {local}"
+        return f"shard {shard}{f' ({short_path(path)})' if path else ''}"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # shards pickle as themselves (a memory-mapped store as its file name); nothing is re-checked
@@ -166,9 +172,8 @@ class Corpus:
 
     @property
     def tokenizer(self) -> dict[str, Any] | None:
-        """The shards' tokenizer when they all record the same one, else None."""
-        first = self.shards[0].tokenizer
-        return first if all(s.tokenizer == first for s in self.shards) else None
+        """The shards' tokenizer (they never record two: `check_one_tokenizer`), or None when none records one."""
+        return next((s.tokenizer for s in self.shards if s.tokenizer is not None), None)
 
     def window_tokens(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[Any]:
         """``(n, length)`` tokens starting at global *positions*, read from each position's shard.

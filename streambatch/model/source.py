@@ -92,7 +92,8 @@ class Source:
     """
 
     path: str
-    kind: str  # "store" (memory-mapped directory), "corpus" (a manifest of stores) or "jsonl" (read into memory)
+    kind: str  # "store" (memory-mapped directory), "corpus" (a manifest of stores), "jsonl" (read into memory),
+    # "megatron" or "datatrove" (another tool's files, memory-mapped)
     store: DocumentStore | Corpus
     verified: bool = False  # the store's fingerprint was checked against its content
 

@@ -1,4 +1,4 @@
-"""Validators for documents and stores: token ids, document ids, offsets, unique ids, vocabularies.
+"""Validators for documents and stores: token ids, document ids, offsets, unique ids, vocabularies, tokenizers.
 
 Every check raises a `DataError` that names where the bad value is (document id,
 file and line, array coordinate) and what to do; none of them coerces silently.
@@ -173,3 +173,42 @@ def check_vocabulary(
         f"(vocab_size={vocab_size}); token ids must be below vocab_size: pass the tokenizer that made them (--tokenizer) "
         "or leave the document out"
     )
+
+
+def tokenizer_label(tokenizer: dict[str, Any]) -> str:
+    """A tokenizer recorded in a store header, for a message: its name, kind and vocabulary size.
+
+    >>> tokenizer_label({"name": "bpe.json", "kind": "huggingface", "vocab_size": 8192})
+    "'bpe.json' (huggingface, vocab_size=8192)"
+    """
+    return f"{short(tokenizer.get('name'))} ({tokenizer.get('kind')}, vocab_size={tokenizer.get('vocab_size')})"
+
+
+def _tokenizer_key(tokenizer: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes token ids mean the same: the kind, the file's hash (else the name) and the vocabulary size."""
+    return (tokenizer.get("kind"), tokenizer.get("file_hash") or tokenizer.get("name"), tokenizer.get("vocab_size"))
+
+
+def check_one_tokenizer(labels: Sequence[str], tokenizers: Sequence[dict[str, Any] | None], what: str) -> None:
+    """Refuse parts (shards of a corpus, sources of a mixture) whose headers record different tokenizers.
+
+    A part that records no tokenizer (written from token ids) agrees with any.
+
+    >>> byte = {"name": "bytes", "kind": "bytes", "vocab_size": 256}
+    >>> check_one_tokenizer(["a", "b", "c"], [byte, None, dict(byte)], "a corpus")
+    >>> check_one_tokenizer(["a", "b"], [byte, {"name": "bpe.json", "kind": "huggingface", "vocab_size": 8192}], "a corpus")
+    Traceback (most recent call last):
+    ...
+    streambatch.errors.DataError: b was tokenized by 'bpe.json' (huggingface, vocab_size=8192) but a by 'bytes' (bytes, ...); ...
+    """
+    first: tuple[str, dict[str, Any]] | None = None
+    for label, tokenizer in zip(labels, tokenizers, strict=True):
+        if not isinstance(tokenizer, dict):
+            continue
+        if first is None:
+            first = (label, tokenizer)
+        elif _tokenizer_key(tokenizer) != _tokenizer_key(first[1]):
+            raise DataError(
+                f"{label} was tokenized by {tokenizer_label(tokenizer)} but {first[0]} by {tokenizer_label(first[1])}; "
+                f"{what} mixes the token ids of one tokenizer: prepare every part with the same --tokenizer"
+            )

@@ -13,7 +13,7 @@ from ..model.documents import Document, Partition
 from . import inputs as _inputs
 from .blocks import Block, ReadOptions, documents, read_options
 from .tables import table_block, table_error, validated
-from .tokenizers import TokenizerSpec, require
+from .text.tokenizers import TokenizerSpec, require
 
 
 def arrow_blocks(path: str, name: str, opts: ReadOptions) -> Iterator[Block]:

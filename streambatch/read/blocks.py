@@ -22,7 +22,7 @@ from ..errors import ConfigError, DataError
 from ..model.documents import PARTITIONS, Document, Partition
 from ..model.validate import TOKEN_LIMIT, check_vocabulary
 from .inputs import MAX_DOCUMENT_BYTES, MAX_LINE_BYTES
-from .tokenizers import AUTO, ByteTokenizer, SpecialId, Tokenizer, TokenizerSpec, as_tokenizer, encode_texts
+from .text.tokenizers import AUTO, ByteTokenizer, SpecialId, Tokenizer, TokenizerSpec, as_tokenizer, encode_texts
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -8,6 +8,7 @@ By suffix, in any case (`streambatch.read.select.format_of`):
   from a token-list or text column (`.tables`);
 - ``.npy`` (`.npy`): a token array, one document, or split by ``X.offsets.npy`` beside it;
 - ``.bin`` (`.bin`, nanoGPT): flat uint16 tokens, split after each separator id;
+- ``.idx`` (`.indexed`, Megatron-LM; its ``.bin`` too) and ``.ds`` (datatrove): documents as their index says;
 - a folder saved by ``datasets`` (`.hf`; the ``hf`` extra): a document per row, like Parquet.
 
 JSONL and text may be compressed: ``.gz`` (stdlib) or ``.zst`` (``zstd`` extra;
@@ -25,7 +26,7 @@ from .jsonl import iter_jsonl, iter_records
 from .npy import iter_npy
 from .parquet import iter_parquet
 from .select import format_of, select_inputs
-from .text import iter_text
+from .text.text import iter_text
 
 __all__ = [
     "format_of",

@@ -15,7 +15,7 @@ from .blocks import Block, ReadOptions, read_options
 from .inputs import is_format_error
 from .jsonl import rows_block
 from .tables import TABLE_ROWS, table_block, table_error, validated
-from .tokenizers import TokenizerSpec, require
+from .text.tokenizers import TokenizerSpec, require
 
 
 def is_dataset_folder(path: Path) -> bool:

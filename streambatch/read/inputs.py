@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import DataError, StreamBatchError
 from ..io.files import check_regular, open_regular, short_path
-from .tokenizers import require
+from .text.tokenizers import require
 
 READ_SIZE = 1 << 20
 LINE_CHUNK_BYTES = 1 << 20  # lines are read, parsed and tokenized about 1 MiB at a time (a task)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from ..io.formats import open_format
 from ..io.manifest import open_corpus
 from ..io.mixture_file import MixtureSource, is_mixture_file, open_mixture
 from ..io.remote.location import is_remote
@@ -28,6 +29,10 @@ def open_source(
     A mixture file (``{"sources": [...]}``, see `streambatch.io.mixture_file`) gives a
     `MixtureSource`: every source opened, to blend once a context length and a seed are given.
 
+    Megatron-LM's datasets (a prefix, or its ``.bin`` or ``.idx`` path) and datatrove's
+    tokenized files (a ``.ds`` file; a folder of either is read as one corpus) are
+    memory-mapped too (`streambatch.io.formats`); their arrays are checked at first use.
+
     A JSONL line may hold at most *max_line_bytes* (`streambatch.read.jsonl.iter_jsonl`).
 
     >>> import tempfile, pathlib
@@ -42,6 +47,9 @@ def open_source(
         if name.lower().endswith(".json"):
             return Source(name, "corpus", open_corpus(name), verified=False)
         return Source(name, "store", open_store(name), verified=False)
+    other = open_format(name)  # Megatron-LM's .bin + .idx, datatrove's .ds, or a folder of either
+    if other is not None:
+        return Source(name, other[0], other[1])
     if os.path.isdir(name):  # a store prepared by `streambatch prepare`
         return Source(name, "store", open_store(name, verify=verify), verified=verify)
     if is_mixture_file(name):  # sources and their weights: a blend

@@ -10,7 +10,7 @@ from ..model.documents import Document, Partition
 from . import inputs as _inputs
 from .blocks import Block, ReadOptions, documents, read_options
 from .tables import TABLE_ROWS, table_block, table_error
-from .tokenizers import TokenizerSpec, require
+from .text.tokenizers import TokenizerSpec, require
 
 
 def parquet_row_groups(path: str) -> list[int]:

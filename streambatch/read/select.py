@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,8 @@ def format_of(name: str) -> str:
     if base.endswith((".jsonl", ".ndjson")):
         return "jsonl"
     for suffixes, kind in (((".parquet",), "parquet"), ((".arrow", ".feather"), "arrow"), ((".offsets.npy",), "offsets"),
-                           ((".npy",), "npy"), ((".bin",), "bin")):  # fmt: skip
+                           ((".npy",), "npy"), ((".bin",), "bin"), ((".idx",), "megatron"), ((".ds",), "datatrove"),
+                           ((".ds.index", ".ds.loss"), "datatrove-part")):  # fmt: skip
         if base.endswith(suffixes):
             return "unsupported" if compressed else kind
     return "text"
@@ -110,7 +112,10 @@ def select_inputs(
             prefix = f"{path.name or path.resolve().name}/" if several else ""
             files.extend(sorted(_walk(path, prefix, os.fspath(raw), left_out), key=lambda f: f.relative))
         elif path.is_file():
-            files.append(InputFile(path, os.fspath(raw), path.name, format_of(path.name)))
+            kind = format_of(path.name)
+            if kind == "bin" and path.with_name(path.name[:-4] + ".idx").is_file():
+                kind = "megatron"  # Megatron's tokens: documents are what its index says, not separator-split
+            files.append(InputFile(path, os.fspath(raw), path.name, kind))
         elif path.exists():  # a FIFO, device or socket: never read (it could block or never end)
             raise DataError(f"input {short_path(raw)!r} is not a regular file or a folder; pass files or folders")
         else:
@@ -130,13 +135,25 @@ def select_inputs(
     return selected
 
 
+def _ds_of(name: str) -> str:
+    """The ``.ds`` file a ``.ds.index`` or ``.ds.loss`` belongs to."""
+    return name[: name.lower().rindex(".ds.") + 3]
+
+
 def is_binary(path: Path) -> bool:
-    """Whether a file holds binary data: a NUL byte in its first `SNIFF_BYTES` (unreadable files are left to the reader)."""
+    """Whether a regular file holds binary data: a NUL byte in its first `SNIFF_BYTES`.
+
+    Never opens anything but a regular file (a FIFO would block, a device never
+    end): those, and unreadable files, are left to the reader, which refuses them.
+    """
     try:
-        with path.open("rb") as handle:
-            return b"\0" in handle.read(SNIFF_BYTES)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        return b"\0" in handle.read(SNIFF_BYTES)
 
 
 def _walk(folder: Path, prefix: str, given: str, left_out: list[str]) -> Iterator[InputFile]:
@@ -160,6 +177,8 @@ def _walk(folder: Path, prefix: str, given: str, left_out: list[str]) -> Iterato
             kind = format_of(name)
             if kind == "offsets" and name[: -len(".offsets.npy")] + ".npy" in present:
                 continue  # read with its token file
+            if (kind == "bin" and name[:-4] + ".idx" in present) or (kind == "datatrove-part" and _ds_of(name) in present):
+                continue  # a Megatron .bin is read through its .idx, a .ds.index or .ds.loss with its .ds
             relative = (here / name).relative_to(folder).as_posix()
             plain = _inputs.base_name(name) == name.lower()  # compressed text is read through its decompressor
             if kind == "text" and plain and is_binary(here / name):  # a compiled file, an image, an archive

@@ -17,7 +17,7 @@ from ..model.validate import check_id
 from .blocks import Block, ReadOptions, flat_block, partition_codes, text_block
 from .inputs import is_format_error
 from .jsonl import TEXT_COLUMNS, TOKEN_KEYS
-from .tokenizers import require
+from .text.tokenizers import require
 
 TABLE_COLUMNS = (*TOKEN_KEYS, *TEXT_COLUMNS)  # tried in this order when no column is named
 TABLE_ROWS = 4096  # Parquet/Arrow/datasets rows per block

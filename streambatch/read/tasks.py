@@ -22,12 +22,13 @@ from .arrow import arrow_blocks
 from .bin import bin_blocks
 from .blocks import Block, ReadOptions
 from .hf import dataset_rows_blocks, load_dataset_folder
+from .indexed import indexed_blocks
 from .jsonl import jsonl_blocks
 from .npy import npy_blocks
 from .parquet import parquet_blocks, parquet_row_groups
 from .select import InputFile
-from .text import text_file_block, text_lines_blocks
-from .tokenizers import ByteTokenizer
+from .text.text import text_file_block, text_lines_blocks
+from .text.tokenizers import ByteTokenizer
 
 DATASET_TASK_ROWS = 8192  # rows of a saved dataset per task
 
@@ -132,5 +133,7 @@ def run_task(task: Task, opts: ReadOptions) -> Iterator[Block]:
         yield from npy_blocks(task.path, task.name, opts)
     elif task.kind == "bin":
         yield from bin_blocks(task.path, task.name, opts)
+    elif task.kind in ("megatron", "datatrove", "datatrove-part"):
+        yield from indexed_blocks(task.path, task.name, task.kind, opts)
     elif task.kind != "empty":
         raise DataError(task.error or f"{short_path(task.path)}: unknown task kind {task.kind!r}")

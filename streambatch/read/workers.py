@@ -4,31 +4,31 @@ The pool is a `concurrent.futures.ProcessPoolExecutor` (spawn), so a worker that
 dies (killed by the OOM killer, a crash in a tokenizer) breaks the pool at once:
 `WorkerLostError` names the inputs that worker held, and nothing waits forever
 or finishes with documents missing.  Workers ignore SIGINT: a Ctrl-C reaches
-the main process alone, which stops the pool (no traceback from each worker).
+the main process alone, which stops the pool (no traceback from each worker);
+the command line turns SIGTERM into the same stop (`streambatch._signals`).
 *workers* is capped at the CPUs this process may run on (`available_cpus`).
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import multiprocessing
 import os
 import pickle
 import signal
 import sys
-import threading
 from collections import deque
 from collections.abc import Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
+from .._signals import stops_deferred
+from ..errors import ConfigError, DataError, WorkerLostError
 from ..io.files import open_regular, short_path
 from .blocks import Block, ReadOptions
 from .inputs import LINE_CHUNK_BYTES
@@ -39,10 +39,6 @@ GROUP_FILES = 64
 GUARD = 'if __name__ == "__main__":'
 
 Outcome = Iterable[Block] | str
-
-
-class WorkerLostError(RuntimeError):
-    """A worker process died (killed, or crashed) while it held some inputs; the run failed, nothing was written."""
 
 
 def available_cpus() -> int:
@@ -61,6 +57,41 @@ def capped_workers(workers: int, quiet: bool = False) -> int:
     if not quiet:
         print(f"prepare: workers={workers} capped at the {cpus} CPUs available", file=sys.stderr)
     return cpus
+
+
+class WorkerPlan(NamedTuple):
+    """How a run's CPUs are split: *processes* that read and tokenize, *threads* each tokenizer may run."""
+
+    processes: int
+    threads: int
+
+    def __str__(self) -> str:
+        unit = "process" if self.processes == 1 else "processes"
+        return f"{self.processes} {unit} x {self.threads} tokenizer thread{'s' if self.threads != 1 else ''}"
+
+
+def plan_workers(workers: int, tokenizer: Any, quiet: bool = False) -> WorkerPlan:
+    """Split the CPUs between worker processes and a tokenizer that runs threads of its own (an HF tokenizer).
+
+    A tokenizer without threads of its own gets one thread per process, and the
+    processes asked for (at most the CPUs, `capped_workers`).  One that encodes
+    batches on every core (`HFTokenizer`: Rust threads) already keeps the CPUs
+    busy from one process: extra processes only add start-up and copying, and on
+    a machine of few cores they ran slower (2 workers on 2 cores: 1.5x the time
+    of one).  So each process keeps at least 2 threads: processes =
+    ``min(workers, cpus // 2)`` (at least 1), threads = ``cpus // processes``.
+    """
+    cpus = available_cpus()
+    if not getattr(tokenizer, "threaded", False):
+        return WorkerPlan(capped_workers(workers, quiet), 1)
+    processes = max(1, min(workers, cpus // 2))
+    if processes < workers and not quiet:
+        print(
+            f"prepare: workers={workers} run as {WorkerPlan(processes, max(1, cpus // processes))} on {cpus} CPUs: "
+            "the tokenizer runs threads of its own",
+            file=sys.stderr,
+        )
+    return WorkerPlan(processes, max(1, cpus // processes))
 
 
 def check_main_guard(workers: int) -> None:
@@ -119,42 +150,19 @@ def _guarded(frame: FrameType) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """A Ctrl-C during the block takes effect at its end (not lost, not halfway through starting a worker).
-
-    SIGINT is also blocked in this thread meanwhile, so a process spawned in the
-    block starts with it blocked: a Ctrl-C never interrupts a worker while it
-    imports (its initializer then ignores SIGINT for good).
-    """
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or not hasattr(signal, "pthread_sigmask")
-        or signal.getsignal(signal.SIGINT) is None  # a handler set outside Python: left alone
-    ):
-        yield
-        return
-    caught: list[int] = []
-    handler = signal.signal(signal.SIGINT, lambda number, frame: caught.append(number))
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        signal.signal(signal.SIGINT, handler)
-    if caught:
-        signal.raise_signal(signal.SIGINT)
-
-
 # --- in a worker ---------------------------------------------------------------------------------
 
 _WORKER: dict[str, Any] = {}
 _UNCLAIMED, _IDLE = -2, -1  # a worker's slot in the shared array: unclaimed, idle, or the batch it reads
 
 
-def _start_worker(opts: ReadOptions, slots: Any) -> None:
+def _start_worker(opts: ReadOptions, slots: Any, threads: int = 1) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the main process, which stops the pool
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker: the pool is the parallelism
+    if hasattr(signal, "pthread_sigmask"):  # spawned with SIGTERM blocked (stops_deferred): the pool stops workers with it
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    # the tokenizer's own threads (`plan_workers`): set before its thread pool starts, at its first batch
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
     _WORKER["options"] = opts
     with slots.get_lock():
         slot = next((i for i in range(len(slots)) if slots[i] == _UNCLAIMED), None)
@@ -189,8 +197,11 @@ def _narrow(block: Block) -> Block:
 # --- in the main process -------------------------------------------------------------------------
 
 
-def run_tasks(tasks: Iterable[Task], opts: ReadOptions, workers: int = 1) -> Generator[tuple[Task, Outcome], None, None]:
-    """Each task with its blocks (or its error message), in task order; *workers* > 1 tokenizes in spawned processes."""
+def run_tasks(
+    tasks: Iterable[Task], opts: ReadOptions, workers: int = 1, threads: int = 1
+) -> Generator[tuple[Task, Outcome], None, None]:
+    """Each task with its blocks (or its error message), in task order; *workers* > 1 tokenizes in spawned processes
+    (each tokenizer with *threads* threads of its own, `plan_workers`)."""
     if workers == 1:
         for task in tasks:
             yield task, run_task(task, opts)
@@ -198,7 +209,7 @@ def run_tasks(tasks: Iterable[Task], opts: ReadOptions, workers: int = 1) -> Gen
     check_shareable(opts, workers)
     pools: list[ProcessPoolExecutor] = []  # started at the first task that needs one
     try:
-        yield from _ordered(pools, tasks, opts, workers)
+        yield from _ordered(pools, tasks, opts, workers, threads)
     finally:
         for pool in pools:
             _stop(pool)
@@ -218,7 +229,7 @@ Done = Future[list[list[Block] | str]]
 
 
 def _ordered(
-    pools: list[ProcessPoolExecutor], tasks: Iterable[Task], opts: ReadOptions, workers: int
+    pools: list[ProcessPoolExecutor], tasks: Iterable[Task], opts: ReadOptions, workers: int, threads: int
 ) -> Iterator[tuple[Task, Outcome]]:
     pending: deque[tuple[list[Task], Done | None]] = deque()
     group: list[Task] = []
@@ -233,11 +244,13 @@ def _ordered(
     def submit() -> None:
         if group:
             if not pools:
-                pools.append(ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(opts, slots)))
+                pools.append(
+                    ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(opts, slots, threads))
+                )
             number = len(sent)
             sent[number] = list(group)
             try:
-                with _sigint_deferred():  # a worker is spawned at a submit
+                with stops_deferred():  # a worker is spawned at a submit
                     pending.append((sent[number], pools[0].submit(_work, sent[number], number)))
             except (BrokenProcessPool, OSError) as err:  # a worker died already (its pipes may be closed too)
                 if isinstance(err, BrokenProcessPool) or getattr(pools[0], "_broken", False):

@@ -17,8 +17,7 @@ from more_itertools import sliced
 
 from .._checks import check_non_negative, check_positive, is_integer
 from ..errors import ConfigError, OutOfRangeError
-from ..items.protocol import Items
-from ..items.windows.windows import Windows
+from ..items.protocol import Items, counted_targets
 
 ItemsT = TypeVar("ItemsT", bound=Items)
 
@@ -101,8 +100,7 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
         first = batch * self.batch_size
         last = min(first + self.batch_size, len(self.items))
         if self.world_size > 1:
-            lo, hi = row_share(last - first, self.rank, self.world_size)
-            first, last = first + lo, first + hi
+            return rank_view(self.items.view(first, last), self.rank, self.world_size, batch)  # type: ignore[return-value]
         return self.items.view(first, last, batch_index=batch)  # type: ignore[return-value]
 
     def __iter__(self) -> Iterator[ItemsT]:
@@ -111,11 +109,10 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
     @property
     def widths(self) -> list[int]:
         """Rows of every chunk, without building them."""
-        return (
-            [len(self._chunk(b)) for b in self.batches]
-            if self.world_size > 1
-            else [min(self.batch_size, len(self.items) - b * self.batch_size) for b in self.batches]
-        )
+        whole = [min(self.batch_size, len(self.items) - b * self.batch_size) for b in self.batches]
+        if self.world_size == 1:
+            return whole
+        return [hi - lo for lo, hi in (row_share(w, self.rank, self.world_size) for w in whole)]
 
     def __repr__(self) -> str:
         share = f", rank={self.rank}/{self.world_size}" if self.world_size > 1 else ""
@@ -131,9 +128,20 @@ def chunk(windows: ItemsT, batch_size: int) -> Chunks[ItemsT]:
     [[0, 1, 2, 3], [4, 5]]
     """
     size = check_positive(batch_size, "batch_size", "the number of windows per batch")
-    if not isinstance(windows, Windows | Items) or isinstance(windows, str | bytes):
+    if not isinstance(windows, Items) or isinstance(windows, str | bytes):
         raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
     return Chunks(windows, size, range(batch_count(len(windows), size)))
+
+
+def rank_view(whole: Items, rank: int, world_size: int, batch_index: int | None) -> Items:
+    """*rank*'s rows of the batch *whole* (`row_share`), carrying the whole batch's counted targets.
+
+    The count comes from the plan alone (`counted_targets`), the same on every
+    rank, so each rank knows the token mean's global denominator with no
+    collective; a rank with no rows still gets it.
+    """
+    lo, hi = row_share(len(whole), rank, world_size)
+    return whole.view(lo, hi, batch_index=batch_index, global_count=counted_targets(whole))  # type: ignore[call-arg]
 
 
 def row_share(width: int, rank: int, world_size: int) -> tuple[int, int]:

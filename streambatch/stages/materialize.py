@@ -13,31 +13,27 @@ from typing import Any, overload
 
 from ..errors import ConfigError
 from ..io.remote.prefetch import Reader, remote_files
-from ..items.pack.rows import Rows, iter_batches
 from ..items.protocol import Items
-from ..items.windows.gather import row_gather
-from ..items.windows.windows import Windows
 from .batch import MiniBatch
 from .chunk import Chunks
 
 
-def materialize_one(windows: Windows | Items, index: int | None = None) -> MiniBatch:
-    """Gather one chunk of windows into a `MiniBatch` (*index* defaults to the chunk's batch index).
+def materialize_one(chunk: Items, index: int | None = None) -> MiniBatch:
+    """Gather one chunk of items into a `MiniBatch` (*index* defaults to the chunk's batch index).
 
     >>> import streambatch as sb
     >>> w = sb.windows([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2)
     >>> materialize_one(w[1:3]).inputs.tolist()
     [[10, 11], [11, 12]]
     """
-    if not isinstance(windows, Windows):
-        view = getattr(windows, "materialize_view", None)
-        if view is None:
-            raise ConfigError(f"chunk={windows!r} is not a streambatch.Windows; chunk windows with sb.chunk(windows, batch_size)")
-        return view((windows.batch_index or 0) if index is None else index)  # type: ignore[no-any-return]
-    positions = windows.positions()
-    inputs, targets = row_gather(windows.space)(positions)
-    number = (windows.batch_index or 0) if index is None else index
-    return MiniBatch(number, inputs, targets, positions, windows.space)
+    gather = getattr(chunk, "gather", None)
+    if gather is None or not callable(gather):
+        raise ConfigError(f"chunk={chunk!r} is not a streambatch.Windows; chunk windows with sb.chunk(windows, batch_size)")
+    batch: MiniBatch = gather((chunk.batch_index or 0) if index is None else index)
+    shared = getattr(chunk, "global_count", None)  # a rank's share: the whole batch's count, from the plan
+    if shared is not None:
+        batch.global_token_count = shared
+    return batch
 
 
 class Batches(Sequence[MiniBatch]):
@@ -74,16 +70,11 @@ class Batches(Sequence[MiniBatch]):
         chunks = self.chunks
         if self._reader is None:
             self._reader = remote_reader(chunks)
-        if self._reader:
+        if self._reader:  # batch by batch, each one's ranges fetched ahead
             return (self[i] for i in range(len(self)))
-        many = getattr(chunks.items, "materialize_chunks", None)  # an Items' own iteration (a mixture's)
-        if many is not None:
-            return many(chunks)  # type: ignore[no-any-return]
-        if chunks.world_size == 1 and isinstance(chunks.items, Rows):
-            return iter_batches(chunks.items, chunks.batch_size, chunks.batches)
-        if chunks.world_size > 1 or not isinstance(chunks.items, Windows):
+        if chunks.world_size > 1:  # each rank's rows of every batch: batch by batch
             return map(materialize_one, chunks)
-        return _iter_blocks(chunks)
+        return chunks.items.gather_batches(chunks.batch_size, chunks.batches)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return f"Batches({self.chunks!r})"
@@ -99,38 +90,11 @@ def remote_reader(chunks: Chunks[Any]) -> Any:
     return Reader(lambda i: chunks[i].token_spans(), len(chunks), files)
 
 
-_BLOCK_WINDOWS = 2048  # consecutive batches whose positions are computed (and cast to intp) at once
-
-
-def _iter_blocks(chunks: Chunks[Any]) -> Iterator[MiniBatch]:
-    """Iterate whole batches with the per-batch work cut to the gather itself.
-
-    Positions of a block of consecutive batches come from one call (one cast to
-    intp, one searchsorted in sequential order) and are mapped to the gather's
-    rows once (a corpus's shard lookup); a strided share (``step > 1``) takes one
-    batch per block so the batches in between are never touched.
-    """
-    windows, size, batches = chunks.items, chunks.batch_size, chunks.batches
-    space, total = windows.space, len(windows)
-    gather = row_gather(space)
-    take = gather.take
-    per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
-    for head in range(0, len(batches), per):
-        group = batches[head : head + per]
-        base = group[0] * size
-        positions = windows[base : min((group[-1] + 1) * size, total)].positions()
-        rows = gather.rows(positions)
-        for batch in group:
-            lo = (batch - group[0]) * size
-            inputs, targets = take(rows[lo : lo + size])
-            yield MiniBatch(batch, inputs, targets, positions[lo : lo + size], space)
-
-
 @overload
 def materialize(chunks: Chunks[Any]) -> Batches: ...
 @overload
-def materialize(chunks: Iterable[Windows]) -> Iterator[MiniBatch]: ...
-def materialize(chunks: Iterable[Windows]) -> Batches | Iterator[MiniBatch]:
+def materialize(chunks: Iterable[Items]) -> Iterator[MiniBatch]: ...
+def materialize(chunks: Iterable[Items]) -> Batches | Iterator[MiniBatch]:
     """Gather each chunk into a `MiniBatch`, lazily: the only token copy of the pipeline.
 
     Over `Chunks` the result is a lazy `Batches` sequence (``len``, indexing);

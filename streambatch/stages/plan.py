@@ -5,15 +5,16 @@ disk: the same windows in the same order as ``shuffle(windows, seed)``, backed
 by a read-only ``np.memmap`` of ``plan_dir/<key hash>.plan`` that every rank and
 DataLoader worker maps (file pages, shared; no private per-window memory).
 
-A plan file is one 4,096-byte JSON header (space-padded), then the plan: one
-little-endian uint32 per window (first-token positions, or window numbers in
-sources of 2**32+ tokens; int64 beyond 2**32 windows).  The header records the
-full *key* and ``state_after``::
+A plan file is a keyed file (`streambatch.io.keyed_file`: a header sized to its
+content, the body in blocks of 64 Ki entries with a digest each), whose one
+section ``plan`` holds one little-endian uint32 per window (first-token
+positions, or window numbers in sources of 2**32+ tokens; int64 beyond 2**32
+windows).  The header records the full *key* and ``state_after``::
 
     {"format": "streambatch.plan", "version": 2,
      "key": {"corpus": FINGERPRINT, "context_length": T, "stride": S, "partition": P,
              "seed": SHUFFLE_SEED, "windows": N, "holds": "positions", "dtype": "<u4"},
-     "state_after": STATE, "digest": BLAKE2B_256_OF_THE_PLAN, "run": {"seed": RUN_SEED, "epoch": E}}
+     "state_after": STATE, "run": {"seed": RUN_SEED, "epoch": E}, ...the layout's fields}
 
 The file name is a hash of the key.  The key's ``seed`` is the shuffle seed
 itself: epoch ``E`` of a run seeded ``R`` shuffles with ``derive_seed(R, E)``, so
@@ -28,34 +29,32 @@ number per row; its key has ``"mode": "pack"``, the packing ``algorithm``,
 ``T``, the partition, the seed and ``"rows": N`` (no stride): it is shared by
 processes exactly as a window plan is.
 
-Writing: a temporary file beside the target, filled through a writable memmap
-and permuted in place (`streambatch.stages.shuffle.permute`), header last, fsync,
+Writing: a temporary file beside the target, the plan permuted in memory
+(`streambatch.stages.shuffle.permute`) and written once, header last, fsync,
 then renamed into place: a crash leaves no plan (and its temporary file is
 removed by the next planner).  A plan that does not fit in memory is permuted
 in the file's own pages instead (slower, bounded by the disk).  Concurrent
 planners of one key serialize on an ``fcntl.flock`` of ``<key hash>.lock``
-(which holds the holder's pid): one computes, the others wait, saying so on
-stderr after a second and naming the holder, then find the plan and map it.  A
-plan folder that cannot be written is refused with `StoreError` (an existing
-plan in it is still mapped): there is no silent in-memory fallback.
+(`streambatch.io.keyed_file.computed_once`).  A plan folder that cannot be
+written is refused with `StoreError` (an existing plan in it is still mapped):
+there is no silent in-memory fallback.
 
 Checks, from cheap to thorough:
 
-- opening reads the header only: its key against the expected key, the file
-  size against the window count (a stale, foreign or truncated plan raises
-  `StoreError` and is never used);
-- every entry is checked where it is used (`Windows.positions`): it must be a
-  window of the source and partition (one ``searchsorted`` per batch), so a
-  tampered entry is refused with `DataError`, never emitted;
+- opening reads the header and the block digests only: its key against the
+  expected key, the file size against the window count (a stale, foreign,
+  truncated or earlier-layout plan raises `StoreError` and is never used);
+- every block is checked against its digest the first time this process reads
+  it for a batch, and every entry where it is used (`Windows.positions`): it
+  must be a window of the source and partition; a damaged block or entry is
+  refused (`StoreError`, `DataError`), never emitted;
 - ``verify=True`` (``streambatch plan/epoch --verify``, ``audit --plan-dir``)
-  reads the plan once: its BLAKE2b digest against the header, every entry, and
-  no window twice (`streambatch.stages.plan_check`).
+  reads the plan once: every block, every entry, and no window twice
+  (`streambatch.stages.plan_check`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,9 +64,8 @@ import numpy.typing as npt
 
 from .._checks import check_seed
 from ..errors import ConfigError, StoreError
-from ..io.atomic import atomic_file, exclusive_lock
-from ..io.bounded_json import read_json_header
 from ..io.files import short_path
+from ..io.keyed_file import KeyedFile, KeyedWriter, computed_once, file_name, open_keyed, write_keyed
 from ..items.pack.pack_file import ALGORITHM
 from ..items.pack.rows import Rows
 from ..items.protocol import ShuffleOrder
@@ -76,7 +74,6 @@ from .shuffle import permute
 
 FORMAT = "streambatch.plan"
 VERSION = 2
-HEADER_BYTES = 4096  # one page: the plan itself starts page-aligned
 SUFFIX = ".plan"
 _BLOCK = 1 << 22
 PathLike = str | os.PathLike[str]
@@ -127,14 +124,13 @@ def plan_path(windows: Windows | Rows, seed: int, plan_dir: PathLike) -> Path:
 
 
 def _file_name(key: dict[str, Any]) -> str:
-    text = json.dumps([FORMAT, VERSION, key], sort_keys=True, separators=(",", ":"))
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest() + SUFFIX
+    return file_name(FORMAT, VERSION, key, SUFFIX)
 
 
 def _check_whole(windows: Windows | Rows) -> None:
     if not isinstance(windows, Windows | Rows):
         raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
-    total = len(windows.packed) if isinstance(windows, Rows) else windows.window_index.window_count
+    total = len(windows.packing) if isinstance(windows, Rows) else windows.window_index.window_count
     if not windows.is_sequential or len(windows) != total:
         raise ConfigError(
             f"windows={windows!r} is a view or already ordered; a plan file orders every window of a source: "
@@ -160,13 +156,6 @@ def plan_file(windows: OrderedT, seed: int, plan_dir: PathLike, *, verify: bool 
     return build_plan(windows, seed, plan_dir, verify=verify)[0]
 
 
-def check_plan_dir(plan_dir: Any) -> PathLike:
-    """Return *plan_dir* if it is a path (str or os.PathLike), else raise `ConfigError`."""
-    if not isinstance(plan_dir, (str, os.PathLike)) or not os.fspath(plan_dir):
-        raise ConfigError(f"plan_dir={plan_dir!r} is not a folder path; pass a str or pathlib.Path (created if missing)")
-    return plan_dir
-
-
 def build_plan(
     windows: OrderedT, seed: int, plan_dir: PathLike, *, run: dict[str, int] | None = None, verify: bool = False
 ) -> tuple[OrderedT, bool]:
@@ -175,51 +164,28 @@ def build_plan(
     *run* (``{"seed": R, "epoch": E}``) is recorded in the header of a new plan.
     """
     key = plan_key(windows, seed)
-    directory = Path(check_plan_dir(plan_dir))
-    name = _file_name(key)
-    path = directory / name
-    created = False
-    if not path.exists():
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            with exclusive_lock(directory / (name[: -len(SUFFIX)] + ".lock"), what="plan"):
-                if not path.exists():  # another process may have written it while this one waited
-                    _write_plan(path, windows, key, run)
-                    created = True
-        except OSError as err:  # a read-only or full folder: refused, nothing half-written
-            raise StoreError(
-                f"plan_dir={short_path(plan_dir)!r}: cannot write the plan there ({err.strerror or err}); "
-                "pass a writable folder, or plan it once with `streambatch plan -o` where it can be written"
-            ) from None
-    plan, header = open_plan(path, key)
-    ordered: OrderedT = windows.with_plan(plan, ShuffleOrder(key["seed"], header["state_after"]))  # type: ignore[assignment]
+    path, created = computed_once(plan_dir, _file_name(key), "plan", lambda target: _write_plan(target, windows, key, run))
+    plan, keyed = open_plan(path, key)
+    ordered: OrderedT = windows.with_plan(plan, ShuffleOrder(key["seed"], keyed.header["state_after"]))  # type: ignore[assignment]
     if verify:
         from .plan_check import verify_plan  # the full read: only when asked for
 
-        verify_plan(ordered, path, header["digest"])
+        verify_plan(ordered, keyed)
     return ordered, created
 
 
 def _write_plan(path: Path, windows: Windows | Rows, key: dict[str, Any], run: dict[str, int] | None) -> None:
-    """Compute the plan into a temporary file beside *path*, then rename it into place (`atomic_file`)."""
+    """Compute the plan into a temporary file beside *path*, then rename it into place (`write_keyed`)."""
     count, dtype = _count(key), np.dtype(key["dtype"])
     need = count * dtype.itemsize
-    with atomic_file(path) as handle:
-        os.fchmod(handle.fileno(), 0o644)  # readable by every rank (temporaries are private)
-        handle.truncate(HEADER_BYTES + need)
+    with write_keyed(path, FORMAT, VERSION, key, [("plan", dtype.str, count)]) as writer:
         try:
             # permuted in anonymous memory, then written once, in order: random swaps on a file-backed
             # map would make the kernel write dirty pages back while they happen (measured 9x slower at 10^9)
             values: npt.NDArray[Any] = _scratch(count, dtype)
             in_file = False
         except MemoryError:  # larger than memory: permute in the file's own pages (evictable, slower)
-            try:
-                values = np.memmap(handle, dtype=dtype, mode="r+", offset=HEADER_BYTES, shape=(count,))
-            except (OSError, MemoryError, ValueError) as err:
-                raise StoreError(
-                    f"{short_path(path)}: a plan of {count} windows needs {need} bytes of memory or address space, and mapping "
-                    f"them failed ({err}); raise the memory limit (ulimit -v) or plan on a larger machine"
-                ) from None
+            values = _in_file(writer, path, count, need)
             in_file = True
         try:
             _fill(values, windows)
@@ -229,27 +195,23 @@ def _write_plan(path: Path, windows: Windows | Rows, key: dict[str, Any], run: d
                 f"{short_path(path)}: out of memory while planning {count} windows ({need} bytes); "
                 "raise the memory limit (ulimit -v) or plan on a larger machine"
             ) from None
-        digest = hashlib.blake2b(values.view(np.uint8).data if values.size else b"", digest_size=32).hexdigest()
-        if in_file:
-            values.flush()  # type: ignore[attr-defined]
-        else:
-            handle.seek(HEADER_BYTES)
-            values.tofile(handle)
+        if not in_file:
+            writer.put("plan", values)
         del values
-        header: dict[str, Any] = {
-            "format": FORMAT,
-            "version": VERSION,
-            "key": key,
-            "state_after": int(state),
-            "digest": digest,
-        }
+        writer.fields["state_after"] = int(state)
         if run is not None:
-            header["run"] = run
-        text = json.dumps(header).encode()
-        if len(text) >= HEADER_BYTES:
-            raise StoreError(f"plan header of {len(text)} bytes does not fit in {HEADER_BYTES}; shorten the fingerprint")
-        handle.seek(0)
-        handle.write(text.ljust(HEADER_BYTES - 1) + b"\n")
+            writer.fields["run"] = run
+
+
+def _in_file(writer: KeyedWriter, path: Path, count: int, need: int) -> npt.NDArray[Any]:
+    """The plan section mapped writable in the file being written; `StoreError` stating the bytes when it cannot be."""
+    try:
+        return writer.mapped("plan")
+    except (OSError, MemoryError, ValueError) as err:
+        raise StoreError(
+            f"{short_path(path)}: a plan of {count} windows needs {need} bytes of memory or address space, and mapping "
+            f"them failed ({err}); raise the memory limit (ulimit -v) or plan on a larger machine"
+        ) from None
 
 
 def _scratch(count: int, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
@@ -272,52 +234,20 @@ def _fill(values: npt.NDArray[Any], windows: Windows | Rows) -> None:
             values[lo:hi] = np.arange(lo, hi, dtype=values.dtype)
 
 
-def open_plan(path: PathLike, key: dict[str, Any]) -> tuple[npt.NDArray[Any], dict[str, Any]]:
-    """Map the plan file *path* read-only after checking its header against *key*; return ``(plan, header)``.
+def open_plan(path: PathLike, key: dict[str, Any]) -> tuple[npt.NDArray[Any], KeyedFile]:
+    """Map the plan file *path* read-only after checking its header against *key*; return ``(plan, keyed file)``.
 
-    Reads the header only.  Any mismatch (format, key, dtype, size) raises `StoreError`.
+    Reads the header and the block digests only.  Any mismatch (layout, format, key, dtype, size) raises `StoreError`.
     """
-    where = Path(path)
-    shown = short_path(where)
+    shown = short_path(path)
     fix = f"remove {shown} and plan again (streambatch plan, or Epoch(..., plan_dir=...))"
-    header = read_json_header(
-        where,
-        shown,
-        "plan header",
-        fix,
-        error=StoreError,
-        limit=HEADER_BYTES,
-        padding=b"\0 \n",
-        missing="no such plan file; plan it with sb.plan_file or `streambatch plan`",
-    )
-    try:
-        size = where.stat().st_size
-    except OSError as err:
-        raise StoreError(f"{shown}: unreadable plan file ({err.strerror or err}); {fix}") from err
-    if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != VERSION:
-        raise StoreError(f"{shown}: not a {FORMAT!r} version {VERSION} file; {fix}")
-    found = header.get("key")
-    if found != key:
-        if not isinstance(found, dict):
-            raise StoreError(f"{shown}: the header has no key; {fix}")
-        differ = ", ".join(f"{k}={found.get(k)!r} (expected {v!r})" for k, v in key.items() if found.get(k) != v)
-        raise StoreError(f"{shown}: a plan for another key: {differ or 'extra fields'}; it is stale or foreign; {fix}")
+    missing = "no such plan file; plan it with sb.plan_file or `streambatch plan`"
+    keyed = open_keyed(path, FORMAT, VERSION, key, fix, what="plan", missing=missing)
     count, dtype = _count(key), np.dtype(key["dtype"])
-    expected = HEADER_BYTES + count * dtype.itemsize
-    if size != expected:
-        state = "truncated" if size < expected else "longer than its header says"
-        raise StoreError(f"{shown}: {size} bytes but {count} windows of {dtype.name} need {expected}: {state}; {fix}")
-    state_after = header.get("state_after")
+    section = keyed.sections.get("plan")
+    if section is None or section.entries != count or section.dtype != dtype or len(keyed.sections) != 1:
+        raise StoreError(f"{shown}: its plan section is not {count} windows of {dtype.name}; {fix}")
+    state_after = keyed.header.get("state_after")
     if not isinstance(state_after, int) or isinstance(state_after, bool) or not 0 <= state_after < 1 << 64:
         raise StoreError(f"{shown}: state_after={state_after!r} is not a 64-bit state; {fix}")
-    digest = header.get("digest")
-    if not isinstance(digest, str) or len(digest) != 64 or digest.strip("0123456789abcdef"):
-        raise StoreError(f"{shown}: digest={digest!r} is not a BLAKE2b-256 hex digest; {fix}")
-    if not count:
-        return np.zeros(0, dtype=dtype), header
-    try:
-        return np.memmap(where, dtype=dtype, mode="r", offset=HEADER_BYTES, shape=(count,)), header
-    except (OSError, MemoryError, ValueError) as err:  # e.g. ENOMEM under an address-space limit
-        raise StoreError(
-            f"{shown}: cannot map the plan's {count * dtype.itemsize} bytes ({err}); raise the memory limit (ulimit -v)"
-        ) from None
+    return keyed.array("plan"), keyed

@@ -4,7 +4,10 @@
 batches ``k, k + W, ...`` (a strided slice, so the DataLoader reads them back in
 order), a rank ``r`` of ``R`` holds a contiguous, balanced share of every
 batch's rows (`row_share`: sizes differ by at most one, so a batch narrower than
-the world leaves some ranks empty, and they still take part).  `split_rows` is
+the world leaves some ranks empty, and they still take part).  Every rank's
+share carries ``global_count``: the counted targets of the whole batch over all
+ranks, from the plan alone, so a materialized share knows the token mean's
+global denominator (``batch.global_token_count``) with no collective.  `split_rows` is
 the rank half alone; ``shard`` is the deprecated name of the worker half.
 """
 
@@ -18,7 +21,7 @@ from typing import Any, overload
 from .._checks import is_integer
 from ..errors import ConfigError
 from ..items.windows.windows import Windows
-from .chunk import Chunks, ItemsT, row_share
+from .chunk import Chunks, ItemsT, rank_view
 
 
 def _check_share(index: Any, count: Any, names: tuple[str, str]) -> tuple[int, int]:
@@ -70,8 +73,7 @@ def share(
 
 
 def _rows(chunk: Windows, rank: int, world: int) -> Windows:
-    lo, hi = row_share(len(chunk), rank, world)
-    return chunk.view(lo, hi, batch_index=chunk.batch_index)
+    return rank_view(chunk, rank, world, chunk.batch_index)  # type: ignore[return-value]
 
 
 @overload

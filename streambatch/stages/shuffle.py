@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._checks import check_non_negative, check_seed
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreError
 from ..items.pack.rows import Rows
 from ..items.protocol import ShuffleOrder
 from ..items.windows.windows import Windows
@@ -351,7 +351,15 @@ def shuffle(windows: OrderedT, seed: int) -> OrderedT:
     ([4, 1, 3, 0, 2], True)
     """
     seed = check_seed(seed)
-    values = windows.plan_values()  # fresh in document order; a view of the plan otherwise
-    plan = values if windows.is_sequential else values.copy()
+    try:
+        values = windows.plan_values()  # fresh in document order; a view of the plan otherwise
+        plan = values if windows.is_sequential else values.copy()
+    except MemoryError:  # numpy's _ArrayMemoryError: say what was needed instead
+        count = len(windows)
+        need = count * np.dtype(windows.space.plan_dtype(count)).itemsize
+        raise StoreError(
+            f"shuffle: a plan of {count} {type(windows).__name__.lower()} needs {need} bytes of memory "
+            "and they could not be allocated; raise the memory limit (ulimit -v) or shuffle on a larger machine"
+        ) from None
     state = permute(plan, seed)
     return windows.with_plan(plan, ShuffleOrder(seed, state))  # type: ignore[return-value]

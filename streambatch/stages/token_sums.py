@@ -136,7 +136,7 @@ class TokenSums:
 
     ``gradient_sum`` is any array supporting ``+`` and ``/`` (numpy, or a torch
     tensor in `streambatch.torch`).  Pieces add as raw sums; `mean` divides once.
-    ``sources`` (a mixture's batches: `streambatch.items.mix.mix_batch.source_sums`)
+    ``sources`` (a mixture's batches: `streambatch.items.mix.gather.source_sums`)
     holds the same raw sums per source id; they add per source, never as means.
 
     >>> a = TokenSums(1.5, 2, np.array([1.0, 4.0]))

@@ -1,6 +1,6 @@
 """What ``audit`` proves of a mixture of packed rows beyond a mixture's own claims (`streambatch.tools.mix_report`).
 
-`check_packed_rows`: every row of a `PackedMixtureBatch` holds exactly what its
+`check_packed_rows`: every row of a packed mixture's batch holds exactly what its
 own source's packing puts there, read apart from the batch's gather (the packed
 mode's numpy rule, `streambatch.items.pack.rows.gather_rows`, per source): tokens,
 segment and position ids, the loss mask (False at every padding position), and
@@ -18,19 +18,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..items.mix.mix_batch import present
-from ..items.mix.mix_rows import PackedMixtureBatch
-from ..items.pack.rows import Rows, gather_rows
+from ..items.pack.rows import gather_rows
+from ..stages.batch import MiniBatch, present
 
 __all__ = ["check_packed_rows", "check_source_targets"]
 
 
-def check_packed_rows(batch: PackedMixtureBatch, failures: dict[str, str]) -> npt.NDArray[np.int64]:
+def check_packed_rows(packed: MiniBatch, failures: dict[str, str]) -> npt.NDArray[np.int64]:
     """Check every row against its source's packing (failures by name); return each row's real targets."""
+    batch: Any = packed  # a packed mixture's batch: every packed column and sources are set
     mask = batch.loss_mask
     for s in present(batch.sources):
         rows = batch.sources == s
-        want = gather_rows(batch.row_spaces[s], batch.positions[rows].astype(np.int64))
+        want = gather_rows(batch.spaces[s], batch.positions[rows].astype(np.int64))
         got = (batch.inputs[rows], batch.targets[rows], batch.segment_ids[rows], batch.position_ids[rows], mask[rows])
         expected = (want.inputs, want.targets, want.segment_ids, want.position_ids, want.loss_mask)
         if not all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True)):
@@ -51,7 +51,6 @@ def check_source_targets(
 ) -> None:
     """Each whole source epoch holds every target of its source once: its rows' real targets sum to the packing's."""
     for s, part in enumerate(mixture.parts):
-        assert isinstance(part, Rows)
         got = targets[sources == s].astype(np.int64)
         size, total = len(part), part.report.targets
         for e in range(got.size // size):

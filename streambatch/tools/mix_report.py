@@ -1,19 +1,22 @@
-"""Mixtures in the commands: what ``inspect`` shows, what ``audit`` proves and what ``trace`` draws for a mixture.
+"""Mixtures in the commands: what ``inspect`` shows, what ``audit`` proves, for a mixture.
+
+``trace`` draws it: `streambatch.tools.figure.mixture`.
 
 `inspect_mixture`: per source, its items in the mixture, weight, effective
 share, source epochs consumed and tokens (the counts do not depend on the seed:
 Tijdeman's order does not).  `audit_mixture` iterates an epoch of a mixture
-(through the workers' and ranks' shares) and proves: the prefix bound
+(through the workers' and ranks' shares) and proves: every row's source is
+Tijdeman's order recomputed from the weights (a plan file is not trusted), the prefix bound
 ``|c_s(n) - w_s n| <= 1 - 1/(2k-2)`` at every batch boundary (in exact
 integers), each source's rows in its exact order (the concatenation of
 ``shuffle(part_s, source_epoch_seed(seed, s, e))`` over its epochs ``e``), no
 window twice inside one source epoch, and every row's tokens read from its own
-source.  `mixture_svg` draws one strip per batch, one cell per row coloured by
 source.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from fractions import Fraction
 from typing import Any
@@ -22,18 +25,12 @@ import numpy as np
 
 from ..epoch import Epoch
 from ..errors import ConfigError
-from ..io.atomic import atomic_text
+from ..io.files import short_path
 from ..io.mixture_file import MixtureSource
-from ..items.mix.mix import source_order
-from ..items.mix.mix_batch import MixtureBatch
-from ..items.mix.mix_rows import PackedMixtureBatch
-from ..items.mix.mix_source import as_mixture
-from ..items.mix.mixture import Mixture
-from ..items.pack.rows import Rows
-from .figure import xml_text
+from ..items.mix.plan import plan_mix, source_order
+from ..items.mix.source import as_mixture
+from .inspect import format_count
 from .mix_audit_rows import check_packed_rows, check_source_targets
-
-COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
 
 
 def inspect_mixture(
@@ -69,14 +66,44 @@ def inspect_mixture(
     for row, count, size, epochs, part in zip(rows, counts, mixture.sizes, mixture.source_epochs(), mixture.parts, strict=True):
         row.update(windows=size, items=count, effective_share=count / len(mixture), source_epochs=epochs)
         row["item_tokens"] = count * context_length
-        if isinstance(part, Rows):  # per source epoch: every target of the source once, in its rows
-            row.update(rows=size, targets=part.report.targets, pad_share=part.report.pad_share)
+        if mixture.packed:  # per source epoch: every target of the source once, in its rows
+            report: Any = part.report  # type: ignore[union-attr]
+            row.update(rows=size, targets=report.targets, pad_share=report.pad_share)
     summary.update(context_length=context_length, stride=stride, items=len(mixture), plan_bytes=mixture.plan_nbytes)
+    notes = repeat_notes(spec.names, mixture.source_epochs(), default=spec.length is None)
+    if notes:
+        summary["notes"] = notes
     if pack:
         summary.update(mode="pack", stride=context_length)
     if batch_size is not None:
         summary.update(batch_size=batch_size, batches=-(-len(mixture) // batch_size))
     return summary
+
+
+def repeat_notes(names: Any, source_epochs: list[float], *, default: bool) -> list[str]:
+    """One note per source that one pass of the mixture repeats (more than one source epoch).
+
+    >>> repeat_notes(["web", "code"], [1.0, 3.5], default=True)
+    ["source 'code' repeats: 3.500 source epochs per pass of the mixture (each of its items comes 3 or 4 times); ..."]
+    """
+    why = "; the default length passes the largest source once: set a length, or other weights, to change that" if default else ""
+    notes = []
+    for name, epochs in zip(names, source_epochs, strict=True):
+        if epochs > 1:
+            low, high = int(epochs), -(-epochs // 1)
+            times = f"{low} times" if low == high else f"{low} or {int(high)} times"
+            notes.append(
+                f"source {name!r} repeats: {epochs:.3f} source epochs per pass of the mixture "
+                f"(each of its items comes {times}){why}"
+            )
+    return notes
+
+
+def note_repeats(source: Any, items: Any) -> None:
+    """Print `repeat_notes` on stderr when *source* is a mixture file and *items* its `Mixture` (else nothing)."""
+    if isinstance(source, MixtureSource) and getattr(items, "orders_itself", False):  # a mixture file and its mixture
+        for note in repeat_notes(source.spec.names, items.source_epochs(), default=source.spec.length is None):
+            print(f"streambatch: note: {short_path(source.path)}: {note}", file=sys.stderr)
 
 
 def format_mixture(summary: dict[str, Any]) -> str:
@@ -103,13 +130,13 @@ def format_mixture(summary: dict[str, Any]) -> str:
     lines += [
         "  ".join(cell.rjust(w) if c else cell.ljust(w) for c, (cell, w) in enumerate(zip(r, widths, strict=True))) for r in table
     ]
+    lines += [f"note: {note}" for note in summary.get("notes", ())]
     return "\n".join(lines) + "\n"
 
 
 def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dict[str, Any]:
     """Iterate *epoch* (of a mixture) through every share and check the mixture's four claims; failures by name."""
-    mixture = epoch.order
-    assert isinstance(mixture, Mixture)
+    mixture: Any = epoch.order  # a mixture's epoch (the CLI checks)
     started = time.perf_counter()
     k, length, B = len(mixture.parts), len(mixture), epoch.batch_size
     sources = np.empty(length, dtype=np.uint8)
@@ -122,31 +149,38 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
             for batch in epoch.batches(worker=worker, workers=workers, rank=rank, world_size=world_size):
                 lo = batch.index * B + _row_offset(batch.index, B, length, rank, world_size)
                 rows = slice(lo, lo + batch.width)
-                if isinstance(batch, PackedMixtureBatch):
+                if batch.packed:
                     targets[rows] = check_packed_rows(batch, failures)
                 else:
-                    assert isinstance(batch, MixtureBatch)
                     _check_tokens(batch, failures)
-                sources[rows], windows[rows] = batch.sources, batch.window_numbers
+                sources[rows], windows[rows] = batch.sources, batch.item_numbers  # type: ignore[assignment]
                 seen[rows] += 1
+    covered, duplicates = int(np.count_nonzero(seen == 1)), int(np.count_nonzero(seen > 1))
     if (seen != 1).any():
         failures["coverage"] = f"item {int(np.argmax(seen != 1))} was handed out {int(seen[np.argmax(seen != 1)])} times"
     if not np.array_equal(sources, mixture.sources()):
         failures["sources"] = f"row {int(np.argmax(sources != mixture.sources()))} is not of the plan's source"
+    _check_tijdeman(mixture, sources, failures)
     _check_prefix(mixture, B, failures)
     _check_order(mixture, sources, windows, failures)
     if mixture.packed:
         check_source_targets(mixture, sources, targets, failures)
-    return {
+    result = {
         **({"mode": "pack"} if mixture.packed else {}),
         "items": length,
+        "covered": covered,
+        "duplicates": duplicates,
         "batches": epoch.batch_count,
         "sources": k,
         "source_epochs": [round(e, 6) for e in mixture.source_epochs()],
         "bound": f"1 - 1/{2 * k - 2}" if k > 1 else "0",
+        "names": list(mixture.names),
+        "workers": workers,
+        "world_size": world_size,
         "failures": failures,
         "seconds": round(time.perf_counter() - started, 3),
     }
+    return {"ok": not failures, "proof": mixture_proof_line(result), **result}
 
 
 def _row_offset(index: int, batch_size: int, length: int, rank: int, world: int) -> int:
@@ -155,7 +189,7 @@ def _row_offset(index: int, batch_size: int, length: int, rank: int, world: int)
     return row_share(min(batch_size, length - index * batch_size), rank, world)[0]
 
 
-def _check_tokens(batch: MixtureBatch, failures: dict[str, str]) -> None:
+def _check_tokens(batch: Any, failures: dict[str, str]) -> None:
     """Every row's inputs and targets are its window's tokens, read from its own source with a plain gather."""
     for s in np.flatnonzero(np.bincount(batch.sources, minlength=len(batch.spaces))).tolist():
         rows = batch.sources == s
@@ -164,7 +198,22 @@ def _check_tokens(batch: MixtureBatch, failures: dict[str, str]) -> None:
             failures.setdefault("tokens", f"batch {batch.index}: rows of source {s} are not their windows' tokens")
 
 
-def _check_prefix(mixture: Mixture, batch_size: int, failures: dict[str, str]) -> None:
+def _check_tijdeman(mixture: Any, sources: Any, failures: dict[str, str]) -> None:
+    """The rows' sources and the plan's checkpoints are Tijdeman's order recomputed from the weights (no file trusted)."""
+    plan = mixture.plan
+    fresh = plan_mix(plan.integer_weights, len(plan), block=plan.block)
+    mine = fresh.sources[: sources.size]
+    if not np.array_equal(sources, mine):
+        at = int(np.argmax(sources != mine))
+        failures["tijdeman"] = (
+            f"item {at} is of source {int(sources[at])}; Tijdeman's order recomputed from the weights gives {int(mine[at])}"
+        )
+    elif not np.array_equal(np.asarray(plan.checkpoints), fresh.checkpoints):
+        row = int(np.argmax((np.asarray(plan.checkpoints) != fresh.checkpoints).any(axis=1)))
+        failures["tijdeman"] = f"checkpoint row {row} of the plan is not the counts of Tijdeman's order"
+
+
+def _check_prefix(mixture: Any, batch_size: int, failures: dict[str, str]) -> None:
     """``|a_s n - A c_s(n)| * (2k - 2) <= A (2k - 3)`` at every batch boundary, in integers."""
     ints = mixture.plan.integer_weights
     k, total = len(ints), sum(ints)
@@ -177,7 +226,7 @@ def _check_prefix(mixture: Mixture, batch_size: int, failures: dict[str, str]) -
                 failures.setdefault("prefix", f"after {n} items source {s} holds {c}, beyond w n +- (1 - 1/(2k-2))")
 
 
-def _check_order(mixture: Mixture, sources: Any, windows: Any, failures: dict[str, str]) -> None:
+def _check_order(mixture: Any, sources: Any, windows: Any, failures: dict[str, str]) -> None:
     """Each source's rows are its epochs' exact shuffles, concatenated; no window twice inside one source epoch."""
     for s, part in enumerate(mixture.parts):
         got = windows[sources == s]
@@ -191,42 +240,40 @@ def _check_order(mixture: Mixture, sources: Any, windows: Any, failures: dict[st
                 failures.setdefault("order", f"source {s} epoch {e} is not shuffle(part, source_epoch_seed(seed, {s}, {e}))")
 
 
+MIXTURE_CHECKS = ("tijdeman_order", "prefix_bound", "source_order", "no_repeat_in_source_epoch", "tokens")
+PACKED_CHECKS = ("every_target_once_per_source_epoch", "padding_masked")
+_FAILURE_OF = {
+    "tijdeman_order": "tijdeman",
+    "prefix_bound": "prefix",
+    "source_order": "order",
+    "no_repeat_in_source_epoch": "repeat",
+    "tokens": "tokens",
+}
+
+
+def mixture_proof_line(result: dict[str, Any]) -> str:
+    """The mixture's PROOF line, in the store audit's ``PROOF|name=value|...`` form: coverage and duplicates as counts,
+    then each claim ``ok`` or ``FAIL``."""
+    failures = result["failures"]
+    checks = MIXTURE_CHECKS + (PACKED_CHECKS if result.get("mode") == "pack" else ())
+    fields = [f"coverage={result['covered']}/{result['items']}", f"duplicates={result['duplicates']}"]
+    fields += [f"{check}={'FAIL' if _FAILURE_OF.get(check, check) in failures else 'ok'}" for check in checks]
+    return "PROOF|" + "|".join(fields) + f"|sources={result['sources']}"
+
+
 def format_mixture_audit(result: dict[str, Any]) -> str:
-    """One PROOF line, one FAIL line per failed check, then the counts."""
-    ok = not result["failures"]
-    checks = "prefix_bound,source_order,no_repeat_in_source_epoch,coverage,tokens"
-    checks += ",every_target_once_per_source_epoch,padding_masked" if result.get("mode") == "pack" else ""
-    kind = "mixture|pack" if result.get("mode") == "pack" else "mixture"
-    lines = [f"PROOF|{kind}|{'pass' if ok else 'FAIL'}|items={result['items']}|sources={result['sources']}|checks={checks}"]
+    """The PROOF line, one ``FAIL|check=...`` line per failed check, then the summary: the store audit's format."""
+    lines = [result["proof"]]
     lines += [f"FAIL|check={k}|{v}" for k, v in result["failures"].items()]
-    epochs = ", ".join(f"{e:g}" for e in result["source_epochs"])
+    what = "packed rows" if result.get("mode") == "pack" else "windows"
     lines.append(
-        f"mixture: {result['items']} items in {result['batches']} batches; source epochs {epochs}; bound {result['bound']}"
+        f"epoch: {format_count(result['items'])} items ({what}) of {result['sources']} sources in "
+        f"{format_count(result['batches'])} batches"
     )
-    lines.append(f"time: {result['seconds']:.2f} s")
+    epochs = ", ".join(f"{n} {e:g}" for n, e in zip(result["names"], result["source_epochs"], strict=True))
+    lines.append(f"sources: source epochs {epochs}; prefix bound |c_s(n) - w_s n| <= {result['bound']} at every batch")
+    if result["workers"] > 1 or result["world_size"] > 1:
+        lines.append(f"shares: {result['world_size']} ranks x {result['workers']} workers, union checked")
+    rate = result["items"] / result["seconds"] if result["seconds"] > 0 else 0.0
+    lines.append(f"time: {result['seconds']:.2f} s, {format_count(int(rate))} items/s")
     return "\n".join(lines) + "\n"
-
-
-def mixture_svg(epoch: Epoch, path: str) -> None:
-    """Write an SVG: one strip per batch, one cell per row coloured by its source, and a legend."""
-    mixture = epoch.order
-    assert isinstance(mixture, Mixture)
-    B, cell = epoch.batch_size, 10
-    batches = min(epoch.batch_count, 400)
-    width, height = 60 + B * cell, 40 + batches * cell + 20 * len(mixture.names)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">']
-    parts.append(f'<text x="4" y="16">{xml_text(repr(mixture))}</text>')
-    for b in range(batches):
-        for r, s in enumerate(mixture[b * B : (b + 1) * B].sources().tolist()):
-            colour = COLOURS[s % len(COLOURS)]
-            parts.append(
-                f'<rect class="row" data-batch="{b}" data-source="{s}" x="{50 + r * cell}" y="{30 + b * cell}" '
-                f'width="{cell - 1}" height="{cell - 1}" fill="{colour}"/>'
-            )
-    for s, name in enumerate(mixture.names):
-        y = 40 + batches * cell + 20 * s
-        parts.append(f'<rect x="4" y="{y - 9}" width="10" height="10" fill="{COLOURS[s % len(COLOURS)]}"/>')
-        parts.append(f'<text x="20" y="{y}">{xml_text(name)}</text>')
-    parts.append("</svg>\n")
-    with atomic_text(path) as handle:
-        handle.write("\n".join(parts))

@@ -40,8 +40,15 @@ class LoopbackProxy:
 
     def __exit__(self, *exc: object) -> None:
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
         self._thread.join(5)
+
+    async def _shutdown(self) -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        asyncio.get_running_loop().stop()
 
     @property
     def url(self) -> str:

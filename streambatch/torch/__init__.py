@@ -3,9 +3,14 @@
 The only package that imports torch (the ``torch`` extra: ``pip install -e '.[torch]'`` from a checkout).
 
 The rule everywhere: sum the loss over target tokens (``reduction="sum"``), let
-autograd sum the gradients, add raw sums across micro-batches and (with
-torch.distributed) across ranks, then divide once by the global target-token
-count.  Never average per-piece means.
+autograd sum the gradients, add raw sums across micro-batches and ranks, then
+divide once by the global count of counted targets.  Never average per-piece means.
+
+Which path: wrap the model in DistributedDataParallel or FSDP2 and call
+`token_mean_loss` (``loss_sum * world_size / batch.global_token_count``): the
+count comes from the plan, so the framework's own gradient averaging is the only
+collective.  `token_mean_backward` is for a model not wrapped in either; it
+all-reduces a float64 copy of every gradient itself.
 
     >>> import streambatch as sb, streambatch.torch as sbt
     >>> epoch = sb.Epoch([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2, batch_size=2, seed=7)
@@ -26,12 +31,15 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess witho
 from .attention import block_mask, cu_seqlens, document_mask
 from .backward import StepResult, cross_entropy_sum, micro_batches, token_mean_backward
 from .datasets import BatchesDataset, EpochDataset, RunDataset
+from .loader import StatefulDataLoader, loader_position
+from .loss import step_token_count, token_mean_loss
 from .tensors import TensorBatch, as_tensors, mark_batch_dynamic, tensor_batch
 
 __all__ = [
     "BatchesDataset",
     "EpochDataset",
     "RunDataset",
+    "StatefulDataLoader",
     "StepResult",
     "TensorBatch",
     "as_tensors",
@@ -39,8 +47,11 @@ __all__ = [
     "cross_entropy_sum",
     "cu_seqlens",
     "document_mask",
+    "loader_position",
     "mark_batch_dynamic",
     "micro_batches",
+    "step_token_count",
     "tensor_batch",
     "token_mean_backward",
+    "token_mean_loss",
 ]

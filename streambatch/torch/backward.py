@@ -1,4 +1,11 @@
-"""Exact token means in a PyTorch step: summed losses, raw sums across micro-batches and ranks, one division.
+"""Exact token means in a PyTorch step for a model NOT wrapped in DDP or FSDP: raw sums all-reduced here, one division.
+
+Use `streambatch.torch.token_mean_loss` with DistributedDataParallel or FSDP2
+instead wherever the model is (or can be) wrapped: the count comes from the
+plan and the framework's own gradient averaging is the only collective.  This
+module's `token_mean_backward` is the path for a model kept unwrapped (a custom
+data-parallel loop, or one process splitting a batch into micro-batches); it
+costs two all-reduces per step, one of them a float64 copy of every gradient.
 
 The rule: sum the loss over target tokens (``reduction="sum"``), let autograd
 sum the gradients, add raw sums (`streambatch.TokenSums`) across micro-batches
@@ -89,8 +96,9 @@ def token_mean_backward(
     (e.g. a packed batch's ``segment_ids`` and ``position_ids``, or a document
     mask) are split into the same micro-batches along dimension 0 and passed to
     ``loss_sum(model, inputs, targets, *row_inputs)``.  Gradients must be zero (or None) on entry: call
-    ``optimizer.zero_grad()`` first.  Do not wrap the model in
-    DistributedDataParallel: it would average per-rank means.
+    ``optimizer.zero_grad()`` first.  Not for a model wrapped in
+    DistributedDataParallel or FSDP (their averaging would divide once more):
+    use `streambatch.torch.token_mean_loss` there.
     """
     parameters = [p for p in model.parameters() if p.requires_grad]
     rows = int(inputs.shape[0])

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from multiprocessing.context import get_spawning_popen
-from multiprocessing.sharedctypes import RawArray
 from typing import Any
 
 import torch
@@ -24,40 +22,8 @@ from ..run import Run
 from ..stages.batch import MiniBatch
 from ..stages.share import share
 from ..state import check_position, decode, encode
+from ._shared import SharedPosition
 from .tensors import TensorBatch, tensor_batch
-
-
-class _SharedPosition:
-    """``(epoch, batch, pending)`` in shared memory, made once by a dataset's constructor.
-
-    DataLoader workers get this very memory (inherited when forked, passed as a file
-    descriptor while a worker is spawned), so what the main process sets reaches
-    persistent workers at their next iteration.  Pickled any other way (a deep
-    copy, say) it becomes a private snapshot.
-    """
-
-    __slots__ = ("_values",)
-
-    def __init__(self, epoch: int, batch: int, pending: bool) -> None:
-        self._values = RawArray("q", [epoch, batch, int(pending)])
-
-    def get(self) -> tuple[int, int, bool]:
-        epoch, batch, pending = self._values
-        return int(epoch), int(batch), bool(pending)
-
-    def set(self, epoch: int, batch: int, pending: bool) -> None:
-        self._values[0], self._values[1], self._values[2] = epoch, batch, int(pending)
-
-    def clear_pending(self) -> None:
-        self._values[2] = 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        if get_spawning_popen() is not None:  # starting a worker process: share the memory itself
-            return {"shared": self._values}
-        return {"snapshot": list(self._values)}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._values = state["shared"] if "shared" in state else RawArray("q", state["snapshot"])
 
 
 class _RunShare(IterableDataset[TensorBatch]):
@@ -66,7 +32,7 @@ class _RunShare(IterableDataset[TensorBatch]):
     DataLoader worker ``k`` of ``W`` yields global batches ``s + k, s + k + W, ...``
     from the start ``s``; the DataLoader takes one item from each worker in turn,
     so they arrive in the run's order for any number of workers.  The start lives
-    in shared memory (`_SharedPosition`), read at each iteration, so it reaches
+    in shared memory (`SharedPosition`), read at each iteration, so it reaches
     persistent workers too.  ``state_dict``/``load_state_dict`` give each worker's
     exact place (the global batch it yielded last) to torchdata's
     ``StatefulDataLoader``.
@@ -84,7 +50,7 @@ class _RunShare(IterableDataset[TensorBatch]):
         self.run = run
         self.rank, self.world_size = rank, world_size
         self.dtype = dtype
-        self._shared = _SharedPosition(epoch, batch, pending)
+        self._shared = SharedPosition(epoch, batch, pending)
         self._restored: tuple[int, int | None, int | None] | None = None
         self._origin: int | None = None
         self._stop: int | None = None
@@ -100,6 +66,13 @@ class _RunShare(IterableDataset[TensorBatch]):
         number, start = check_position(epoch, batch, self.run.batches_per_epoch, error=OutOfRangeError)
         self._shared.set(number, start, True)
         self.run.epoch(number).shuffle_state_after  # noqa: B018 - plan in the parent process
+
+    def resume_at(self, epoch: int, batch: int) -> None:
+        """Start the next iteration at batch *batch* of *epoch* as given (``batch`` may be the epoch's batch count:
+        the epoch consumed, an empty iteration of an `EpochDataset`); `streambatch.torch.loader` checked it."""
+        self._shared.set(epoch, batch, True)
+        self._restored = None
+        self.run.epoch(epoch).shuffle_state_after  # noqa: B018 - plan in the parent process
 
     @property
     def position(self) -> tuple[int, int]:
@@ -159,7 +132,7 @@ class _RunShare(IterableDataset[TensorBatch]):
         if list(found["worker"]) != share:
             raise StateError(
                 f"state worker={found['worker']!r} but this is worker {share} ([id, num_workers]); resume with the same "
-                "num_workers, or resume the run itself (Run.load_state_dict of RunDataset.state_dict_after(batch)) for another"
+                "num_workers, or load the state with streambatch.torch.StatefulDataLoader (any num_workers)"
             )
         stop, last = self._step(found["stop"], "stop"), self._step(found["last"], "last")
         if last is not None and (last < origin + share[0] or (last - origin - share[0]) % share[1]):
@@ -220,6 +193,8 @@ class BatchesDataset(IterableDataset[TensorBatch]):
             raise OutOfRangeError(f"start_batch={self.start_batch} is beyond the source's {len(batches)} batches")
         self._last: int | None = None
         self._restored: int | None = None
+        self._begin: int | None = None  # set by resume_at: where the next iteration starts (the start_batch otherwise)
+        self._began: int | None = None  # where the current iteration began
         self._share = (0, 1)
 
     def __len__(self) -> int:
@@ -227,9 +202,14 @@ class BatchesDataset(IterableDataset[TensorBatch]):
 
     def __iter__(self) -> Iterator[TensorBatch]:
         worker, workers = _worker_share()
-        steps = _after(share(range(self.start_batch, len(self.batches)), worker=worker, workers=workers), self._restored)
-        self._restored, self._share, self._last = None, (worker, workers), None
+        begin = self.start_batch if self._begin is None else self._begin
+        steps = _after(share(range(begin, len(self.batches)), worker=worker, workers=workers), self._restored)
+        self._restored, self._share, self._last, self._began = None, (worker, workers), None, begin
         return self._iter(steps)
+
+    def resume_at(self, index: int) -> None:
+        """Start the next iteration at batch *index* (what `streambatch.torch.loader` found in a loader state)."""
+        self._begin, self._restored = index, None
 
     def _iter(self, steps: range) -> Iterator[TensorBatch]:
         for index in steps:
@@ -239,7 +219,11 @@ class BatchesDataset(IterableDataset[TensorBatch]):
 
     def state_dict(self) -> dict[str, Any]:
         """This worker's place for ``StatefulDataLoader``: a `streambatch.state` of kind ``batches``."""
-        return encode("batches", length=len(self.batches), start=self.start_batch, worker=list(self._share), last=self._last)
+        begin = self._began if self._began is not None else self._begin
+        moved = {} if begin is None or begin == self.start_batch else {"begin": begin}
+        return encode(
+            "batches", length=len(self.batches), start=self.start_batch, worker=list(self._share), last=self._last, **moved
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue after the state's last batch at the next iteration; a foreign state is a `StateError`."""
@@ -254,7 +238,7 @@ class BatchesDataset(IterableDataset[TensorBatch]):
         last = found["last"]
         if last is not None and not last < len(self.batches):
             raise StateError(f"state last={last!r} is not a batch index of this source; pass a state_dict() unchanged")
-        self._restored = last
+        self._restored, self._begin = last, found.get("begin")
 
 
 class EpochDataset(_RunShare):
@@ -362,7 +346,8 @@ class RunDataset(_RunShare):
     global batch.  Batches carry ``(epoch, index)``; `state_after` gives the run
     state after a batch, the same on every rank and for any worker count (the
     elastic checkpoint).  ``StatefulDataLoader`` works as is through
-    `state_dict`/`load_state_dict` (same worker count).  Load a run's state before
+    `state_dict`/`load_state_dict` (same worker count); `streambatch.torch.StatefulDataLoader`
+    resumes its state under any worker count and world size.  Load a run's state before
     building its dataset, or move the dataset with `set_position`.
 
     >>> import streambatch as sb, streambatch.torch as sbt

@@ -1,6 +1,6 @@
 """Batches as tensors: zero-copy views of a batch's numpy buffers, or one explicit conversion.
 
-A packed batch (`streambatch.items.pack.packed_batch.PackedBatch`) becomes a
+A packed batch (a `streambatch.MiniBatch` of packed rows) becomes a
 `TensorBatch` that also carries ``loss_mask``, ``segment_ids``,
 ``position_ids``, ``cu_seqlens`` and ``max_seqlen``; converted to a signed
 dtype (the default ``torch.long``) its targets hold `IGNORE_INDEX` (-100,
@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ..items.pack.packed_batch import PackedBatch
 from ..stages.batch import MiniBatch
 
 IGNORE_INDEX = -100
@@ -35,7 +34,7 @@ def as_tensors(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) -> t
     if dtype is None:
         return inputs, targets
     inputs, targets = inputs.to(dtype), targets.to(dtype)
-    if isinstance(batch, PackedBatch) and dtype.is_signed and batch.pad_count:
+    if batch.loss_mask is not None and dtype.is_signed and batch.pad_count:
         targets.masked_fill_(~torch.from_numpy(batch.loss_mask), IGNORE_INDEX)
     return inputs, targets
 
@@ -49,13 +48,14 @@ class TensorBatch:
     targets: torch.Tensor
     positions: torch.Tensor
     epoch: int = 0
-    # packed batches only (None in window mode): see streambatch.items.pack.packed_batch
+    # packed batches only (None in window mode): see streambatch.stages.batch
     loss_mask: torch.Tensor | None = None
     segment_ids: torch.Tensor | None = None
     position_ids: torch.Tensor | None = None
     cu_seqlens: torch.Tensor | None = None
     max_seqlen: int | None = None
     sources: torch.Tensor | None = None  # a mixture's batches: each row's source id (uint8)
+    global_token_count: int | None = None  # counted targets of the whole batch over every rank (see MiniBatch)
 
     _ROW_FIELDS = ("inputs", "targets", "loss_mask", "segment_ids", "position_ids", "cu_seqlens", "sources")
 
@@ -96,10 +96,13 @@ def tensor_batch(batch: MiniBatch, *, dtype: torch.dtype | None = torch.long) ->
     widening copy then, zero-copy when they are already int32).
     """
     inputs, targets = as_tensors(batch, dtype=dtype)
-    sources = getattr(batch, "sources", None)  # a mixture's batch (MixtureBatch, or PackedMixtureBatch with masks)
+    sources = batch.sources  # a mixture's batch (of windows, or of packed rows)
     mixed = None if sources is None else torch.from_numpy(np.array(sources))  # a copy: w bytes, and writable
-    wrapped = TensorBatch(batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch, sources=mixed)
-    if not isinstance(batch, PackedBatch):
+    wrapped = TensorBatch(
+        batch.index, inputs, targets, torch.from_numpy(batch.positions), batch.epoch, sources=mixed,
+        global_token_count=batch.global_token_count,
+    )  # fmt: skip
+    if batch.loss_mask is None or batch.segment_ids is None or batch.position_ids is None or batch.cu_seqlens is None:
         return wrapped
     return replace(
         wrapped,

@@ -14,7 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_tiny_lm.py"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", [[], ["--pack"]])
+@pytest.mark.parametrize("mode", [[], ["--pack"], ["--sft", "--world-size", "2"]], ids=["windows", "pack", "sft-ddp"])
 def test_train_tiny_lm_reports_tokens_per_step(mode: list[str]) -> None:
     argv = ["--epochs", "1", "--max-bytes", "12000", "--context-length", "128", "--batch-size", "8", "--threads", "1"]
     env = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])}  # this tree's streambatch
@@ -29,4 +29,5 @@ def test_train_tiny_lm_reports_tokens_per_step(mode: list[str]) -> None:
     assert step, done.stdout
     covered, targets = (int(share.group(i).replace(",", "")) for i in (1, 2))
     assert int(step.group(2).replace(",", "")) == covered  # an epoch's denominators add up to the targets it covers
-    assert (covered == targets) if mode else (covered < targets)  # packing covers every target; windows lose tails
+    # packing covers every target; windows lose tails (and under --sft, completion targets in a lost tail)
+    assert (covered == targets) if "--pack" in mode else (covered < targets)

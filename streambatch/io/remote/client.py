@@ -50,6 +50,7 @@ class Stats:
 
 
 STATS = Stats()  # this process's, over every remote store
+_RUNTIME_PID: int | None = None  # the process whose object-store runtime is running (not a forked child's)
 
 
 class ObjectClient:
@@ -79,6 +80,14 @@ class ObjectClient:
         self._lock = threading.Lock()
 
     def _handle(self) -> Any:
+        global _RUNTIME_PID
+        if _RUNTIME_PID not in (None, os.getpid()):
+            raise StoreError(
+                f"{self.where.url}: this process was forked after it read from object storage, and the client "
+                "(obstore) cannot run in a forked child; start DataLoader workers with "
+                "multiprocessing_context='spawn' or 'forkserver'"
+            )
+        _RUNTIME_PID = os.getpid()
         if self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
@@ -98,7 +107,7 @@ class ObjectClient:
             client["allow_http"] = True
         client.update(config.pop("client_options", {}) or {})
         try:
-            return from_url(url, client_options=client, retry_config={"max_retries": 0}, **config)
+            return from_url(url, client_options=client, retry_config={"max_retries": 0}, **config)  # type: ignore[call-overload]
         except Exception as err:  # an unknown option, a bad endpoint
             raise StoreError(f"{self.where.url}: cannot configure the object-store client ({self._clean(err)})") from None
 
@@ -132,7 +141,7 @@ class ObjectClient:
             options["if_match"] = etag
 
         def fetch() -> Any:
-            return obstore.get(self._handle(), self.where.key(name), options=options).bytes()
+            return obstore.get(self._handle(), self.where.key(name), options=options).bytes()  # type: ignore[arg-type]
 
         data = self._retried(name, fetch)
         if len(data) != end - start:
@@ -143,13 +152,14 @@ class ObjectClient:
         self._count(1, 1, end - start)
         if into is None:
             return bytes(data)
-        into[:] = memoryview(data)  # type: ignore[arg-type]
+        into[:] = memoryview(data)
         return None
 
     def put(self, name: str, data: bytes | os.PathLike[str]) -> str | None:
         """Upload *data* (bytes, or a local file's path) as object *name*; its ETag."""
-        import obstore
         from pathlib import Path
+
+        import obstore
 
         body: Any = Path(data) if isinstance(data, os.PathLike) else data
         result = self._retried(name, lambda: obstore.put(self._handle(), self.where.key(name), body))
@@ -170,8 +180,10 @@ class ObjectClient:
                     raise self._failure(name, err, status, attempt + 1) from None
                 attempt += 1
                 STATS.add(retries=1)
-                pause = min(2.0, self.backoff * 2 ** (attempt - 1)) * (0.5 + random.random())  # noqa: S311 - jitter
-                log.warning("%s/%s: %s; retry %d of %d in %.2fs", self.where.url, name, self._short(err), attempt, self.retries, pause)
+                pause = min(2.0, self.backoff * 2 ** (attempt - 1)) * (0.5 + random.random())
+                log.warning(
+                    "%s/%s: %s; retry %d of %d in %.2fs", self.where.url, name, self._short(err), attempt, self.retries, pause
+                )
                 time.sleep(pause)
 
     def _failure(self, name: str, err: Exception, status: int | None, attempts: int) -> DataError:
@@ -209,9 +221,16 @@ def _retryable(err: Exception, status: int | None) -> bool:
     """Timeouts, 5xx, 408/429 and connection failures: retried; anything else answers for itself."""
     if isinstance(err, (FileNotFoundError, PermissionError, DataError)):
         return False
-    if type(err).__name__ in ("PreconditionError", "NotFoundError", "PermissionDeniedError", "UnauthenticatedError",
-                              "InvalidPathError", "UnknownConfigurationKeyError", "NotSupportedError"):
+    if type(err).__name__ in (
+        "PreconditionError",
+        "NotFoundError",
+        "PermissionDeniedError",
+        "UnauthenticatedError",
+        "InvalidPathError",
+        "UnknownConfigurationKeyError",
+        "NotSupportedError",
+    ):
         return False
     if status is not None:
-        return status >= 500 or status in (408, 429)
+        return (status >= 500 and status != 501) or status in (408, 429)
     return True  # no status: the connection dropped, timed out or was refused

@@ -75,7 +75,8 @@ def open_at(client: ObjectClient, *, prefetch: int | None = None, cache: Any = N
     root = RemotePath(client.where.url)
     with _spooled(client, HEADER) as (handle, _):
         header, dtype, tokens_count, docs_count, fingerprint = read_header(handle, root / HEADER)  # type: ignore[arg-type]
-    recorded = header.get(OBJECTS) if isinstance(header.get(OBJECTS), dict) else {}
+    found = header.get(OBJECTS)
+    recorded: dict[str, Any] = found if isinstance(found, dict) else {}
     tokens_size, tokens_etag = client.head(TOKENS)
     _check(root / TOKENS, tokens_size, tokens_count * dtype.itemsize, f"{tokens_count} tokens of {dtype.name}")
     _check_recorded(root / TOKENS, recorded.get(TOKENS), tokens_size, tokens_etag)
@@ -102,7 +103,9 @@ def open_at(client: ObjectClient, *, prefetch: int | None = None, cache: Any = N
         for s in spooled:
             s.__exit__(None, None, None)
     settings: dict[str, Any] = {"prefetch": prefetch, "cache": cache}
-    tokens: Any = TokenFile(client, TOKENS, dtype, tokens_count, tokens_etag, **settings).array() if tokens_count else np.zeros(0, dtype)
+    tokens: Any = (
+        TokenFile(client, TOKENS, dtype, tokens_count, tokens_etag, **settings).array() if tokens_count else np.zeros(0, dtype)
+    )
     tokenizer = header_tokenizer(header, root / HEADER)  # type: ignore[arg-type]
     return DocumentStore.from_checked(tokens, offsets[:-1], np.diff(offsets), ids, codes, fingerprint, tokenizer)
 
@@ -120,7 +123,7 @@ def open_remote_manifest(url: str, remote: Mapping[str, Any]) -> tuple[Any, Any]
     return manifest, lambda relative: folder.child(relative).url
 
 
-class _spooled:  # noqa: N801 - used as a context manager, like open()
+class _spooled:
     """A small object fetched once into an anonymous temporary file (the local readers take files)."""
 
     def __init__(self, client: ObjectClient, name: str) -> None:
@@ -150,7 +153,9 @@ def _size(handle: IO[bytes]) -> int:
 def _check(where: str, actual: int, expected: int, what: str) -> None:
     if actual != expected:
         state = "truncated" if actual < expected else "longer than the header says"
-        raise DataError(f"{where}: size {actual} bytes but the header describes {what} ({expected} bytes): {state}; upload the store again")
+        raise DataError(
+            f"{where}: size {actual} bytes but the header describes {what} ({expected} bytes): {state}; upload the store again"
+        )
 
 
 def _check_recorded(where: str, record: Any, size: int, etag: str | None) -> None:
@@ -158,6 +163,10 @@ def _check_recorded(where: str, record: Any, size: int, etag: str | None) -> Non
     if not isinstance(record, dict):
         return
     if record.get("size") is not None and record["size"] != size:
-        raise DataError(f"{where}: size {size} bytes but the header records {record['size']}: the object was replaced; upload the store again")
+        raise DataError(
+            f"{where}: size {size} bytes but the header records {record['size']}: the object was replaced; upload the store again"
+        )
     if record.get("etag") and etag and record["etag"] != etag:
-        raise DataError(f"{where}: ETag {etag} but the header records {record['etag']}: the object was replaced; upload the store again")
+        raise DataError(
+            f"{where}: ETag {etag} but the header records {record['etag']}: the object was replaced; upload the store again"
+        )

@@ -18,6 +18,7 @@ fixes it.  Memory stays bounded: at most *depth* batches' ranges are held.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -52,7 +53,10 @@ def byte_ranges(spans: Sequence[Span]) -> dict[TokenFile, tuple[list[int], list[
         lengths = np.asarray(lengths, dtype=np.int64)
         if isinstance(store, Corpus):
             shard_of = np.searchsorted(store.bases, starts, side="right") - 1
-            pieces = [(store.shards[k], starts[shard_of == k] - store.bases[k], lengths[shard_of == k]) for k in np.unique(shard_of).tolist()]
+            pieces = [
+                (store.shards[k], starts[shard_of == k] - store.bases[k], lengths[shard_of == k])
+                for k in np.unique(shard_of).tolist()
+            ]
         else:
             pieces = [(store, starts, lengths)]
         for shard, local, sizes in pieces:
@@ -83,8 +87,8 @@ class Reader:
 
     def __init__(self, spans_of: Callable[[int], Sequence[Span]], count: int, files: list[TokenFile]) -> None:
         self._spans_of, self._count = spans_of, count
-        fixed = [f.settings.get("prefetch") for f in files if f.settings.get("prefetch") is not None]
-        self._fixed: int | None = int(fixed[0]) if fixed else None
+        fixed = [int(f.settings["prefetch"]) for f in files if f.settings.get("prefetch") is not None]
+        self._fixed: int | None = fixed[0] if fixed else None
         self._depth = self._fixed if self._fixed is not None else 4
         self._pending: dict[int, _Pending] = {}
         self._last: int | None = None
@@ -102,14 +106,15 @@ class Reader:
     def get(self, index: int, gather: Callable[[], T]) -> T:
         """Batch *index*, gathered by *gather* once its ranges are in memory; the next ones are started first."""
         now = time.perf_counter()
-        if self._asked_at is not None:
+        if self._asked_at is not None:  # the consumer's own time per batch (not the time spent waiting here)
             self._interval = _average(self._interval, now - self._asked_at)
-        self._asked_at = now
         if self._last is not None and index > self._last:
             self._step = index - self._last
+        cold = self._last is None
         self._last = index
         pending = self._pending.pop(index, None) or self._start(index)
-        self._ahead(index)
+        if not cold:  # the first batch comes alone: a resume fetches nothing past it before it is served
+            self._ahead(index)
         try:
             for future in pending.futures:
                 future.result()
@@ -119,7 +124,10 @@ class Reader:
             return gather()
         finally:
             _release(pending)
+            if cold:
+                self._ahead(index)
             self._tune()
+            self._asked_at = time.perf_counter()
 
     def close(self) -> None:
         """Drop every batch still on its way (their memory is returned as they arrive)."""
@@ -127,10 +135,8 @@ class Reader:
             self._drop(index)
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # at interpreter exit the pool may be gone
             self.close()
-        except Exception:  # noqa: S110 - at interpreter exit the pool may be gone
-            pass
 
     def _start(self, index: int) -> _Pending:
         holds, futures, total = [], [], 0
@@ -142,9 +148,9 @@ class Reader:
         return _Pending(holds, futures, total)
 
     def _ahead(self, index: int) -> None:
-        wanted = [j for j in range(index + self._step, self._count, self._step)[: self._depth]]
-        for j in [j for j in self._pending if j not in wanted]:
-            self._drop(j)  # the consumer went elsewhere
+        wanted = range(index + self._step, self._count, self._step)[: self._depth]
+        for j in [j for j in self._pending if j <= index or (j - index) % self._step]:
+            self._drop(j)  # the consumer went elsewhere (batches further along the same path are kept)
         for j in wanted:
             if j not in self._pending:
                 self._pending[j] = self._start(j)
@@ -169,7 +175,7 @@ class Reader:
         """Enough batches on their way to cover one batch's arrival time at the consumer's pace (bounded)."""
         if self._fixed is not None or self._interval <= 0 or self._arrival <= 0:
             return
-        need = int(np.ceil(self._arrival / max(self._interval, 1e-4))) + 2
+        need = int(np.ceil(self._arrival / max(self._interval, 2e-4))) + 2
         memory = int(MAX_HELD // max(self._batch_bytes, 1.0))
         self._depth = max(2, min(MAX_DEPTH, need, memory))
 

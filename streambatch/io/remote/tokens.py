@@ -45,7 +45,9 @@ def pool() -> ThreadPoolExecutor:
 class TokenFile:
     """One remote ``tokens.bin``: its client, size, ETag, the mapping it is read into, and the holds on it."""
 
-    def __init__(self, client: ObjectClient, name: str, dtype: np.dtype[Any], count: int, etag: str | None, **settings: Any) -> None:
+    def __init__(
+        self, client: ObjectClient, name: str, dtype: np.dtype[Any], count: int, etag: str | None, **settings: Any
+    ) -> None:
         self.client, self.name, self.dtype, self.count, self.etag = client, name, dtype, count, etag
         self.nbytes = count * dtype.itemsize
         self.settings = settings  # prefetch depth, cache: read by the prefetcher
@@ -134,7 +136,7 @@ class TokenFile:
             self.cache.write(self, lo, hi, mapping[lo:hi])
 
 
-class RemoteTokens(np.ndarray):  # type: ignore[type-arg]
+class RemoteTokens(np.ndarray):
     """A read-only token array whose bytes a `TokenFile` fetches on demand; pickles as the file, not its bytes."""
 
     remote: TokenFile | None
@@ -146,7 +148,8 @@ class RemoteTokens(np.ndarray):  # type: ignore[type-arg]
         remote = self.remote
         if remote is not None and self.size == remote.count and self.ndim == 1:
             return (_reopen, (remote,))
-        return np.asarray(self).__reduce__()
+        plain: tuple[Any, ...] = np.asarray(self).__reduce__()  # type: ignore[assignment]
+        return plain
 
 
 def _reopen(remote: TokenFile) -> RemoteTokens:
@@ -169,7 +172,9 @@ def _slots(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> npt.ND
     return slots
 
 
-def coalesce(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], gap: int, spare: float = 0.04) -> tuple[list[int], list[int]]:
+def coalesce(
+    starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], gap: int, spare: float = 0.04
+) -> tuple[list[int], list[int]]:
     """Sorted, merged byte ranges: overlapping ranges become one, and so do ranges at most *gap* bytes apart,
     smallest gaps first, while the gap bytes fetched stay within *spare* of the bytes needed.
 

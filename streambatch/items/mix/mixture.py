@@ -4,13 +4,13 @@
 own store or corpus, all with the same context length and stride, in document
 order) and gives a `Mixture`: a sized, sliceable `streambatch.items.protocol.Items`
 whose item ``i`` is ``(source, window)``.  `chunk`, `share`, `split_rows` and
-`materialize` take it unchanged; its batches are `MixtureBatch` es carrying
+`materialize` take it unchanged; its batches are `streambatch.MiniBatch` es carrying
 ``sources``, one per row.  Parts may instead all be packed `Rows`
 (``sb.pack(source, context_length=T)`` of each source): the items are then
-``(source, row)`` and the batches `streambatch.items.mix.mix_rows.PackedMixtureBatch`
-es, packed batches carrying ``sources`` (`streambatch.items.mix.mix_rows`).
+``(source, row)`` and the batches packed `streambatch.MiniBatch` es
+carrying ``sources`` (`streambatch.items.mix.packed_gather`).
 
-The order is `streambatch.items.mix.mix`'s: Tijdeman's chairman assignment over the
+The order is `streambatch.items.mix.plan`'s: Tijdeman's chairman assignment over the
 sources (after every prefix of ``n`` items source ``s`` holds within
 ``1 - 1/(2k-2)`` of ``w_s n``), and within source ``s`` its windows in the
 chapter's exact SplitMix64 order, source epoch after source epoch: source epoch
@@ -25,7 +25,7 @@ table, 1.375 bytes per item for three sources) gives any position's source and
 index within that source; the source's epoch order (a plan of its own, the
 same as a single-source epoch's) gives the window.  With ``plan_dir`` both are
 plan files, computed once and memory-mapped by every process
-(`streambatch.items.mix.mix_plan_file`).
+(`streambatch.items.mix.plan_file`).
 
 >>> import streambatch as sb
 >>> web = sb.windows([sb.Document("w", "train", range(12))], context_length=2)
@@ -50,15 +50,14 @@ import numpy.typing as npt
 
 from ..._checks import check_seed, is_integer
 from ...errors import ConfigError, OutOfRangeError
-from ...stages.chunk import Chunks
-from ...stages.materialize import materialize_one
-from ...stages.plan import check_plan_dir
-from ..pack.rows import Rows, row_spans
-from .mix import MixPlan, integer_weights, plan_mix
-from .mix_batch import MixtureBatch, SourceArray, present
-from .mix_parts import Part, check_names, check_parts
-from .mix_rows import PackedMixtureBatch
-from .mix_space import MixItem, MixSpace
+from ...io.keyed_file import check_plan_dir
+from ...model.validate import check_one_tokenizer
+from ...stages.batch import MiniBatch, SourceArray, present
+from ..pack._pack_gather import check_emittable
+from ..pack.rows import row_spans
+from .parts import Part, check_names, check_parts
+from .plan import MixPlan, integer_weights, plan_mix
+from .space import MixItem, MixSpace, counted_targets
 
 IntArray = npt.NDArray[np.int64]
 FORMAT = "streambatch.mixture"
@@ -69,16 +68,30 @@ class Mixture:
     """A blend of several sources' windows at exact weights: a sized, sliceable sequence of `MixItem`.
 
     Made by `mix`.  Slicing gives a view; ``view(lo, hi, batch_index=)`` is what
-    `chunk` takes; ``materialize_view`` gathers a view into a `MixtureBatch`.
+    `chunk` takes; ``gather`` gathers a view into a `MiniBatch` with ``sources``.
     """
 
-    __slots__ = ("_batch_index", "_hi", "_lo", "_space")
+    __slots__ = ("_batch_index", "_global_count", "_hi", "_lo", "_space")
+    orders_itself = True  # its order is its plan and its sources' epochs, never one shuffle
 
-    def __init__(self, space: MixSpace, lo: int = 0, hi: int | None = None, *, batch_index: int | None = None) -> None:
+    def unordered(self) -> Mixture:
+        """The mixture itself: it has no other order."""
+        return self
+
+    def __init__(
+        self,
+        space: MixSpace,
+        lo: int = 0,
+        hi: int | None = None,
+        *,
+        batch_index: int | None = None,
+        global_count: int | None = None,
+    ) -> None:
         self._space = space
         self._lo = lo
         self._hi = len(space.plan) if hi is None else hi
         self._batch_index = batch_index
+        self._global_count = global_count
 
     # -- what the mixture is ---------------------------------------------------------
     @property
@@ -147,11 +160,6 @@ class Mixture:
         return self._space.parts[0].partition
 
     @property
-    def store(self) -> Mixture:
-        """The mixture itself: what façades record as the source (its `fingerprint`)."""
-        return self
-
-    @property
     def fingerprint(self) -> str:
         """What the order depends on besides the seed: every source's fingerprint and window count, the weights, the length."""
         known: str | None = self._space.cache.get("fingerprint")
@@ -177,14 +185,28 @@ class Mixture:
         """The same mixture with source orders of *seed*: what epoch ``e`` of a `streambatch.Run` reads."""
         return Mixture(self._space.reseeded(check_seed(seed)))
 
-    def view(self, lo: int, hi: int, *, batch_index: int | None = None) -> Mixture:
-        """Items ``lo:hi`` of this view, tagged with *batch_index*."""
-        return Mixture(self._space, self._lo + lo, self._lo + hi, batch_index=batch_index)
+    @property
+    def global_count(self) -> int | None:
+        """A rank's share of a batch: the counted targets of the whole batch over every rank (None: a whole batch)."""
+        return self._global_count
+
+    def view(self, lo: int, hi: int, *, batch_index: int | None = None, global_count: int | None = None) -> Mixture:
+        """Items ``lo:hi`` of this view, tagged with *batch_index* (and, for a rank's share, *global_count*)."""
+        return Mixture(self._space, self._lo + lo, self._lo + hi, batch_index=batch_index, global_count=global_count)
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """``(lo, hi)``: the items of the whole mixture this view holds."""
+        return self._lo, self._hi
+
+    def counted_targets(self) -> int:
+        """The targets of this view that count in a token mean (`counted_targets`): no token is read."""
+        return counted_targets(self)
 
     # -- where each item comes from -----------------------------------------------------
     def sources(self) -> SourceArray:
         """The source of each item of this view."""
-        return self._space.plan.sources[self._lo : self._hi]
+        return self._space.plan.ids(self._lo, self._hi)
 
     def locate(self) -> tuple[SourceArray, IntArray]:
         """``(source, index within that source's stream)`` of each item, without replaying the order.
@@ -193,8 +215,7 @@ class Mixture:
         block), then each source's items numbered in order.
         """
         plan = self._space.plan
-        sources = plan.sources[self._lo : self._hi]
-        before = plan.counts(self._lo).tolist()
+        sources, before, _ = plan.span(self._lo, self._hi)
         indices = np.empty(sources.size, dtype=np.int64)
         for s in present(sources):
             rows = sources == s
@@ -229,54 +250,56 @@ class Mixture:
         space = self._space
         if space.packed:
             sources, numbers = space.numbers(self._lo, self._hi)
-            return [span for s in present(sources) for span in row_spans(space.row_spaces[s], numbers[sources == s])]
-        sources, positions, _ = space.rows(self._lo, self._hi)
-        length = space.window_spaces[0].config.context_length + 1 if space.window_spaces else 0
-        return [
-            (space.window_spaces[s].store, positions[sources == s].astype(np.int64), np.full(int(np.count_nonzero(sources == s)), length))
-            for s in present(sources)
-        ]
+            return [span for s in present(sources) for span in row_spans(space.spaces[s], numbers[sources == s])]
+        sources, positions, _ = space.window_rows(self._lo, self._hi)
+        spans = []
+        for s in present(sources):
+            starts = positions[sources == s].astype(np.int64)
+            window = space.spaces[s]
+            spans.append((window.store, starts, np.full(starts.size, window.config.context_length + 1, dtype=np.int64)))
+        return spans
 
-    def materialize_view(self, index: int) -> MixtureBatch | PackedMixtureBatch:
-        """Gather this view's rows into a `MixtureBatch` (packed: `PackedMixtureBatch`) numbered *index*."""
+    def gather(self, index: int) -> MiniBatch:
+        """Gather this view's rows into a `MiniBatch` with ``sources`` (packed parts: a packed one) numbered *index*."""
         if self._space.packed:
             sources, numbers = self._space.numbers(self._lo, self._hi)
-            return self._space.row_gather()(sources, numbers, index)
-        sources, positions, rows = self._space.rows(self._lo, self._hi)
+            return self._space.packed_gather()(sources, numbers, index)
+        sources, positions, rows = self._space.window_rows(self._lo, self._hi)
         inputs, targets = self._space.gather().take(rows)
-        spaces = self._space.window_spaces
-        return MixtureBatch(index, inputs, targets, positions, sources, spaces, self._space.names)
+        return MiniBatch(index, inputs, targets, positions, self._space.spaces, sources=sources, names=self._space.names)
 
-    def materialize_chunks(self, chunks: Chunks[Mixture]) -> Iterator[MixtureBatch | PackedMixtureBatch]:
-        """Every batch of *chunks* (of this mixture), consecutive batches located and checked a block at a time.
+    def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
+        """Batches *batches* of this mixture chunked by *batch_size*, consecutive ones located and checked a block at a time.
 
         What ``iter(sb.materialize(chunks))`` runs: per batch only the gather remains,
-        as for one source (`streambatch.stages.materialize`).  Shares of workers
-        (strided) and ranks gather batch by batch.
+        as for one source (`streambatch.stages.materialize`).  A strided share (workers)
+        gathers batch by batch.
         """
-        if chunks.world_size > 1 or chunks.batches.step != 1:
-            yield from map(materialize_one, chunks)
+        size, space = batch_size, self._space
+        if batches.step != 1:
+            for b in batches:
+                yield self.view(b * size, min((b + 1) * size, len(self)), batch_index=b).gather(b)
             return
-        size, batches, space = chunks.batch_size, chunks.batches, self._space
         if space.packed:
             yield from self._packed_chunks(size, batches)
             return
-        gather, spaces = space.gather(), space.window_spaces
+        gather, spaces = space.gather(), space.spaces
         per = max(1, _BLOCK_ROWS // size)
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
             lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
-            sources, positions, rows = space.rows(self._lo + lo, self._lo + hi)
+            sources, positions, rows = space.window_rows(self._lo + lo, self._lo + hi)
             for batch in group:
                 first = batch * size - lo
                 cut = slice(first, min(first + size, hi - lo))
                 inputs, targets = gather.take((rows[0][cut],) if len(rows) == 1 else tuple(r[cut] for r in rows))
-                yield MixtureBatch(batch, inputs, targets, positions[cut], sources[cut], spaces, space.names)
+                yield MiniBatch(batch, inputs, targets, positions[cut], spaces, sources=sources[cut], names=space.names)
 
-    def _packed_chunks(self, size: int, batches: range) -> Iterator[PackedMixtureBatch]:
+    def _packed_chunks(self, size: int, batches: range) -> Iterator[MiniBatch]:
         """Consecutive packed batches: sources and row numbers located a block of batches at a time."""
         space, per = self._space, max(1, _BLOCK_ROWS // size)
-        gather = space.row_gather()
+        gather = space.packed_gather()
+        check_emittable(min(size, len(self)), gather.spaces[0].packing.context_length, gather.dtype, batch_size=size)
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
             lo, hi = group[0] * size, min((group[-1] + 1) * size, len(self))
@@ -321,12 +344,43 @@ class Mixture:
         return f"Mixture({len(self)} items, {shares}, seed={self.seed}, context_length={self.context_length}{rows})"
 
 
+def _too_long(parts: Sequence[Part], names: Sequence[str], weights: Any, length: int | None) -> ConfigError:
+    """The mixture's plan cannot be made: name the weights (and, for the default length, the source that sets it)."""
+    given = ", ".join(f"{n!r}: {w!r}" for n, w in zip(names, weights, strict=True))
+    if length is not None:
+        return ConfigError(f"a mixture of length={length} at weights {{{given}}} does not fit in memory; pass a smaller length")
+    sizes = [len(p) for p in parts]
+    big = max(range(len(parts)), key=lambda s: (sizes[s], -float(weights[s])))
+    share = float(weights[big]) / sum(float(w) for w in weights)
+    return ConfigError(
+        f"the default length passes the largest source {names[big]!r} ({sizes[big]} items) once at its share {share:.3g} "
+        f"of the weights {{{given}}}: about {sizes[big] / share:.3g} items, too many to plan; give the mixture a length, "
+        f"or {names[big]!r} a larger weight"
+    )
+
+
+def check_distinct_stores(parts: Sequence[Part], names: Sequence[str]) -> None:
+    """Refuse one store (or corpus) listed under two names: every item of it would come twice per pass."""
+    seen: dict[Any, str] = {}
+    for part, name in zip(parts, names, strict=True):
+        store = part.store
+        key = store.fingerprint if store.fingerprint is not None else id(store)
+        if key in seen:
+            raise ConfigError(
+                f"sources {seen[key]!r} and {name!r} are the same store (fingerprint {str(key)[:24]}...); "
+                "each window would come twice per pass: list it once, with the sum of the weights"
+                if isinstance(key, str)
+                else f"sources {seen[key]!r} and {name!r} are the same store; list it once, with the sum of the weights"
+            )
+        seen[key] = name
+
+
 def mixture_fingerprint(parts: Sequence[Part], plan: MixPlan, length: int) -> str:
     """``mixture:`` + BLAKE2b-128 of the sources' fingerprints and item counts, the integer weights and the length.
 
     A mixture of packed rows adds ``"rows"`` and ``T`` (a mixture of windows keeps its fingerprint).
     """
-    rows = [["rows", parts[0].context_length]] if isinstance(parts[0], Rows) else []
+    rows = [["rows", parts[0].context_length]] if parts[0].packed else []
     key = [
         FORMAT,
         *rows,
@@ -353,7 +407,7 @@ def mix(
     *weights* are positive finite numbers (normalised to sum 1, exactly);
     ``length=None`` passes the largest source once at its weight.  With
     *plan_dir* the plan and every source epoch's order are plan files shared by
-    every process (see `streambatch.items.mix.mix_plan_file`).
+    every process (see `streambatch.items.mix.plan_file`).
     """
     found = check_parts(parts)
     ints = integer_weights(weights)
@@ -361,18 +415,19 @@ def mix(
         raise ConfigError(f"weights has {len(ints)} entries for {len(found)} parts; pass one weight per source")
     seed = check_seed(seed)
     chosen = check_names(names, len(found))
-    sizes = [len(p) for p in found]
-    if plan_dir is None:
-        try:
-            plan = plan_mix(ints, length, sizes=sizes)
-        except MemoryError:  # e.g. the default length of a largest source with a tiny weight
-            raise ConfigError(
-                f"the mixture's plan does not fit in memory (length={length}, sources of {sizes} windows at weights "
-                f"{list(weights)}); pass a smaller length="
-            ) from None
-        return Mixture(MixSpace(found, chosen, plan, seed, None))
-    from .mix_plan_file import mix_plan_file
+    check_distinct_stores(found, chosen)
+    check_one_tokenizer([f"source {n!r}" for n in chosen], [p.store.tokenizer for p in found], "a mixture")
+    directory = None if plan_dir is None else check_plan_dir(plan_dir)
+    try:
+        if directory is None:
+            return Mixture(MixSpace(found, chosen, plan_mix(ints, length, sizes=[len(p) for p in found]), seed, None))
+        from .plan_file import mix_plan_file
 
-    directory = check_plan_dir(plan_dir)
-    plan, path = mix_plan_file(found, ints, length, directory)
+        plan, path = mix_plan_file(found, ints, length, directory)
+    except MemoryError:  # e.g. the default length of a largest source with a tiny weight
+        raise _too_long(found, chosen, weights, length) from None
+    except ConfigError as err:
+        if length is None and "below 2**48" in str(err):  # the default length: say which weights make it
+            raise _too_long(found, chosen, weights, length) from None
+        raise
     return Mixture(MixSpace(found, chosen, plan, seed, directory, str(path)))

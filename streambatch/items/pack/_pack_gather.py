@@ -25,6 +25,7 @@ Conventions (`gather_segments`):
 
 from __future__ import annotations
 
+import resource
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -45,6 +46,45 @@ def id_dtype(context_length: int) -> np.dtype[np.signedinteger[Any]]:
     (dtype('int16'), dtype('int32'))
     """
     return np.dtype(np.int16) if context_length < (1 << 15) else np.dtype(np.int32)
+
+
+def batch_bytes(width: int, context_length: int, token_dtype: npt.DTypeLike) -> int:
+    """Bytes of the arrays of one packed batch of *width* rows: inputs, targets, two id arrays, the mask.
+
+    >>> batch_bytes(2, 4, np.uint16)  # 8 positions of 2 + 2 + 2 + 2 + 1 bytes
+    72
+    """
+    T = int(context_length)
+    return int(width) * T * (2 * np.dtype(token_dtype).itemsize + 2 * id_dtype(T).itemsize + 1)
+
+
+def check_emittable(
+    width: int, context_length: int, token_dtype: npt.DTypeLike, *, batch_size: int | None = None, memory: bool = True
+) -> None:
+    """Refuse, before any work, a packed batch of *width* rows of ``T`` positions that cannot be emitted.
+
+    Its ``width * T`` positions must be fewer than ``2**31`` (``cu_seqlens`` is
+    int32), and (with *memory*) its arrays (`batch_bytes`) must fit the
+    process's address-space limit (``RLIMIT_AS``) when one is set.
+
+    >>> check_emittable(1 << 11, 1 << 20, np.uint16, batch_size=4096)
+    Traceback (most recent call last):
+    ...
+    streambatch.errors.ConfigError: a packed batch of 2048 rows of T=1048576 holds ...; pass batch_size <= 2047
+    """
+    T = int(context_length)
+    rows = f"{width} row{'' if width == 1 else 's'} of T={T}"
+    smaller = "a smaller T or batch_size" if batch_size is not None else "a smaller T"
+    if int(width) * T >= _INT32_LIMIT:
+        fix = f"pass batch_size <= {(_INT32_LIMIT - 1) // T}" if _INT32_LIMIT > T and batch_size is not None else "pass T < 2**31"
+        raise ConfigError(f"a packed batch of {rows} holds {int(width) * T} positions, 2**31 or more (int32 cu_seqlens); {fix}")
+    need = batch_bytes(width, T, token_dtype)
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if memory and limit != resource.RLIM_INFINITY and need >= limit:
+        raise ConfigError(
+            f"a packed batch of {rows} needs {need} bytes ({need / 2**30:.1f} GiB) of arrays, more than the "
+            f"address-space limit of {limit} bytes ({limit / 2**30:.1f} GiB); pass {smaller}"
+        )
 
 
 class PackedArrays(NamedTuple):
@@ -119,11 +159,10 @@ def gather_segments(
     begins = np.asarray(starts, dtype=np.int64)
     sizes = np.asarray(lengths, dtype=np.int64)
     width, count = seg_offsets.size - 1, docs.size
-    if width * T >= _INT32_LIMIT:
-        raise ConfigError(f"{width} rows of T={T} exceed 2**31 positions; int32 cu_seqlens need smaller batches")
+    check_emittable(width, T, flat_tokens.dtype)
     ids = id_dtype(T)
-    empty_ids = np.zeros((width, T), dtype=ids)
     if width <= 0:
+        empty_ids = np.zeros((width, T), dtype=ids)
         nothing = np.zeros(0, dtype=np.int64)
         zeros = np.zeros((0, T), dtype=flat_tokens.dtype)
         return PackedArrays(

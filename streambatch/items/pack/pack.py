@@ -29,7 +29,8 @@ Rows (`PackedRows`, built by `pack_lengths`)
     per tail plus one int64 per packed row.  One call packs fewer than 2**32 documents.
 
 The packing kernel is the C extension ``streambatch._best_fit`` (`BACKEND`
-``"c"``), O(n log T); without a compiler a pure Python fallback (``"python"``)
+``"c"``), O(n log n) time and O(n) memory for n tails, nothing sized by ``T``;
+without a compiler a pure Python fallback (``"python"``)
 gives identical rows, slowly.  Gathering tokens for rows: `gather_segments`.
 """
 
@@ -44,7 +45,7 @@ import numpy.typing as npt
 from ..._checks import check_positive
 from ...errors import ConfigError, DataError, OutOfRangeError
 from ._pack_fit import BACKEND, Backend, best_fit_decreasing
-from ._pack_gather import PackedArrays, gather_segments
+from ._pack_gather import PackedArrays, check_emittable, gather_segments
 
 IntArray = npt.NDArray[np.int64]
 _U32 = 1 << 32
@@ -57,6 +58,7 @@ __all__ = [
     "PieceIndex",
     "Segments",
     "best_fit_decreasing",
+    "check_emittable",
     "gather_segments",
     "pack_lengths",
     "packed_rows",

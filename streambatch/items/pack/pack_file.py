@@ -8,21 +8,23 @@ callers wait, then map it); every later process maps it read-only.  The piece
 numbering itself (`PieceIndex`) is arithmetic on the document lengths and is
 not stored.
 
-The file: one 4,096-byte JSON header (space-padded), then the packed rows'
-offsets (little-endian int64, ``packed_rows + 1``) and their tails (uint32, one
-per packed piece).  The header's key::
+The file is a keyed file (`streambatch.io.keyed_file`): a header, then two
+sections, ``offsets`` (the packed rows' offsets, little-endian int64,
+``packed_rows + 1``) and ``tails`` (uint32, one per packed piece), with a
+digest per block.  The header's key::
 
     {"corpus": FINGERPRINT, "context_length": T, "partition": P, "algorithm": "best-fit-decreasing/1"}
 
-Opening checks the header's key, the counts against the corpus (the number of
-tails, the last offset) and the file size: a stale, foreign or truncated file
-raises `StoreError` and is never used.
+A packing is opened once per process and costs O(documents) to open anyway
+(the piece index reads every length), so opening checks it whole: the key, the
+sizes, every block's digest, and the rows against the partition's documents
+(every tail of a document of this partition that has one, each once, no row
+over ``T`` positions).  A stale, foreign, truncated, damaged or edited file
+raises `StoreError` (a `DataError`) naming it, and is never used.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -30,16 +32,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ...errors import ConfigError, StoreError
-from ...io.atomic import atomic_file, exclusive_lock
-from ...io.bounded_json import read_json_header
+from ...errors import StoreError
 from ...io.files import short_path
+from ...io.keyed_file import computed_once, file_name, open_keyed, write_keyed
 from ...model.source import TokenSource
 from .pack import PackedRows, PieceIndex, pack_lengths, packed_rows
 
 FORMAT = "streambatch.packing"
 VERSION = 1
-HEADER_BYTES = 4096
 SUFFIX = ".packing"
 ALGORITHM = "best-fit-decreasing/1"
 """The packing rule's name and version: part of every packing file's and packed plan file's key."""
@@ -57,65 +57,67 @@ def packing_key(store: TokenSource, context_length: int, partition: str) -> dict
 
 def packing_path(key: dict[str, Any], plan_dir: str | os.PathLike[str]) -> Path:
     """Where the packing of *key* lives in *plan_dir* (it may not exist yet)."""
-    text = json.dumps([FORMAT, VERSION, key], sort_keys=True, separators=(",", ":"))
-    return Path(plan_dir) / (hashlib.blake2b(text.encode(), digest_size=16).hexdigest() + SUFFIX)
+    return Path(plan_dir) / file_name(FORMAT, VERSION, key, SUFFIX)
 
 
 def packing_file(
     store: TokenSource, context_length: int, partition: str, include: npt.ArrayLike | None, plan_dir: str | os.PathLike[str]
 ) -> PackedRows:
     """The packing of *store*'s documents where *include* is True (all when None): from *plan_dir*, computed once."""
-    if not isinstance(plan_dir, (str, os.PathLike)) or not os.fspath(plan_dir):
-        raise ConfigError(f"plan_dir={plan_dir!r} is not a folder path; pass a str or pathlib.Path (created if missing)")
     key = packing_key(store, context_length, partition)
-    directory = Path(plan_dir)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise StoreError(f"plan_dir={short_path(plan_dir)!r}: cannot create it ({err.strerror}); pass a writable folder") from err
-    path = packing_path(key, directory)
-    if not path.exists():
-        with exclusive_lock(path.with_suffix(".lock"), what="packing"):
-            if not path.exists():  # another process may have written it while this one waited
-                _write(path, key, pack_lengths(store.lengths, context_length, include=include))
+
+    def write(path: Path) -> None:
+        _write(path, key, pack_lengths(store.lengths, context_length, include=include))
+
+    path, _ = computed_once(plan_dir, file_name(FORMAT, VERSION, key, SUFFIX), "packing", write)
     return _open(path, key, PieceIndex(store.lengths, context_length, include))
 
 
 def _write(path: Path, key: dict[str, Any], rows: PackedRows) -> None:
-    header = {
-        "format": FORMAT,
-        "version": VERSION,
-        "key": key,
-        "packed_rows": int(rows.offsets.size - 1),
-        "tails": int(rows.tails.size),
-    }
-    text = json.dumps(header).encode()
-    if len(text) >= HEADER_BYTES:
-        raise StoreError(f"packing header of {len(text)} bytes does not fit in {HEADER_BYTES}; shorten the fingerprint")
-    with atomic_file(path) as handle:
-        os.fchmod(handle.fileno(), 0o644)  # readable by every rank (temporaries are private)
-        handle.write(text.ljust(HEADER_BYTES - 1) + b"\n")
-        rows.offsets.astype("<i8").tofile(handle)
-        rows.tails.astype("<u4").tofile(handle)
+    specs = [("offsets", "<i8", rows.offsets.size), ("tails", "<u4", rows.tails.size)]
+    with write_keyed(path, FORMAT, VERSION, key, specs) as writer:
+        writer.put("offsets", rows.offsets)
+        writer.put("tails", rows.tails)
 
 
 def _open(path: Path, key: dict[str, Any], index: PieceIndex) -> PackedRows:
     shown = short_path(path)
     fix = f"remove {shown} and pack again (sb.pack(..., plan_dir=...))"
-    header = read_json_header(path, shown, "packing header", fix, error=StoreError, limit=HEADER_BYTES, padding=b"\0 \n")
-    if not isinstance(header, dict) or header.get("format") != FORMAT or header.get("version") != VERSION:
-        raise StoreError(f"{shown}: not a {FORMAT!r} version {VERSION} file; {fix}")
-    if header.get("key") != key:
-        raise StoreError(f"{shown}: a packing for another key ({header.get('key')!r}, expected {key!r}); {fix}")
-    rows, tails = header.get("packed_rows"), header.get("tails")
-    expected_tails = int(np.count_nonzero(index.tail_sizes()))
-    if not isinstance(rows, int) or not isinstance(tails, int) or rows < 0 or tails != expected_tails:
-        raise StoreError(f"{shown}: packed_rows={rows!r}, tails={tails!r} but this corpus has {expected_tails} tails; {fix}")
-    size = HEADER_BYTES + 8 * (rows + 1) + 4 * tails
-    if path.stat().st_size != size:
-        raise StoreError(f"{shown}: {path.stat().st_size} bytes but its header says {size}: truncated or damaged; {fix}")
-    offsets = np.memmap(path, dtype="<i8", mode="r", offset=HEADER_BYTES, shape=(rows + 1,)).view(np.ndarray)
-    placed = np.memmap(path, dtype="<u4", mode="r", offset=HEADER_BYTES + 8 * (rows + 1), shape=(tails,)) if tails else None
+    keyed = open_keyed(path, FORMAT, VERSION, key, fix, what="packing")
+    sections = keyed.sections
+    if set(sections) != {"offsets", "tails"} or sections["offsets"].entries < 1:
+        raise StoreError(f"{shown}: not the sections of a packing (offsets, tails); {fix}")
+    rows, tails = sections["offsets"].entries - 1, sections["tails"].entries
+    sizes = index.tail_sizes()
+    expected_tails = int(np.count_nonzero(sizes))
+    if tails != expected_tails:
+        raise StoreError(f"{shown}: {tails} tails but this corpus has {expected_tails}; {fix}")
+    keyed.verify()  # read whole below anyway: every block against its digest first
+    offsets, placed = keyed.array("offsets"), keyed.array("tails")
     if int(offsets[0]) != 0 or int(offsets[-1]) != tails or (rows and int(np.diff(offsets).min()) < 1):
         raise StoreError(f"{shown}: the row offsets do not cover the {tails} tails; {fix}")
-    return packed_rows(index, offsets, np.zeros(0, np.uint32) if placed is None else placed.view(np.ndarray))
+    _check_rows(shown, fix, offsets, placed, sizes, index.context_length)
+    return packed_rows(index, offsets, placed)
+
+
+def _check_rows(
+    shown: str, fix: str, offsets: npt.NDArray[np.int64], tails: npt.NDArray[Any], sizes: npt.NDArray[np.int64], T: int
+) -> None:
+    """Refuse rows that are not a packing of the partition's tails: each tail once, of a document that has one, none over T."""
+    if not tails.size:
+        return
+    if int(tails.max()) >= sizes.size:
+        raise StoreError(f"{shown}: a tail of document {int(tails.max())}, beyond the corpus's {sizes.size}; {fix}")
+    targets = sizes[tails]
+    if not targets.all():
+        document = int(tails[np.flatnonzero(targets == 0)[0]])
+        raise StoreError(f"{shown}: a tail of document {document}, which has no tail in this partition at T={T}; {fix}")
+    seen = np.zeros(sizes.size, dtype=bool)
+    seen[tails] = True
+    if int(np.count_nonzero(seen)) != tails.size:
+        twice = int(np.bincount(tails, minlength=sizes.size).argmax())
+        raise StoreError(f"{shown}: document {twice}'s tail is packed more than once; {fix}")
+    fill = np.add.reduceat(targets, offsets[:-1])
+    if int(fill.max()) > T:
+        row = int(np.argmax(fill))
+        raise StoreError(f"{shown}: packed row {row} holds {int(fill[row])} targets, more than T={T}; {fix}")

@@ -8,7 +8,7 @@ numbers), backed by no per-row array in row order, or by one uint32 per row
 in a shuffled order (``sb.shuffle(rows, seed)``: the chapter's SplitMix64
 Fisher–Yates over row numbers, the same stage and code as for windows).
 `sb.chunk`, `sb.share`, `sb.split_rows` and `sb.materialize` take it unchanged;
-a chunk of rows materializes into a `streambatch.items.pack.packed_batch.PackedBatch`.
+a chunk of rows materializes into a packed `streambatch.MiniBatch`.
 """
 
 from __future__ import annotations
@@ -20,19 +20,21 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ..._checks import is_integer
+from ..._checks import check_positive, is_integer
 from ...errors import ConfigError, DataError, OutOfRangeError
+from ...io.keyed_file import check_blocks
 from ...model.corpus import Corpus
 from ...model.documents import Partition
 from ...model.source import TokenSource, as_source, partition_documents
 from ...model.store import DocumentStore
+from ...stages.batch import MiniBatch
 from ...stages.span import spanning_tokens
 from ..protocol import PlannedItems
 from ..windows.window_index import IntArray, WindowConfig
-from ._pack_gather import PackedArrays, gather_segments
+from ._pack_gather import PackedArrays, batch_bytes, check_emittable, gather_segments
 from .pack import PackedRows, PackReport, pack_lengths
 from .pack_file import packing_file
-from .packed_batch import PackedBatch
+from .packed_batch import from_arrays, from_kernel
 
 _CGatherer: Any
 try:
@@ -47,21 +49,25 @@ GATHER_BACKEND: Literal["c", "numpy"] = "c" if _CGatherer is not None else "nump
 class RowSpace:
     """What every view of one packing shares: the source, the packed rows, the partition (and caches, never pickled)."""
 
-    __slots__ = ("cache", "pad_id", "partition", "rows", "store")
+    __slots__ = ("cache", "packing", "pad_id", "partition", "store")
 
-    def __init__(self, store: TokenSource, rows: PackedRows, partition: Partition, pad_id: int = 0) -> None:
+    def __init__(self, store: TokenSource, packing: PackedRows, partition: Partition, pad_id: int = 0) -> None:
         self.store = store
-        self.rows = rows
+        self.packing = packing
         self.partition = partition
         self.pad_id = pad_id
         self.cache: dict[str, Any] = {}
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return (self.store, self.rows, self.partition, self.pad_id)
+        return (self.store, self.packing, self.partition, self.pad_id)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.store, self.rows, self.partition, self.pad_id = state
+        self.store, self.packing, self.partition, self.pad_id = state
         self.cache = {}
+
+    def item_numbers(self, positions: npt.NDArray[Any]) -> IntArray:
+        """The row numbers of a batch's rows (its ``positions`` are row numbers)."""
+        return positions.astype(np.int64, copy=False)
 
     def plan_dtype(self, count: int) -> Any:
         """dtype of a plan of *count* rows: uint32 row numbers below 2**32 rows, else int64."""
@@ -80,11 +86,13 @@ class Rows(PlannedItems):
 
     __slots__ = ()
     _NOUN = "rows"
+    KIND = "packed rows (sb.pack)"
+    packed = True
     _space: RowSpace
 
     @staticmethod
     def _whole(space: RowSpace) -> int:
-        return len(space.rows)
+        return len(space.packing)
 
     @property
     def space(self) -> RowSpace:
@@ -92,19 +100,19 @@ class Rows(PlannedItems):
         return self._space
 
     @property
-    def packed(self) -> PackedRows:
+    def packing(self) -> PackedRows:
         """The packing: row numbers <-> segments (document, start, targets)."""
-        return self._space.rows
+        return self._space.packing
 
     @property
     def report(self) -> PackReport:
         """What packing did: targets, rows, pad share, the window mode's coverage at stride ``T``."""
-        return self._space.rows.report
+        return self._space.packing.report
 
     @property
     def context_length(self) -> int:
         """``T``: positions per row."""
-        return self._space.rows.context_length
+        return self._space.packing.context_length
 
     @property
     def config(self) -> WindowConfig:
@@ -115,25 +123,35 @@ class Rows(PlannedItems):
     def plan_values(self) -> npt.NDArray[Any]:
         """This view's row numbers as plan entries (uint32, int64 beyond 2**32 rows): a view of the plan, or fresh."""
         if self._plan is not None:
+            check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
             return self._plan[self._lo : self._hi]
-        return np.arange(self._lo, self._hi, dtype=self._space.plan_dtype(len(self._space.rows)))
+        return np.arange(self._lo, self._hi, dtype=self._space.plan_dtype(len(self._space.packing)))
 
     def numbers(self) -> IntArray:
         """Row number of each item of this view."""
         if self._plan is None:
             return np.arange(self._lo, self._hi, dtype=np.int64)
+        check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
         return self._plan[self._lo : self._hi].astype(np.int64)
 
     def token_spans(self) -> list[tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
         """``[(store, starts, lengths)]``: the flat token spans this view's pieces read (targets + 1 tokens each)."""
         return row_spans(self._space, self.numbers())
 
-    def materialize_view(self, index: int) -> PackedBatch:
-        """Gather this view into a `PackedBatch` numbered *index* (what `sb.materialize` calls)."""
+    def counted_targets(self) -> int:
+        """The real targets of these rows (`counted_targets`): from the packing alone, no token is read."""
+        return counted_targets(self)
+
+    def gather(self, index: int) -> MiniBatch:
+        """Gather this view into a packed `MiniBatch` numbered *index* (what `sb.materialize` calls)."""
         return emit(self._space, self.numbers(), index)
 
+    def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
+        """Batches *batches* of these rows chunked by *batch_size*, a block of row numbers at a time."""
+        return iter_batches(self, batch_size, batches)
+
     def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
-        return self.numbers()[start:stop:step].astype(self._space.plan_dtype(len(self._space.rows)))
+        return self.numbers()[start:stop:step].astype(self._space.plan_dtype(len(self._space.packing)))
 
     def __repr__(self) -> str:
         order = "row order" if self._plan is None else f"seed={self.seed}"
@@ -145,37 +163,69 @@ class Rows(PlannedItems):
 
 def row_spans(space: RowSpace, numbers: IntArray) -> list[tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]]:
     """The flat token spans of rows *numbers* of *space*: each piece's first token and ``targets + 1`` tokens."""
-    seg = space.rows.segments(numbers)
+    seg = space.packing.segments(numbers)
     store: Any = space.store
     return [(store, store.starts[seg.documents] + seg.starts, seg.lengths + 1)]
 
 
-def emit(space: RowSpace, numbers: IntArray, index: int) -> PackedBatch:
-    """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy."""
-    gatherer = row_gatherer(space)
-    if gatherer is False:
+def counted_targets(view: Rows) -> int:
+    """The counted targets of a view of packed rows: their real targets (padding never counts).
+
+    >>> import streambatch as sb
+    >>> rows = sb.pack([sb.Document("a", "train", range(5)), sb.Document("b", "train", range(3))], context_length=3)
+    >>> counted_targets(rows), counted_targets(rows[1:])
+    (6, 3)
+    """
+    return row_targets(view.space, view.numbers())
+
+
+def row_targets(space: RowSpace, numbers: npt.ArrayLike) -> int:
+    """Counted targets of rows *numbers* of *space*: their pieces' targets (from the packing's lengths), or,
+    with a loss mask, the set mask bits of those targets (the mask bits alone: no token is read)."""
+    seg = space.packing.segments(numbers)
+    store: Any = space.store
+    if not getattr(store, "has_loss_mask", False) or not seg.lengths.size:
+        return int(seg.lengths.sum())
+    lengths = seg.lengths
+    first = store.starts[seg.documents] + seg.starts + 1  # each piece's first target, in the flat token space
+    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return int(np.count_nonzero(store.mask_at(np.repeat(first, lengths) + within)))
+
+
+def emit(space: RowSpace, numbers: IntArray, index: int) -> MiniBatch:
+    """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy.
+
+    The one way a packed batch is made (`Rows.gather`, `Rows.gather_batches`, a packed mixture's
+    source blocks): rows that do not belong to the packing are a `DataError` on both backends.
+    """
+    gatherer = packed_gatherer(space)
+    try:
+        if gatherer is False:
+            try:
+                arrays = gather_rows(space, numbers)
+            except OutOfRangeError as err:  # the same refusal as the C gather's
+                raise _refused(err) from None
+            return from_arrays(index, arrays, numbers, space)
         try:
-            arrays = gather_rows(space, numbers)
-        except OutOfRangeError as err:  # the same refusal as the C gather's
+            outputs = gatherer.gather(numbers)
+        except ValueError as err:
             raise _refused(err) from None
-        return PackedBatch(index, arrays, numbers, space)
-    return PackedBatch.from_kernel(index, _gather(gatherer, numbers), numbers, space)
+        return from_kernel(index, outputs, numbers, space)
+    except MemoryError:
+        T, dtype = space.packing.context_length, space.store.dtype
+        need = batch_bytes(numbers.size, T, dtype)
+        raise ConfigError(
+            f"out of memory gathering a packed batch of {numbers.size} rows of T={T} (its arrays alone take "
+            f"{need} bytes, {need / 2**30:.1f} GiB); pass a smaller T or batch_size"
+        ) from None
 
 
-def row_gatherer(space: RowSpace) -> Any:
+def packed_gatherer(space: RowSpace) -> Any:
     """The C gatherer of *space*, built once and cached on it; False where numpy gathers."""
     gatherer = space.cache.get("gather")
     if gatherer is None:
         gatherer = space.cache["gather"] = _gatherer(space)
     return gatherer
-
-
-def _gather(gatherer: Any, numbers: IntArray) -> Any:
-    """Every array of the batch of rows *numbers*, provenance included, made by one call of the C gather."""
-    try:
-        return gatherer.gather(numbers)
-    except ValueError as err:
-        raise _refused(err) from None
 
 
 def _refused(err: Exception) -> DataError:
@@ -185,30 +235,20 @@ def _refused(err: Exception) -> DataError:
 _BLOCK_ROWS = 2048  # consecutive batches whose row numbers are read (and cast to int64) at once
 
 
-def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[PackedBatch]:
+def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[MiniBatch]:
     """Emit batches *batches* of *rows* chunked by *batch_size*: row numbers read a block of batches at a time.
 
-    The per-batch work is the gather and the batch object: the C gather (when built) is looked up once, and
-    each batch is made by one call of it.
+    The per-batch work is the gather and the batch object (`emit`: one call of the C gather when built).
     """
     space, total = rows.space, len(rows)
-    gatherer = row_gatherer(space)
+    check_emittable(min(batch_size, total), space.packing.context_length, space.store.dtype, batch_size=batch_size)
     per = max(1, _BLOCK_ROWS // batch_size) if batches.step == 1 else 1
-    make = PackedBatch.from_kernel
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
         base = group[0] * batch_size
         numbers = rows[base : min((group[-1] + 1) * batch_size, total)].numbers()
         for at, batch in zip(range(0, numbers.size, batch_size), group, strict=True):
-            chunk = numbers[at : at + batch_size]
-            if gatherer is False:
-                yield PackedBatch(batch, gather_rows(space, chunk), chunk, space)
-                continue
-            try:
-                outputs = gatherer.gather(chunk)
-            except ValueError as err:
-                raise _refused(err) from None
-            yield make(batch, outputs, chunk, space)
+            yield emit(space, numbers[at : at + batch_size], batch)
 
 
 def _gatherer(space: RowSpace) -> Any:
@@ -217,7 +257,7 @@ def _gatherer(space: RowSpace) -> Any:
     A `Corpus` is read through one view spanning its shards (`streambatch.stages.span`), with each
     document's start moved into it; shards of mixed dtypes are gathered by numpy.
     """
-    store, rows = space.store, space.rows
+    store, rows = space.store, space.packing
     if _CGatherer is None or rows.context_length >= 1 << 31:
         return False
     if isinstance(store, DocumentStore):
@@ -231,17 +271,24 @@ def _gatherer(space: RowSpace) -> Any:
     else:
         return False
     full_docs, full_ends = rows.index.full_pieces()
-    args = (tokens, starts, store.lengths, full_docs, full_ends, rows.offsets, rows.tails)
+    args = (tokens, starts, rows.index.lengths, full_docs, full_ends, rows.offsets, rows.tails)  # the partition's lengths
     return _CGatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id)
 
 
 def gather_rows(space: RowSpace, numbers: IntArray) -> PackedArrays:
     """Tokens, ids, masks and provenance of rows *numbers* of *space* (any order, repeats allowed)."""
-    seg = space.rows.segments(numbers)
+    seg = space.packing.segments(numbers)
     store: Any = space.store
     tokens = store.tokens if isinstance(store, DocumentStore) else store
     return gather_segments(
-        tokens, store.starts, seg.offsets, seg.documents, seg.starts, seg.lengths, space.rows.context_length, pad_id=space.pad_id
+        tokens,
+        store.starts,
+        seg.offsets,
+        seg.documents,
+        seg.starts,
+        seg.lengths,
+        space.packing.context_length,
+        pad_id=space.pad_id,
     )
 
 
@@ -280,6 +327,8 @@ def pack(
     top = int(np.iinfo(store.dtype).max)
     if not is_integer(pad_id) or not 0 <= int(pad_id) <= top:
         raise ConfigError(f"pad_id={pad_id!r} does not fit the source's {store.dtype}; pass a token id in [0, {top}]")
+    T = check_positive(context_length, "context_length", "the positions of one row (T)")
+    check_emittable(1, T, store.dtype, memory=False)  # a row of 2**31 positions can never be emitted
     if plan_dir is None:
         packed = pack_lengths(store.lengths, context_length, include=include)
     else:

@@ -1,12 +1,13 @@
-"""The window row gathers: copy whole ``T``-token records of one store (`RowGather`) or of a corpus's shards (`ShardedGather`).
+"""The window row gathers: copy whole ``T``-token records of one store (`StoreGather`) or of a corpus's shards (`ShardedGather`).
 
 One vectorized gather per buffer from a read-only view of the flat tokens as
 overlapping ``T``-token records, giving C-contiguous ``inputs[w, T]`` and
-``targets[w, T]`` in the store's dtype.  `row_gather` caches the space's gather.
+``targets[w, T]`` in the store's dtype.  `window_gather` caches the space's gather.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -15,11 +16,11 @@ import numpy.typing as npt
 from ...errors import ConfigError, DataError
 from ...model.corpus import Corpus
 from ...model.store import DocumentStore
+from ...stages.batch import MiniBatch
 from ...stages.span import spanning_tokens
-from .windows import WindowSpace
 
 
-class RowGather:
+class StoreGather:
     """Gathers rows of one store for one context length into final ``(w, T)`` arrays.
 
     Each buffer is one vectorized copy: the flat tokens are viewed (read-only, no
@@ -28,7 +29,7 @@ class RowGather:
     straight into the final C-contiguous array.
 
     >>> store = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5])
-    >>> inputs, targets = RowGather(store, context_length=2)(np.array([2, 0]))
+    >>> inputs, targets = StoreGather(store, context_length=2)(np.array([2, 0]))
     >>> inputs.tolist(), targets.tolist()
     ([[11, 12], [0, 10]], [[12, 1], [10, 11]])
     """
@@ -65,7 +66,7 @@ class RowGather:
         """``(inputs, targets)`` for rows starting at *positions* (an intp array): ``take(rows(positions))``."""
         return self.take(positions)
 
-    def rows(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    def where(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
         """Where `take` reads the rows starting at *positions*: in one store, the positions themselves."""
         return positions
 
@@ -124,7 +125,7 @@ class ShardedGather:
         self._length = context_length
         self._dtype = corpus.dtype
         self._tokens = tuple(shard.tokens for shard in corpus.shards)  # kept alive with the views below
-        self._gathers = [RowGather(shard, context_length) for shard in corpus.shards]
+        self._gathers = [StoreGather(shard, context_length) for shard in corpus.shards]
         self._bases = corpus.bases[:-1]
         # the last position of each shard where T + 1 tokens still fit: the spanning view is read nowhere else
         self._last = corpus.bases[1:] - (context_length + 1)
@@ -137,9 +138,9 @@ class ShardedGather:
 
     def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for rows starting at global *positions* (an intp array): ``take(rows(positions))``."""
-        return self.take(self.rows(positions))
+        return self.take(self.where(positions))
 
-    def rows(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
+    def where(self, positions: npt.NDArray[np.intp]) -> npt.NDArray[Any]:
         """Where `take` reads the rows starting at global *positions*; checks each lies inside a shard.
 
         With the spanning view: each row's record number in it (intp).  Otherwise:
@@ -174,7 +175,7 @@ class ShardedGather:
     def take(self, rows: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for *rows* (a slice of what `rows` returned)."""
         records, width = self._records, rows.size
-        if records is not None and width:  # one gather per buffer, as in RowGather
+        if records is not None and width:  # one gather per buffer, as in StoreGather
             shape = (width, self._length)
             return np.ndarray(shape, self._dtype, records[rows]), np.ndarray(shape, self._dtype, self._shifted[rows])
         shape, dtype = (width, self._length), self._dtype
@@ -251,19 +252,53 @@ def spanning_records(
     return records, shifted, shift
 
 
-Gather = RowGather | ShardedGather
+Gather = StoreGather | ShardedGather
 
 
-def row_gather(space: WindowSpace) -> Gather:
-    """The space's gather, built once and cached on it: `RowGather` for a store, `ShardedGather` for a corpus."""
+def window_gather(space: Any) -> Gather:
+    """The space's gather, built once and cached on it: `StoreGather` for a store, `ShardedGather` for a corpus."""
     gather: Gather | None = space.cache.get("gather")
     if gather is None:
         store, length = space.store, space.config.context_length
         if isinstance(store, DocumentStore):
-            gather = RowGather(store, length)
+            gather = StoreGather(store, length)
         elif isinstance(store, Corpus):
             gather = ShardedGather(store, length)
         else:
             raise ConfigError(f"source={store!r} has no gather; pass a DocumentStore or a Corpus to sb.windows")
         space.cache["gather"] = gather
     return gather
+
+
+def gather_windows(windows: Any, index: int) -> MiniBatch:
+    """The batch numbered *index* of the windows of view *windows* (a `streambatch.Windows`)."""
+    positions = windows.positions()
+    inputs, targets = window_gather(windows.space)(positions)
+    return MiniBatch(index, inputs, targets, positions, windows.space)
+
+
+_BLOCK_WINDOWS = 2048  # consecutive batches whose positions are computed (and cast to intp) at once
+
+
+def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[MiniBatch]:
+    """Batches *batches* of *windows* chunked by *size*, with the per-batch work cut to the gather itself.
+
+    Positions of a block of consecutive batches come from one call (one cast to
+    intp, one searchsorted in sequential order) and are mapped to the gather's
+    rows once (a corpus's shard lookup); a strided share (``step > 1``) takes one
+    batch per block so the batches in between are never touched.  The copy of each
+    batch is the one call of ``take`` below.
+    """
+    space, total = windows.space, len(windows)
+    gather = window_gather(space)
+    take = gather.take
+    per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
+    for head in range(0, len(batches), per):
+        group = batches[head : head + per]
+        base = group[0] * size
+        positions = windows[base : min((group[-1] + 1) * size, total)].positions()
+        rows = gather.where(positions)
+        for batch in group:
+            lo = (batch - group[0]) * size
+            inputs, targets = take(rows[lo : lo + size])
+            yield MiniBatch(batch, inputs, targets, positions[lo : lo + size], space)

@@ -12,16 +12,20 @@ order) or by one uint32 per window (a shuffled plan).
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from ...errors import DataError
+from ...errors import ConfigError, DataError
 from ...io.files import short_path
+from ...io.keyed_file import check_blocks
 from ...model.documents import Partition
 from ...model.source import TokenSource, as_source, partition_documents
+from ...stages.batch import MiniBatch
 from ..protocol import PlannedItems, ShuffleOrder, from_file
+from .gather import gather_windows, iter_window_batches
 from .window_index import IntArray, WindowConfig, WindowIndex, in_blocks
 
 __all__ = ["POSITION_LIMIT", "ShuffleOrder", "WindowSpace", "Windows", "windows"]
@@ -57,6 +61,14 @@ class WindowSpace:
         self.store, self.config, self.partition, self.index, self.plan_holds_positions = state
         self.cache = {}
 
+    def locate_positions(self, positions: npt.NDArray[Any]) -> tuple[IntArray, IntArray]:
+        """``(document index, start)`` of windows starting at first-token *positions*."""
+        return self.index.locate_positions(positions)
+
+    def item_numbers(self, positions: npt.NDArray[Any]) -> IntArray:
+        """The window numbers of windows starting at first-token *positions*."""
+        return self.index.windows_at(positions)
+
     def plan_dtype(self, count: int) -> Any:
         """dtype of a plan of *count* windows: uint32 positions, else uint32/int64 window numbers."""
         if self.plan_holds_positions or count < (1 << 32):
@@ -82,6 +94,7 @@ class Windows(PlannedItems):
 
     __slots__ = ()
     _NOUN = "windows"
+    KIND = "windows (sb.windows)"
     _space: WindowSpace
 
     @staticmethod
@@ -128,6 +141,7 @@ class Windows(PlannedItems):
         """
         space = self._space
         if self._plan is not None:
+            check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
             return self._plan[self._lo : self._hi]
         dtype = space.plan_dtype(len(self))
         if space.plan_holds_positions:  # built in bounded blocks: no per-window temporary beyond the result
@@ -141,6 +155,7 @@ class Windows(PlannedItems):
         about as much as gathering a short row.
         """
         assert self._plan is not None
+        check_blocks(self._plan, self._lo, self._hi)  # a plan file's blocks: checked on first read
         values = self._plan[self._lo : self._hi]
         bad = self._space.index.first_invalid(values, self._space.plan_holds_positions) if from_file(self._plan) else -1
         if bad >= 0:
@@ -188,6 +203,18 @@ class Windows(PlannedItems):
             documents, starts = in_blocks(index.locate, self.numbers(), 2)
         return documents, starts
 
+    def counted_targets(self) -> int:
+        """The targets of these windows that count in a token mean (`counted_targets`): no token is read."""
+        return counted_targets(self)
+
+    def gather(self, index: int) -> MiniBatch:
+        """Gather this view into a `MiniBatch` numbered *index* (what `sb.materialize` calls)."""
+        return gather_windows(self, index)
+
+    def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
+        """Batches *batches* of these windows chunked by *batch_size*, a block of positions at a time."""
+        return iter_window_batches(self, batch_size, batches)
+
     def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
         if self._plan is not None:
             return self.plan_values()[start:stop:step]
@@ -202,6 +229,29 @@ class Windows(PlannedItems):
             f"Windows({len(self)} windows, context_length={self.context_length}, stride={self.config.stride}, "
             f"{order}, partition={self.partition.value!r})"
         )
+
+
+def counted_targets(view: Windows) -> int:
+    """The counted targets of a view of windows: ``len * T``, or the set mask bits of their targets.
+
+    >>> import streambatch as sb
+    >>> counted_targets(sb.windows([sb.Document("a", "train", range(8))], context_length=3)[1:4])
+    9
+    """
+    masked = getattr(view.store, "has_loss_mask", False)
+    return window_targets(view.space, len(view), view.positions() if masked else None)
+
+
+def window_targets(space: WindowSpace, count: int, positions: npt.NDArray[Any] | None = None) -> int:
+    """Counted targets of *count* windows of *space*: ``count * T`` without a loss mask; with one, the set
+    bits of the targets of the windows starting at *positions* (the mask bits alone: no token is read)."""
+    T, store = space.config.context_length, cast(Any, space.store)  # a source with a mask has target_mask
+    if not getattr(store, "has_loss_mask", False):
+        return count * T
+    if positions is None:
+        raise ConfigError("the store has a loss mask: pass the windows' positions to count their trained targets")
+    bits = store.target_mask(positions, T)
+    return int(np.count_nonzero(bits)) if bits is not None else count * T
 
 
 def windows(

@@ -13,7 +13,7 @@ from ..._checks import check_seed
 from ..._progress import Bar
 from ..._progress import bar as progress_bar
 from ...epoch import Epoch
-from ...errors import AccumulationError, ConfigError
+from ...errors import AccumulationError, ConfigError, StoreError
 from ...stages.reduce import TokenMean, TokenSums, token_mean
 from ..stand_in import sums_of_units, window_loss_units
 from .expected import Expected
@@ -23,6 +23,7 @@ from .shares import epoch_shares
 from .tally import Tally
 
 _DIRECT_BLOCK = 1 << 22
+AUDIT_BYTES_PER_WINDOW = 3 * 8 + 2 + 1  # three plans (at most 8 bytes an entry), a uint16 stamp, a bool
 
 
 def _direct_mean(expected: Expected, bar: Bar) -> TokenMean | None:
@@ -189,10 +190,17 @@ def audit_epoch(
             raise ConfigError(f"other_seed={other_seed} equals the epoch's seed; pass a different seed to compare orders with")
     # the replay and the other order are shuffled in memory: a plan file is compared, never reused or written
     fresh = epoch if epoch.plan_dir is None else Epoch(epoch.windows, batch_size=epoch.batch_size, seed=epoch.seed)
-    return audit_batches(
-        epoch_shares(epoch, workers=workers, world_size=world_size),
-        epoch,
-        replay=epoch_shares(fresh.reseeded(epoch.seed), workers=workers, world_size=world_size, gather=False),
-        other=epoch_shares(fresh.reseeded(other), workers=workers, world_size=world_size, gather=False),
-        progress=progress,
-    )
+    try:
+        return audit_batches(
+            epoch_shares(epoch, workers=workers, world_size=world_size),
+            epoch,
+            replay=epoch_shares(fresh.reseeded(epoch.seed), workers=workers, world_size=world_size, gather=False),
+            other=epoch_shares(fresh.reseeded(other), workers=workers, world_size=world_size, gather=False),
+            progress=progress,
+        )
+    except MemoryError:  # numpy's _ArrayMemoryError or a bare one: say what the audit needs instead
+        need = epoch.window_count * AUDIT_BYTES_PER_WINDOW
+        raise StoreError(
+            f"audit: {epoch.window_count} windows need about {need} bytes of memory ({AUDIT_BYTES_PER_WINDOW} per window: "
+            "three plans, a stamp and a bit) and they could not be allocated; raise the memory limit (ulimit -v)"
+        ) from None

@@ -10,7 +10,6 @@ import numpy.typing as npt
 from ...epoch import Epoch
 from ...errors import ConfigError
 from ...items.windows.window_index import window_counts
-from ...items.windows.windows import Windows
 from ...stages.chunk import batch_widths
 
 
@@ -63,7 +62,7 @@ class Expected:
 
 def provenance(piece: Any) -> tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """``(batch index, document indices, starts)`` of a batch-like object or a `Windows` chunk."""
-    if isinstance(piece, Windows):
+    if not hasattr(piece, "document_indices"):  # a chunk of windows, not yet gathered
         documents, starts = piece.locate()
         return (piece.batch_index or 0), documents.astype(np.int64, copy=False), starts.astype(np.int64, copy=False)
     documents = np.asarray(piece.document_indices, dtype=np.int64).reshape(-1)

@@ -67,7 +67,7 @@ class PackTally:
     def piece(self, batch: Any) -> TokenSums:
         """Check one packed batch; return its stand-in raw sums over its claimed denominator."""
         index, T = int(batch.index), self.T
-        numbers = np.asarray(batch.rows, dtype=np.int64).reshape(-1)
+        numbers = np.asarray(batch.row_numbers, dtype=np.int64).reshape(-1)
         width = numbers.size
         self.batches += 1
         self.rows += width

@@ -16,10 +16,9 @@ from typing import Any
 
 from ...epoch import Epoch
 from ...errors import ConfigError
-from ...io.atomic import atomic_text
-from ...items.pack.packed_batch import PackedBatch
 from ..inspect import format_count
-from .svg import FONT, INK, MARGIN, MONO, MUTED, PALETTE, Canvas, xml_text
+from .page import html_page, write_texts
+from .svg import MARGIN, MONO, MUTED, PALETTE, Canvas
 
 MAX_ROWS = 64
 ROW_WIDTH = 720.0
@@ -28,11 +27,11 @@ ROW_WIDTH = 720.0
 def packed_title(epoch: Epoch) -> str:
     """``7 packed rows (shuffled) → 3 batches``."""
     how = "in row order" if epoch.seed is None else "shuffled"
-    return f"{format_count(epoch.window_count)} packed rows ({how}) → {format_count(epoch.batch_count)} batches"
+    return f"{format_count(epoch.item_count)} packed rows ({how}) → {format_count(epoch.batch_count)} batches"
 
 
 def _subtitle(epoch: Epoch) -> str:
-    report = epoch.windows.report  # type: ignore[union-attr]
+    report = epoch.windows.report
     order = "row order" if epoch.seed is None else f"seed {epoch.seed}"
     return (
         f"T = {epoch.context_length} · B = {epoch.batch_size} · {order} · partition {epoch.partition.value} · "
@@ -49,8 +48,8 @@ def _draw_row(canvas: Canvas, batch: Any, r: int, y: float, scale: float, T: int
     docs, starts, lengths = batch.document_indices[pick], batch.starts[pick], batch.segment_lengths[pick]
     ids = batch.document_ids
     names = [ids[i] for i in pick.nonzero()[0].tolist()]
-    canvas.open(class_="row", data_row=r, data_number=int(batch.rows[r]), data_segments=int(pick.sum()))
-    canvas.text(MARGIN, y + 17, f"row {int(batch.rows[r])}", size=11, fill=MUTED)
+    canvas.open(class_="row", data_row=r, data_number=int(batch.row_numbers[r]), data_segments=int(pick.sum()))
+    canvas.text(MARGIN, y + 17, f"row {int(batch.row_numbers[r])}", size=11, fill=MUTED)
     x0, column = MARGIN + 70, 0
     for d, s, n, name in zip(docs.tolist(), starts.tolist(), lengths.tolist(), names, strict=True):
         x, w = x0 + column * scale, n * scale
@@ -97,7 +96,6 @@ def packed_svg(epoch: Epoch, *, notes: Sequence[str] = (), max_rows: int = MAX_R
     canvas.text(MARGIN, 56, _subtitle(epoch), size=13, fill=MUTED)
     y, drawn, scale = 88.0, 0, ROW_WIDTH / T
     for b, batch in enumerate(epoch):
-        assert isinstance(batch, PackedBatch)
         if drawn >= max_rows:
             break
         pad = int(batch.pad_count)
@@ -118,8 +116,8 @@ def packed_svg(epoch: Epoch, *, notes: Sequence[str] = (), max_rows: int = MAX_R
             drawn += 1
         canvas.close()
         y += 10
-    if epoch.window_count > drawn:
-        canvas.text(MARGIN, y + 10, f"… {format_count(epoch.window_count - drawn)} more rows not drawn", size=13, fill=MUTED)
+    if epoch.item_count > drawn:
+        canvas.text(MARGIN, y + 10, f"… {format_count(epoch.item_count - drawn)} more rows not drawn", size=13, fill=MUTED)
         y += 20
     for note in notes:
         y += 20
@@ -136,33 +134,11 @@ LEGEND = (
 def packed_html(epoch: Epoch, *, title: str | None = None, notes: Sequence[str] = ()) -> str:
     """An HTML page: *title*, a legend, and `packed_svg` inline."""
     heading = title or f"streambatch: {packed_title(epoch)}"
-    dashes = {"dashed": ' stroke-dasharray="5 3"', "solid": ""}
-    legend = "\n".join(
-        f'<li><svg width="26" height="16"><rect x="1" y="1" width="24" height="14" rx="3" fill="{fill}" stroke="#666"'
-        f"{dashes[style]}/></svg> {xml_text(words)}</li>"
-        for fill, style, words in LEGEND
-    )
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{xml_text(heading)}</title>\n"
-        f"<style>\nbody {{ font-family: {FONT}; color: {INK}; margin: 24px; }}\n"
-        "ul.legend { list-style: none; padding: 0; display: flex; gap: 6px 22px; font-size: 13px; }\n</style>\n"
-        f"</head>\n<body>\n<h1>{xml_text(heading)}</h1>\n"
-        f'<ul class="legend">\n{legend}\n</ul>\n{packed_svg(epoch, notes=notes)}</body>\n</html>\n'
-    )
+    return html_page(heading, LEGEND, packed_svg(epoch, notes=notes))
 
 
 def write_packed_figure(
     epoch: Epoch, *, svg: str | None = None, html_path: str | None = None, notes: Sequence[str] = ()
 ) -> list[str]:
     """Write the SVG and/or the HTML page atomically; returns the paths written."""
-    written = []
-    if svg is not None:
-        with atomic_text(svg) as handle:
-            handle.write(packed_svg(epoch, notes=notes))
-        written.append(svg)
-    if html_path is not None:
-        with atomic_text(html_path) as handle:
-            handle.write(packed_html(epoch, notes=notes))
-        written.append(html_path)
-    return written
+    return write_texts([(svg, lambda: packed_svg(epoch, notes=notes)), (html_path, lambda: packed_html(epoch, notes=notes))])

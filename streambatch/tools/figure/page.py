@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO
 
 from ...epoch import Epoch
@@ -30,7 +30,7 @@ def _subtitle(epoch: Epoch) -> str:
 def figure_title(epoch: Epoch) -> str:
     """``5 shuffled windows → 2 batches`` (``in document order`` when sequential)."""
     how = "windows in document order" if epoch.seed is None else "shuffled windows"
-    return f"{format_count(epoch.window_count)} {how} → {format_count(epoch.batch_count)} batches"
+    return f"{format_count(epoch.item_count)} {how} → {format_count(epoch.batch_count)} batches"
 
 
 def epoch_svg(epoch: Epoch, *, notes: Sequence[str] = (), max_windows: int = MAX_WINDOWS) -> str:
@@ -47,7 +47,7 @@ def epoch_svg(epoch: Epoch, *, notes: Sequence[str] = (), max_windows: int = MAX
     canvas = Canvas()
     canvas.text(MARGIN, 34, figure_title(epoch), size=20, font_weight="bold")
     canvas.text(MARGIN, 56, _subtitle(epoch), size=13, fill=MUTED)
-    y = draw_rows(canvas, epoch, 88) if epoch.window_count <= max_windows else draw_summary(canvas, epoch, 88)
+    y = draw_rows(canvas, epoch, 88) if epoch.item_count <= max_windows else draw_summary(canvas, epoch, 88)
     for note in notes:
         y += 20
         canvas.text(MARGIN, y, note, size=12, font_family=MONO, class_="note")
@@ -75,12 +75,17 @@ def epoch_html(epoch: Epoch, *, title: str | None = None, notes: Sequence[str] =
     (True, True)
     """
     heading = title or f"streambatch: {figure_title(epoch)}"
+    rows = LEGEND_ROWS if epoch.item_count <= max_windows else LEGEND_SUMMARY
+    return html_page(heading, rows, epoch_svg(epoch, notes=notes, max_windows=max_windows))
+
+
+def html_page(heading: str, legend: Sequence[tuple[str, str, str]], svg: str) -> str:
+    """The one HTML page of every figure: *heading*, a legend of ``(fill, "solid"|"dashed", words)`` swatches, *svg* inline."""
     dashes = {"dashed": ' stroke-dasharray="5 3"', "solid": ""}
-    rows = LEGEND_ROWS if epoch.window_count <= max_windows else LEGEND_SUMMARY
-    legend = "\n".join(
+    items = "\n".join(
         f'<li><svg width="26" height="16"><rect x="1" y="1" width="24" height="14" rx="3" fill="{fill}" stroke="#666"'
         f"{dashes[style]}/></svg> {xml_text(words)}</li>"
-        for fill, style, words in rows
+        for fill, style, words in legend
     )
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -90,12 +95,33 @@ def epoch_html(epoch: Epoch, *, title: str | None = None, notes: Sequence[str] =
         "h1 { font-size: 22px; margin: 0 0 10px; }\n"
         "ul.legend { list-style: none; padding: 0; margin: 0 0 4px; display: flex; flex-wrap: wrap; gap: 6px 22px; }\n"
         "ul.legend li { display: flex; align-items: center; gap: 6px; font-size: 13px; }\n"
+        "svg { max-width: 100%; height: auto; }\n"
         "</style>\n</head>\n<body>\n"
         f"<h1>{xml_text(heading)}</h1>\n"
-        f'<ul class="legend">\n{legend}\n</ul>\n'
-        f"{epoch_svg(epoch, notes=notes, max_windows=max_windows)}"
+        f'<ul class="legend">\n{items}\n</ul>\n'
+        f"{svg}"
         "</body>\n</html>\n"
     )
+
+
+def write_texts(texts: Sequence[tuple[str | None, Callable[[], str]]], stdout: IO[str] | None = None) -> list[str]:
+    """Write each ``(path, make)`` with a path atomically (``-``: *stdout*, one at most); returns the paths written."""
+    wanted = [(path, make) for path, make in texts if path is not None]
+    if sum(path == "-" for path, _ in wanted) > 1:
+        raise ConfigError("--svg - and --html - both name standard output; send one of them to a file")
+    if stdout is None and any(path == "-" for path, _ in wanted):
+        raise ConfigError("'-' (standard output) needs a stream here (stdout=); name a file")
+    written = []
+    for path, make in wanted:
+        assert path is not None
+        if path == "-":
+            assert stdout is not None
+            stdout.write(make())
+        else:
+            with atomic_text(path) as handle:
+                handle.write(make())
+        written.append(path)
+    return written
 
 
 def write_figure(
@@ -111,20 +137,7 @@ def write_figure(
 
     A path ``-`` is *stdout* (one of the two at most).
     """
-    if svg == "-" and html_path == "-":
-        raise ConfigError("--svg - and --html - both name standard output; send one of them to a file")
-    if stdout is None and "-" in (svg, html_path):
-        raise ConfigError("'-' (standard output) needs a stream here (stdout=); name a file")
-    written = []
-    for path, kind in ((svg, "svg"), (html_path, "html")):
-        if path is None:
-            continue
-        text = epoch_svg(epoch, notes=notes) if kind == "svg" else epoch_html(epoch, title=title, notes=notes)
-        if path == "-":
-            assert stdout is not None
-            stdout.write(text)
-        else:
-            with atomic_text(path) as handle:
-                handle.write(text)
-        written.append(path)
-    return written
+    return write_texts(
+        [(svg, lambda: epoch_svg(epoch, notes=notes)), (html_path, lambda: epoch_html(epoch, title=title, notes=notes))],
+        stdout,
+    )

@@ -80,8 +80,8 @@ def _draw_batch_widths(canvas: Canvas, epoch: Epoch, y: float) -> float:
     if not count:
         canvas.text(MARGIN, y + 14, "no complete window: the epoch has no batch", size=13, fill=MUTED)
         return y + 22
-    full_count = epoch.window_count // B
-    final = epoch.window_count - full_count * B
+    full_count = epoch.item_count // B
+    final = epoch.item_count - full_count * B
     unit = 300.0
     if full_count:
         canvas.open(class_="full-batches", data_count=full_count, data_width=B, data_denominator=B * T)
@@ -112,11 +112,9 @@ def _draw_batch_widths(canvas: Canvas, epoch: Epoch, y: float) -> float:
         canvas.close()
         y += 36 if inside else 52
     else:
-        canvas.text(
-            MARGIN, y + 14, f"{format_count(epoch.window_count)} windows fill every batch: no smaller final batch", size=13
-        )
+        canvas.text(MARGIN, y + 14, f"{format_count(epoch.item_count)} windows fill every batch: no smaller final batch", size=13)
         y += 26
-    shuffled = plan_bytes(epoch.window_count, epoch.store.flat_size)
+    shuffled = plan_bytes(epoch.item_count, epoch.store.flat_size)
     canvas.text(
         MARGIN, y + 8, f"plan: {format_bytes(shuffled)} shuffled (4 B per window), none in document order", size=12, fill=MUTED
     )

@@ -14,13 +14,14 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from ...stages.batch import SourceArray, present
 from ...stages.plan import plan_file
 from ...stages.shuffle import shuffle
-from ..pack.rows import Rows, RowSpace
-from ..windows.windows import Windows, WindowSpace
-from .mix import MixPlan, source_epoch_seed
-from .mix_batch import MixGather, SourceArray, present
-from .mix_rows import RowsGather
+from ..pack.rows import Rows, row_targets
+from ..windows.windows import Windows, WindowSpace, window_targets
+from .gather import MixGather
+from .packed_gather import PackedMixGather
+from .plan import MixPlan, source_epoch_seed
 
 IntArray = npt.NDArray[np.int64]
 
@@ -58,17 +59,12 @@ class MixSpace:
     @property
     def packed(self) -> bool:
         """True when the parts are packed `Rows` (every part is of one kind)."""
-        return isinstance(self.parts[0], Rows)
+        return self.parts[0].packed
 
     @property
-    def window_spaces(self) -> tuple[WindowSpace, ...]:
-        """Each source's window space (a mixture of windows only)."""
-        return tuple(p.space for p in self.parts if isinstance(p, Windows))
-
-    @property
-    def row_spaces(self) -> tuple[RowSpace, ...]:
-        """Each source's packing (a packed mixture only)."""
-        return tuple(p.space for p in self.parts if isinstance(p, Rows))
+    def spaces(self) -> tuple[Any, ...]:
+        """Each source's item space (window spaces, or packings: every part is of one kind)."""
+        return tuple(p.space for p in self.parts)
 
     def __getstate__(self) -> tuple[Any, ...]:
         plan: Any = self.plan if self.plan_path is None else None  # a plan file is mapped again, never copied
@@ -77,7 +73,7 @@ class MixSpace:
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         parts, names, plan, seed, plan_dir, plan_path = state
         if plan is None:
-            from .mix_plan_file import reopen_mix_plan
+            from .plan_file import reopen_mix_plan
 
             plan = reopen_mix_plan(plan_path)
         self.__init__(parts, names, plan, seed, plan_dir, plan_path)  # type: ignore[misc]
@@ -107,14 +103,14 @@ class MixSpace:
         """The row gather over every source's stores (built once)."""
         gather: MixGather | None = self.cache.get("gather")
         if gather is None:
-            gather = self.cache["gather"] = MixGather(self.window_spaces)
+            gather = self.cache["gather"] = MixGather(self.spaces)
         return gather
 
-    def row_gather(self) -> RowsGather:
+    def packed_gather(self) -> PackedMixGather:
         """The gather of a mixture of packed rows (built once)."""
-        gather: RowsGather | None = self.cache.get("row gather")
+        gather: PackedMixGather | None = self.cache.get("packed gather")
         if gather is None:
-            gather = self.cache["row gather"] = RowsGather(self.row_spaces, self.names)
+            gather = self.cache["packed gather"] = PackedMixGather(self.spaces, self.names)
         return gather
 
     def stream(self, source: int, first: int, stop: int) -> npt.NDArray[Any]:
@@ -126,21 +122,20 @@ class MixSpace:
         pieces = []
         for epoch in range(first // size, (stop - 1) // size + 1):
             ordered = self.order(source, epoch)
-            values = ordered.plan_values()[max(first - epoch * size, 0) : min(stop - epoch * size, size)]
+            values = ordered.view(max(first - epoch * size, 0), min(stop - epoch * size, size)).plan_values()
             space = ordered.space
             if isinstance(space, WindowSpace) and not space.plan_holds_positions:  # window numbers: their starts
                 values = space.index.positions(values)
             pieces.append(values)
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
-    def rows(self, lo: int, hi: int) -> tuple[SourceArray, npt.NDArray[np.intp], tuple[npt.NDArray[np.int64], ...]]:
+    def window_rows(self, lo: int, hi: int) -> tuple[SourceArray, npt.NDArray[np.intp], tuple[npt.NDArray[np.int64], ...]]:
         """Sources, first-token positions and the gather's checked rows of items ``lo .. hi - 1``.
 
         The items are contiguous, so each source's are a contiguous run of its stream:
         the counts before *lo*, then one slice of its epoch's plan per source (no search per item).
         """
-        sources = self.plan.sources[lo:hi]
-        before, after = self.plan.counts(lo).tolist(), self.plan.counts(hi).tolist()  # a checkpoint row and a block each
+        sources, before, after = self.plan.span(lo, hi)  # a checkpoint row and a block each
         positions = np.empty(hi - lo, dtype=np.intp)
         gather = self.gather()
         for s, (first, stop) in enumerate(zip(before, after, strict=True)):
@@ -148,12 +143,11 @@ class MixSpace:
                 values = self.stream(s, first, stop)
                 gather.check_bound(s, values)
                 positions[sources == s] = values
-        return sources, positions, gather.rows(sources, positions)
+        return sources, positions, gather.where(sources, positions)
 
     def numbers(self, lo: int, hi: int) -> tuple[SourceArray, IntArray]:
         """Sources and row numbers (each within its source's packing) of items ``lo .. hi - 1`` of a packed mixture."""
-        sources = self.plan.sources[lo:hi]
-        before, after = self.plan.counts(lo).tolist(), self.plan.counts(hi).tolist()
+        sources, before, after = self.plan.span(lo, hi)
         numbers = np.empty(hi - lo, dtype=np.int64)
         for s, (first, stop) in enumerate(zip(before, after, strict=True)):
             if stop > first:
@@ -170,3 +164,29 @@ class MixSpace:
                 chosen = epochs == e
                 out[rows[chosen]] = self.order(s, e)[:].numbers()[at[chosen]]
         return out
+
+
+def counted_targets(view: Any) -> int:
+    """The counted targets of a view of a mixture: each source's items counted by that source's own rule.
+
+    >>> import streambatch as sb
+    >>> from streambatch.items.mix.mixture import mix
+    >>> web = sb.windows([sb.Document("w", "train", range(12))], context_length=2)
+    >>> code = sb.windows([sb.Document("c", "train", range(100, 105))], context_length=2)
+    >>> counted_targets(mix([web, code], [0.75, 0.25], seed=7)[:5])
+    10
+    """
+    space = view.space
+    if space.packed:
+        sources, numbers = space.numbers(*view.bounds)
+        rows = space.spaces
+        return sum(row_targets(rows[s], numbers[sources == s]) for s in present(sources))
+    spaces = space.spaces
+    if any(getattr(w.store, "has_loss_mask", False) for w in spaces):  # the mask bits at each window's targets
+        sources, positions, _ = space.window_rows(*view.bounds)
+        return sum(window_targets(spaces[s], int(n), positions[sources == s]) for s, n in _counts(sources) if n)
+    return sum(window_targets(spaces[s], n) for s, n in _counts(view.sources()) if n)
+
+
+def _counts(sources: SourceArray) -> list[tuple[int, int]]:
+    return list(enumerate(np.bincount(sources).tolist()))

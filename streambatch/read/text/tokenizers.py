@@ -25,15 +25,15 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from .._checks import is_integer
-from ..errors import ConfigError, DataError, missing_dependency
-from ..io.files import open_regular, short_path
-from ..model.validate import TOKEN_LIMIT, Labels, check_tokens, check_vocabulary, label_of, short
+from ..._checks import is_integer
+from ...errors import ConfigError, DataError, missing_dependency
+from ...io.files import open_regular, short_path
+from ...model.validate import TOKEN_LIMIT, Labels, check_tokens, check_vocabulary, label_of, short
 from .byte_tokens import BYTE_VOCAB_SIZE
 from .split_text import encode_pieces, splittable
 
@@ -150,12 +150,13 @@ class HFTokenizer:
     (``add_special_tokens=False``): documents get exactly ``bos_id`` and ``eos_id``.
     ``eos_id``/``bos_id`` default to ``"auto"``: the first of `EOS_NAMES` / `BOS_NAMES`
     in the vocabulary, else none.  Pickles as its JSON (worker processes).  Long texts are
-    encoded in pieces where that gives the same ids (`streambatch.read.split_text`),
+    encoded in pieces where that gives the same ids (`streambatch.read.text.split_text`),
     and at most about 1 Mi characters at a time, so memory stays bounded.
     """
 
     tokenizer: Any = field(repr=False)
     name: str = "tokenizer"
+    threaded: ClassVar[bool] = True  # encode_batch runs on every core (Rust threads): see read.workers.plan_workers
     file_hash: str | None = None
     eos_id: int | None = AUTO  # type: ignore[assignment]
     bos_id: int | None = AUTO  # type: ignore[assignment]

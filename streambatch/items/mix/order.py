@@ -148,7 +148,7 @@ def tijdeman_order(weights: Any, length: int, block: int | None = None) -> tuple
         _c_tijdeman(sources, checkpoints, block, b"".join(value.to_bytes(16, "little") for value in ints))
     elif BACKEND == "c" and _c_tijdeman is None:
         raise ConfigError(
-            "streambatch.items.mix._mix_order.BACKEND='c' but the extension streambatch._mix_order is not built; "
+            "streambatch.items.mix.order.BACKEND='c' but the extension streambatch._mix_order is not built; "
             "reinstall streambatch with a C compiler present, or set BACKEND='python'"
         )
     else:

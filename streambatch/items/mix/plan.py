@@ -24,19 +24,19 @@ takes a prefix of its first epoch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from fractions import Fraction
-from functools import lru_cache
 from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
 
 from ..._checks import check_non_negative, check_positive, check_seed, is_integer, short_repr
-from ...errors import ConfigError, OutOfRangeError
+from ...errors import ConfigError, DataError, OutOfRangeError
+from ...io.keyed_file import check_blocks
 from ...stages.shuffle import IndexArray, shuffled_order
 from ...stages.splitmix import splitmix64_draws
-from ._mix_order import (
+from .order import (
     BACKEND,
     KERNEL_LIMIT,
     MAX_SOURCES,
@@ -59,18 +59,12 @@ __all__ = [
     "integer_weights",
     "normalised_weights",
     "plan_mix",
-    "seeded_orders",
     "source_epoch_seed",
-    "source_items",
     "source_order",
-    "source_position",
     "tijdeman_order",
 ]
 
 IntArray = npt.NDArray[np.int64]
-EpochOrder = Callable[[int], Any]
-"""A source's order of one source epoch: ``order(epoch)[i]`` is the item at position ``i`` of that epoch."""
-
 _GATHER = 1 << 20  # bytes of block gathered per locate chunk: bounded scratch memory
 _EPOCH_STRIDE = 256  # source epoch seeds: draw number 256 * epoch + source + 1
 
@@ -97,13 +91,16 @@ class MixPlan:
     ([0, 1, 0, 0, 1, 0], [3, 1], (1, 1))
     """
 
-    __slots__ = ("block", "checkpoints", "integer_weights", "sources")
+    __slots__ = ("block", "checkpoints", "integer_weights", "origin", "sources")
 
-    def __init__(self, sources: SourceArray, checkpoints: CountArray, weights: tuple[int, ...], block: int) -> None:
+    def __init__(
+        self, sources: SourceArray, checkpoints: CountArray, weights: tuple[int, ...], block: int, origin: str | None = None
+    ) -> None:
         self.sources = sources
         self.checkpoints = checkpoints
         self.integer_weights = weights
         self.block = block
+        self.origin = origin  # the plan file it is mapped from (named by errors), else None
 
     @property
     def source_count(self) -> int:
@@ -138,16 +135,42 @@ class MixPlan:
             raise OutOfRangeError(f"n={n} is beyond the mixture's {len(self)} items; pass a prefix length up to {len(self)}")
         row = n // self.block
         start = row * self.block
-        extra = np.bincount(self.sources[start:n], minlength=self.source_count).astype(np.int64)
+        extra = np.bincount(self.ids(start, n), minlength=self.source_count).astype(np.int64)
+        check_blocks(self.checkpoints, row * self.source_count, (row + 1) * self.source_count)  # flat entries of a row
         result: CountArray = self.checkpoints[row] + extra
         return result
+
+    def ids(self, lo: int, hi: int) -> SourceArray:
+        """The source ids of items ``lo .. hi - 1`` (a view; from a plan file, its blocks checked on first read)."""
+        check_blocks(self.sources, lo, hi)
+        return self.sources[lo:hi]
+
+    def span(self, lo: int, hi: int) -> tuple[SourceArray, list[int], list[int]]:
+        """``(ids, counts before lo, counts before hi)`` of items ``lo .. hi - 1``, checked against each other.
+
+        The ids' counts must be the difference of the two checkpoint counts: a plan file whose
+        digests were forged over edited ids or counts is a `DataError` naming it, never a numpy error.
+
+        >>> ids, before, after = plan_mix([2, 1], length=6).span(2, 5)
+        >>> ids.tolist(), before, after
+        ([0, 0, 1], [1, 1], [3, 2])
+        """
+        ids = self.ids(lo, hi)
+        before, after = self.counts(lo), self.counts(hi)
+        if not np.array_equal(np.bincount(ids, minlength=self.source_count), after - before):
+            raise DataError(
+                f"{self.origin or 'the mixture plan'}: the source ids of items {lo}..{hi - 1} do not agree with its "
+                f"checkpoint counts; the plan is damaged: remove it and plan again"
+            )
+        return ids, before.tolist(), after.tolist()
 
     def truncated(self, length: int) -> MixPlan:
         """The first *length* items (a view): Tijdeman's order does not depend on the total length."""
         length = check_non_negative(length, "length", "the number of items to keep")
         if length > len(self):
             raise OutOfRangeError(f"length={length} is beyond the mixture's {len(self)} items")
-        return MixPlan(self.sources[:length], self.checkpoints[: length // self.block + 1], self.integer_weights, self.block)
+        rows = self.checkpoints[: length // self.block + 1]
+        return MixPlan(self.sources[:length], rows, self.integer_weights, self.block, self.origin)
 
     @overload
     def locate(self, positions: int) -> tuple[int, int]: ...
@@ -166,8 +189,11 @@ class MixPlan:
         """
         scalar = is_integer(positions)
         where = self._check_positions(positions)
-        sources = self.sources[where]
         rows = where // self.block
+        for row in np.unique(rows).tolist():  # a plan file's blocks behind each position: checked on first read
+            self.ids(row * self.block, min((row + 1) * self.block, len(self)))
+            check_blocks(self.checkpoints, row * self.source_count, (row + 1) * self.source_count)
+        sources = self.sources[where]
         indices = self.checkpoints[rows, sources]
         full = len(self) // self.block
         blocks = self.sources[: full * self.block].reshape(full, self.block)
@@ -198,21 +224,6 @@ class MixPlan:
             bad = int(where[(where < 0) | (where >= len(self))][0])
             raise OutOfRangeError(f"position {bad} is out of range for a mixture of {len(self)} items; pass 0 to {len(self) - 1}")
         return where
-
-    def items(self, positions: npt.ArrayLike, sizes: Sequence[int], orders: Sequence[EpochOrder]) -> tuple[SourceArray, IntArray]:
-        """``(source, item number within its source)`` of each position; ``orders[s]`` as for `source_items`.
-
-        >>> plan = plan_mix([1, 1], length=6)
-        >>> sources, items = plan.items(np.arange(6), [2, 3], seeded_orders([2, 3], seed=7))
-        >>> sources.tolist(), items.tolist()
-        ([0, 1, 0, 1, 0, 1], [0, 1, 1, 2, 0, 0])
-        """
-        sources, indices = self.locate(np.asarray(positions))
-        items = np.empty(indices.shape, dtype=np.int64)
-        for s in np.unique(sources).tolist():
-            chosen = sources == s
-            items[chosen] = source_items(indices[chosen], sizes[s], orders[s])
-        return sources, items
 
 
 def plan_mix(weights: Any, length: int | None = None, *, sizes: Sequence[int] | None = None, block: int | None = None) -> MixPlan:
@@ -304,65 +315,3 @@ def source_order(size: int, seed: int, source: int, epoch: int) -> IndexArray:
     True
     """
     return shuffled_order(size, source_epoch_seed(seed, source, epoch))[0]
-
-
-def seeded_orders(sizes: Sequence[int], seed: int, cache: int = 2) -> list[EpochOrder]:
-    """One `EpochOrder` per source: `source_order` at *seed*, the last *cache* epochs of each kept.
-
-    >>> orders = seeded_orders([5], seed=7)
-    >>> orders[0](1).tolist() == source_order(5, 7, 0, 1).tolist()
-    True
-    """
-    seed = check_seed(seed)
-
-    def make(size: int, source: int) -> EpochOrder:
-        @lru_cache(maxsize=cache)
-        def order(epoch: int) -> IndexArray:
-            return source_order(size, seed, source, epoch)
-
-        return order
-
-    return [make(check_positive(size, f"sizes[{s}]", "the number of items of that source"), s) for s, size in enumerate(sizes)]
-
-
-@overload
-def source_position(index: int, size: int) -> tuple[int, int]: ...
-@overload
-def source_position(index: npt.ArrayLike, size: int) -> tuple[IntArray, IntArray]: ...
-def source_position(index: Any, size: int) -> Any:
-    """``(source epoch, position within that epoch's order)`` of index *index* of a source of *size* items.
-
-    >>> source_position(7, 3), source_position(np.array([0, 2, 3]), 3)
-    ((2, 1), (array([0, 0, 1]), array([0, 2, 0])))
-    """
-    size = check_positive(size, "size", "the number of items of the source")
-    if is_integer(index):
-        epoch, position = divmod(check_non_negative(index, "index", "an index within the source"), size)
-        return epoch, position
-    indices = np.asarray(index, dtype=np.int64)
-    if indices.size and int(indices.min()) < 0:
-        raise ConfigError(f"index={short_repr(index)} must be non-negative; pass indices within the source")
-    epochs, positions = np.divmod(indices, size)
-    return epochs, positions
-
-
-def source_items(indices: npt.ArrayLike, size: int, order: EpochOrder) -> IntArray:
-    """Item numbers of a source at *indices* within its stream: ``order(epoch)[position]``.
-
-    *order* maps a source epoch to anything indexable by position (a numpy array
-    is indexed with one gather; any other sequence item by item), e.g. one of
-    `seeded_orders`.  Each epoch's order is fetched once per call.
-
-    >>> source_items([0, 1, 2, 3, 4], 2, lambda epoch: [1, 0] if epoch % 2 else [0, 1]).tolist()
-    [0, 1, 1, 0, 0]
-    """
-    epochs, positions = source_position(np.asarray(indices, dtype=np.int64), size)
-    items = np.empty(positions.shape, dtype=np.int64)
-    for epoch in np.unique(epochs).tolist():
-        chosen = epochs == epoch
-        epoch_order = order(int(epoch))
-        if isinstance(epoch_order, np.ndarray):
-            items[chosen] = epoch_order[positions[chosen]]
-        else:
-            items[chosen] = [int(epoch_order[int(p)]) for p in positions[chosen].tolist()]
-    return items

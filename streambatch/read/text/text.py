@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 
-from ..io.files import short_path
-from ..model.documents import Document, Partition
-from . import inputs as _inputs
-from .blocks import Block, ReadOptions, batches, partition_codes, read_options, text_block
-from .select import InputFile, select_inputs
+from ...io.files import short_path
+from ...model.documents import Document, Partition
+from .. import inputs as _inputs
+from ..blocks import Block, ReadOptions, batches, partition_codes, read_options, text_block
+from ..select import InputFile, select_inputs
 from .tokenizers import TokenizerSpec
 
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ...errors import ConfigError
+from ...errors import ConfigError, StreamBatchError
 from ...io.files import short_path
 from ...io.mixture_file import MixtureSource
 from ...model.documents import Partition
 from ..pack.rows import pack as pack_rows
 from ..windows.windows import windows
-from .mix_parts import Part
 from .mixture import Mixture, mix
+from .parts import Part
 
 
 def as_mixture(
@@ -37,21 +37,10 @@ def as_mixture(
     plan_dir: str | os.PathLike[str] | None,
     pack: bool = False,
 ) -> Mixture | None:
-    """The `Mixture` *source* is or names (of packed rows with *pack*), else None."""
-    if isinstance(source, Mixture):
-        if pack and not source.packed:
-            raise ConfigError("pack=True but the mixture passed blends windows; mix sb.pack(...) parts, or drop pack")
-        have = {"context_length": source.context_length, "stride": source.config.stride}
-        for key, value in {"context_length": context_length, "stride": stride}.items():
-            if value is not None and value != have[key]:
-                raise ConfigError(f"{key}={value!r} but the mixture passed has {key}={have[key]}; leave it out or match it")
-        if partition is not None and Partition.parse(partition, "epoch") != source.partition:
-            raise ConfigError(f"partition={partition!r} but the mixture passed is of {source.partition.value!r}")
-        if seed is not None and seed != source.seed:
-            raise ConfigError(
-                f"seed={seed!r} but the mixture passed has seed {source.seed}; leave it out or use mixture.reseeded"
-            )
-        return source
+    """The `Mixture` a mixture file *source* names (of packed rows with *pack*), else None.
+
+    A mixture passed itself is items: `streambatch.config.items_of` checks it.
+    """
     if not isinstance(source, MixtureSource):
         return None
     if context_length is None:
@@ -77,4 +66,7 @@ def as_mixture(
             for store in source.stores
         ]  # fmt: skip
     spec = source.spec
-    return mix(parts, spec.weights, seed=seed, length=spec.length, names=spec.names, plan_dir=plan_dir)
+    try:
+        return mix(parts, spec.weights, seed=seed, length=spec.length, names=spec.names, plan_dir=plan_dir)
+    except StreamBatchError as err:  # what the file asks for cannot be mixed: name the file
+        raise type(err)(f"{short_path(source.path)}: {err}") from None

@@ -15,8 +15,9 @@ from typing import Any
 from ..._checks import short_repr
 from ...errors import ConfigError
 from ..pack.rows import Rows
+from ..protocol import PlannedItems
 from ..windows.windows import Windows
-from .mix import MAX_SOURCES
+from .plan import MAX_SOURCES
 
 __all__ = ["check_names", "check_parts"]
 
@@ -25,13 +26,13 @@ Part = Windows | Rows
 
 def check_parts(parts: Any) -> tuple[Part, ...]:
     """*parts* as a tuple of whole `Windows` (or whole packed `Rows`) in document order sharing one configuration."""
-    if isinstance(parts, (str, bytes, Windows, Rows)) or not isinstance(parts, Sequence):
+    if isinstance(parts, (str, bytes)) or not isinstance(parts, Sequence) or hasattr(parts, "gather_batches"):
         raise ConfigError(f"parts={short_repr(parts)} must be a list of sb.windows(...) or of sb.pack(...), one per source")
-    found = tuple(parts)
+    found: tuple[Any, ...] = tuple(parts)
     if not 1 <= len(found) <= MAX_SOURCES:
         raise ConfigError(f"parts has {len(found)} entries; a mixture takes 1 to {MAX_SOURCES} sources")
     for s, part in enumerate(found):
-        if not isinstance(part, Windows | Rows):
+        if not isinstance(found[s], PlannedItems):
             raise ConfigError(
                 f"parts[{s}]={short_repr(part)} is neither streambatch.Windows nor packed Rows; "
                 "pass sb.windows(source, ...) or sb.pack(source, ...)"
@@ -48,7 +49,7 @@ def check_parts(parts: Any) -> tuple[Part, ...]:
                 f"{part.partition.value!r} but parts[0] has {found[0].context_length}, {found[0].config.stride}, "
                 f"{found[0].partition.value!r}; every source of a mixture needs the same"
             )
-        if isinstance(part, Rows) and isinstance(found[0], Rows) and part.space.pad_id != found[0].space.pad_id:
+        if part.packed and part.space.pad_id != found[0].space.pad_id:
             raise ConfigError(
                 f"parts[{s}] pads with pad_id={part.space.pad_id} but parts[0] with {found[0].space.pad_id}; "
                 "pack every source with the same pad_id"
@@ -56,13 +57,13 @@ def check_parts(parts: Any) -> tuple[Part, ...]:
     return found
 
 
-def _kind(part: Part) -> str:
-    return "packed rows (sb.pack)" if isinstance(part, Rows) else "windows (sb.windows)"
+def _kind(part: Any) -> str:
+    return str(part.KIND)
 
 
 def _check_whole(s: int, part: Part) -> None:
     if isinstance(part, Rows):
-        whole = part.is_sequential and len(part) == len(part.packed)
+        whole = part.is_sequential and len(part) == len(part.packing)
         call = "sb.pack(source, context_length=T)"
     else:
         whole = part.is_sequential and len(part) == part.window_index.window_count

@@ -7,14 +7,14 @@ share one dtype, one read-only record view spans them all (as
 is one gather per buffer, whatever the mix; otherwise each store's rows are
 copied into their rows of the final arrays, widened to the common dtype.
 
-`MixtureBatch` is a `MiniBatch` whose rows carry ``sources`` (one source id per
-row); its provenance is resolved per source.
+A mixture's batch is a `streambatch.MiniBatch` whose rows carry ``sources`` (one
+source id per row); its provenance is resolved per source.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -23,24 +23,11 @@ import numpy.typing as npt
 
 from ...errors import AccumulationError, DataError
 from ...model.corpus import Corpus
-from ...model.documents import PARTITIONS, Partition
 from ...model.store import DocumentStore
-from ...stages.batch import MiniBatch, WindowProvenance
+from ...stages.batch import MiniBatch, SourceArray, present
 from ...stages.reduce import TokenSums
-from ..windows.gather import RowGather, spanning_records
-from ..windows.window_index import IntArray
+from ..windows.gather import StoreGather, spanning_records
 from ..windows.windows import WindowSpace
-
-SourceArray = npt.NDArray[np.uint8]
-
-
-def present(values: npt.NDArray[Any]) -> list[int]:
-    """The distinct values of small non-negative ints (source ids, epochs, shards), sorted: one bincount, no sort."""
-    if not values.size:
-        return []
-    low = int(values.min())
-    found: list[int] = (np.flatnonzero(np.bincount(values - low if low else values)) + low).tolist()
-    return found
 
 
 def _stores(space: WindowSpace) -> tuple[list[DocumentStore], list[int]]:
@@ -83,7 +70,7 @@ class MixGather:
         self._last = self._bases + sizes - (length + 1)  # the last start where T + 1 tokens fit
         self._dtype = np.result_type(*(s.tokens.dtype for s in shards))
         self._tokens = tuple(s.tokens for s in shards)  # kept alive with the views below
-        self._gathers = [RowGather(s, length) for s in shards]
+        self._gathers = [StoreGather(s, length) for s in shards]
         self._span = spanning_records(self._tokens, self._bases, length)
         self._limit = [int(space.store.flat_size) - (length + 1) for space in spaces]  # the last start in each source
         single = all(isinstance(space.store, DocumentStore) for space in spaces)  # one shard per source
@@ -99,9 +86,9 @@ class MixGather:
 
     def __call__(self, sources: SourceArray, positions: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` of rows starting at *positions* of *sources* (one source id per row)."""
-        return self.take(self.rows(sources, positions))
+        return self.take(self.where(sources, positions))
 
-    def rows(self, sources: SourceArray, positions: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], ...]:
+    def where(self, sources: SourceArray, positions: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], ...]:
         """Where the rows are read, checked once (for many batches at a time): give slices of it to `take`.
 
         Sources of one store each, whose positions `check_bound` passed: one add per row.
@@ -138,113 +125,13 @@ class MixGather:
         return inputs, targets
 
 
-class MixtureBatch(MiniBatch):
-    """A `MiniBatch` of a mixture: ``sources[r]`` is row *r*'s source, ``positions[r]`` its start in that source.
-
-    ``spaces[s]`` is source *s*'s window space; ``space`` is source 0's (kept for
-    the `MiniBatch` interface).  Document indices, starts, ids, partitions and
-    window numbers are those of each row's own source.
-    """
-
-    __slots__ = ("names", "sources", "spaces")
-
-    def __init__(
-        self,
-        index: int,
-        inputs: npt.NDArray[Any],
-        targets: npt.NDArray[Any],
-        positions: npt.NDArray[Any],
-        sources: SourceArray,
-        spaces: tuple[WindowSpace, ...],
-        names: tuple[str, ...],
-        epoch: int = 0,
-    ) -> None:
-        super().__init__(index, inputs, targets, positions, spaces[0], epoch)
-        self.sources = sources
-        self.spaces = spaces
-        self.names = names
-
-    def in_epoch(self, epoch: int) -> MixtureBatch:
-        """This batch placed in epoch *epoch* of a run: a new batch sharing the same arrays."""
-        return MixtureBatch(self.index, self.inputs, self.targets, self.positions, self.sources, self.spaces, self.names, epoch)
-
-    def _per_source(self, values: Callable[[WindowSpace, npt.NDArray[Any], npt.NDArray[np.bool_]], Any], dtype: Any) -> Any:
-        out = np.zeros(self.sources.size, dtype=dtype)
-        for s in present(self.sources):
-            rows = self.sources == s
-            out[rows] = values(self.spaces[s], self.positions[rows], rows)
-        return out
-
-    def _locate(self) -> tuple[IntArray, IntArray]:
-        if self._located is None:
-            documents = self._per_source(lambda space, at, _: space.index.locate_positions(at)[0], np.int64)
-            starts = self._per_source(lambda space, at, _: space.index.locate_positions(at)[1], np.int64)
-            self._located = (documents, starts)
-        return self._located
-
-    @property
-    def source_names(self) -> list[str]:
-        """The name of each row's source."""
-        return [self.names[s] for s in self.sources.tolist()]
-
-    @property
-    def shards(self) -> IntArray:
-        """Store of each row within its source (0 for a source of one store)."""
-        documents = self.document_indices
-        result: IntArray = self._per_source(lambda space, _, rows: space.store.shard_of(documents[rows]), np.int64)
-        return result
-
-    @property
-    def window_numbers(self) -> IntArray:
-        """Window number of each row within its source."""
-        result: IntArray = self._per_source(lambda space, at, _: space.index.windows_at(at), np.int64)
-        return result
-
-    @property
-    def partitions(self) -> tuple[Partition, ...]:
-        """Partition of each row."""
-        documents = self.document_indices
-        codes = self._per_source(lambda space, _, rows: space.store.partition_codes[documents[rows]], np.uint8)
-        return tuple(PARTITIONS[c] for c in codes.tolist())
-
-    @property
-    def document_ids(self) -> list[str]:
-        """Document id of each row (within its source)."""
-        return [self.spaces[s].store.ids[d] for s, d in zip(self.sources.tolist(), self.document_indices.tolist(), strict=True)]
-
-    @property
-    def provenance(self) -> tuple[WindowProvenance, ...]:
-        """Per row: document id, document index, start, partition and store, within the row's source."""
-        rows = zip(
-            self.document_ids,
-            self.document_indices.tolist(),
-            self.starts.tolist(),
-            self.partitions,
-            self.shards.tolist(),
-            strict=True,
-        )
-        return tuple(WindowProvenance(i, d, s, p, k) for i, d, s, p, k in rows)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, MixtureBatch):
-            return NotImplemented
-        return np.array_equal(self.sources, other.sources) and super().__eq__(other)
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        epoch = f"epoch={self.epoch}, " if self.epoch else ""
-        counts = np.bincount(self.sources, minlength=len(self.names)).tolist()
-        return f"MixtureBatch({epoch}index={self.index}, shape={self.shape}, rows per source={counts})"
-
-
 def source_sums(batch: MiniBatch, row_loss_sums: npt.ArrayLike, gradient_sum: Any = None) -> TokenSums:
     """A batch's raw `TokenSums` with per-source sums: *row_loss_sums* holds each row's summed token loss.
 
     *gradient_sum* (default: one zero) is the batch's gradient sums; per-source sums carry losses and counts only.
 
     Every row of windows holds ``T`` target tokens; a packed row (a mixture of packed
-    rows, `streambatch.items.mix.mix_rows.PackedMixtureBatch`) holds its real targets
+    rows) holds its real targets
     only (``loss_mask``: padding never counts, and its row loss sum must leave the
     padding out).  Rows of one source add (``math.fsum``, exact up to one rounding)
     into that source's `TokenSums`.  A batch without ``sources`` (one store) gives
@@ -266,10 +153,10 @@ def source_sums(batch: MiniBatch, row_loss_sums: npt.ArrayLike, gradient_sum: An
     T = batch.context_length
     zero = np.zeros(1)
     total = TokenSums(math.fsum(losses.tolist()), batch.token_count, zero if gradient_sum is None else gradient_sum)
-    sources: SourceArray | None = getattr(batch, "sources", None)  # a mixture's batch, of windows or packed rows
+    sources = batch.sources  # a mixture's batch, of windows or packed rows
     if sources is None:
         return total
-    mask: npt.NDArray[np.bool_] | None = getattr(batch, "loss_mask", None)  # packed rows: real targets only
+    mask = batch.loss_mask  # packed rows: real targets only
     targets = np.full(sources.size, T, dtype=np.int64) if mask is None else np.count_nonzero(mask, axis=1)
     per = {
         s: TokenSums(math.fsum(losses[sources == s].tolist()), int(targets[sources == s].sum()), zero) for s in present(sources)

@@ -1,0 +1,67 @@
+"""The one configuration `Epoch` and `Run` share: what to read and how, checked once, passed whole.
+
+`Epoch(source, **keywords)` and `Run(source, **keywords)` keep their keyword
+signatures; each builds one `EpochConfig` and hands it on whole (`Run` to each of
+its epochs), so no keyword is forwarded one by one.  `items_of` turns a source into
+the items a façade reads, with the one rule for items passed in
+(`streambatch.items.protocol.check_agrees`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError
+from .items.mix.source import as_mixture
+from .items.pack.rows import pack
+from .items.protocol import Items, check_agrees
+from .items.windows.windows import windows
+from .model.documents import Partition
+
+__all__ = ["EpochConfig", "items_of"]
+
+
+@dataclass(frozen=True)
+class EpochConfig:
+    """What an epoch reads besides its source: the keywords of `streambatch.Epoch` (and of `streambatch.Run`)."""
+
+    batch_size: int
+    seed: Any = None  # an int, None (document order), or `streambatch.epoch.UNSET` (not passed)
+    context_length: int | None = None
+    stride: int | None = None
+    partition: Partition | str | None = None
+    keep_partition: bool = False
+    plan_dir: str | os.PathLike[str] | None = None
+    verify_plan: bool = False
+    pack: bool = False
+
+
+def items_of(source: Any, config: EpochConfig, seed: int | None) -> Any:
+    """The items a façade reads: *source* itself when it is items, a mixture file's `Mixture`, else
+    ``sb.windows(source, ...)`` (``sb.pack`` with ``pack=True``).
+
+    Given items (windows, packed rows or a mixture), the window arguments may be left out; given, they must agree.
+    """
+    if isinstance(source, Items) and not isinstance(source, str | bytes):
+        check_agrees(source, context_length=config.context_length, stride=config.stride, partition=config.partition,
+                     pack=config.pack)  # fmt: skip
+        return source
+    mixture = as_mixture(
+        source, context_length=config.context_length, stride=config.stride, partition=config.partition,
+        keep_partition=config.keep_partition, seed=seed, plan_dir=config.plan_dir, pack=config.pack,
+    )  # fmt: skip
+    if mixture is not None:
+        return mixture
+    if config.context_length is None:
+        raise ConfigError("context_length is required; pass the number of input tokens per window (T)")
+    chosen = Partition.TRAIN if config.partition is None else config.partition
+    if config.pack:
+        if config.stride is not None:
+            raise ConfigError(f"stride={config.stride!r} with pack=True; packing cuts pieces at stride T: leave stride out")
+        return pack(source, context_length=config.context_length, partition=chosen, keep_partition=config.keep_partition,
+                    plan_dir=config.plan_dir)  # fmt: skip
+    stride = 1 if config.stride is None else config.stride
+    return windows(source, context_length=config.context_length, stride=stride, partition=chosen,
+                   keep_partition=config.keep_partition)  # fmt: skip
