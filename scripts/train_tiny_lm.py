@@ -154,7 +154,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str)
     if rank == 0:
         items = "packed rows" if args.pack else "windows"
         print(
-            f"corpus: {len(store)} files, {store.tokens.size:,} byte tokens; {dataset.epoch.window_count:,} {items} of "
+            f"corpus: {len(store)} files, {store.tokens.size:,} byte tokens; {dataset.epoch.item_count:,} {items} of "
             f"T={args.context_length}, {len(dataset)} batches of <= {args.batch_size} per epoch; world size {world_size}"
         )
         mode = "pack" if args.pack else "sft" if args.sft else "windows"

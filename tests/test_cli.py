@@ -72,7 +72,10 @@ def test_epoch_sequential_with_stride_to_file(fixture_file: Path, tmp_path: Path
         (["epoch", "{file}", "-T", "2", "-B", "3"], "one of the arguments --seed --sequential is required"),
         (["epoch", "{missing}", "-T", "2", "-B", "3", "--seed", "1"], "cannot open"),
         (["epoch", "{bad}", "-T", "2", "-B", "3", "--seed", "1"], r"bad.jsonl:2 \(document id='x'\): token\[0\]=1.5"),
-        (["epoch", "{file}", "-T", "2", "-B", "3", "--seed", "1", "--partition", "test"], "not the epoch's 'test'"),
+        (
+            ["epoch", "{file}", "-T", "2", "-B", "3", "--seed", "1", "--partition", "test"],
+            "no document is in the epoch's partition 'test'",
+        ),
         (["nope"], "invalid choice"),
     ],
     ids=["T", "B", "seed", "no-order", "missing", "bad-token", "partition", "command"],

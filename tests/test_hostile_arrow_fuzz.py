@@ -66,7 +66,7 @@ def test_an_invalid_record_batch_is_refused_before_it_is_read(tmp_path: Path) ->
     import pyarrow as pa
 
     from streambatch.errors import DataError
-    from streambatch.read.arrow import iter_arrow
+    from streambatch.read.columns.arrow import iter_arrow
 
     path = tmp_path / "bad.arrow"
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, pa.schema([("text", pa.string())])) as writer:

@@ -127,7 +127,6 @@ KINDS = {  # the item and batch classes (and their 0.3 aliases) an isinstance ca
     "Windows", "Rows", "PackedRows", "Mixture", "PlannedItems", "Items", "Chunks", "Batches", "MixSpace",
     "MiniBatch", "PackedBatch", "MixtureBatch", "PackedMixtureBatch",
 }  # fmt: skip
-KEYED = {"stages/plan.py", "stages/plan_check.py"}  # become the one keyed-file module (issue 22, item 3): counted there
 DISPATCH_LIMIT = 8
 
 
@@ -172,7 +171,7 @@ def test_kind_dispatches_counts_what_it_should(tmp_path: Path) -> None:
 
 def test_at_most_eight_item_or_batch_dispatches() -> None:
     """Each item kind gathers itself and every batch is a `MiniBatch`: stages, façades and tools ask no kind."""
-    found = kind_dispatches(PACKAGE, KEYED)
+    found = kind_dispatches(PACKAGE)
     assert len(found) <= DISPATCH_LIMIT, found
 
 

@@ -77,15 +77,17 @@ def jsonl(tmp_path: Path) -> Path:
 def test_inspect_pack_text_shows_both_modes(jsonl: Path) -> None:
     status, text = run(["inspect", str(jsonl), "-T", "3", "-B", "2", "--pack"])
     assert status == 0
-    table = text[text.index("T=3: windows at stride 3 vs packed") :].splitlines()
-    assert table[0].split("  ")[-1].strip() == "validation: packed"
+    # the mode asked for first: the packed table, then the window mode's
+    assert text.index("T=3: packed vs windows at stride 3") < text.index("windows: T=3, stride=3, B=2")
+    table = text[text.index("T=3: packed vs windows at stride 3") :].split("\n\n")[0].splitlines()
+    assert table[0].split("  ")[-1].strip() == "validation: windows"
     cells = {line[:24].strip(): line[24:].split() for line in table[1:]}
     # train: targets 4 + 3 + 1 = 8; windows at stride 3 cover a@0 and b@0 (6); packing covers all 8 in 3 rows, 1 pad
-    assert " ".join(cells["target tokens covered"]) == "6 (75.0 %) 8 (100.0 %) 3 (75.0 %) 4 (100.0 %)"
-    assert cells["documents seen"] == ["2", "3", "1", "1"]
-    assert cells["rows of 3 positions"] == ["2", "3", "1", "2"]
-    assert cells["pad share of positions"] == ["0.000", "%", "11.111", "%", "0.000", "%", "33.333", "%"]
-    assert cells["batches"] == ["1", "2", "1", "1"]
+    assert " ".join(cells["target tokens covered"]) == "8 (100.0 %) 6 (75.0 %) 4 (100.0 %) 3 (75.0 %)"
+    assert cells["documents seen"] == ["3", "2", "1", "1"]
+    assert cells["rows of 3 positions"] == ["3", "2", "2", "1"]
+    assert cells["pad share of positions"] == ["11.111", "%", "0.000", "%", "33.333", "%", "0.000", "%"]
+    assert cells["batches"] == ["2", "1", "1", "1"]
 
 
 def test_inspect_pack_json_matches_the_library(jsonl: Path) -> None:

@@ -37,10 +37,12 @@ T, B, SEED = 4, 3, 7
 
 
 def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Status, stdout and stderr of the command; stderr without its notes (a mixture's repeats)."""
     capsys.readouterr()
     out = io.StringIO()
     status = main(argv, out)
-    return status, out.getvalue(), capsys.readouterr().err
+    err = "".join(line for line in capsys.readouterr().err.splitlines(True) if not line.startswith("streambatch: note:"))
+    return status, out.getvalue(), err
 
 
 class Files:
@@ -55,7 +57,7 @@ class Files:
                 docs.append(sb.Document(f"v{i}", "validation", np.arange(7 + i % 3) + 500 + i))
         sb.write_store(root / "store", docs)
         sb.write_store(root / "web", [sb.Document(f"w{i}", "train", range(100 * i, 100 * i + 18)) for i in range(3)])
-        sb.write_store(root / "code", [sb.Document("c0", "train", range(1000, 1006))])
+        sb.write_store(root / "code", [sb.Document("c0", "train", range(1000, 1018))])
         entries = [{"name": "web", "path": "web", "weight": 0.75}, {"name": "code", "path": "code", "weight": 0.25}]
         (root / "mixture.json").write_text(json.dumps({"sources": entries}))
         self.store = root / "store"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import streambatch as sb
-from streambatch.read.hf import iter_hf
+from streambatch.read.columns.hf import iter_hf
 from streambatch.read.jsonl import iter_records
 from streambatch.read.text.masks import ChatTemplate
 

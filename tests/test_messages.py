@@ -14,7 +14,7 @@ import pytest
 
 import streambatch as sb
 from streambatch.cli import main
-from streambatch.read.parquet import iter_parquet
+from streambatch.read.columns.parquet import iter_parquet
 from streambatch.tools.inspect import format_summary, inspect_source
 
 try:

@@ -269,18 +269,3 @@ def test_every_refusal_is_a_streambatch_error() -> None:
     ):
         with pytest.raises(StreamBatchError):
             call()
-
-
-def test_readme_mixture_example_runs() -> None:
-    """The README's Mixtures example runs as written and prints the block after it."""
-    import contextlib
-    import io
-    import re
-
-    text = (Path(__file__).parents[1] / "README.md").read_text().split("## Mixtures", 1)[1]
-    shown = re.search(r"```python\n(.*?)```\n\nprints\n\n```\n(.*?)```", text, flags=re.S)
-    assert shown is not None
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(shown.group(1), "README.md", "exec"), {})
-    assert out.getvalue() == shown.group(2)

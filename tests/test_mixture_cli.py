@@ -154,7 +154,7 @@ def test_audit_proves_a_mixture(mixture: Path, workers: int, world: int) -> None
     code, text = run(["audit", str(mixture), *ARGS, "--workers", str(workers), "--world-size", str(world)])
     assert code == 0
     assert text.startswith(
-        "PROOF|coverage=64/64|duplicates=0|prefix_bound=ok|source_order=ok|no_repeat_in_source_epoch=ok|tokens=ok|sources=2"
+        "PROOF|coverage=64/64|duplicates=0|tijdeman_order=ok|prefix_bound=ok|source_order=ok|no_repeat_in_source_epoch=ok|tokens=ok|sources=2"
     )
 
 

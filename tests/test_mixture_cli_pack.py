@@ -86,7 +86,7 @@ def test_inspect_shows_each_sources_rows_and_targets(mixture: Path) -> None:
 def test_audit_proves_a_packed_mixture(mixture: Path, workers: int, world: int) -> None:
     code, text = run(["audit", str(mixture), *ARGS, "--workers", str(workers), "--world-size", str(world)])
     assert code == 0
-    assert text.startswith("PROOF|coverage=40/40|duplicates=0|prefix_bound=ok")
+    assert text.startswith("PROOF|coverage=40/40|duplicates=0|tijdeman_order=ok|prefix_bound=ok")
     assert "every_target_once_per_source_epoch" in text
 
 

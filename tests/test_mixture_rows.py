@@ -355,21 +355,6 @@ def test_plan_files_of_a_packed_mixture_are_shared(tmp_path: Path) -> None:
     )
 
 
-def test_readme_packed_mixture_example_runs() -> None:
-    """The README's example of a mixture of packed rows runs as written and prints the block after it."""
-    import contextlib
-    import io
-    import re
-
-    text = (Path(__file__).parents[1] / "README.md").read_text().split("**Mixtures of packed rows.**", 1)[1]
-    shown = re.search(r"```python\n(.*?)```\n\nprints\n\n```\n(.*?)```", text, flags=re.S)
-    assert shown is not None
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(shown.group(1), "README.md", "exec"), {})
-    assert out.getvalue() == shown.group(2)
-
-
 @pytest.mark.skipif(GATHER_BACKEND != "c", reason="the C gather is not built")
 def test_the_kernel_refuses_bad_kinds_and_unlike_sources() -> None:
     parts = [packed_source(s, [9, 5], T=3) for s in range(2)]

@@ -78,8 +78,13 @@ def test_run_requires_a_seed_and_the_cli_requires_an_order(docs_jsonl: Path, cap
 
 
 def test_every_readme_and_docstring_epoch_names_a_seed() -> None:
-    """Every `Epoch(` call in the README, the package's docstrings and the scripts passes seed= (or passes windows)."""
-    texts = [ROOT / "README.md", *sorted((ROOT / "streambatch").rglob("*.py")), *sorted((ROOT / "scripts").glob("*.py"))]
+    """Every `Epoch(` call in the README, docs/, the package's docstrings and the scripts passes seed= (or passes windows)."""
+    texts = [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "streambatch").rglob("*.py")),
+        *sorted((ROOT / "scripts").glob("*.py")),
+    ]
     missing = []
     for path in texts:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):

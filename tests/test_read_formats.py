@@ -16,11 +16,11 @@ import streambatch as sb
 from streambatch.prepare import iter_files
 from streambatch.read import bin as bin_format
 from streambatch.read import inputs as _inputs
-from streambatch.read.arrow import iter_arrow
 from streambatch.read.bin import iter_bin
-from streambatch.read.hf import iter_hf
+from streambatch.read.columns.arrow import iter_arrow
+from streambatch.read.columns.hf import iter_hf
+from streambatch.read.columns.parquet import iter_parquet
 from streambatch.read.npy import iter_npy
-from streambatch.read.parquet import iter_parquet
 from streambatch.read.select import format_of
 from streambatch.read.text.byte_tokens import byte_detokenize
 from streambatch.read.text.tokenizers import ByteTokenizer

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import inspect
-import io
 import itertools
 import json
-import re
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -330,13 +326,3 @@ def test_a_store_on_disk_uses_its_own_fingerprint(tmp_path: Any) -> None:
     store = sb.write_store(tmp_path / "s", _docs())
     run = sb.Run(store, context_length=3, batch_size=4, seed=9)
     assert store.fingerprint == run.state_dict()["fingerprint"]
-
-
-def test_readme_example_runs() -> None:
-    """The README's "Long runs and resume" example resumes at epoch 1, batch 0, as it says."""
-    section = (Path(__file__).parents[1] / "README.md").read_text().split("## Long runs and resume", 1)[1]
-    block = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(block, "README.md", "exec"), {})
-    assert "[(1, 0), (1, 1)]\n" == out.getvalue()

@@ -43,14 +43,19 @@ class _Parser(argparse.ArgumentParser):
 
 def _demo(args: argparse.Namespace, out: IO[str]) -> None:
     evidence = chapter.learner_evidence()
-    if "-" not in (args.svg, args.html):  # else the figure alone goes to standard output
+    figure = args.svg is not None or args.html is not None
+    if "-" not in (args.svg, args.html) and (args.trace or not figure):  # a figure replaces the report, as in trace
         out.write(chapter.diagram_trace(evidence) if args.trace else chapter.learner_report(evidence))
-    if args.svg or args.html:  # the chapter's figure, its PROOF line underneath
+    if figure:  # the chapter's figure, its PROOF line underneath
         from ..tools.figure import figure_title, write_figure
 
-        title = f"Chapter 21's epoch: {figure_title(evidence.epoch)}"
+        epoch = evidence.epoch
+        title = f"Chapter 21's epoch: {figure_title(epoch)}"
         notes = [chapter.proof_line(evidence)]
-        write_figure(evidence.epoch, svg=args.svg, html_path=args.html, notes=notes, title=title, stdout=out)
+        report = sys.stderr if "-" in (args.svg, args.html) else out  # the figure itself goes to stdout
+        for path in write_figure(epoch, svg=args.svg, html_path=args.html, notes=notes, title=title, stdout=out):
+            where = "standard output" if path == "-" else short_path(path)
+            report.write(f"wrote {where}: the chapter's epoch, {epoch.window_count} windows, {epoch.batch_count} batches\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,8 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="print the chapter's worked epoch (report, or --trace)")
     demo.add_argument("--trace", action="store_true", help="print the diagram trace instead of the report")
-    demo.add_argument("--svg", help="also draw the chapter's epoch to this SVG file (-: standard output, instead of the report)")
-    demo.add_argument("--html", help="also write an HTML page with the figure, a title and a legend (-: standard output)")
+    demo.add_argument(
+        "--svg", help="draw the chapter's epoch to this SVG file instead of printing the report (-: standard output)"
+    )
+    demo.add_argument(
+        "--html",
+        help="write an HTML page with the figure, a title and a legend instead of printing the report (-: standard output)",
+    )
     demo.set_defaults(run=_demo)
 
     register_epoch_command(commands)

@@ -106,7 +106,7 @@ def read_mixture_file(path: PathLike) -> MixtureSpec:
     """Read and validate *path*; every refusal is a `ConfigError` naming the file and the entry."""
     where = os.fspath(path)
     shown = short_path(where)
-    fix = "see the mixture.json schema in the README (Mixtures)"
+    fix = "see the mixture.json schema in docs/mixtures.md"
     strict = (
         f"a mixture file is strict JSON (finite numbers: no NaN, Infinity or 1e309; no trailing comma) of at most 1 MiB; {fix}"
     )

@@ -218,6 +218,24 @@ class PlannedItems(Sequence[int]):
             return type(self)(self._space)
         return type(self)(self._space, report.entries, 0, report.kept)
 
+    ITEM = "item"  # one item, as a message names it
+
+    def plan_key_fields(self) -> dict[str, Any]:
+        """What names a plan file of these items, besides the seed (`streambatch.stages.plan.plan_key`)."""
+        raise NotImplementedError
+
+    def fill_plan(self, values: npt.NDArray[Any]) -> None:
+        """Write every item's plan entry, in the natural order, into *values* (in bounded blocks): its number."""
+        for lo in range(0, values.size, ITER_BLOCK):
+            hi = min(lo + ITER_BLOCK, values.size)
+            values[lo:hi] = np.arange(lo, hi, dtype=values.dtype)
+
+    def plan_entries(self, block: npt.NDArray[np.integer], total: int) -> npt.NDArray[np.int64]:
+        """Each plan entry's item number, -1 where the entry names no item of the *total* (a number past the last)."""
+        numbers = block.astype(np.int64)
+        numbers[(numbers < 0) | (numbers >= total)] = -1
+        return numbers
+
     @property
     def whole_count(self) -> int:
         """Items of the whole space (every window, or every packed row), in any order."""
@@ -225,8 +243,12 @@ class PlannedItems(Sequence[int]):
 
     @property
     def is_whole(self) -> bool:
-        """True for every item of the space in the natural order (what a mixture part and a plan need)."""
-        return self.is_sequential and len(self) == self.whole_count
+        """True for every item of the space in the natural order (what a mixture part and a plan need); under
+        ``skip_untrained``, every kept item in that order."""
+        report = self.untrained
+        if report is None:
+            return self.is_sequential and len(self) == self.whole_count
+        return self._order is None and self._plan is report.entries and len(self) == report.kept
 
     @property
     def space(self) -> Any:

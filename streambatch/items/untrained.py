@@ -101,11 +101,3 @@ def drop_untrained(items: _I) -> _I:
     space.cache = {}
     space.untrained = UntrainedReport(int(entries.size), int(trained.size - entries.size), entries)
     return type(items)(space, entries, 0, entries.size)
-
-
-def is_whole(items: PlannedItems, total: int) -> bool:
-    """Whether *items* are all of their space (*total* items unfiltered) in natural order."""
-    report: UntrainedReport | None = items.untrained
-    if report is None:
-        return items.is_sequential and len(items) == total
-    return items.order is None and items.plan is report.entries and len(items) == report.kept

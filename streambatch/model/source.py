@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from ..errors import ConfigError, PartitionError
 from .corpus import Corpus
-from .documents import Document, Partition
+from .documents import PARTITIONS, Document, Partition
 from .store import DocumentStore
 from .validate import short
 
@@ -73,6 +73,13 @@ def partition_documents(
     inside: npt.NDArray[np.bool_] = np.asarray(source.partition_codes == wanted.code)
     if bool(inside.all()):
         return None
+    if not keep_partition and not bool(inside.any()):  # --keep-partition would give an empty epoch: name the partition
+        present = [PARTITIONS[int(c)].value for c in np.unique(np.asarray(source.partition_codes))]
+        raise PartitionError(
+            f"no document is in the epoch's partition {wanted.value!r} (the source holds "
+            f"{', '.join(repr(p) for p in present)}); read them with --partition {present[0]} on the command line "
+            f"(partition={present[0]!r} in Python)"
+        )
     if not keep_partition:
         index = int(np.flatnonzero(~inside)[0])
         raise PartitionError(

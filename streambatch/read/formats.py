@@ -19,12 +19,12 @@ JSONL and text may be compressed: ``.gz`` (stdlib) or ``.zst`` (``zstd`` extra;
 
 from __future__ import annotations
 
-from .arrow import iter_arrow
 from .bin import iter_bin
-from .hf import iter_hf
+from .columns.arrow import iter_arrow
+from .columns.hf import iter_hf
+from .columns.parquet import iter_parquet
 from .jsonl import iter_jsonl, iter_records
 from .npy import iter_npy
-from .parquet import iter_parquet
 from .select import format_of, select_inputs
 from .text.text import iter_text
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+from .._paths import short_path
+from ..errors import StoreError
 from ..io.formats import open_format
 from ..io.manifest import open_corpus
 from ..io.mixture_file import MixtureSource, is_mixture_file, open_mixture
@@ -50,6 +52,12 @@ def open_source(
     other = open_format(name)  # Megatron-LM's .bin + .idx, datatrove's .ds, or a folder of either
     if other is not None:
         return Source(name, other[0], other[1])
+    if _missing_store(name):  # `data/store` that is not there (nor a Megatron prefix): say what was looked for
+        shown = short_path(name)
+        raise StoreError(
+            f"{shown}: no such store folder (a SOURCE is a store folder, a Megatron-LM prefix, a corpus manifest or "
+            f"mixture file ending in .json, or a JSONL file); prepare the store with `streambatch prepare INPUT -o {shown}`"
+        )
     if os.path.isdir(name):  # a store prepared by `streambatch prepare`
         return Source(name, "store", open_store(name, verify=verify), verified=verify)
     if is_mixture_file(name):  # sources and their weights: a blend
@@ -57,3 +65,9 @@ def open_source(
     if name.lower().endswith(".json"):  # a manifest listing the stores of a sharded corpus
         return Source(name, "corpus", open_corpus(name, verify=verify), verified=verify)
     return Source(name, "jsonl", DocumentStore.from_documents(read_jsonl(name, max_line_bytes=max_line_bytes)))
+
+
+def _missing_store(name: str) -> bool:
+    """Whether *name* is a store folder's bare name (no suffix such as ``.jsonl``, no ``s3://``) that does not exist."""
+    named_as_file = "." in os.path.basename(name.rstrip(os.sep)).lstrip(".")
+    return not named_as_file and "://" not in name and not os.path.lexists(name)

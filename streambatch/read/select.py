@@ -18,7 +18,7 @@ from .._checks import is_integer
 from ..errors import ConfigError, DataError
 from ..io.files import short_path
 from . import inputs as _inputs
-from .hf import is_dataset_folder
+from .columns.hf import is_dataset_folder
 
 
 def format_of(name: str) -> str:

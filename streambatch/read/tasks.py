@@ -18,13 +18,13 @@ from typing import Any
 from ..errors import DataError
 from ..io.files import short_path
 from . import inputs as _inputs
-from .arrow import arrow_blocks
 from .bin import bin_blocks, indexed_blocks
 from .blocks import Block, ReadOptions
-from .hf import dataset_rows_blocks, load_dataset_folder
+from .columns.arrow import arrow_blocks
+from .columns.hf import dataset_rows_blocks, load_dataset_folder
+from .columns.parquet import parquet_blocks, parquet_row_groups
 from .jsonl import jsonl_blocks
 from .npy import npy_blocks
-from .parquet import parquet_blocks, parquet_row_groups
 from .select import InputFile
 from .text.text import text_file_block, text_lines_blocks
 from .text.tokenizers import ByteTokenizer

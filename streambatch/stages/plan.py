@@ -66,10 +66,8 @@ from .._checks import check_seed
 from ..errors import ConfigError, StoreError
 from ..io.files import short_path
 from ..io.keyed_file import KeyedFile, KeyedWriter, computed_once, file_name, open_keyed, write_keyed
-from ..items.pack.pack_file import ALGORITHM
 from ..items.pack.rows import Rows
 from ..items.protocol import ShuffleOrder
-from ..items.untrained import is_whole
 from ..items.windows.windows import Windows
 from .shuffle import permute
 
@@ -93,32 +91,7 @@ def plan_key(windows: Windows | Rows, seed: int) -> dict[str, Any]:
     (7, 3, 'positions', '<u4')
     """
     _check_whole(windows)
-    count = len(windows)
-    if isinstance(windows, Rows):
-        return {
-            "corpus": windows.store.content_fingerprint(),
-            "mode": "pack",
-            "algorithm": ALGORITHM,
-            "context_length": windows.context_length,
-            "partition": windows.partition.value,
-            "seed": check_seed(seed),
-            "rows": count,
-            "holds": "rows",
-            "dtype": np.dtype(windows.space.plan_dtype(count)).newbyteorder("<").str,
-            **_filter_key(windows),
-        }
-    space = windows.space
-    return {
-        "corpus": space.store.content_fingerprint(),
-        "context_length": space.config.context_length,
-        "stride": space.config.stride,
-        "partition": space.partition.value,
-        "seed": check_seed(seed),
-        "windows": count,
-        "holds": "positions" if space.plan_holds_positions else "window_numbers",
-        "dtype": np.dtype(space.plan_dtype(count)).newbyteorder("<").str,
-        **_filter_key(windows),
-    }
+    return {**windows.plan_key_fields(), "seed": check_seed(seed), **_filter_key(windows)}
 
 
 def _filter_key(windows: Windows | Rows) -> dict[str, Any]:
@@ -137,10 +110,9 @@ def _file_name(key: dict[str, Any]) -> str:
 
 
 def _check_whole(windows: Windows | Rows) -> None:
-    if not isinstance(windows, Windows | Rows):
+    if getattr(windows, "plan_key_fields", None) is None:  # the items a plan file orders: windows, packed rows
         raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
-    total = len(windows.packing) if isinstance(windows, Rows) else windows.window_index.window_count
-    if not is_whole(windows, total):
+    if not windows.is_whole:
         raise ConfigError(
             f"windows={windows!r} is a view or already ordered; a plan file orders every window of a source: "
             "pass sb.windows(source, ...) itself"
@@ -237,12 +209,8 @@ def _fill(values: npt.NDArray[Any], windows: Windows | Rows) -> None:
     """Write every item's plan entry (document order) into *values*, in bounded blocks."""
     if windows.untrained is not None:  # the kept items of skip_untrained
         values[:] = windows.untrained.entries
-    elif isinstance(windows, Windows) and windows.space.plan_holds_positions:
-        windows.space.index.all_positions(values.dtype, out=values)
     else:
-        for lo in range(0, values.size, _BLOCK):
-            hi = min(lo + _BLOCK, values.size)
-            values[lo:hi] = np.arange(lo, hi, dtype=values.dtype)
+        windows.fill_plan(values)
 
 
 def open_plan(path: PathLike, key: dict[str, Any]) -> tuple[npt.NDArray[Any], KeyedFile]:

@@ -63,20 +63,16 @@ def verify_plan(ordered: Windows | Rows, keyed: KeyedFile) -> None:
 
 def _total(ordered: Windows | Rows) -> int:
     """Items a whole plan of *ordered* holds: every window, or every packed row."""
-    return ordered.space.index.window_count if isinstance(ordered, Windows) else len(Rows(ordered.space))
+    return ordered.whole_count
 
 
 def _noun(ordered: Windows | Rows) -> str:
-    return "window" if isinstance(ordered, Windows) else "packed row"
+    return ordered.ITEM
 
 
 def _entries(ordered: Windows | Rows, block: npt.NDArray[np.integer], total: int) -> npt.NDArray[np.int64]:
     """Each entry's item number, -1 where the entry names no item (not a window start; a row past the last)."""
-    if isinstance(ordered, Windows):
-        return ordered.space.index.entry_windows(block, ordered.space.plan_holds_positions)
-    numbers = block.astype(np.int64)
-    numbers[(numbers < 0) | (numbers >= total)] = -1
-    return numbers
+    return ordered.plan_entries(block, total)
 
 
 def _mark(seen: npt.NDArray[np.uint8], numbers: npt.NDArray[np.int64]) -> None:

@@ -209,6 +209,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     corner = "partition" if T is None else f"T={T}, stride={summary['stride']}"
     if "batch_size" in summary:
         corner += f", B={summary['batch_size']}"
+    if T is not None and summary.get("pack"):
+        corner = f"windows: {corner}"  # below the packed table: the window mode it is compared with
     rows = [("documents", [format_count(p["documents"]) for p in parts.values()])]
     rows.append(("tokens", [format_count(p["tokens"]) for p in parts.values()]))
     if T is not None:
@@ -228,17 +230,18 @@ def format_summary(summary: dict[str, Any]) -> str:
     if T is not None:
         rows.append(("plan (shuffled)", [format_bytes(p["plan_bytes"]) for p in parts.values()]))
     rows += mask_rows(parts, format_count)
-    text += "\n" + _table(corner, list(parts), rows)
-    if T is not None and summary.get("pack"):
-        names, pack_rows = _pack_rows(parts, T)
-        text += "\n" + _table(f"T={T}: windows at stride {T} vs packed", names, pack_rows)
-    return text
+    windows = "\n" + _table(corner, list(parts), rows)
+    if T is None or not summary.get("pack"):
+        return text + windows
+    names, pack_rows = _pack_rows(parts, T)  # the mode asked for first, the window mode's table after it
+    return text + "\n" + _table(f"T={T}: packed vs windows at stride {T}", names, pack_rows) + windows
 
 
 def _pack_rows(parts: dict[str, Any], T: int) -> tuple[list[str], list[tuple[str, list[str]]]]:
-    """Column names (``train: windows``, ``train: packed``, ...) and labelled rows for the side-by-side table."""
-    names = [f"{part}: {mode}" for part in parts for mode in MODES]
-    cells = [parts[part]["modes"][mode] for part in parts for mode in MODES]
+    """Column names (``train: packed``, ``train: windows``, ...) and labelled rows for the side-by-side table."""
+    order = MODES[::-1]  # packed first: the mode asked for
+    names = [f"{part}: {mode}" for part in parts for mode in order]
+    cells = [parts[part]["modes"][mode] for part in parts for mode in order]
     rows = [
         ("target tokens covered", [f"{format_count(c['covered_targets'])} ({100 * c['coverage']:.1f} %)" for c in cells]),
         ("documents seen", [format_count(c["documents_seen"]) for c in cells]),

@@ -34,7 +34,7 @@ from ..untrained import counted_between, drop_untrained
 from ..windows.window_index import IntArray, WindowConfig
 from ._pack_gather import PackedArrays, batch_bytes, check_emittable, gather_segments
 from .pack import PackedRows, PackReport, pack_lengths
-from .pack_file import packing_file
+from .pack_file import ALGORITHM, packing_file
 from .packed_batch import from_arrays, from_kernel, mask_pieces
 
 _CGatherer: Any
@@ -159,6 +159,22 @@ class Rows(PlannedItems):
 
     def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
         return self.numbers()[start:stop:step].astype(self._space.plan_dtype(len(self._space.packing)))
+
+    ITEM = "packed row"
+
+    def plan_key_fields(self) -> dict[str, Any]:
+        """A plan file's key: the corpus, the mode and packing algorithm, T, partition, the rows and their entries."""
+        count = len(self)
+        return {
+            "corpus": self.store.content_fingerprint(),
+            "mode": "pack",
+            "algorithm": ALGORITHM,
+            "context_length": self.context_length,
+            "partition": self.partition.value,
+            "rows": count,
+            "holds": "rows",
+            "dtype": np.dtype(self._space.plan_dtype(count)).newbyteorder("<").str,
+        }
 
     def __repr__(self) -> str:
         order = "row order" if self._plan is None else f"seed={self.seed}"

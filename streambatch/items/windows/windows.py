@@ -230,6 +230,32 @@ class Windows(PlannedItems):
         picked = space.index.positions(numbers) if space.plan_holds_positions else numbers
         return picked.astype(space.plan_dtype(numbers.size))
 
+    ITEM = "window"
+
+    def plan_key_fields(self) -> dict[str, Any]:
+        """A plan file's key: the corpus, T, stride, partition, the windows and what its entries hold."""
+        space, count = self._space, len(self)
+        return {
+            "corpus": space.store.content_fingerprint(),
+            "context_length": space.config.context_length,
+            "stride": space.config.stride,
+            "partition": space.partition.value,
+            "windows": count,
+            "holds": "positions" if space.plan_holds_positions else "window_numbers",
+            "dtype": np.dtype(space.plan_dtype(count)).newbyteorder("<").str,
+        }
+
+    def fill_plan(self, values: npt.NDArray[Any]) -> None:
+        """Every window's plan entry in document order: its first token's position (or its number)."""
+        if self._space.plan_holds_positions:
+            self._space.index.all_positions(values.dtype, out=values)
+        else:
+            super().fill_plan(values)
+
+    def plan_entries(self, block: npt.NDArray[np.integer], total: int) -> npt.NDArray[np.int64]:
+        """Each entry's window number, -1 where it is no window start of this source and partition."""
+        return self._space.index.entry_windows(block, self._space.plan_holds_positions)
+
     def __repr__(self) -> str:
         order = "sequential" if self._plan is None else f"seed={self.seed}"
         return (

@@ -6,11 +6,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..model.documents import Document, Partition
-from . import inputs as _inputs
-from .blocks import Block, ReadOptions, documents, read_options
+from ...model.documents import Document, Partition
+from .. import inputs as _inputs
+from ..blocks import Block, ReadOptions, documents, read_options
+from ..text.tokenizers import TokenizerSpec, require
 from .tables import TABLE_ROWS, table_block, table_error
-from .text.tokenizers import TokenizerSpec, require
 
 
 def parquet_row_groups(path: str) -> list[int]:

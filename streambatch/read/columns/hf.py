@@ -7,15 +7,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, DataError, StreamBatchError
-from ..io.files import check_regular, short_path
-from ..model.documents import Document, Partition
-from ..model.validate import short
-from .blocks import Block, ReadOptions, read_options
-from .inputs import is_format_error
-from .jsonl import rows_block
+from ...errors import ConfigError, DataError, StreamBatchError
+from ...io.files import check_regular, short_path
+from ...model.documents import Document, Partition
+from ...model.validate import short
+from ..blocks import Block, ReadOptions, read_options
+from ..inputs import is_format_error
+from ..jsonl import rows_block
+from ..text.tokenizers import TokenizerSpec, require
 from .tables import TABLE_ROWS, table_block, table_error, validated
-from .text.tokenizers import TokenizerSpec, require
 
 
 def is_dataset_folder(path: Path) -> bool:

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..io.files import open_regular
-from ..model.documents import Document, Partition
-from . import inputs as _inputs
-from .blocks import Block, ReadOptions, documents, read_options
+from ...io.files import open_regular
+from ...model.documents import Document, Partition
+from .. import inputs as _inputs
+from ..blocks import Block, ReadOptions, documents, read_options
+from ..text.tokenizers import TokenizerSpec, require
 from .tables import table_block, table_error, validated
-from .text.tokenizers import TokenizerSpec, require
 
 
 def arrow_blocks(path: str, name: str, opts: ReadOptions) -> Iterator[Block]:

@@ -1,6 +1,6 @@
 """Rows of Arrow tables (Parquet, Arrow IPC, Hugging Face datasets) as blocks: a token-list or text column.
 
-Shared by `streambatch.read.parquet`, `.arrow` and `.hf`.
+Shared by `streambatch.read.columns.parquet`, `.arrow` and `.hf`.
 """
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import DataError
-from ..io.files import short_path
-from ..model.documents import Partition
-from ..model.mask import check_loss_mask, labels_mask
-from ..model.validate import check_id
-from .blocks import Block, ReadOptions, flat_block, partition_codes, text_block
-from .inputs import is_format_error
-from .jsonl import TEXT_COLUMNS, TOKEN_KEYS, rows_block
-from .text.masks import MASK_KEYS
-from .text.tokenizers import require
+from ...errors import DataError
+from ...io.files import short_path
+from ...model.documents import Partition
+from ...model.mask import check_loss_mask, labels_mask
+from ...model.validate import check_id
+from ..blocks import Block, ReadOptions, flat_block, partition_codes, text_block
+from ..inputs import is_format_error
+from ..jsonl import TEXT_COLUMNS, TOKEN_KEYS, rows_block
+from ..text.masks import MASK_KEYS
+from ..text.tokenizers import require
 
 TABLE_COLUMNS = (*TOKEN_KEYS, *TEXT_COLUMNS)  # tried in this order when no column is named
 TABLE_ROWS = 4096  # Parquet/Arrow/datasets rows per block

@@ -1,0 +1,1 @@
+"""Columnar inputs: Parquet, Arrow IPC and Hugging Face datasets, read by record batch (``tables``)."""
