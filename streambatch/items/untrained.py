@@ -79,7 +79,7 @@ def item_targets(items: Any) -> npt.NDArray[np.int64]:
     >>> import streambatch as sb
     >>> doc = sb.Document("a", "train", [0, 10, 11, 12, 13], loss_mask=[0, 0, 0, 1, 1])
     >>> item_targets(sb.windows([doc], context_length=2, stride=2)).tolist()
-    [1, 1]
+    [0, 2]
     """
     parts = [items[lo : lo + _BLOCK].target_counts() for lo in range(0, len(items), _BLOCK)]  # each kind's own rule
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

@@ -31,7 +31,7 @@ def mask_summary(
     ...         sb.Document("b", "train", [0, 1, 2], loss_mask=[0, 0, 1])]
     >>> summary = mask_summary(sb.DocumentStore.from_documents(docs), Partition.TRAIN, 2, 2, True)
     >>> summary["counted_targets"], summary["targets"], summary["untrained_windows"], summary["untrained_rows"]
-    (3, 6, 0, 0)
+    (3, 6, 1, 1)
     """
     chosen = np.flatnonzero(store.partition_codes == part.code)
     starts = store.starts[chosen].astype(np.int64)

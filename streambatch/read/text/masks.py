@@ -75,7 +75,7 @@ class ChatTemplate:
     >>> t = ChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
     ...                  "{% if add_generation_prompt %}<assistant>{% endif %}")
     >>> t.segments([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "row 0")
-    [('<user>hi<assistant>', False), ('yo', True)]
+    [('<user>hi', False), ('<assistant>', False), ('yo', True)]
     """
 
     source: str
