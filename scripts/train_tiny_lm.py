@@ -17,9 +17,11 @@ DDP's own gradient averaging leaves the exact token mean: no other collective.
 
 ``--sft`` trains on a masked corpus, the supervised fine-tuning case: each
 file's first half is the "prompt" (never a target), its second half the
-"completion".  The mask is built here from each row's provenance, and the
-whole batch's count from the plan's window positions alone (no tokens), the
-same on every rank; a rank whose rows are all prompt still joins every step.
+"completion" (a store with a loss mask, `sb.DocumentStore.from_arrays(...,
+loss_mask=)`): `sbt.tensor_batch` writes -100 at the prompt's targets, and
+``global_token_count`` counts the completion targets of the whole batch from
+the plan and the mask bits, the same on every rank; a rank whose rows are all
+prompt still joins every step.
 
 ``--pack`` trains on packed rows (`sb.Epoch(..., pack=True)`): every target of
 every file, pieces packed best-fit into rows, attention kept inside each
@@ -54,7 +56,6 @@ import streambatch.torch as sbt
 from streambatch.io.store import open_store
 from streambatch.prepare import prepare_store
 from streambatch.read.text.byte_tokens import BYTE_VOCAB_SIZE
-from streambatch.torch.tensors import IGNORE_INDEX
 
 
 class TinyTransformer(nn.Module):
@@ -101,22 +102,14 @@ def stdlib_files(max_bytes: int) -> list[Path]:
     return chosen
 
 
-class PromptMask:
-    """The ``--sft`` loss mask: target position ``p`` of a document trains when ``p >= prompt[document]``."""
-
-    def __init__(self, store: sb.DocumentStore, context_length: int) -> None:
-        self.prompt = store.lengths // 2  # the first half of each file is its prompt
-        self.T = context_length
-
-    def rows(self, documents: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        """``(w, T)`` bool: which targets of windows at *documents*, *starts* train (target j is token start + 1 + j)."""
-        at = starts[:, None] + 1 + np.arange(self.T)
-        return at >= self.prompt[documents][:, None]  # type: ignore[no-any-return]
-
-    def counted(self, documents: np.ndarray, starts: np.ndarray) -> int:
-        """Trained targets of those windows, by arithmetic on the plan's positions (no mask array, no token)."""
-        first = np.maximum(starts + 1, self.prompt[documents])
-        return int(np.clip(starts + self.T + 1 - first, 0, self.T).sum())
+def with_prompt_masked(store: sb.DocumentStore) -> sb.DocumentStore:
+    """The ``--sft`` corpus: *store* with a loss mask training only each file's second half (its "completion")."""
+    lengths, starts = store.lengths.astype(np.int64), store.starts.astype(np.int64)
+    documents = np.repeat(np.arange(lengths.size), lengths)
+    at = np.arange(int(lengths.sum())) - starts[documents]  # each token's position in its file
+    mask = at >= np.maximum(lengths[documents] // 2, 1)  # the first half is the prompt; position 0 never trains
+    offsets = np.concatenate([starts, [int(starts[-1] + lengths[-1])]]) if lengths.size else np.zeros(1, np.int64)
+    return sb.DocumentStore.from_arrays(store.tokens, offsets, ids=list(store.ids), loss_mask=mask)
 
 
 def micro_steps(model: nn.Module, batch: sbt.TensorBatch, rows: int, extra: tuple[torch.Tensor, ...]) -> list[Any]:
@@ -132,7 +125,8 @@ def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str)
     torch.manual_seed(0)  # the same initial weights on every rank
     torch.set_num_threads(max(1, args.threads // world_size))
     store = open_store(store_path)
-    mask = PromptMask(store, args.context_length) if args.sft else None
+    if args.sft:
+        store = with_prompt_masked(store)
     if args.pack:
         epoch = sb.Epoch(store, context_length=args.context_length, batch_size=args.batch_size, seed=args.seed, pack=True)
         covered, targets = epoch.windows.report.targets, epoch.windows.report.targets
@@ -140,12 +134,9 @@ def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str)
         epoch = sb.Epoch(
             store, context_length=args.context_length, stride=args.context_length, batch_size=args.batch_size, seed=args.seed
         )
-        covered = epoch.window_count * args.context_length
-        targets = int((store.lengths - 1).clip(min=0).sum())
-        if mask is not None:  # only the completions' targets count
-            documents, starts = epoch.windows.locate()
-            covered = mask.counted(documents, starts)
-            targets = int((store.lengths - np.maximum(mask.prompt, 1)).clip(min=0).sum())
+        covered = epoch.windows.counted_targets()  # from the plan (and the mask bits): no token read
+        lengths = store.lengths.astype(np.int64)
+        targets = int((lengths - (np.maximum(lengths // 2, 1) if args.sft else 1)).clip(min=0).sum())
     dataset = sbt.EpochDataset(epoch, rank=rank, world_size=world_size)
     loader = DataLoader(dataset, batch_size=None, num_workers=0)
     plain = TinyTransformer(args.context_length)
@@ -161,16 +152,9 @@ def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str)
         print(f"mode: {mode}: an epoch trains on {covered:,} of {targets:,} targets ({covered / targets:.1%})")
     for number in range(args.epochs):
         dataset.set_epoch(number)
-        chunks = dataset.epoch.chunks()  # this epoch's whole batches, as plan views (no tokens)
         local_sum, tokens, steps, started = torch.zeros((), dtype=torch.float64), 0, 0, time.perf_counter()
         for batch in loader:
-            count = batch.global_token_count  # the whole batch over every rank: from the plan, no collective
-            if mask is not None:  # the script's own mask: -100 at prompt targets, the whole batch's count from the plan
-                count = mask.counted(*chunks[batch.index].locate())
-                positions = batch.positions.numpy().astype(np.int64)
-                documents = np.searchsorted(store.starts, positions, side="right") - 1
-                keep = mask.rows(documents, positions - store.starts[documents])
-                batch.targets.masked_fill_(~torch.from_numpy(keep), IGNORE_INDEX)
+            count = batch.global_token_count  # the whole batch's counted targets over every rank: from the plan
             optimizer.zero_grad(set_to_none=True)
             extra = (batch.segment_ids, batch.position_ids) if args.pack else ()
             for (inputs, targets, *rows), sync in micro_steps(model, batch, args.micro_batch_rows, extra):
@@ -218,7 +202,7 @@ def main() -> None:
     parser.add_argument("--sft", action="store_true", help="a loss mask: each file's first half is a prompt, never a target")
     args = parser.parse_args()
     if args.sft and args.pack:
-        parser.error("--sft takes windows (the script builds its mask from each window's provenance); drop --pack")
+        parser.error("--sft trains windows of the masked corpus here; drop --pack")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         store_path = os.path.join(tmp, "stdlib")

@@ -43,11 +43,27 @@ def corpus() -> list[sb.Document]:
     return [sb.Document(f"d{i}", "train", rng.integers(0, 50, n)) for i, n in enumerate(lengths)]
 
 
+def masked_corpus() -> list[sb.Document]:
+    """A loss mask: "prompt" of 12 tokens training only its last one (windows 0-6 at T=4 train nothing, so batch
+    0 of B=4 has no counted target and, split four ways, every rank's rows are all masked), then random masks."""
+    rng = np.random.default_rng(4)
+    prompt = np.zeros(12, dtype=bool)
+    prompt[-1] = True
+    docs = [sb.Document("prompt", "train", rng.integers(0, 50, 12), loss_mask=prompt)]
+    for i, n in enumerate([9, 6, 7, 5]):
+        mask = rng.random(n) < 0.5
+        mask[-1] = True  # every document trains at least one target
+        docs.append(sb.Document(f"m{i}", "train", rng.integers(0, 50, n), loss_mask=mask))
+    return docs
+
+
 def epochs() -> dict[str, sb.Epoch]:
-    docs = corpus()
+    docs, masked = corpus(), masked_corpus()
     return {
         "windows": sb.Epoch(docs, context_length=4, batch_size=4, seed=5),
         "packed": sb.Epoch(docs, context_length=4, batch_size=3, seed=5, pack=True),
+        "masked windows": sb.Epoch(masked, context_length=4, batch_size=4, seed=None),
+        "masked packed": sb.Epoch(masked, context_length=4, batch_size=3, seed=5, pack=True),
     }
 
 

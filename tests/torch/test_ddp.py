@@ -60,9 +60,9 @@ def test_ddp_and_fsdp2_leave_the_one_process_token_mean_gradient(results: Path, 
     covered: dict[tuple[str, str, int], list[int]] = {}
     for first, *_ in cases:
         covered.setdefault((first["kind"], first["framework"], first["accumulation"]), []).extend(first["step"])
-    assert len(covered) == 2 * 2 * len(ddp_worker.ACCUMULATION)  # every kind x framework x accumulation ran
+    assert len(covered) == len(sizes) * 2 * len(ddp_worker.ACCUMULATION)  # every kind x framework x accumulation ran
     assert all(steps == list(range(sizes[key[0]])) for key, steps in covered.items())  # every batch, once
-    empty_ranks = 0
+    empty_ranks = masked_ranks = 0
     for shares in cases:
         first = shares[0]
         case = {k: first[k] for k in ("kind", "framework", "accumulation", "step")}
@@ -72,6 +72,9 @@ def test_ddp_and_fsdp2_leave_the_one_process_token_mean_gradient(results: Path, 
         for i in range(len(first["step"])):  # the shares add up to the whole batch
             assert sum(s["local_counts"][i] for s in shares) == first["whole_counts"][i], case
         empty_ranks += sum(1 for s in shares if 0 in s["rows"])
+        masked_ranks += sum(1 for s in shares for w, n in zip(s["rows"], s["local_counts"], strict=True) if w and not n)
+        if first["kind"] == "masked windows" and first["step"][0] == 0:
+            assert first["counts"][0] == 0  # a whole batch with no counted target: zero gradients, no NaN
         for share in shares:
             if first["framework"] == "ddp":  # DDP's own all-reduce, once per bucket, after the step's last micro-batch
                 assert share["buckets"] >= 1
@@ -80,3 +83,4 @@ def test_ddp_and_fsdp2_leave_the_one_process_token_mean_gradient(results: Path, 
                 assert "all_reduce" not in share["calls"], (case, share["calls"])
     if world_size > 1:
         assert empty_ranks > 0  # a final batch narrower than the world left some rank with no rows
+        assert masked_ranks > 0  # some rank held rows whose every target is masked
