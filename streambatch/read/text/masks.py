@@ -28,7 +28,7 @@ import numpy.typing as npt
 from ...errors import ConfigError, DataError
 from ...model.mask import check_loss_mask, labels_mask
 from ...model.validate import short
-from .tokenizers import Tokenizer, encode_texts, require
+from .tokenizers import Tokenizer, encode_texts, require, wrap_documents
 
 MASK_KEYS = ("labels", "loss_mask", "assistant_masks")  # HF labels (-100 = not trained), then 0/1 masks
 Segments = list[tuple[str, bool]]
@@ -226,19 +226,11 @@ def segment_tokens(
     np.add.at(per_doc, owner, sizes)
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
     lengths = per_doc + (bos is not None) + (eos is not None)
-    ends = np.cumsum(lengths)
-    tokens = np.empty(int(ends[-1]) if ends.size else 0, dtype=np.uint32)
+    tokens, keep = wrap_documents(body.astype(np.uint32, copy=False), lengths, bos, eos)
     mask = np.zeros(tokens.size, dtype=np.bool_)
-    keep = np.ones(tokens.size, dtype=np.bool_)
-    if bos is not None:
-        tokens[ends - lengths] = bos
-        keep[ends - lengths] = False
-    if eos is not None:
-        tokens[ends - 1] = eos
-        keep[ends - 1] = False
+    if eos is not None:  # the eos trains when the document's last segment does
         last = np.fromiter((bool(p) and p[-1][1] for p in documents), dtype=np.bool_, count=len(documents))
-        mask[(ends - 1)[last]] = True
-    tokens[keep] = body
+        mask[(np.cumsum(lengths) - 1)[last]] = True
     mask[keep] = trained
     return tokens, lengths, mask
 

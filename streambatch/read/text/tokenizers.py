@@ -316,18 +316,29 @@ def encode_texts(
     sizes = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
     lengths = sizes + (bos is not None) + (eos is not None)
     body = np.concatenate(arrays).astype(np.uint32, copy=False) if arrays else np.zeros(0, np.uint32)
-    if bos is None and eos is None:
-        tokens = body
-    else:
-        ends = np.cumsum(lengths)
-        tokens = np.empty(int(ends[-1]) if ends.size else 0, dtype=np.uint32)
-        keep = np.ones(tokens.size, dtype=bool)
-        if bos is not None:
-            tokens[ends - lengths] = bos
-            keep[ends - lengths] = False
-        if eos is not None:
-            tokens[ends - 1] = eos
-            keep[ends - 1] = False
-        tokens[keep] = body
+    tokens = body if bos is None and eos is None else wrap_documents(body, lengths, bos, eos)[0]
     check_vocabulary(tokens, lengths, labels, tokenizer.vocab_size, tokenizer.name)
     return tokens, lengths
+
+
+def wrap_documents(
+    body: npt.NDArray[np.uint32], lengths: npt.NDArray[np.int64], bos: int | None, eos: int | None
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.bool_]]:
+    """The flat tokens of documents of *lengths* (each counting its bos and eos): *bos* first, *eos* last, *body*
+    between; and where the body went (False at each bos and eos).
+
+    >>> tokens, keep = wrap_documents(np.array([5, 6, 7], np.uint32), np.array([3, 2]), None, 0)
+    >>> tokens.tolist(), keep.tolist()
+    ([5, 6, 0, 7, 0], [True, True, False, True, False])
+    """
+    ends = np.cumsum(lengths)
+    tokens = np.empty(int(ends[-1]) if ends.size else 0, dtype=np.uint32)
+    keep = np.ones(tokens.size, dtype=np.bool_)
+    if bos is not None:
+        tokens[ends - lengths] = bos
+        keep[ends - lengths] = False
+    if eos is not None:
+        tokens[ends - 1] = eos
+        keep[ends - 1] = False
+    tokens[keep] = body
+    return tokens, keep
