@@ -11,43 +11,23 @@ gradient all-reduce.
 
 from __future__ import annotations
 
-import socket
-import time
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from . import ddp_worker
+from .spawn import spawn_ranks
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 
 TOLERANCE = 1e-10
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _spawn(world_size: int, out: Path, timeout: float = 600.0) -> None:
-    context = mp.start_processes(
-        ddp_worker.run_rank, args=(world_size, _free_port(), str(out)), nprocs=world_size, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + timeout
-    while not context.join(timeout=1):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail(f"world_size={world_size} did not finish in {timeout} s (a hang)")
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ddp")
-    _spawn(max(ddp_worker.WORLD_SIZES), out)
+    spawn_ranks(ddp_worker.run_rank, max(ddp_worker.WORLD_SIZES), out, timeout=600)
     return out
 
 

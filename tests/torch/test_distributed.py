@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import socket
-import time
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from . import dist_worker
 from .models import relative_error
+from .spawn import spawn_ranks
 
 pytestmark = [
     pytest.mark.slow,
@@ -19,28 +17,10 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _spawn(world_size: int, out: Path, timeout: float = 120.0) -> None:
-    context = mp.start_processes(
-        dist_worker.run_rank, args=(world_size, _free_port(), str(out)), nprocs=world_size, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + timeout
-    while not context.join(timeout=1):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail(f"world_size={world_size} did not finish in {timeout} s (a hang)")
-
-
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_ranks_compute_the_one_process_mean(tmp_path: Path, world_size: int) -> None:
     """Loss and gradients equal one process on the whole batch, on every rank, for every batch."""
-    _spawn(world_size, tmp_path)
+    spawn_ranks(dist_worker.run_rank, world_size, tmp_path, timeout=120)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world_size)]
     batches = len(ranks[0])
     assert [4, 4, 1] == [sum(rank[i]["rows"] for rank in ranks) for i in range(batches)]
