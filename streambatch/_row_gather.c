@@ -39,9 +39,17 @@
  *     read by the Gatherer sources[kinds[i]] (a tuple of 1 to 256 Gatherers sharing this one's T, token size
  *     and pad id: checked); the same passes over the batch, each row (and each segment) read through its
  *     own source's views; provenance's documents are each row's source's.
+ * Gatherer.gather_tokens(rows[, kinds, sources])
+ *     the same tuple with None for segment_ids, position_ids and loss_mask: the emission's pass (tokens, cu_seqlens,
+ *     provenance, target_count counting each segment's set mask bits in place), writing 4 bytes per position with
+ *     uint16 tokens, as a window batch does; the batch builds the rest on demand with
+ * Gatherer.columns(rows[, kinds, sources])
+ *     the same tuple with None for inputs and targets (no token is read).
  * window_mask(bits, T, positions)
  *     the window mode's mask: (n, T) bool, row i holding bits [positions[i] + 1, positions[i] + T + 1) of bits
  *     (the targets of the window at flat position positions[i]; numpy: streambatch.model.mask.target_mask).
+ * window_counts(bits, T, positions)
+ *     the number of set bits among those rows' bits (the mask's sum, no mask made).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -212,6 +220,39 @@ static inline void prefetch_bits(const uint8_t *bits, int64_t p, int64_t n) {
     (void)p;
     (void)n;
 #endif
+}
+
+/* A 64-bit word's set bits (SWAR: no popcnt instruction assumed). */
+static inline int64_t ones64(uint64_t x) {
+    x = x - ((x >> 1) & 0x5555555555555555ULL);
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL;
+    return (int64_t)((x * 0x0101010101010101ULL) >> 56);
+}
+
+/* How many of bits p .. p + n - 1 of `bits` are set: the unaligned head bit by bit, then whole 64-bit words, whole
+ * bytes, and the last bits of one byte masked.  Reads only the bytes holding those bits. */
+static inline int64_t count_bits(const uint8_t *bits, int64_t p, int64_t n) {
+    int64_t total = 0;
+    const uint8_t *from;
+    while (n > 0 && (p & 7)) {
+        total += (bits[p >> 3] >> (p & 7)) & 1;
+        p++;
+        n--;
+    }
+    from = bits + (p >> 3);
+    for (; n >= 64; n -= 64, from += 8) {
+        uint64_t word;
+        memcpy(&word, from, 8);
+        total += ones64(word);
+    }
+    for (; n >= 8; n -= 8, from++) {
+        total += ones64(*from);
+    }
+    if (n > 0) {
+        total += ones64((uint64_t)(*from & ((1u << n) - 1u)));
+    }
+    return total;
 }
 
 #define BUCKET_SHIFT 6
@@ -530,39 +571,56 @@ static inline void prefetch(const Gatherer *g, int64_t src, int64_t n) {
     prefetch_bytes((const char *)g->views[TOKENS].buf + src * g->itemsize, (size_t)(n * g->itemsize));
 }
 
-/* Pass 3 (shift 0: inputs, prefetching the segments ahead) and pass 4 (shift 1: targets, whose tokens pass 3
- * has just brought into the caches): every segment's tokens in row order, pad_id after each row's last. */
-static void put_tokens(const sources_t *s, const outputs *o, char *out, int64_t shift, int64_t width, const int64_t *used) {
+/* Pad positions [from, T) of one row of `size`-byte tokens with pad. */
+static inline void put_padding(char *row, int64_t size, int64_t from, int64_t T, int64_t pad) {
+    int64_t p;
+    if (size == 2) {
+        uint16_t *a = (uint16_t *)row, v = (uint16_t)pad;
+        for (p = from; p < T; p++) {
+            a[p] = v;
+        }
+    } else {
+        uint32_t *a = (uint32_t *)row, v = (uint32_t)pad;
+        for (p = from; p < T; p++) {
+            a[p] = v;
+        }
+    }
+}
+
+/* Passes 3 and 4 in one: every segment's inputs and then its targets (one token on, their source lines now in L1,
+ * as the window gather copies a row), prefetching the sources of the segments PREFETCH_AHEAD on; pad_id after each
+ * row's last segment. */
+static void put_tokens(const sources_t *s, const outputs *o, int64_t width, const int64_t *used) {
     const int64_t *in_row = o->provenance[0], *documents = o->provenance[1], *begins = o->provenance[2];
     const int64_t *lengths = o->provenance[3];
     const Gatherer *first = s->gs[0];
-    int64_t T = first->T, size = first->itemsize, k = 0, i, column, p;
+    int64_t T = first->T, size = first->itemsize, k = 0, i, column;
+    for (k = 0; k < PREFETCH_AHEAD && k < o->segments; k++) { /* the first segments' sources */
+        const Gatherer *h = source_of(s, in_row[k]);
+        prefetch(h, ((const int64_t *)h->views[STARTS].buf)[documents[k]] + begins[k], lengths[k] + 1);
+    }
+    k = 0;
     for (i = 0; i < width; i++) {
         const Gatherer *g = source_of(s, i);
         const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
         const char *tokens = (const char *)g->views[TOKENS].buf;
-        char *row = out + i * T * size;
+        char *inputs = o->inputs + i * T * size, *targets = o->targets + i * T * size;
         for (column = 0; column < used[i]; k++) {
             int64_t n = lengths[k];
-            if (shift == 0 && k + PREFETCH_AHEAD < o->segments) {
+            const char *from = tokens + (starts[documents[k]] + begins[k]) * size;
+            if (k + PREFETCH_AHEAD < o->segments) {
                 int64_t a = k + PREFETCH_AHEAD;
                 const Gatherer *h = s->kinds ? source_of(s, in_row[a]) : g; /* the source of the segment ahead */
                 const int64_t *ahead = h == g ? starts : (const int64_t *)h->views[STARTS].buf;
                 prefetch(h, ahead[documents[a]] + begins[a], lengths[a] + 1);
             }
-            memcpy(row + column * size, tokens + (starts[documents[k]] + begins[k] + shift) * size, (size_t)(n * size));
+            memcpy(inputs + column * size, from, (size_t)(n * size));
+            memcpy(targets + column * size, from + size, (size_t)(n * size));
             column += n;
         }
-        if (used[i] < T && size == 2) {
-            uint16_t *a = (uint16_t *)row, v = (uint16_t)first->pad;
-            for (p = used[i]; p < T; p++) {
-                a[p] = v;
-            }
-        } else if (used[i] < T) {
-            uint32_t *a = (uint32_t *)row, v = (uint32_t)first->pad;
-            for (p = used[i]; p < T; p++) {
-                a[p] = v;
-            }
+        if (used[i] < T) {
+            put_padding(inputs, size, used[i], T, first->pad);
+            put_padding(targets, size, used[i], T, first->pad);
         }
     }
 }
@@ -621,10 +679,49 @@ static void put_ids_and_masks(const sources_t *s, outputs *o, int64_t width, con
     }
 }
 
+/* Pass 5 without the columns (Gatherer.gather_tokens): cu_seqlens, the longest sequence and the counted targets
+ * (a segment's set mask bits, counted in place: no mask is written). */
+static void put_sequences(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
+    const int64_t *in_row = o->provenance[0], *documents = o->provenance[1], *begins = o->provenance[2];
+    const int64_t *lengths = o->provenance[3];
+    int64_t T = s->gs[0]->T, k = 0, sequence = 0, i, column;
+    o->cu[0] = 0;
+    for (i = 0; i < width; i++) {
+        const Gatherer *h = source_of(s, i);
+        const int64_t *starts = (const int64_t *)h->views[STARTS].buf;
+        const uint8_t *bits = h->has_bits ? (const uint8_t *)h->bits.buf : NULL;
+        int64_t at = i * T;
+        for (column = 0; column < used[i]; k++) {
+            int64_t n = lengths[k];
+            if (k + MASK_AHEAD < o->segments) {
+                const Gatherer *a = source_of(s, in_row[k + MASK_AHEAD]);
+                if (a->has_bits) {
+                    const int64_t *ahead = (const int64_t *)a->views[STARTS].buf;
+                    prefetch_bits((const uint8_t *)a->bits.buf, ahead[documents[k + MASK_AHEAD]] + begins[k + MASK_AHEAD] + 1,
+                                  lengths[k + MASK_AHEAD]);
+                }
+            }
+            o->target_count += bits != NULL ? count_bits(bits, starts[documents[k]] + begins[k] + 1, n) : n;
+            put_sequence(o, &sequence, at + column, n);
+            column += n;
+        }
+        if (column < T) {
+            put_sequence(o, &sequence, at + column, T - column);
+        }
+    }
+}
+
+/* The passes a call asks for: tokens (inputs, targets) when o->inputs is set; the columns (mask, ids) when o->mask
+ * is, else only the sequences and counts. */
 static void fill(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
-    put_tokens(s, o, o->inputs, 0, width, used);
-    put_tokens(s, o, o->targets, 1, width, used);
-    put_ids_and_masks(s, o, width, used);
+    if (o->inputs != NULL) {
+        put_tokens(s, o, width, used);
+    }
+    if (o->mask != NULL) {
+        put_ids_and_masks(s, o, width, used);
+    } else {
+        put_sequences(s, o, width, used);
+    }
 }
 
 /* A new C-contiguous numpy array of `type` and shape (d0) or (d0, d1) (d1 < 0: one dimension). */
@@ -701,8 +798,12 @@ static Py_ssize_t mixture_sources(const Gatherer *self, PyObject *tuple, const u
     return n;
 }
 
-static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize_t nargs) {
-    /* arrays: inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance (4, segments) */
+#define WANT_TOKENS 1  /* inputs and targets */
+#define WANT_COLUMNS 2 /* segment and position ids, loss mask */
+
+static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t nargs, int want) {
+    /* arrays: inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance (4, segments); those
+     * not wanted are None */
     enum { INPUTS, TARGETS, SEGMENT_IDS, POSITION_IDS, LOSS_MASK, CU_SEQLENS, PROVENANCE, ARRAYS };
     Py_buffer rows_view, kinds_view;
     const void *data = NULL;
@@ -724,7 +825,7 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize
         return NULL;
     }
     if (nargs != 1 && nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "Gatherer.gather() takes 1 argument (rows) or 3 (rows, kinds, sources), got %zd", nargs);
+        PyErr_Format(PyExc_TypeError, "Gatherer.gather() (and gather_tokens, columns) takes 1 argument (rows) or 3 (rows, kinds, sources), got %zd", nargs);
         return NULL;
     }
     if (vector_of(args[0], NPY_INT64, "qlQL", 8, "rows must be int64", &rows_view, &rows_viewed, &data, &width) < 0) {
@@ -772,7 +873,13 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize
         int token_type = self->itemsize == 2 ? NPY_UINT16 : NPY_UINT32, id_type = idsize == 2 ? NPY_INT16 : NPY_INT32;
         int types[5] = {token_type, token_type, id_type, id_type, NPY_BOOL};
         for (k = 0; k < 5; k++) {
-            arrays[k] = new_array((npy_intp)width, (npy_intp)self->T, types[k]);
+            int wanted = (k <= TARGETS ? want & WANT_TOKENS : want & WANT_COLUMNS) != 0;
+            if (wanted) {
+                arrays[k] = new_array((npy_intp)width, (npy_intp)self->T, types[k]);
+            } else {
+                Py_INCREF(Py_None);
+                arrays[k] = Py_None;
+            }
         }
         arrays[CU_SEQLENS] = new_array((npy_intp)(sequences + 1), -1, NPY_INT32);
         for (k = 0; k < ARRAYS; k++) {
@@ -781,11 +888,11 @@ static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize
             }
         }
     }
-    o.inputs = (char *)ARRAY_DATA(arrays[INPUTS]);
-    o.targets = (char *)ARRAY_DATA(arrays[TARGETS]);
-    o.segment_ids = (char *)ARRAY_DATA(arrays[SEGMENT_IDS]);
-    o.position_ids = (char *)ARRAY_DATA(arrays[POSITION_IDS]);
-    o.mask = (uint8_t *)ARRAY_DATA(arrays[LOSS_MASK]);
+    o.inputs = want & WANT_TOKENS ? (char *)ARRAY_DATA(arrays[INPUTS]) : NULL;
+    o.targets = want & WANT_TOKENS ? (char *)ARRAY_DATA(arrays[TARGETS]) : NULL;
+    o.segment_ids = want & WANT_COLUMNS ? (char *)ARRAY_DATA(arrays[SEGMENT_IDS]) : NULL;
+    o.position_ids = want & WANT_COLUMNS ? (char *)ARRAY_DATA(arrays[POSITION_IDS]) : NULL;
+    o.mask = want & WANT_COLUMNS ? (uint8_t *)ARRAY_DATA(arrays[LOSS_MASK]) : NULL;
     o.cu = (int32_t *)ARRAY_DATA(arrays[CU_SEQLENS]);
     o.idsize = idsize;
     o.segments = segments;
@@ -824,6 +931,18 @@ done:
         PyBuffer_Release(&kinds_view);
     }
     return result;
+}
+
+static PyObject *gatherer_gather(Gatherer *self, PyObject *const *args, Py_ssize_t nargs) {
+    return gatherer_run(self, args, nargs, WANT_TOKENS | WANT_COLUMNS);
+}
+
+static PyObject *gatherer_gather_tokens(Gatherer *self, PyObject *const *args, Py_ssize_t nargs) {
+    return gatherer_run(self, args, nargs, WANT_TOKENS);
+}
+
+static PyObject *gatherer_columns(Gatherer *self, PyObject *const *args, Py_ssize_t nargs) {
+    return gatherer_run(self, args, nargs, WANT_COLUMNS);
 }
 
 /* Rows of window_mask: each row unpacked while the bits of the row MASK_AHEAD on are fetched (asking for every
@@ -900,9 +1019,69 @@ done:
     return out;
 }
 
+/* window_counts(bits, T, positions): the set bits of every row's targets, bits positions[i] + 1 .. positions[i] + T
+ * (what sum(window_mask(bits, T, positions)) counts, without making the mask). */
+static PyObject *window_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer bits_view, rows_view;
+    const void *data = NULL;
+    const int64_t *rows;
+    int rows_viewed = 0;
+    int64_t width, T, i, total = 0;
+    PyObject *out = NULL;
+    (void)module;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "window_counts() takes 3 arguments (bits, T, positions), got %zd", nargs);
+        return NULL;
+    }
+    T = (int64_t)PyLong_AsLongLong(args[1]);
+    if (T == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (T < 0) {
+        PyErr_SetString(PyExc_ValueError, "window_counts(): T must be >= 0");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &bits_view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    if (!kind_is(&bits_view, "B", 1)) {
+        PyErr_SetString(PyExc_TypeError, "window_counts(): bits must be uint8");
+        goto done;
+    }
+    if (vector_of(args[2], NPY_INT64, "qlQL", 8, "positions must be int64", &rows_view, &rows_viewed, &data, &width) < 0) {
+        goto done;
+    }
+    rows = (const int64_t *)data;
+    for (i = 0; i < width; i++) {
+        if (rows[i] < 0 || rows[i] + 1 + T > (int64_t)bits_view.len * 8) {
+            PyErr_Format(PyExc_ValueError, "window_counts(): row %lld at position %lld reads past the mask's %lld bits",
+                         (long long)i, (long long)rows[i], (long long)bits_view.len * 8);
+            goto done;
+        }
+    }
+    {
+        const uint8_t *bits = (const uint8_t *)bits_view.buf;
+        for (i = 0; i < width; i++) {
+            if (i + MASK_AHEAD < width) {
+                prefetch_bits(bits, rows[i + MASK_AHEAD] + 1, T);
+            }
+            total += count_bits(bits, rows[i] + 1, T);
+        }
+    }
+    out = PyLong_FromLongLong((long long)total);
+done:
+    if (rows_viewed) {
+        PyBuffer_Release(&rows_view);
+    }
+    PyBuffer_Release(&bits_view);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"window_mask", (PyCFunction)(void (*)(void))window_mask, METH_FASTCALL,
      "window_mask(bits, T, positions) -> (n, T) bool: row i holds bits positions[i] + 1 .. positions[i] + T of bits"},
+    {"window_counts", (PyCFunction)(void (*)(void))window_counts, METH_FASTCALL,
+     "window_counts(bits, T, positions) -> int: the set bits of bits positions[i] + 1 .. positions[i] + T, every row"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -911,6 +1090,11 @@ static PyMethodDef gatherer_methods[] = {
      "gather(rows[, kinds, sources]) -> (inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance, "
      "target_count, max_seqlen); provenance: int64 (4, segments): row in the batch, document, start, targets; a "
      "mixture's row i is read by sources[kinds[i]]"},
+    {"gather_tokens", (PyCFunction)(void (*)(void))gatherer_gather_tokens, METH_FASTCALL,
+     "gather_tokens(rows[, kinds, sources]) -> gather's tuple with None for segment_ids, position_ids and loss_mask "
+     "(target_count still counts the masked targets)"},
+    {"columns", (PyCFunction)(void (*)(void))gatherer_columns, METH_FASTCALL,
+     "columns(rows[, kinds, sources]) -> gather's tuple with None for inputs and targets: a batch's columns on demand"},
     {NULL, NULL, 0, NULL},
 };
 

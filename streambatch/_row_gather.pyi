@@ -49,6 +49,27 @@ class Gatherer:
         per row) and *sources* (Gatherers of one T, token size and pad id): row i is read by ``sources[kinds[i]]``.
         """
 
+    def gather_tokens(
+        self,
+        rows: ReadableBuffer,
+        kinds: ReadableBuffer = ...,
+        sources: tuple[Gatherer, ...] = ...,
+        /,
+    ) -> tuple[Any, ...]:
+        """`gather`'s tuple with None for segment_ids, position_ids and loss_mask (target_count still counts the
+        masked targets, in the bits): the emission's pass."""
+    def columns(
+        self,
+        rows: ReadableBuffer,
+        kinds: ReadableBuffer = ...,
+        sources: tuple[Gatherer, ...] = ...,
+        /,
+    ) -> tuple[Any, ...]:
+        """`gather`'s tuple with None for inputs and targets: a batch's columns on demand (no token read)."""
+
+def window_counts(bits: ReadableBuffer, context_length: int, positions: ReadableBuffer, /) -> int:
+    """The set mask bits ``positions[i] + 1 .. positions[i] + T`` over every row (the window mask's sum)."""
+
 def window_mask(bits: ReadableBuffer, context_length: int, positions: ReadableBuffer, /) -> npt.NDArray[np.bool_]:
     """``(n, T)`` bool: row i holds mask bits ``positions[i] + 1 .. positions[i] + T`` (the window's targets)."""
 

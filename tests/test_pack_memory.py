@@ -169,6 +169,7 @@ def test_writing_a_long_record_holds_one_piece_at_a_time(monkeypatch: pytest.Mon
     the record's lists (megabytes; at T = 2**27 the whole record took 17 GB)."""
     (batch,) = sb.Epoch(SHORT, context_length=1 << 16, batch_size=1, pack=True, seed=None)
     monkeypatch.setattr(records, "_PIECE", 1024)
+    assert batch.segment_ids is not None  # the columns built on first use are the batch's memory, not the writer's
     pieces = 0
     tracemalloc.start()
     try:

@@ -23,12 +23,14 @@ import numpy.typing as npt
 from ..errors import DataError
 
 _c_window_mask: Any
+_c_window_counts: Any
 try:
     from .. import _row_gather
 
     _c_window_mask = _row_gather.window_mask
+    _c_window_counts = _row_gather.window_counts
 except ImportError:  # built without a C compiler: numpy unpacks (the same arrays)
-    _c_window_mask = None
+    _c_window_mask = _c_window_counts = None
 
 BoolArray = npt.NDArray[np.bool_]
 BitArray = npt.NDArray[np.uint8]
@@ -157,6 +159,19 @@ def target_reader(bits: BitArray, length: int) -> Callable[[npt.NDArray[np.intp]
     if _c_window_mask is not None and isinstance(bits, np.ndarray) and bits.dtype == np.uint8 and bits.flags.c_contiguous:
         return partial(_c_window_mask, bits, length)
     return lambda positions: target_mask(bits, positions, length)
+
+
+def count_reader(bits: BitArray, length: int) -> Callable[[npt.NDArray[np.intp]], int] | None:
+    """The counted targets of window rows at int64 positions, ``target_mask(...).sum()`` counted in the bits (the C
+    kernel bound), or None without the kernel (the mask is then made with the batch and counted).
+
+    >>> count = count_reader(pack_mask(np.array([0, 1, 0, 1, 1], dtype=bool)), 2)
+    >>> count is None or count(np.array([1, 0, 2])) == 4
+    True
+    """
+    if _c_window_counts is not None and isinstance(bits, np.ndarray) and bits.dtype == np.uint8 and bits.flags.c_contiguous:
+        return partial(_c_window_counts, bits, length)
+    return None
 
 
 def target_mask_numpy(bits: BitArray, positions: npt.NDArray[Any], length: int) -> BoolArray:

@@ -24,6 +24,7 @@ in a run (`streambatch.Run`); a batch of a lone `Epoch` has ``epoch`` 0.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -100,12 +101,10 @@ class MiniBatch:
 
     __slots__ = ("__dict__", "_segments", "epoch", "index", "inputs", "positions", "spaces", "target_count", "targets")
 
-    # the optional columns: None unless given (a batch of windows sets none of them, so its hot path stores none)
+    # the optional columns: None unless given (a batch of windows sets none of them, so its hot path stores none);
+    # loss_mask, segment_ids and position_ids may instead be built on first use (see `_column`)
     sources: SourceArray | None = None  # a mixture's: each row's source
     names: tuple[str, ...] | None = None  # a mixture's: the sources' names
-    loss_mask: npt.NDArray[np.bool_] | None = None  # True at counted targets (packed: False at padding); None: all count
-    segment_ids: npt.NDArray[Any] | None = None  # packed: 0, 1, ... by segment within each row; -1 at padding
-    position_ids: npt.NDArray[Any] | None = None  # packed: 0 at each segment's first position, +1 along it
     cu_seqlens: npt.NDArray[np.int32] | None = None  # packed: int32 varlen boundaries over the flattened w * T positions
     max_seqlen: int | None = None  # packed: the longest sequence of cu_seqlens
     _global_count: int | None = None  # a rank's share: the whole batch's counted targets (see global_token_count)
@@ -128,6 +127,7 @@ class MiniBatch:
         max_seqlen: int | None = None,
         segments: npt.NDArray[np.int64] | None = None,
         target_count: int | None = None,
+        build: Callable[[MiniBatch], dict[str, Any]] | None = None,
     ) -> None:
         self.epoch = epoch
         self.index = index
@@ -139,26 +139,65 @@ class MiniBatch:
         if target_count is None:  # the gathers pass it; else every target, or the mask's
             target_count = targets.size if loss_mask is None else int(np.count_nonzero(loss_mask))
         self.target_count = target_count
+        columns = self.__dict__
         if sources is not None:
             self.sources, self.names = sources, names
         if loss_mask is not None:
-            self.loss_mask = loss_mask
+            columns["_loss_mask"] = loss_mask
         if segment_ids is not None:
-            self.segment_ids, self.position_ids = segment_ids, position_ids
+            columns["_segment_ids"], columns["_position_ids"] = segment_ids, position_ids
         if cu_seqlens is not None:
             self.cu_seqlens, self.max_seqlen = cu_seqlens, max_seqlen
+        if build is not None:
+            columns["_build"] = build
 
     def in_epoch(self, epoch: int) -> MiniBatch:
-        """This batch placed in epoch *epoch* of a run: a new `MiniBatch` sharing the same arrays."""
-        twin = MiniBatch(
-            self.index, self.inputs, self.targets, self.positions, self.spaces, epoch,
-            sources=self.sources, names=self.names, loss_mask=self.loss_mask, segment_ids=self.segment_ids,
-            position_ids=self.position_ids, cu_seqlens=self.cu_seqlens, max_seqlen=self.max_seqlen,
-            segments=self._segments, target_count=self.target_count,
-        )  # fmt: skip
-        if self._global_count is not None:
-            twin._global_count = self._global_count
+        """This batch placed in epoch *epoch* of a run: a new `MiniBatch` sharing the same arrays (and columns)."""
+        twin = copy.copy(self)
+        twin.epoch = epoch
         return twin
+
+    # -- the columns built on demand ---------------------------------------------------
+    def _column(self, name: str) -> Any:
+        """Column *name* (``_loss_mask``, ``_segment_ids``, ``_position_ids``): given, built now, or None.
+
+        The gathers that count the targets in place (packed rows; windows of a
+        store with a loss mask) leave these columns to a *build* function (a
+        module-level function, so the batch pickles) of the batch, run once on
+        the first use of any of them: emission writes only the tokens.
+        """
+        columns = self.__dict__
+        if name in columns:
+            return columns[name]
+        build = columns.pop("_build", None)
+        if build is None:
+            return None
+        for key, value in build(self).items():
+            columns.setdefault("_" + key, value)
+        return columns.get(name)
+
+    @property
+    def loss_mask(self) -> npt.NDArray[np.bool_] | None:
+        """``(w, T)`` bool: True at counted targets (packed: False at padding); None when every target counts."""
+        found: npt.NDArray[np.bool_] | None = self._column("_loss_mask")
+        return found
+
+    @loss_mask.setter
+    def loss_mask(self, mask: npt.NDArray[np.bool_] | None) -> None:
+        self._column("_loss_mask")  # any pending build runs first: its columns belong together
+        self.__dict__["_loss_mask"] = mask
+
+    @property
+    def segment_ids(self) -> npt.NDArray[Any] | None:
+        """Packed rows' ``(w, T)`` ids: 0, 1, ... by segment within each row; -1 at padding (None for windows)."""
+        found: npt.NDArray[Any] | None = self._column("_segment_ids")
+        return found
+
+    @property
+    def position_ids(self) -> npt.NDArray[Any] | None:
+        """Packed rows' ``(w, T)`` positions: 0 at each segment's (and the padding's) first position, +1 along."""
+        found: npt.NDArray[Any] | None = self._column("_position_ids")
+        return found
 
     # -- what the batch is -------------------------------------------------------------
     @property
@@ -168,8 +207,8 @@ class MiniBatch:
 
     @property
     def packed(self) -> bool:
-        """True for packed rows (the batch carries the segment columns and ``loss_mask``)."""
-        return self.segment_ids is not None
+        """True for packed rows (the batch carries ``cu_seqlens``, the segment columns and ``loss_mask``)."""
+        return self.cu_seqlens is not None
 
     @property
     def width(self) -> int:

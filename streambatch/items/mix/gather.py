@@ -26,7 +26,7 @@ from ...model.corpus import Corpus
 from ...model.store import DocumentStore
 from ...stages.batch import MiniBatch, SourceArray, present
 from ...stages.reduce import TokenSums
-from ..windows.gather import StoreGather, spanning_records
+from ..windows.gather import StoreGather, mask_counter, spanning_records
 from ..windows.windows import WindowSpace
 
 
@@ -138,6 +138,34 @@ def mixture_mask(
             rows = sources == s
             out[rows] = store.target_mask(positions[rows], length)
     return out
+
+
+def mixture_counter(spaces: Sequence[WindowSpace]) -> Any:
+    """What counts the trained targets of a mixture's window rows ``(sources, positions) -> int`` in the bits, each
+    row by its own source (`streambatch.items.windows.gather.mask_counter`; a source without a mask counts ``T``
+    a row), or None when no source has a mask or one's mask is made with the batch (a corpus, no C kernel)."""
+    if not any(getattr(s.store, "has_loss_mask", False) for s in spaces):
+        return None
+    counters: list[Any] = [mask_counter(s) if getattr(s.store, "has_loss_mask", False) else False for s in spaces]
+    if any(c is None for c in counters):
+        return None
+    length = spaces[0].config.context_length
+
+    def count(sources: SourceArray, positions: npt.NDArray[Any]) -> int:
+        total = 0
+        for s in present(sources):
+            rows = positions[sources == s]
+            counter = counters[s]
+            total += counter(np.ascontiguousarray(rows, dtype=np.int64)) if counter else rows.size * length
+        return total
+
+    return count
+
+
+def mixture_columns(batch: MiniBatch) -> dict[str, Any]:
+    """A masked mixture window batch's ``loss_mask``, made on its first use (`mixture_mask`)."""
+    assert batch.sources is not None
+    return {"loss_mask": mixture_mask(batch.spaces, batch.sources, batch.positions, batch.context_length)}
 
 
 def source_sums(batch: MiniBatch, row_loss_sums: npt.ArrayLike, gradient_sum: Any = None) -> TokenSums:

@@ -55,7 +55,7 @@ from ...model.validate import check_one_tokenizer
 from ...stages.batch import MiniBatch, SourceArray, present
 from ..pack._pack_gather import check_emittable
 from ..pack.rows import row_spans
-from .gather import mixture_mask
+from .gather import mixture_columns, mixture_counter, mixture_mask
 from .parts import Part, check_names, check_parts
 from .plan import MixPlan, integer_weights, plan_mix
 from .space import MixItem, MixSpace, counted_targets
@@ -268,8 +268,7 @@ class Mixture:
         sources, positions, rows = self._space.window_rows(self._lo, self._hi)
         inputs, targets = self._space.gather().take(rows)
         spaces = self._space.spaces
-        mask = mixture_mask(spaces, sources, positions, inputs.shape[1])
-        return MiniBatch(index, inputs, targets, positions, spaces, sources=sources, names=self._space.names, loss_mask=mask)
+        return _window_batch(index, inputs, targets, positions, spaces, sources, self._space.names, mixture_counter(spaces))
 
     def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
         """Batches *batches* of this mixture chunked by *batch_size*, consecutive ones located and checked a block at a time.
@@ -288,6 +287,7 @@ class Mixture:
             return
         gather, spaces = space.gather(), space.spaces
         masked = any(getattr(s.store, "has_loss_mask", False) for s in spaces)  # decided once
+        counter = mixture_counter(spaces)
         per = max(1, _BLOCK_ROWS // size)
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
@@ -298,8 +298,10 @@ class Mixture:
                 cut = slice(first, min(first + size, hi - lo))
                 inputs, targets = gather.take((rows[0][cut],) if len(rows) == 1 else tuple(r[cut] for r in rows))
                 at, of = positions[cut], sources[cut]
-                mask = mixture_mask(spaces, of, at, inputs.shape[1]) if masked else None
-                yield MiniBatch(batch, inputs, targets, at, spaces, sources=of, names=space.names, loss_mask=mask)
+                if masked:
+                    yield _window_batch(batch, inputs, targets, at, spaces, of, space.names, counter)
+                else:
+                    yield MiniBatch(batch, inputs, targets, at, spaces, sources=of, names=space.names)
 
     def _packed_chunks(self, size: int, batches: range) -> Iterator[MiniBatch]:
         """Consecutive packed batches: sources and row numbers located a block of batches at a time."""
@@ -437,3 +439,17 @@ def mix(
             raise _too_long(found, chosen, weights, length) from None
         raise
     return Mixture(MixSpace(found, chosen, plan, seed, directory, str(path)))
+
+
+def _window_batch(
+    index: int, inputs: Any, targets: Any, positions: Any, spaces: Any, sources: Any, names: Any, counter: Any
+) -> MiniBatch:
+    """A mixture's window batch: its mask made now, or (every mask in bits) its targets counted now and the mask
+    made on first use (`streambatch.items.mix.gather.mixture_counter`)."""
+    if counter is None:
+        mask = mixture_mask(spaces, sources, positions, inputs.shape[1])
+        return MiniBatch(index, inputs, targets, positions, spaces, sources=sources, names=names, loss_mask=mask)
+    return MiniBatch(
+        index, inputs, targets, positions, spaces, sources=sources, names=names,
+        target_count=counter(sources, positions), build=mixture_columns,
+    )  # fmt: skip

@@ -31,7 +31,7 @@ from ...errors import DataError
 from ...stages.batch import MiniBatch, SourceArray, present
 from ..pack._pack_gather import id_dtype
 from ..pack.packed_batch import from_kernel, mask_pieces
-from ..pack.rows import RowSpace, emit, masked_after, packed_gatherer
+from ..pack.rows import RowSpace, emit, masked_after, packed_columns, packed_gatherer
 from ..windows.window_index import IntArray
 
 __all__ = ["PackedMixGather"]
@@ -69,15 +69,21 @@ class PackedMixGather:
         if not self.one_pass:
             return self._by_source(sources, numbers, index)
         kinds = np.ascontiguousarray(sources, dtype=np.uint8)
+        after = [space.store if masked_after(space) else None for space in self.spaces]
+        lean = all(store is None for store in after)  # every mask read by the kernel: the columns on demand
         try:  # one pass: row i read by its source's gatherer
-            made = self.gatherers[0].gather(numbers, kinds, self.gatherers)
+            gather = self.gatherers[0].gather_tokens if lean else self.gatherers[0].gather
+            made = gather(numbers, kinds, self.gatherers)
         except ValueError as err:
             raise DataError(
                 f"{err}; the rows do not belong to their sources' packings (remove the plan files and plan again)"
             ) from None
         *arrays, cu_seqlens, provenance, count, longest = made
+        if lean:
+            outputs = (*arrays, cu_seqlens, provenance, count, longest)
+            return from_kernel(index, outputs, numbers, self.spaces, sources, self.names, build=packed_columns)
         batch = self._batch(arrays, (count, cu_seqlens, longest), provenance, sources, numbers, index)
-        mask_pieces(batch, [space.store if masked_after(space) else None for space in self.spaces], sources)
+        mask_pieces(batch, after, sources)
         return batch
 
     def _by_source(self, sources: SourceArray, numbers: IntArray, index: int) -> MiniBatch:

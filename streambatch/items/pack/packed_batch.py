@@ -43,16 +43,23 @@ def from_arrays(index: int, arrays: PackedArrays, rows: npt.NDArray[Any], space:
 
 
 def from_kernel(
-    index: int, outputs: tuple[Any, ...], rows: npt.NDArray[Any], space: Any, sources: Any = None, names: Any = None
+    index: int,
+    outputs: tuple[Any, ...],
+    rows: npt.NDArray[Any],
+    space: Any,
+    sources: Any = None,
+    names: Any = None,
+    build: Any = None,
 ) -> MiniBatch:
     """A batch from the C gather's outputs, every array made by it: inputs, targets, segment and position
     ids, loss mask, cu_seqlens, provenance (int64 ``(4, segments)``: row, document, start, targets),
-    target count, longest sequence."""
+    target count, longest sequence.  ``gather_tokens`` leaves the ids and the mask None: *build* makes them
+    on first use (`streambatch.items.pack.rows.packed_columns`)."""
     inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, segments, count, longest = outputs
     return MiniBatch(
         index, inputs, targets, rows, space, sources=sources, names=names,
         loss_mask=loss_mask, segment_ids=segment_ids, position_ids=position_ids,
-        cu_seqlens=cu_seqlens, max_seqlen=longest, segments=segments, target_count=count,
+        cu_seqlens=cu_seqlens, max_seqlen=longest, segments=segments, target_count=count, build=build,
     )  # fmt: skip
 
 

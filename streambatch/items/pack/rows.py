@@ -235,12 +235,17 @@ def emit(space: RowSpace, numbers: IntArray, index: int) -> MiniBatch:
             except OutOfRangeError as err:  # the same refusal as the C gather's
                 raise _refused(err) from None
             return mask_pieces(from_arrays(index, arrays, numbers, space), (space.store,))
+        if masked_after(space):  # a mask the kernel does not read: every column now, then the mask ANDed in
+            try:
+                outputs = gatherer.gather(numbers)
+            except ValueError as err:
+                raise _refused(err) from None
+            return mask_pieces(from_kernel(index, outputs, numbers, space), (space.store,))
         try:
-            outputs = gatherer.gather(numbers)
+            outputs = gatherer.gather_tokens(numbers)
         except ValueError as err:
             raise _refused(err) from None
-        made = from_kernel(index, outputs, numbers, space)
-        return mask_pieces(made, (space.store,)) if masked_after(space) else made
+        return from_kernel(index, outputs, numbers, space, build=packed_columns)
     except MemoryError:
         T, dtype = space.packing.context_length, space.store.dtype
         need = batch_bytes(numbers.size, T, dtype)
@@ -256,6 +261,18 @@ def packed_gatherer(space: RowSpace) -> Any:
     if gatherer is None:
         gatherer = space.cache["gather"] = _gatherer(space)
     return gatherer
+
+
+def packed_columns(batch: MiniBatch) -> dict[str, Any]:
+    """The segment and position ids and the loss mask of a packed *batch* gathered by ``gather_tokens``: the same
+    kernel's pass 5 over the batch's rows (no token read), for one source or a mixture's (``batch.sources``)."""
+    gatherers = tuple(packed_gatherer(space) for space in batch.spaces)
+    numbers = np.ascontiguousarray(batch.positions, dtype=np.int64)
+    if batch.sources is None:
+        outputs = gatherers[0].columns(numbers)
+    else:
+        outputs = gatherers[0].columns(numbers, np.ascontiguousarray(batch.sources, dtype=np.uint8), gatherers)
+    return {"segment_ids": outputs[2], "position_ids": outputs[3], "loss_mask": outputs[4]}
 
 
 def _refused(err: Exception) -> DataError:

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from ...errors import ConfigError, DataError
 from ...model.corpus import Corpus
-from ...model.mask import target_reader
+from ...model.mask import count_reader, target_reader
 from ...model.store import DocumentStore
 from ...stages.batch import MiniBatch
 from ...stages.span import spanning_tokens
@@ -326,13 +326,43 @@ def mask_reader(space: Any) -> MaskReader | None:
     return reader
 
 
+def mask_counter(space: Any) -> Callable[[npt.NDArray[Any]], int] | None:
+    """What counts the trained targets of window rows at positions of *space*'s store without making their mask
+    (`streambatch.model.mask.count_reader`), cached on the space; None without a mask, or where the mask is made
+    with the batch (a corpus's shards, no C kernel)."""
+    if "count" in space.cache:
+        found: Callable[[npt.NDArray[Any]], int] | None = space.cache["count"]
+        return found
+    store, counter = space.store, None
+    if mask_reader(space) is not None and isinstance(store, DocumentStore) and store.loss_bits is not None:
+        counter = count_reader(store.loss_bits, space.config.context_length)
+    space.cache["count"] = counter
+    return counter
+
+
+def window_columns(batch: MiniBatch) -> dict[str, Any]:
+    """A masked window batch's ``loss_mask``, made on its first use (the batch counted its targets in the bits)."""
+    unpack = mask_reader(batch.space)
+    return {"loss_mask": None if unpack is None else unpack(batch.positions)}
+
+
+def window_batch(index: int, inputs: Any, targets: Any, positions: Any, space: Any, masks: tuple[Any, Any]) -> MiniBatch:
+    """The `MiniBatch` of gathered window rows; *masks* is ``(mask_reader(space), mask_counter(space))``: no mask,
+    a mask made now, or (a store's bits) the targets counted now and the mask made on first use."""
+    unpack, count = masks
+    if unpack is None:
+        return MiniBatch(index, inputs, targets, positions, space)
+    if count is None:
+        return MiniBatch(index, inputs, targets, positions, space, loss_mask=unpack(positions))
+    return MiniBatch(index, inputs, targets, positions, space, target_count=count(positions), build=window_columns)
+
+
 def gather_windows(windows: Any, index: int) -> MiniBatch:
     """The batch numbered *index* of the windows of view *windows* (a `streambatch.Windows`)."""
     positions = windows.positions()
     space = windows.space
     inputs, targets = window_gather(space)(positions)
-    unpack = mask_reader(space)
-    return MiniBatch(index, inputs, targets, positions, space, loss_mask=None if unpack is None else unpack(positions))
+    return window_batch(index, inputs, targets, positions, space, (mask_reader(space), mask_counter(space)))
 
 
 _BLOCK_WINDOWS = 2048  # consecutive batches whose positions are computed (and cast to intp) at once
@@ -350,7 +380,7 @@ def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[Min
     space, total = windows.space, len(windows)
     gather = window_gather(space)
     take = gather.take
-    unpack = mask_reader(space)  # decided once: None makes nothing more
+    masks = (mask_reader(space), mask_counter(space))  # decided once: (None, None) makes nothing more
     per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
@@ -363,4 +393,4 @@ def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[Min
             lo = (batch - first) * size
             here = positions[lo : lo + size]
             inputs, targets = take(here if same else rows[lo : lo + size])
-            yield MiniBatch(batch, inputs, targets, here, space, loss_mask=None if unpack is None else unpack(here))
+            yield window_batch(batch, inputs, targets, here, space, masks)
