@@ -36,8 +36,11 @@ def as_mixture(
     seed: int | None,
     plan_dir: str | os.PathLike[str] | None,
     pack: bool = False,
+    skip_untrained: bool = False,
 ) -> Mixture | None:
     """The `Mixture` a mixture file *source* names (of packed rows with *pack*), else None.
+
+    With *skip_untrained* each source's parts drop their items (packed: pieces) with no counted target first.
 
     A mixture passed itself is items: `streambatch.config.items_of` checks it.
     """
@@ -56,13 +59,14 @@ def as_mixture(
         if stride is not None:
             raise ConfigError(f"stride={stride!r} with pack=True; packing cuts pieces at stride T: leave stride out")
         parts: list[Part] = [
-            pack_rows(store, context_length=context_length, partition=chosen, keep_partition=keep_partition, plan_dir=plan_dir)
+            pack_rows(store, context_length=context_length, partition=chosen, keep_partition=keep_partition, plan_dir=plan_dir,
+                      skip_untrained=skip_untrained)  # fmt: skip
             for store in source.stores
         ]
     else:
         parts = [
             windows(store, context_length=context_length, stride=1 if stride is None else stride, partition=chosen,
-                    keep_partition=keep_partition)
+                    keep_partition=keep_partition, skip_untrained=skip_untrained)
             for store in source.stores
         ]  # fmt: skip
     spec = source.spec
