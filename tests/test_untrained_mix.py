@@ -69,9 +69,7 @@ def _pieces(docs: list[sb.Document], T: int) -> list[tuple[int, int, int]]:
 
 def _windows(docs: list[sb.Document], T: int, stride: int) -> list[int]:
     mask_of = [_mask(doc) for doc in docs]
-    return [
-        int(mask_of[d][p + 1 : p + T + 1].sum()) for d, doc in enumerate(docs) for p in range(0, len(doc.tokens) - T, stride)
-    ]
+    return [int(mask_of[d][p + 1 : p + T + 1].sum()) for d, doc in enumerate(docs) for p in range(0, len(doc.tokens) - T, stride)]
 
 
 def _counted(batches: Any) -> tuple[Counter[tuple[int, int, int]], list[int]]:
@@ -199,7 +197,7 @@ def test_filtered_and_unfiltered_never_share_a_file(tmp_path: Path) -> None:
     for packed in (False, True):
         folder = tmp_path / f"plans-{packed}"
 
-        def build(skip: bool, docs: list[sb.Document], folder: Path = folder) -> Any:
+        def build(skip: bool, docs: list[sb.Document], folder: Path = folder, packed: bool = packed) -> Any:
             if packed:
                 return sb.pack(docs, context_length=4, plan_dir=folder, skip_untrained=skip)
             return sb.windows(docs, context_length=4, stride=2, skip_untrained=skip)
@@ -239,7 +237,8 @@ def test_the_commands_take_a_mixture_with_skip_untrained(
     out = io.StringIO()
     assert main(["epoch", *args], out) == 0
     records = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert records and all(any(row) for r in records for row in r["loss_mask"])
+    assert records
+    assert all(any(row) for r in records for row in r["loss_mask"])
     note = capsys.readouterr().err
     web, code = _mixed_docs()
     if packed:
@@ -259,7 +258,8 @@ def test_the_commands_take_a_mixture_with_skip_untrained(
     assert key.replace("_", " ") in out.getvalue()
     out = io.StringIO()
     assert main(["audit", *args, "--workers", "2", "--world-size", "2"], out) == 0
-    assert "coverage=" in out.getvalue() and "FAIL" not in out.getvalue()
+    assert "coverage=" in out.getvalue()
+    assert "FAIL" not in out.getvalue()
     out = io.StringIO()
     assert main(["audit", *args[:-1]], out) == 0  # the unfiltered mixture of masked stores proves its claims too
     state, output = tmp_path / f"state-{packed}.json", tmp_path / f"out-{packed}.jsonl"
@@ -279,7 +279,8 @@ def test_a_run_of_a_filtered_mixture_resumes(tmp_path: Path) -> None:
     path = _mixture_file(tmp_path)
     source = sb.open_source(path)
     for packed in (False, True):
-        keywords: dict[str, Any] = dict(context_length=4, batch_size=2, seed=5, epochs=2, skip_untrained=True, pack=packed)
+        keywords: dict[str, Any] = {"context_length": 4, "batch_size": 2, "seed": 5, "epochs": 2, "skip_untrained": True}
+        keywords["pack"] = packed
         if not packed:
             keywords["stride"] = 2
         whole = [b.token_count for b in sb.Run(source, **keywords)]

@@ -74,7 +74,7 @@ def inspect_mixture(
             row.update(kept.summary())
         row["item_tokens"] = count * context_length
         if mixture.packed:  # per source epoch: every target of the source once, in its rows
-            report: Any = part.report  # type: ignore[union-attr]
+            report: Any = part.report
             row.update(rows=size, targets=report.targets, pad_share=report.pad_share)
     summary.update(context_length=context_length, stride=stride, items=len(mixture), plan_bytes=mixture.plan_nbytes)
     notes = repeat_notes(spec.names, mixture.source_epochs(), default=spec.length is None)

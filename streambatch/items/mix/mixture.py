@@ -3,7 +3,8 @@
 ``sb.mix(parts, weights, seed=k)`` takes one `Windows` per source (each from its
 own store or corpus, all with the same context length and stride, in document
 order; or each built with ``skip_untrained=True``: its kept windows, the sizes
-mixed being the kept counts, `Mixture.untrained` each source's report) and gives a `Mixture`: a sized, sliceable `streambatch.items.protocol.Items`
+mixed being the kept counts, `Mixture.untrained` each source's report) and
+gives a `Mixture`: a sized, sliceable `streambatch.items.protocol.Items`
 whose item ``i`` is ``(source, window)``.  `chunk`, `share`, `split_rows` and
 `materialize` take it unchanged; its batches are `streambatch.MiniBatch` es carrying
 ``sources``, one per row.  Parts may instead all be packed `Rows`

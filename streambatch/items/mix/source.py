@@ -55,20 +55,14 @@ def as_mixture(
             f"{short_path(source.path)}: a mixture needs a seed (--seed): each source's order is its seeded shuffle"
         )
     chosen = Partition.TRAIN if partition is None else partition
+    each: dict[str, Any] = {"partition": chosen, "keep_partition": keep_partition, "skip_untrained": skip_untrained}
     if pack:
         if stride is not None:
             raise ConfigError(f"stride={stride!r} with pack=True; packing cuts pieces at stride T: leave stride out")
-        parts: list[Part] = [
-            pack_rows(store, context_length=context_length, partition=chosen, keep_partition=keep_partition, plan_dir=plan_dir,
-                      skip_untrained=skip_untrained)  # fmt: skip
-            for store in source.stores
-        ]
+        parts: list[Part] = [pack_rows(s, context_length=context_length, plan_dir=plan_dir, **each) for s in source.stores]
     else:
-        parts = [
-            windows(store, context_length=context_length, stride=1 if stride is None else stride, partition=chosen,
-                    keep_partition=keep_partition, skip_untrained=skip_untrained)
-            for store in source.stores
-        ]  # fmt: skip
+        step = 1 if stride is None else stride
+        parts = [windows(s, context_length=context_length, stride=step, **each) for s in source.stores]
     spec = source.spec
     try:
         return mix(parts, spec.weights, seed=seed, length=spec.length, names=spec.names, plan_dir=plan_dir)

@@ -113,7 +113,8 @@ class Rows(PlannedItems):
         """What packing did: targets, rows, pad share, the window mode's coverage at stride ``T`` (under
         ``skip_untrained``: of the kept rows, with the dropped pieces counted)."""
         kept = self.untrained
-        return self._space.packing.report if kept is None else kept.packing  # type: ignore[no-any-return]
+        found: PackReport = self._space.packing.report if kept is None else kept.packing
+        return found
 
     @property
     def context_length(self) -> int:
@@ -423,7 +424,8 @@ def untrained_tails(store: Any, index: PieceIndex) -> IntArray:
     if not getattr(store, "has_loss_mask", False) or not documents.size:
         return np.zeros(0, dtype=np.int64)
     last = store.starts[documents].astype(np.int64) + index.lengths[documents]  # each tail ends its document
-    return documents[counted_between(store, last - sizes[documents], last) == 0].astype(np.int64)
+    dropped: IntArray = documents[counted_between(store, last - sizes[documents], last) == 0].astype(np.int64)
+    return dropped
 
 
 def kept_report(packing: PackedRows, kept: npt.NDArray[Any]) -> PackReport:
