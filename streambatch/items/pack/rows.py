@@ -415,7 +415,7 @@ def untrained_tails(store: Any, index: PieceIndex) -> IntArray:
     """The documents (of *index*) whose tail piece has no counted target under *store*'s loss mask (none without one).
 
     >>> import streambatch as sb
-    >>> store = sb.DocumentStore.from_arrays(range(9), [0, 4], loss_mask=[0, 0, 1, 0, 0, 0, 0, 0, 1])
+    >>> store = sb.DocumentStore.from_arrays(range(10), [0, 4, 10], loss_mask=[0, 0, 1, 0, 0, 0, 0, 0, 0, 1])
     >>> untrained_tails(store, PieceIndex(store.lengths, 2)).tolist()
     [0]
     """
