@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch.cli import main
-from streambatch.errors import ConfigError
+from streambatch.errors import ConfigError, StoreError
 from streambatch.items.pack import rows as rows_module
 from streambatch.tools.mix_report import audit_mixture
 
@@ -293,3 +293,23 @@ def test_a_run_of_a_filtered_mixture_resumes(tmp_path: Path) -> None:
         plain = dict(keywords, skip_untrained=False)
         with pytest.raises(sb.StreamBatchError):  # a filtered mixture's state is not an unfiltered one's
             sb.Run(source, **plain).load_state_dict(state)
+
+
+def test_verify_reads_a_filtered_plan_and_refuses_a_dropped_item(tmp_path: Path) -> None:
+    from streambatch.stages.plan import build_plan
+
+    from . import keyed
+
+    web, _ = _mixed_docs()
+    for items in (sb.windows(web, context_length=4, stride=2, skip_untrained=True), sb.pack(web, context_length=4, skip_untrained=True)):
+        folder = tmp_path / items.KIND.split()[0]
+        ordered, _ = build_plan(items, 3, folder, verify=True)  # the kept items, each once
+        assert len(ordered) == items.untrained.kept
+        path = Path(ordered.plan_path)
+        dropped = sorted(set(range(items.whole_count)) - set(items.numbers().tolist()))[0]
+        body = keyed.body(path, "plan")
+        body[0] = dropped if items.packed else items.space.index.positions(np.array([dropped]))[0]
+        body.flush()
+        keyed.redigest(path)
+        with pytest.raises(StoreError, match="not the .* kept .* of skip_untrained"):
+            build_plan(items, 3, folder, verify=True)
