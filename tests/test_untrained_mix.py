@@ -301,7 +301,8 @@ def test_verify_reads_a_filtered_plan_and_refuses_a_dropped_item(tmp_path: Path)
     from . import keyed
 
     web, _ = _mixed_docs()
-    for items in (sb.windows(web, context_length=4, stride=2, skip_untrained=True), sb.pack(web, context_length=4, skip_untrained=True)):
+    kinds = [sb.windows(web, context_length=4, stride=2, skip_untrained=True)]
+    for items in [*kinds, sb.pack(web, context_length=4, skip_untrained=True)]:
         folder = tmp_path / items.KIND.split()[0]
         ordered, _ = build_plan(items, 3, folder, verify=True)  # the kept items, each once
         assert len(ordered) == items.untrained.kept
@@ -311,5 +312,5 @@ def test_verify_reads_a_filtered_plan_and_refuses_a_dropped_item(tmp_path: Path)
         body[0] = dropped if items.packed else items.space.index.positions(np.array([dropped]))[0]
         body.flush()
         keyed.redigest(path)
-        with pytest.raises(StoreError, match="not the .* kept .* of skip_untrained"):
+        with pytest.raises(StoreError, match=r"not the .* kept .* of skip_untrained"):
             build_plan(items, 3, folder, verify=True)
