@@ -314,3 +314,17 @@ def test_verify_reads_a_filtered_plan_and_refuses_a_dropped_item(tmp_path: Path)
         keyed.redigest(path)
         with pytest.raises(StoreError, match=r"not the .* kept .* of skip_untrained"):
             build_plan(items, 3, folder, verify=True)
+
+
+def test_a_run_state_names_the_filter() -> None:
+    web, _ = _mixed_docs()
+    for packed in (False, True):
+        keywords: dict[str, Any] = {"context_length": 4, "batch_size": 1, "seed": 5, "epochs": 2, "pack": packed}
+        kept, every = sb.Run(web, skip_untrained=True, **keywords), sb.Run(web, **keywords)
+        assert kept.state_dict()["skip_untrained"] is True
+        assert "skip_untrained" not in every.state_dict()  # unfiltered states are unchanged
+        with pytest.raises(sb.StreamBatchError, match="skip_untrained"):
+            kept.load_state_dict(every.state_dict())
+        with pytest.raises(sb.StreamBatchError, match="skip_untrained"):
+            every.load_state_dict(kept.state_dict())
+        kept.load_state_dict(sb.Run(web, skip_untrained=True, **keywords).state_dict())
