@@ -286,5 +286,5 @@ def test_a_masked_store_keeps_its_mask_in_object_storage(stores: dict[str, Any])
     from streambatch.io.remote.location import Location
 
     ObjectClient(Location.parse(f"s3://{BUCKET}/masked")).put("loss_mask.bin", b"\x00")
-    with pytest.raises(DataError, match="loss_mask.bin"):
+    with pytest.raises(DataError, match=r"loss_mask\.bin"):
         sb.open_store(f"s3://{BUCKET}/masked")
