@@ -260,6 +260,8 @@ def test_the_commands_take_a_mixture_with_skip_untrained(
     assert main(["audit", *args, "--workers", "2", "--world-size", "2"], out) == 0
     assert "coverage=" in out.getvalue()
     assert "FAIL" not in out.getvalue()
+    assert f"skip_untrained: web {'kept_rows' if packed else 'kept_windows'}=" in out.getvalue()
+    assert f"{key}={dropped[0]}" in out.getvalue()
     out = io.StringIO()
     assert main(["audit", *args[:-1]], out) == 0  # the unfiltered mixture of masked stores proves its claims too
     state, output = tmp_path / f"state-{packed}.json", tmp_path / f"out-{packed}.jsonl"

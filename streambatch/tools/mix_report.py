@@ -191,6 +191,7 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
         "names": list(mixture.names),
         "workers": workers,
         "world_size": world_size,
+        **({"untrained": [r.summary() for r in mixture.untrained]} if mixture.untrained is not None else {}),
         "failures": failures,
         "seconds": round(time.perf_counter() - started, 3),
     }
@@ -289,6 +290,10 @@ def format_mixture_audit(result: dict[str, Any]) -> str:
     )
     epochs = ", ".join(f"{n} {e:g}" for n, e in zip(result["names"], result["source_epochs"], strict=True))
     lines.append(f"sources: source epochs {epochs}; prefix bound |c_s(n) - w_s n| <= {result['bound']} at every batch")
+    if "untrained" in result:  # skip_untrained: what each source dropped before mixing
+        each = zip(result["names"], result["untrained"], strict=True)
+        dropped = "; ".join(f"{n} {', '.join(f'{k}={v}' for k, v in r.items())}" for n, r in each)
+        lines.append(f"skip_untrained: {dropped}")
     if result["workers"] > 1 or result["world_size"] > 1:
         lines.append(f"shares: {result['world_size']} ranks x {result['workers']} workers, union checked")
     rate = result["items"] / result["seconds"] if result["seconds"] > 0 else 0.0
