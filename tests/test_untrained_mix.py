@@ -330,3 +330,24 @@ def test_a_run_state_names_the_filter() -> None:
         with pytest.raises(sb.StreamBatchError, match="skip_untrained"):
             every.load_state_dict(kept.state_dict())
         kept.load_state_dict(sb.Run(web, skip_untrained=True, **keywords).state_dict())
+
+
+def test_a_corpus_of_shards_drops_the_pieces_one_store_drops(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    docs = [
+        sb.Document(f"d{i}", "train", rng.integers(0, 99, n).tolist(), loss_mask=(rng.random(n) < 0.1).tolist())
+        for i, n in enumerate(rng.integers(2, 40, 30).tolist())
+    ]
+    sb.write_store(tmp_path / "a", docs[:15])
+    sb.write_store(tmp_path / "b", docs[15:])
+    sb.write_corpus(tmp_path / "c.json", [tmp_path / "a", tmp_path / "b"])
+    corpus, store = sb.open_source(tmp_path / "c.json"), sb.DocumentStore.from_documents(docs)
+    for T in (3, 7):
+        sharded = sb.pack(corpus, context_length=T, skip_untrained=True)
+        whole = sb.pack(store, context_length=T, skip_untrained=True)
+        assert sharded.untrained.tails.tolist() == whole.untrained.tails.tolist()
+        assert sharded.untrained.dropped == whole.untrained.dropped == sum(c == 0 for _, _, c in _pieces(docs, T))
+        for a, b in zip(sb.materialize(sb.chunk(sharded, 4)), sb.materialize(sb.chunk(whole, 4)), strict=True):
+            assert np.array_equal(a.inputs, b.inputs)
+            assert np.array_equal(a.loss_mask, b.loss_mask)
+            assert a.loss_mask.any(axis=1).all()
