@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
@@ -135,7 +135,7 @@ def test_c_and_numpy_gathers_agree_on_kept_pieces(docs: list[sb.Document], T: in
         assert a.target_count == b.target_count
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     first=masked_corpora("a"),
     second=masked_corpora("b"),
@@ -156,6 +156,7 @@ def test_a_mixture_mixes_each_sources_kept_items(
         return sb.windows(store, context_length=T, stride=stride, skip_untrained=skip)
 
     parts = [part(s, True) for s in stores]
+    event(f"packed={packed} mixed={all(len(p) for p in parts)} dropped={any(p.untrained.dropped for p in parts)}")
     if not all(len(p) for p in parts):
         with pytest.raises(ConfigError, match="skip_untrained dropped"):
             sb.mix(parts, [1, 1], seed=seed)
