@@ -3,7 +3,8 @@
 Credentials and endpoints come from the standard environment variables
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
 ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL`` for S3-compatible
-servers; ``GOOGLE_SERVICE_ACCOUNT``/``GOOGLE_APPLICATION_CREDENTIALS`` for GCS)
+servers; ``GOOGLE_SERVICE_ACCOUNT``/``GOOGLE_APPLICATION_CREDENTIALS``, and
+``GOOGLE_BASE_URL`` for a GCS emulator, for GCS)
 and from explicit *options*, which win.  No message or repr ever shows a secret.
 
 >>> where = Location.parse("s3://bucket/data/web")
@@ -121,6 +122,8 @@ def client_config(where: Location) -> dict[str, Any]:
                 config["service_account_path"] = os.environ[variable]
         if os.environ.get("GOOGLE_SERVICE_ACCOUNT_KEY"):
             config["service_account_key"] = os.environ["GOOGLE_SERVICE_ACCOUNT_KEY"]
+        if os.environ.get("GOOGLE_BASE_URL"):  # a GCS emulator (its http:// address allows plain HTTP)
+            config["base_url"] = os.environ["GOOGLE_BASE_URL"]
     config.update(options)
     signed = not config.get("skip_signature")
     if where.scheme == "s3" and signed and not (config.get("access_key_id") and config.get("secret_access_key")):
