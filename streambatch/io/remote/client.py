@@ -109,7 +109,7 @@ class ObjectClient:
         try:
             return from_url(url, client_options=client, retry_config={"max_retries": 0}, **config)  # type: ignore[call-overload]
         except Exception as err:  # an unknown option, a bad endpoint
-            raise StoreError(f"{self.where.url}: cannot configure the object-store client ({self._clean(err)})") from None
+            raise StoreError(f"{self.where.url}: cannot configure the object-store client ({self._short(err)})") from None
 
     # -- requests -------------------------------------------------------------------
     def head(self, name: str) -> tuple[int, str | None]:

@@ -3,8 +3,9 @@
 Credentials and endpoints come from the standard environment variables
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
 ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL`` for S3-compatible
-servers; ``GOOGLE_SERVICE_ACCOUNT``/``GOOGLE_APPLICATION_CREDENTIALS``, and
-``GOOGLE_BASE_URL`` for a GCS emulator, for GCS)
+servers; ``GOOGLE_APPLICATION_CREDENTIALS`` (application default credentials:
+a service account's key or gcloud's user login), ``GOOGLE_SERVICE_ACCOUNT`` (a
+service account's key file), ``GOOGLE_BASE_URL`` (a GCS emulator) for GCS)
 and from explicit *options*, which win.  No message or repr ever shows a secret.
 
 >>> where = Location.parse("s3://bucket/data/web")
@@ -117,7 +118,9 @@ def client_config(where: Location) -> dict[str, Any]:
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         config["region"] = region or "us-east-1"
     elif where.scheme == "gs":
-        for variable in ("GOOGLE_SERVICE_ACCOUNT", "GOOGLE_APPLICATION_CREDENTIALS"):
+        if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):  # any kind gcloud writes, not only service accounts
+            config["application_credentials"] = os.environ["GOOGLE_APPLICATION_CREDENTIALS"]
+        for variable in ("GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH"):
             if os.environ.get(variable):
                 config["service_account_path"] = os.environ[variable]
         if os.environ.get("GOOGLE_SERVICE_ACCOUNT_KEY"):
@@ -131,10 +134,10 @@ def client_config(where: Location) -> dict[str, Any]:
             f"{where.url}: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, pass them as options, "
             "or pass skip_signature=True for a public bucket)"
         )
-    if where.scheme == "gs" and signed and not any(k.startswith("service_account") for k in config):
+    if where.scheme == "gs" and signed and not any(k.startswith(("service_account", "application_credentials")) for k in config):
         raise StoreError(
-            f"{where.url}: no credentials (set GOOGLE_APPLICATION_CREDENTIALS, pass service_account_path, "
-            "or pass skip_signature=True for a public bucket)"
+            f"{where.url}: no credentials (set GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT, "
+            "pass service_account_path, or pass skip_signature=True for a public bucket)"
         )
     return config
 
