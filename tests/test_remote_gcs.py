@@ -245,3 +245,22 @@ def test_gs_application_default_credentials_of_any_kind(tmp_path: Path) -> None:
         ObjectClient(Location.parse("gs://b/x"))._handle()
     assert str(caught.value).startswith("gs://b/x: cannot configure the object-store client ("), caught.value
     assert "\n" not in str(caught.value), caught.value
+
+
+def test_the_cli_prepares_to_and_reads_from_gs(gcs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``prepare -o gs://…`` (objects put through the emulator's API) and ``inspect --json gs://…`` as a SOURCE;
+    a missing store is exit 2 with one line on stderr."""
+    from streambatch.cli import main
+
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps({"id": f"x{i}", "tokens": list(range(i, i + 30))}) + "\n" for i in range(5)))
+    with emulator_puts(gcs):
+        assert main(["prepare", str(source), "-o", f"gs://{BUCKET}/prepared", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", "--json", f"gs://{BUCKET}/prepared"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["documents"], shown["tokens"]) == (5, 150), shown
+    assert main(["inspect", f"gs://{BUCKET}/nothing-here"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert f"gs://{BUCKET}/nothing-here" in err, err
