@@ -393,22 +393,11 @@ def gather_windows(windows: Any, index: int) -> MiniBatch:
 _BLOCK_WINDOWS = 2048  # consecutive batches whose positions are computed (and cast to intp) at once
 
 
-def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[MiniBatch]:
-    """Batches *batches* of *windows* chunked by *size*, with the per-batch work cut to the gather itself.
-
-    Positions of a block of consecutive batches come from one call (one cast to
-    intp, one searchsorted in sequential order) and are mapped to the gather's
-    rows once (a corpus's shard lookup); a strided share (``step > 1``) takes one
-    batch per block so the batches in between are never touched.  The copy of each
-    batch is the one call of ``take`` below.
-    """
-    space, total = windows.space, len(windows)
-    gather = window_gather(space)
-    take = gather.take
-    masks = (mask_reader(space), mask_counter(space))  # decided once: (None, None) makes nothing more
-    if _counted(gather, masks[0]):
-        yield from _counted_batches(windows, size, batches, gather)  # type: ignore[arg-type]
-        return
+def _block_rows(windows: Any, size: int, batches: range, gather: Gather) -> Iterator[tuple[int, Any, Any]]:
+    """``(batch, positions, rows)`` of each batch of *batches*: positions of a block of consecutive batches from one
+    call (one cast to intp, one searchsorted in sequential order), mapped to the gather's rows once (a corpus's
+    shard lookup); a strided share (``step > 1``) takes one batch per block, so the batches between are never touched."""
+    total = len(windows)
     per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
@@ -420,23 +409,32 @@ def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[Min
         for batch in group:
             lo = (batch - first) * size
             here = positions[lo : lo + size]
-            inputs, targets = take(here if same else rows[lo : lo + size])
-            yield window_batch(batch, inputs, targets, here, space, masks)
+            yield batch, here, here if same else rows[lo : lo + size]
 
 
-def _counted_batches(windows: Any, size: int, batches: range, gather: StoreGather) -> Iterator[MiniBatch]:
-    """`iter_window_batches` of a masked store's C gather: each batch's trained targets counted in its copy, the
-    mask made on first use (`window_columns`)."""
-    space, total = windows.space, len(windows)
-    take = gather.take_counted
-    per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
-    for head in range(0, len(batches), per):
-        group = batches[head : head + per]
-        base = group[0] * size
-        positions = windows[base : min((group[-1] + 1) * size, total)].positions()
-        first = group[0]
-        for batch in group:
-            lo = (batch - first) * size
-            here = positions[lo : lo + size]
-            inputs, targets, count = take(here)
+def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[MiniBatch]:
+    """Batches *batches* of *windows* chunked by *size*, with the per-batch work cut to the gather itself.
+
+    The rows come a block of batches at a time (`_block_rows`); what stays per batch is one call of the C
+    gather (and, for a masked store, the count of its trained targets in the same call: the mask is made on
+    first use) and the batch object.
+    """
+    space = windows.space
+    gather = window_gather(space)
+    unpack = mask_reader(space)  # decided once: None makes nothing more
+    if _counted(gather, unpack):
+        take_counted = gather.take_counted  # type: ignore[union-attr]
+        for batch, here, rows in _block_rows(windows, size, batches, gather):
+            inputs, targets, count = take_counted(rows)
             yield MiniBatch(batch, inputs, targets, here, space, target_count=count, build=window_columns)
+        return
+    take = gather.take
+    if unpack is None:
+        for batch, here, rows in _block_rows(windows, size, batches, gather):
+            inputs, targets = take(rows)
+            yield MiniBatch(batch, inputs, targets, here, space)
+        return
+    masks = (unpack, mask_counter(space))
+    for batch, here, rows in _block_rows(windows, size, batches, gather):
+        inputs, targets = take(rows)
+        yield window_batch(batch, inputs, targets, here, space, masks)
