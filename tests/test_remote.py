@@ -288,3 +288,20 @@ def test_a_masked_store_keeps_its_mask_in_object_storage(stores: dict[str, Any])
     ObjectClient(Location.parse(f"s3://{BUCKET}/masked")).put("loss_mask.bin", b"\x00")
     with pytest.raises(DataError, match=r"loss_mask\.bin"):
         sb.open_store(f"s3://{BUCKET}/masked")
+
+
+def test_indexing_remote_tokens_fetches_what_it_reads(stores: dict[str, Any]) -> None:
+    """Reading a remote store outside a batch (documents, slices, single tokens, index arrays, strided views) fetches
+    those bytes then and there: the local store's tokens, never the zeros of a range no batch fetched."""
+    local, remote = stores["code"]
+    L, R = local.tokens, remote.tokens
+    n = len(L)
+    keys: list[Any] = [5, -1, slice(10, 50), slice(None, None, 7), slice(50, 10, -3), slice(n - 5, None), slice(0, 0)]
+    keys += [np.array([3, 900, 3]), np.asarray(L) % 3 == 0]
+    for key in keys:
+        assert np.array_equal(np.asarray(L[key]), np.asarray(R[key])), key
+    assert np.array_equal(L[::2][5:40], np.asarray(R[::2][5:40]))
+    assert np.array_equal(L[100:300][7:20], np.asarray(R[100:300][7:20]))
+    assert all(np.array_equal(np.asarray(x.tokens), np.asarray(y.tokens)) for x, y in zip(local, remote, strict=True))
+    with pytest.raises(IndexError):
+        R[n]

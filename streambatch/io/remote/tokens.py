@@ -137,12 +137,65 @@ class TokenFile:
 
 
 class RemoteTokens(np.ndarray):
-    """A read-only token array whose bytes a `TokenFile` fetches on demand; pickles as the file, not its bytes."""
+    """A read-only token array whose bytes a `TokenFile` fetches on demand; pickles as the file, not its bytes.
+
+    The gathers read it through the buffer protocol, the bytes of each batch
+    fetched first by the prefetcher.  Indexing it (``tokens[a:b]``, ``tokens[i]``,
+    an index array: what ``store.document(i)`` and the tools do) fetches the bytes
+    it reads, then and there, and returns a plain array of them: never the zeros
+    of a range no batch fetched.
+    """
 
     remote: TokenFile | None
 
     def __array_finalize__(self, obj: Any) -> None:
         self.remote = getattr(obj, "remote", None)
+
+    def __getitem__(self, key: Any) -> Any:
+        remote, plain = self.remote, self.view(np.ndarray)
+        if remote is None or self.ndim != 1:
+            return plain[key]
+        if plain.strides[0] != plain.itemsize:  # a strided view: fetch its whole span
+            if not len(plain):
+                return plain[key].copy()
+            span = np.array([((len(plain) - 1) * plain.strides[0]) // plain.itemsize + 1])
+            return self._read(plain, np.array([0]), span, lambda: plain[key].copy())
+        if isinstance(key, (int, np.integer)):
+            index = int(key) + (len(plain) if key < 0 else 0)
+            if not 0 <= index < len(plain):
+                return plain[key]  # numpy's IndexError
+            return self._read(plain, np.array([index]), np.array([index + 1]), lambda: plain[index])
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(plain))
+            if (step > 0 and start >= stop) or (step < 0 and start <= stop):
+                return plain[key].copy()
+            lo, hi = (start, stop) if step > 0 else (stop + 1, start + 1)
+            return self._read(plain, np.array([lo]), np.array([hi]), lambda: plain[key].copy())
+        picked = np.arange(len(plain))[key]  # an index array or a mask: the positions it reads
+        flat = np.unique(picked.reshape(-1))
+        if not flat.size:
+            return plain[key].copy()
+        cuts = np.flatnonzero(np.diff(flat) != 1) + 1
+        starts, ends = flat[np.r_[0, cuts]], flat[np.r_[cuts - 1, flat.size - 1]] + 1
+        return self._read(plain, starts, ends, lambda: plain[key].copy())
+
+    def _read(self, plain: npt.NDArray[Any], starts: npt.NDArray[Any], ends: npt.NDArray[Any], take: Any) -> Any:
+        """Fetch positions ``[starts, ends)`` of this array (counted from its first token, in the strides of its
+        items), then return ``take()`` while they are held (released afterwards)."""
+        remote = self.remote
+        assert remote is not None
+        base = np.frombuffer(remote._mapping(), dtype=np.uint8).ctypes.data
+        size = plain.itemsize
+        first = (plain.ctypes.data - base) // size  # this view's first token within the file
+        lo = (np.asarray(starts, dtype=np.int64) + first) * size
+        hi = (np.asarray(ends, dtype=np.int64) + first) * size
+        slots = remote.hold(lo, hi)
+        try:
+            for future in remote.fetch(lo.tolist(), hi.tolist()):
+                future.result()
+            return take()
+        finally:
+            remote.release(slots)
 
     def __reduce__(self) -> tuple[Any, ...]:
         remote = self.remote
