@@ -11,7 +11,8 @@ count others' work on the wall clock); the wall with --clock wall.
 
 1. Emission: window and packed batches of the same store with and without a loss
    mask (random, ~half the targets), unmasked and masked runs interleaved repeat
-   by repeat; reported as target tokens/s and masked / unmasked.
+   by repeat; reported as target tokens/s and masked / unmasked, for the batches as
+   emitted (the mask and packed ids built on first use) and with ``loss_mask`` read.
 2. Store growth: the bytes a mask adds to a store on disk, in bits per token.
 3. prepare of prompt/completion JSONL with a BPE tokenizer (trained here, offline,
    with the tokenizers library) against prepare of the same texts as plain
@@ -59,21 +60,29 @@ PREPARE_CLOCK: Callable[[], float] = cpu_seconds  # prepare: with its worker pro
 MIN_SECONDS = 0.3  # each timed sample repeats whole passes until it has run this long (short runs are noise)
 
 
-def _emit(make: Callable[[], object]) -> float:
-    """Target tokens per second of whole passes over ``materialize(make())``, for at least `MIN_SECONDS`."""
+def _emit(make: Callable[[], object], read_mask: bool) -> float:
+    """Target tokens per second of whole passes over ``materialize(make())``, for at least `MIN_SECONDS`; with
+    *read_mask* each batch's ``loss_mask`` is read too (built on that first use, where the batch defers it)."""
     start = CLOCK()
     count = 0
     while True:
         for batch in sb.materialize(make()):  # type: ignore[call-overload]
             count += batch.targets.size
-            _ = batch.loss_mask
+            _ = batch.token_count
+            if read_mask:
+                _ = batch.loss_mask
         seconds = CLOCK() - start
         if seconds >= MIN_SECONDS:
             return count / seconds
 
 
 def emission(tokens: int, repeats: int, T: int, B: int) -> dict[str, float]:
-    """Masked and unmasked emission interleaved repeat by repeat; the ratio is the median of each repeat's ratio."""
+    """Masked and unmasked emission interleaved repeat by repeat; the ratio is the median of each repeat's ratio.
+
+    "emitted": the batches as emission makes them (inputs, targets, the counted ``token_count``; a masked
+    batch's ``loss_mask``, and a packed batch's ids and mask, are built on first use).  "+ loss_mask": each
+    batch's ``loss_mask`` read as well, in both runs (the unmasked packed batch builds its padding mask too).
+    """
     flat, offsets, mask = _corpus(tokens, 1)
     plain = sb.DocumentStore.from_arrays(flat, offsets)
     masked = sb.DocumentStore.from_arrays(flat, offsets, loss_mask=mask)
@@ -85,13 +94,15 @@ def emission(tokens: int, repeats: int, T: int, B: int) -> dict[str, float]:
                 items[name] = sb.shuffle(sb.windows(store, context_length=T, stride=T), seed=7)
             else:
                 items[name] = sb.shuffle(sb.pack(store, context_length=T), seed=7)
-        rates: dict[str, list[float]] = {"unmasked": [], "masked": []}
-        for _ in range(repeats):
-            for name in ("unmasked", "masked"):  # interleaved, same order each repeat
-                rates[name].append(_emit(lambda n=name, i=items: sb.chunk(i[n], B)))  # type: ignore[misc]
-        out[f"{kind} unmasked tokens/s"] = statistics.median(rates["unmasked"])
-        out[f"{kind} masked tokens/s"] = statistics.median(rates["masked"])
-        out[f"{kind} masked/unmasked"] = statistics.median(m / u for m, u in zip(rates["masked"], rates["unmasked"], strict=True))
+        for read, label in ((False, "emitted"), (True, "+ loss_mask")):
+            rates: dict[str, list[float]] = {"unmasked": [], "masked": []}
+            for _ in range(repeats):
+                for name in ("unmasked", "masked"):  # interleaved, same order each repeat
+                    rates[name].append(_emit(lambda n=name, i=items: sb.chunk(i[n], B), read))  # type: ignore[misc]
+            ratio = statistics.median(m / u for m, u in zip(rates["masked"], rates["unmasked"], strict=True))
+            out[f"{kind} {label} unmasked tokens/s"] = statistics.median(rates["unmasked"])
+            out[f"{kind} {label} masked tokens/s"] = statistics.median(rates["masked"])
+            out[f"{kind} {label} masked/unmasked"] = ratio
     return out
 
 

@@ -76,7 +76,9 @@ def window_mask(bits: ReadableBuffer, context_length: int, positions: ReadableBu
 class WindowGatherer:
     """A read-only view of a store's tokens (uint16 or uint32) for one context length: the window mode's gather."""
 
-    def __init__(self, tokens: ReadableBuffer, context_length: int, /) -> None: ...
+    def __init__(self, tokens: ReadableBuffer, context_length: int, bits: ReadableBuffer | None = None, /) -> None: ...
+    def gather_counted(self, rows: ReadableBuffer, /) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
+        """`gather`'s arrays and the set *bits* of their targets (``rows[i] + 1 .. rows[i] + T``), counted in the copy."""
     def gather(self, rows: ReadableBuffer, /) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)``: new C-contiguous ``(w, T)`` arrays of the windows starting at int64 *rows*.
 

@@ -25,7 +25,10 @@ __all__ = ["EpochConfig", "items_of"]
 _KEPT_ALL = (
     "skip_untrained=True but the windows passed keep every window; pass the source itself, or build them with skip_untrained=True"
 )
-_MIXED = "skip_untrained=True over a mixture: a mixture reads every item of each source; leave skip_untrained out"
+_MIXED = (
+    "skip_untrained=True but the mixture passed mixes every item of its sources; mix parts built with "
+    "skip_untrained=True, or pass the mixture file itself"
+)
 
 
 @dataclass(frozen=True)
@@ -59,10 +62,9 @@ def items_of(source: Any, config: EpochConfig, seed: int | None) -> Any:
     mixture = as_mixture(
         source, context_length=config.context_length, stride=config.stride, partition=config.partition,
         keep_partition=config.keep_partition, seed=seed, plan_dir=config.plan_dir, pack=config.pack,
+        skip_untrained=config.skip_untrained,
     )  # fmt: skip
     if mixture is not None:
-        if config.skip_untrained:
-            raise ConfigError(_MIXED)
         return mixture
     if config.context_length is None:
         raise ConfigError("context_length is required; pass the number of input tokens per window (T)")

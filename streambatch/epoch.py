@@ -72,9 +72,10 @@ class Epoch:
     rows.  Over a mixture (``sb.mix`` of ``sb.pack`` parts, or a mixture file with
     ``pack=True``) the batches are packed batches carrying ``sources``.
 
-    ``skip_untrained=True`` drops the windows (packed rows) with no counted target
-    under the source's loss mask (``epoch.windows.untrained`` counts them); by
-    default they are kept, so a masked epoch holds the unmasked epoch's items.
+    ``skip_untrained=True`` drops the windows (packed: pieces, before packing) with
+    no counted target under the source's loss mask (``epoch.windows.untrained``
+    counts them; a mixture filters each source before mixing); by default they
+    are kept, so a masked epoch holds the unmasked epoch's items.
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]),

@@ -120,6 +120,11 @@ class Run:
         return self._epochs
 
     @property
+    def _filtered(self) -> bool:
+        """Whether the run's items are those ``skip_untrained`` kept (a state records it)."""
+        return getattr(self._current[1].windows, "untrained", None) is not None
+
+    @property
     def config(self) -> WindowConfig:
         """Context length and stride."""
         return self._current[1].config
@@ -321,7 +326,8 @@ class Run:
             "partition": self.partition.value,
             "fingerprint": self.fingerprint,
         }
-        return {**key, "mode": "pack"} if self.pack else key  # window states stay as they were
+        key = {**key, "mode": "pack"} if self.pack else key  # window states stay as they were
+        return {**key, "skip_untrained": True} if self._filtered else key  # so do unfiltered ones
 
     def check_state(self, state: Any, where: str = "state") -> tuple[int, int]:
         """The position ``(epoch, batch)`` *state* records, after checking that it belongs to this run.
@@ -331,7 +337,8 @@ class Run:
         corpus (fingerprint), partition, context length, stride, batch size or seed.
         """
         found = decode(state, "run", where)
-        check_same(found, {"mode": "pack" if self.pack else "window", **self._key()}, where)
+        ours = {"mode": "pack" if self.pack else "window", "skip_untrained": self._filtered, **self._key()}
+        check_same(found, ours, where)
         return check_position(found["epoch"], found["batch"], self._batches, where=f"{where} ", error=StateError)
 
     def load_state_dict(self, state: Any) -> None:

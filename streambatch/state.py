@@ -7,7 +7,8 @@ the refusals:
 - ``run``: a run's position (``epoch``, ``batch`` consumed in it) plus what the
   order depends on (``seed``, ``context_length``, ``stride``, ``batch_size``,
   ``partition``, corpus ``fingerprint``, and ``mode``: ``"pack"`` for packed
-  rows, absent (``"window"``) for the chapter's windows):
+  rows, absent (``"window"``) for the chapter's windows; ``skip_untrained``:
+  true for a run that drops items with no counted target, else absent):
   `streambatch.Run.state_dict`;
 - ``worker``: a DataLoader worker's place in a run (``run``, ``stop``,
   ``worker``, ``last``): `streambatch.torch.RunDataset` / ``EpochDataset``;
@@ -57,6 +58,7 @@ class _Run(_State):
     partition: str
     fingerprint: str
     mode: Literal["window", "pack"] = "window"  # written only by packed runs: window states are unchanged
+    skip_untrained: bool = False  # written only by runs of skip_untrained: other states are unchanged
 
 
 class _Worker(_State):
@@ -93,8 +95,8 @@ class _Command(_State):
 
 
 _KINDS: dict[str, type[_State]] = {"run": _Run, "worker": _Worker, "batches": _Batches, "epoch-command": _Command}
-RUN_KEYS = tuple(k for k in _Run.__struct_fields__ if k != "mode")
-"""The keys of a window run's state, in order (a packed run's adds ``mode``)."""
+RUN_KEYS = tuple(k for k in _Run.__struct_fields__ if k not in ("mode", "skip_untrained"))
+"""The keys of a window run's state, in order (a packed run's adds ``mode``, one of ``skip_untrained`` that)."""
 
 
 def encode(kind: str, **fields: Any) -> dict[str, Any]:
@@ -139,7 +141,7 @@ def decode(state: Any, kind: str, where: str = "state") -> dict[str, Any]:
     if kind == "run" and seed is not None and not 0 <= seed < 1 << 64:
         raise StateError(f"{where} seed={short_repr(seed)} must be an int in [0, 2**64) or None; pass a state_dict() unchanged")
     if kind == "run":
-        return {"mode": "window", **state}
+        return {"mode": "window", "skip_untrained": False, **state}
     return dict(state)
 
 

@@ -285,4 +285,5 @@ def test_the_readme_and_changelog_give_the_version() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     assert f"Version {sb.__version__} " in readme
-    assert re.findall(r"^## (\S+)", changelog, flags=re.M)[0] == sb.__version__
+    released = [h for h in re.findall(r"^## (\S+)", changelog, flags=re.M) if h != "Unreleased"]  # merged, not released
+    assert released[0] == sb.__version__

@@ -263,3 +263,28 @@ def test_prepare_uploads_a_store_with_its_header_last(server: int, tmp_path: Pat
         list(sb.Epoch(local, context_length=4, batch_size=3, seed=1)),
         list(sb.Epoch(remote, context_length=4, batch_size=3, seed=1)),
     )
+
+
+def test_a_masked_store_keeps_its_mask_in_object_storage(stores: dict[str, Any]) -> None:
+    """The loss mask goes up with the store (before the header) and comes back: the same counted targets and
+    masks, windows and packed rows; a mask object of the wrong size is a DataError naming it."""
+    rng = np.random.default_rng(4)
+    docs = [
+        sb.Document(d.id, d.partition, d.tokens, loss_mask=np.r_[False, rng.random(len(d.tokens) - 1) < 0.5])
+        for d in documents(16, seed=9)
+    ]
+    local, remote = uploaded(stores["tmp"], "masked", docs)
+    assert remote.has_loss_mask
+    assert np.array_equal(np.asarray(remote.loss_bits), np.asarray(local.loss_bits))
+    for options in ({"seed": 3, "stride": 16}, {"seed": 5, "pack": True}):
+        here = list(sb.Epoch(local, context_length=16, batch_size=8, **options))
+        there = list(sb.Epoch(remote, context_length=16, batch_size=8, **options))
+        same(here, there)
+        assert [b.token_count for b in here] == [b.token_count for b in there]
+        assert all(np.array_equal(a.loss_mask, b.loss_mask) for a, b in zip(here, there, strict=True))
+    from streambatch.io.remote.client import ObjectClient
+    from streambatch.io.remote.location import Location
+
+    ObjectClient(Location.parse(f"s3://{BUCKET}/masked")).put("loss_mask.bin", b"\x00")
+    with pytest.raises(DataError, match=r"loss_mask\.bin"):
+        sb.open_store(f"s3://{BUCKET}/masked")

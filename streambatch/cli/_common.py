@@ -93,7 +93,8 @@ def add_source(parser: Any, *, required_window: bool, stride_default: int | None
     parser.add_argument(
         "--skip-untrained",
         action="store_true",
-        help="drop the windows (packed rows) with no counted target under the store's loss mask (default: keep them)",
+        help="drop the windows (--pack: pieces, before packing) with no counted target under the loss mask; "
+        "a mixture filters each source (default: keep them)",
     )
 
 

@@ -42,6 +42,7 @@ from ..io.atomic import atomic_text, writing
 from ..io.bounded_json import read_json_header
 from ..io.files import short_path
 from ..io.mixture_file import MixtureSource
+from ..items.untrained import untrained_note
 from ..model.corpus import Corpus
 from ..model.source import Source
 from ..run import Run
@@ -77,6 +78,9 @@ def _run(args: argparse.Namespace, source: Source | MixtureSource, epoch: int) -
             file=sys.stderr,
         )
     note_repeats(source, first.windows)  # a mixture's repeated source is never silent
+    dropped = untrained_note(first.windows)
+    if dropped is not None:  # what --skip-untrained left out: counted, never silent
+        print(f"streambatch: note: {dropped}", file=sys.stderr)
     return Run.from_epoch(first, epochs=epoch + 1)
 
 

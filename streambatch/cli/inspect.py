@@ -18,12 +18,11 @@ def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
     if args.skip_untrained and args.context_length is None:
         raise ConfigError("--skip-untrained needs --context-length: it counts the windows (rows) an epoch keeps; pass -T")
     source = open_args_source(args)
-    if isinstance(source, MixtureSource) and args.skip_untrained:
-        raise ConfigError("--skip-untrained over a mixture: a mixture reads every item of each source; leave it out")
     if isinstance(source, MixtureSource):  # per source: items, weight, effective share, source epochs, tokens (--pack: rows)
         mixed = inspect_mixture(
             source, context_length=args.context_length, batch_size=args.batch_size,
             stride=1 if args.stride is None else args.stride, partition=args.partition, pack=args.pack,
+            skip_untrained=args.skip_untrained,
         )  # fmt: skip
         out.write(json.dumps(mixed, indent=1) + "\n" if args.json else format_mixture(mixed))
         return

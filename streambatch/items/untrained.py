@@ -7,9 +7,17 @@ and ``sb.pack(..., skip_untrained=True)`` (``Epoch``/``Run(skip_untrained=True)`
 ``--skip-untrained``) drop them.  The kept items are a plan in natural order
 over a copy of the space that carries an `UntrainedReport`: every later stage
 (shuffle, plan files, chunk, the façades) reads them as any planned items, and
-a plan file's key names the filter.  A packed row is dropped when none of its
-pieces trains; a piece with no counted target inside a row that trains keeps
-its positions, all masked.
+a plan file's key names the filter.
+
+Packed rows drop *pieces*, before packing: a document's tail with no counted
+target is left out of best-fit (`streambatch.items.pack.rows.pack`), and a full
+piece with none is its own row, dropped here; so every kept row holds only
+pieces that train.  The full pieces keep their numbering (row ``r`` is still
+the ``r``-th full piece), so the gathers locate them as without the filter.
+
+A mixture filters each source before mixing (``sb.mix`` of filtered parts):
+the sizes it mixes are the kept counts, and `Mixture.untrained` holds each
+source's report.
 """
 
 from __future__ import annotations
@@ -30,16 +38,31 @@ _I = TypeVar("_I", bound=PlannedItems)
 
 @dataclass(frozen=True)
 class UntrainedReport:
-    """What ``skip_untrained`` did: ``kept + dropped`` is every item; ``entries`` the kept items' plan entries."""
+    """What ``skip_untrained`` did: *kept* items (their plan entries: *entries*), *dropped* windows or, for
+    packed rows, pieces: the full ones (rows of their own) and the tails left out of packing (*tails*: their
+    documents; *packing*: the `PackReport` of the kept rows)."""
 
     kept: int
     dropped: int
     entries: npt.NDArray[Any]
+    tails: npt.NDArray[np.int64] | None = None  # packed: documents whose tail piece was left out of packing
+    packing: Any = None  # packed: the PackReport of the kept rows
 
     @property
     def items(self) -> int:
-        """Every item before the filter."""
+        """Windows: every window before the filter (packed: the kept rows and the dropped pieces)."""
         return self.kept + self.dropped
+
+    @property
+    def dropped_tails(self) -> int:
+        """Tail pieces left out of packing (0 for windows)."""
+        return 0 if self.tails is None else int(self.tails.size)
+
+    def summary(self) -> dict[str, int]:
+        """The counts, as the commands show them: kept and dropped items (packed: pieces, and of them tails)."""
+        if self.packing is None:
+            return {"kept_windows": self.kept, "dropped_windows": self.dropped}
+        return {"kept_rows": self.kept, "dropped_pieces": self.dropped, "dropped_tails": self.dropped_tails}
 
     def __repr__(self) -> str:
         return f"UntrainedReport(kept={self.kept}, dropped={self.dropped})"
@@ -85,8 +108,11 @@ def item_targets(items: Any) -> npt.NDArray[np.int64]:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def drop_untrained(items: _I) -> _I:
+def drop_untrained(items: _I, *, tails: npt.NDArray[np.int64] | None = None, packing: Any = None) -> _I:
     """*items* (whole, in natural order) without those with no counted target, over a space carrying the report.
+
+    Packed rows pass the *tails* their packing left out and *packing* (a function of the kept row numbers
+    giving their `PackReport`): both go into the report.
 
     >>> import streambatch as sb
     >>> doc = sb.Document("a", "train", [0, 10, 11, 12, 13], loss_mask=[0, 0, 0, 1, 1])
@@ -99,5 +125,35 @@ def drop_untrained(items: _I) -> _I:
     entries = kind.plan_values()[trained]
     space = copy.copy(items.space)  # the same store, index and packing; its own caches and report
     space.cache = {}
-    space.untrained = UntrainedReport(int(entries.size), int(trained.size - entries.size), entries)
+    dropped = int(trained.size - entries.size) + (0 if tails is None else int(tails.size))
+    report = None if packing is None else packing(entries)
+    space.untrained = UntrainedReport(int(entries.size), dropped, entries, tails, report)
     return type(items)(space, entries, 0, entries.size)
+
+
+def untrained_note(items: Any) -> str | None:
+    """What ``skip_untrained`` dropped from *items* (windows, packed rows or a mixture), for a command's note; None
+    when nothing was filtered.
+
+    >>> import streambatch as sb
+    >>> doc = sb.Document("a", "train", [0, 10, 11, 12, 13], loss_mask=[0, 0, 0, 1, 1])
+    >>> untrained_note(sb.windows([doc], context_length=1, skip_untrained=True))
+    'skip_untrained dropped 2 windows with no counted target (2 kept)'
+    """
+    reports = getattr(items, "untrained", None)
+    if reports is None:
+        return None
+    if not isinstance(reports, tuple):
+        return f"skip_untrained dropped {_dropped(reports)}"
+    names = items.names
+    each = "; ".join(f"{n!r}: {_dropped(r)}" for n, r in zip(names, reports, strict=True))
+    return f"skip_untrained dropped, per source: {each}"
+
+
+def _dropped(report: UntrainedReport) -> str:
+    if report.packing is None:
+        return f"{report.dropped} windows with no counted target ({report.kept} kept)"
+    return (
+        f"{report.dropped} pieces with no counted target ({report.dropped_tails} of them tails left out of packing; "
+        f"{report.kept} rows kept)"
+    )

@@ -139,6 +139,8 @@ class MiniBatch:
         if target_count is None:  # the gathers pass it; else every target, or the mask's
             target_count = targets.size if loss_mask is None else int(np.count_nonzero(loss_mask))
         self.target_count = target_count
+        if sources is None and loss_mask is None and segment_ids is None and cu_seqlens is None and build is None:
+            return  # a batch of windows: no instance dict is made
         columns = self.__dict__
         if sources is not None:
             self.sources, self.names = sources, names

@@ -55,6 +55,13 @@ def verify_plan(ordered: Windows | Rows, keyed: KeyedFile) -> None:
             )
         _mark(seen, numbers)
     marked = int(np.bitwise_count(seen).sum())
+    if ordered.untrained is not None:  # skip_untrained: the kept items, each once, and no dropped one
+        kept = np.zeros_like(seen)
+        _mark(kept, ordered.unordered().numbers())
+        if marked != count or not np.array_equal(seen, kept):
+            noun = _noun(ordered)
+            raise StoreError(f"{shown}: its entries are not the {count} kept {noun}s of skip_untrained, each once; {fix}")
+        return
     if marked != total:  # N valid entries for N items: an item missing means another repeats
         missing = int(np.flatnonzero(np.unpackbits(seen, bitorder="little")[:total] == 0)[0])
         noun = _noun(ordered)

@@ -51,12 +51,13 @@ def mask_summary(
     per = item_targets(items)
     out.update(windows=int(per.size), untrained_windows=int(np.count_nonzero(per == 0)))
     if skip_untrained:
-        out["kept_windows"] = int(np.count_nonzero(per))
+        out.update(kept_windows=int(np.count_nonzero(per)), dropped_windows=int(np.count_nonzero(per == 0)))
     if packed:
         rows = item_targets(pack(store, context_length=T, partition=part, keep_partition=True))
         out.update(rows=int(rows.size), untrained_rows=int(np.count_nonzero(rows == 0)))
-        if skip_untrained:
-            out["kept_rows"] = int(np.count_nonzero(rows))
+        if skip_untrained:  # pieces with no counted target are left out before packing: fewer rows, less padding
+            kept = pack(store, context_length=T, partition=part, keep_partition=True, skip_untrained=True)
+            out.update(kept.untrained.summary(), pad_share_kept=kept.report.pad_share)
     return out
 
 
@@ -79,4 +80,5 @@ def mask_rows(parts: dict[str, Any], count: Callable[[int], str]) -> list[tuple[
         rows.append(("windows kept (--skip-untrained)", [str(m.get("kept_windows", "-")) for m in cells]))
     if any("kept_rows" in m for m in cells):
         rows.append(("packed rows kept (--skip-untrained)", [str(m.get("kept_rows", "-")) for m in cells]))
+        rows.append(("pieces dropped (--skip-untrained)", [str(m.get("dropped_pieces", "-")) for m in cells]))
     return rows

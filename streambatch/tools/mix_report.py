@@ -9,7 +9,8 @@ Tijdeman's order does not).  `audit_mixture` iterates an epoch of a mixture
 Tijdeman's order recomputed from the weights (a plan file is not trusted), the prefix bound
 ``|c_s(n) - w_s n| <= 1 - 1/(2k-2)`` at every batch boundary (in exact
 integers), each source's rows in its exact order (the concatenation of
-``shuffle(part_s, source_epoch_seed(seed, s, e))`` over its epochs ``e``), no
+``shuffle(part_s, source_epoch_seed(seed, s, e))`` over its epochs ``e``; for
+parts of ``skip_untrained``, that order over the kept items), no
 window twice inside one source epoch, and every row's tokens read from its own
 source.
 """
@@ -41,10 +42,12 @@ def inspect_mixture(
     stride: int = 1,
     partition: Any = None,
     pack: bool = False,
+    skip_untrained: bool = False,
 ) -> dict[str, Any]:
     """Per source: path, weight, documents, tokens; with ``T``: windows, items, effective share, source epochs.
 
-    With *pack* the items are packed rows: per source its rows, targets and pad share per source epoch.
+    With *pack* the items are packed rows: per source its rows, targets and pad share per source epoch.  With
+    *skip_untrained* each source's items are its kept ones, and its row counts what the filter dropped.
     """
     if context_length is None and batch_size is not None:
         raise ConfigError(f"batch_size={batch_size!r} needs a context_length; pass -T to count a mixture's items and batches")
@@ -59,15 +62,19 @@ def inspect_mixture(
         return summary
     mixture = as_mixture(
         source, context_length=context_length, stride=None if pack else stride, partition=partition, keep_partition=False,
-        seed=0, plan_dir=None, pack=pack,
+        seed=0, plan_dir=None, pack=pack, skip_untrained=skip_untrained,
     )  # fmt: skip
     assert mixture is not None
+    reports = mixture.untrained or (None,) * len(rows)
     counts = mixture.counts().tolist()
-    for row, count, size, epochs, part in zip(rows, counts, mixture.sizes, mixture.source_epochs(), mixture.parts, strict=True):
+    every = zip(rows, counts, mixture.sizes, mixture.source_epochs(), mixture.parts, reports, strict=True)
+    for row, count, size, epochs, part, kept in every:
         row.update(windows=size, items=count, effective_share=count / len(mixture), source_epochs=epochs)
+        if kept is not None:
+            row.update(kept.summary())
         row["item_tokens"] = count * context_length
         if mixture.packed:  # per source epoch: every target of the source once, in its rows
-            report: Any = part.report  # type: ignore[union-attr]
+            report: Any = part.report
             row.update(rows=size, targets=report.targets, pad_share=report.pad_share)
     summary.update(context_length=context_length, stride=stride, items=len(mixture), plan_bytes=mixture.plan_nbytes)
     notes = repeat_notes(spec.names, mixture.source_epochs(), default=spec.length is None)
@@ -75,6 +82,8 @@ def inspect_mixture(
         summary["notes"] = notes
     if pack:
         summary.update(mode="pack", stride=context_length)
+    if skip_untrained:
+        summary["skip_untrained"] = True
     if batch_size is not None:
         summary.update(batch_size=batch_size, batches=-(-len(mixture) // batch_size))
     return summary
@@ -119,12 +128,17 @@ def format_mixture(summary: dict[str, Any]) -> str:
     if "items" in summary:
         head += (["rows", "targets", "pad share"] if packed else ["windows"]) + ["items", "effective", "source epochs"]
         head += ["item positions" if packed else "item tokens"]
+    filtered = summary.get("skip_untrained", False)
+    if filtered:
+        head += ["dropped pieces" if packed else "dropped windows"]
     table = [head]
     for row in summary["sources"]:
         cells = [row["name"], f"{row['weight']:g}", f"{row['share']:.4f}", str(row["documents"]), str(row["tokens"])]
         if "items" in row:
             cells += [str(row["rows"]), str(row["targets"]), f"{row['pad_share']:.4%}"] if packed else [str(row["windows"])]
             cells += [str(row["items"]), f"{row['effective_share']:.4f}", f"{row['source_epochs']:.3f}", str(row["item_tokens"])]
+            if filtered:
+                cells.append(str(row["dropped_pieces" if packed else "dropped_windows"]))
         table.append(cells)
     widths = [max(len(r[c]) for r in table) for c in range(len(head))]
     lines += [
@@ -177,6 +191,7 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
         "names": list(mixture.names),
         "workers": workers,
         "world_size": world_size,
+        **({"untrained": [r.summary() for r in mixture.untrained]} if mixture.untrained is not None else {}),
         "failures": failures,
         "seconds": round(time.perf_counter() - started, 3),
     }
@@ -231,11 +246,14 @@ def _check_order(mixture: Any, sources: Any, windows: Any, failures: dict[str, s
     for s, part in enumerate(mixture.parts):
         got = windows[sources == s]
         size = len(part)
+        kept = None if part.untrained is None else part.numbers()  # skip_untrained: the kept items' numbers, in order
         for e in range(-(-got.size // size)):
             piece = got[e * size : (e + 1) * size]
             if np.unique(piece).size != piece.size:
                 failures.setdefault("repeat", f"source {s} repeats a window inside its source epoch {e}")
             expected = source_order(size, mixture.seed, s, e)[: piece.size]  # the order, computed apart from the stages
+            if kept is not None:
+                expected = kept[expected]
             if not np.array_equal(piece, expected):
                 failures.setdefault("order", f"source {s} epoch {e} is not shuffle(part, source_epoch_seed(seed, {s}, {e}))")
 
@@ -272,6 +290,10 @@ def format_mixture_audit(result: dict[str, Any]) -> str:
     )
     epochs = ", ".join(f"{n} {e:g}" for n, e in zip(result["names"], result["source_epochs"], strict=True))
     lines.append(f"sources: source epochs {epochs}; prefix bound |c_s(n) - w_s n| <= {result['bound']} at every batch")
+    if "untrained" in result:  # skip_untrained: what each source dropped before mixing
+        each = zip(result["names"], result["untrained"], strict=True)
+        dropped = "; ".join(f"{n} {', '.join(f'{k}={v}' for k, v in r.items())}" for n, r in each)
+        lines.append(f"skip_untrained: {dropped}")
     if result["workers"] > 1 or result["world_size"] > 1:
         lines.append(f"shares: {result['world_size']} ranks x {result['workers']} workers, union checked")
     rate = result["items"] / result["seconds"] if result["seconds"] > 0 else 0.0

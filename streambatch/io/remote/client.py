@@ -109,7 +109,7 @@ class ObjectClient:
         except ImportError:
             raise missing_dependency("reading a store in object storage", "obstore", "remote") from None
         config = dict(self._config)
-        endpoint = str(config.get("endpoint", ""))
+        endpoint = str(config.get("endpoint") or config.get("base_url") or "")  # S3's or GCS's
         url = f"{self.where.scheme}://{self.where.bucket}"  # rooted at the bucket: keys carry the prefix
         client: dict[str, Any] = {"timeout": f"{self.timeout}s", "connect_timeout": f"{min(self.timeout, 10.0)}s"}
         if endpoint.startswith("http://") or self.where.scheme == "http":
@@ -118,7 +118,7 @@ class ObjectClient:
         try:
             return from_url(url, client_options=client, retry_config={"max_retries": 0}, **config)  # type: ignore[call-overload]
         except Exception as err:  # an unknown option, a bad endpoint
-            raise StoreError(f"{self.where.url}: cannot configure the object-store client ({self._clean(err)})") from None
+            raise StoreError(f"{self.where.url}: cannot configure the object-store client ({self._short(err)})") from None
 
     # -- requests -------------------------------------------------------------------
     def head(self, name: str) -> tuple[int, str | None]:

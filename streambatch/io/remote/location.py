@@ -3,7 +3,9 @@
 Credentials and endpoints come from the standard environment variables
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
 ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL`` for S3-compatible
-servers; ``GOOGLE_SERVICE_ACCOUNT``/``GOOGLE_APPLICATION_CREDENTIALS`` for GCS)
+servers; ``GOOGLE_APPLICATION_CREDENTIALS`` (application default credentials:
+a service account's key or gcloud's user login), ``GOOGLE_SERVICE_ACCOUNT`` (a
+service account's key file), ``GOOGLE_BASE_URL`` (a GCS emulator) for GCS)
 and from explicit *options*, which win.  No message or repr ever shows a secret.
 
 >>> where = Location.parse("s3://bucket/data/web")
@@ -116,11 +118,15 @@ def client_config(where: Location) -> dict[str, Any]:
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         config["region"] = region or "us-east-1"
     elif where.scheme == "gs":
-        for variable in ("GOOGLE_SERVICE_ACCOUNT", "GOOGLE_APPLICATION_CREDENTIALS"):
+        if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):  # any kind gcloud writes, not only service accounts
+            config["application_credentials"] = os.environ["GOOGLE_APPLICATION_CREDENTIALS"]
+        for variable in ("GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH"):
             if os.environ.get(variable):
                 config["service_account_path"] = os.environ[variable]
         if os.environ.get("GOOGLE_SERVICE_ACCOUNT_KEY"):
             config["service_account_key"] = os.environ["GOOGLE_SERVICE_ACCOUNT_KEY"]
+        if os.environ.get("GOOGLE_BASE_URL"):  # a GCS emulator (its http:// address allows plain HTTP)
+            config["base_url"] = os.environ["GOOGLE_BASE_URL"]
     config.update(options)
     signed = not config.get("skip_signature")
     if where.scheme == "s3" and signed and not (config.get("access_key_id") and config.get("secret_access_key")):
@@ -128,10 +134,10 @@ def client_config(where: Location) -> dict[str, Any]:
             f"{where.url}: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, pass them as options, "
             "or pass skip_signature=True for a public bucket)"
         )
-    if where.scheme == "gs" and signed and not any(k.startswith("service_account") for k in config):
+    if where.scheme == "gs" and signed and not any(k.startswith(("service_account", "application_credentials")) for k in config):
         raise StoreError(
-            f"{where.url}: no credentials (set GOOGLE_APPLICATION_CREDENTIALS, pass service_account_path, "
-            "or pass skip_signature=True for a public bucket)"
+            f"{where.url}: no credentials (set GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT, "
+            "pass service_account_path, or pass skip_signature=True for a public bucket)"
         )
     return config
 

@@ -1,4 +1,4 @@
-"""Open a store in object storage: header, offsets, ids and partitions fetched once; tokens on demand.
+"""Open a store in object storage: header, offsets, ids, partitions (and a loss mask) fetched once; tokens on demand.
 
 The header is read and checked as a local one is (`streambatch.io.store_header`).
 Each object's size is checked against the header, and against the sizes and
@@ -21,6 +21,7 @@ from ...errors import DataError, StoreError
 from ...model.store import DocumentStore
 from ...model.validate import check_offsets
 from ..store_header import HEADER, OFFSETS, TOKENS, header_tokenizer, listed_files, read_header
+from ..store_mask import LOSS_MASK, mask_bytes, mask_entry
 from .client import ObjectClient
 from .location import Location
 from .tokens import TokenFile
@@ -102,12 +103,27 @@ def open_at(client: ObjectClient, *, prefetch: int | None = None, cache: Any = N
     finally:
         for s in spooled:
             s.__exit__(None, None, None)
+    bits = _mask_bits(client, root, header, tokens_count, recorded)
     settings: dict[str, Any] = {"prefetch": prefetch, "cache": cache}
     tokens: Any = (
         TokenFile(client, TOKENS, dtype, tokens_count, tokens_etag, **settings).array() if tokens_count else np.zeros(0, dtype)
     )
     tokenizer = header_tokenizer(header, root / HEADER)  # type: ignore[arg-type]
-    return DocumentStore.from_checked(tokens, offsets[:-1], np.diff(offsets), ids, codes, fingerprint, tokenizer)
+    return DocumentStore.from_checked(tokens, offsets[:-1], np.diff(offsets), ids, codes, fingerprint, tokenizer, bits)
+
+
+def _mask_bits(client: ObjectClient, root: RemotePath, header: dict[str, Any], count: int, recorded: Any) -> Any:
+    """The store's loss-mask bits when its header names a mask (None without), fetched once, whole: one bit per
+    token (1/16 of a uint16 store's token bytes), held in memory like the offsets."""
+    if mask_entry(header, root / HEADER, count) is None:  # type: ignore[arg-type]
+        return None
+    with _spooled(client, LOSS_MASK) as (handle, etag):
+        size = _size(handle)
+        _check(root / LOSS_MASK, size, mask_bytes(count), f"a loss mask of {count} bits")
+        _check_recorded(root / LOSS_MASK, recorded.get(LOSS_MASK), size, etag)
+        bits = np.fromfile(handle, dtype=np.uint8)
+    bits.flags.writeable = False
+    return bits
 
 
 def open_remote_manifest(url: str, remote: Mapping[str, Any]) -> tuple[Any, Any]:

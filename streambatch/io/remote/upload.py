@@ -21,6 +21,7 @@ from ...model.corpus import FORMAT as CORPUS_FORMAT
 from ...model.corpus import VERSION as CORPUS_VERSION
 from ...model.store import DocumentStore
 from ..store_header import HEADER, OFFSETS, TOKENS, listed_files
+from ..store_mask import LOSS_MASK, mask_entry
 from .client import ObjectClient
 from .location import Location
 from .open import OBJECTS, open_remote_store
@@ -37,7 +38,8 @@ def upload_store(local: str | os.PathLike[str], url: str, *, options: Mapping[st
         header = json.loads(handle.read())
     client = ObjectClient(where)
     objects: dict[str, dict[str, Any]] = {}
-    for name in [TOKENS, OFFSETS, *listed_files(header, folder / HEADER)]:
+    mask = [] if mask_entry(header, folder / HEADER, len(opened.tokens)) is None else [LOSS_MASK]
+    for name in [TOKENS, OFFSETS, *listed_files(header, folder / HEADER), *mask]:
         path = folder / name
         etag = client.put(name, path)
         objects[name] = {"size": path.stat().st_size, "etag": etag}

@@ -2,7 +2,9 @@
 
 ``sb.mix(parts, weights, seed=k)`` takes one `Windows` per source (each from its
 own store or corpus, all with the same context length and stride, in document
-order) and gives a `Mixture`: a sized, sliceable `streambatch.items.protocol.Items`
+order; or each built with ``skip_untrained=True``: its kept windows, the sizes
+mixed being the kept counts, `Mixture.untrained` each source's report) and
+gives a `Mixture`: a sized, sliceable `streambatch.items.protocol.Items`
 whose item ``i`` is ``(source, window)``.  `chunk`, `share`, `split_rows` and
 `materialize` take it unchanged; its batches are `streambatch.MiniBatch` es carrying
 ``sources``, one per row.  Parts may instead all be packed `Rows`
@@ -139,6 +141,13 @@ class Mixture:
     def weights(self) -> tuple[Any, ...]:
         """The exact normalised weights (Fractions)."""
         return self._space.plan.weights
+
+    @property
+    def untrained(self) -> tuple[Any, ...] | None:
+        """Each source's `streambatch.items.untrained.UntrainedReport` when its parts were built with
+        ``skip_untrained=True`` (the mixture mixes the kept items), else None."""
+        reports = tuple(p.untrained for p in self._space.parts)
+        return None if reports[0] is None else reports
 
     @property
     def sizes(self) -> list[int]:
@@ -386,12 +395,15 @@ def check_distinct_stores(parts: Sequence[Part], names: Sequence[str]) -> None:
 def mixture_fingerprint(parts: Sequence[Part], plan: MixPlan, length: int) -> str:
     """``mixture:`` + BLAKE2b-128 of the sources' fingerprints and item counts, the integer weights and the length.
 
-    A mixture of packed rows adds ``"rows"`` and ``T`` (a mixture of windows keeps its fingerprint).
+    A mixture of packed rows adds ``"rows"`` and ``T`` (a mixture of windows keeps its fingerprint); one of parts
+    built with ``skip_untrained`` adds each source's dropped count.
     """
     rows = [["rows", parts[0].context_length]] if parts[0].packed else []
+    filtered = [["skip_untrained", [p.untrained.dropped for p in parts]]] if parts[0].untrained is not None else []
     key = [
         FORMAT,
         *rows,
+        *filtered,
         [p.store.fingerprint or p.store.content_fingerprint() for p in parts],
         [len(p) for p in parts],
         [str(a) for a in plan.integer_weights],

@@ -5,6 +5,9 @@ Every part is one source's whole sequence in document (row) order: ``sb.windows(
 ``sb.pack(source, context_length=T)`` of each, all with the same ``T``, partition
 and pad id.  The mixture orders each source itself, so a view or an already
 shuffled part is refused, and so is a part with no item, or windows mixed with rows.
+A part built with ``skip_untrained=True`` is whole when it holds every kept item
+in document order: the mixture then mixes each source's kept items.  Either
+every part is filtered or none is.
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ def check_parts(parts: Any) -> tuple[Part, ...]:
                 "pass sb.windows(...) of every source, or sb.pack(...) of every source"
             )
         _check_whole(s, part)
+        if (part.untrained is None) != (found[0].untrained is None):
+            raise ConfigError(
+                f"parts[{s}] {'keeps every item' if part.untrained is None else 'was built with skip_untrained=True'} "
+                f"but parts[0] {'keeps every item' if found[0].untrained is None else 'was'}; build every part with "
+                "skip_untrained=True, or none"
+            )
         if part.config != found[0].config or part.partition != found[0].partition:
             raise ConfigError(
                 f"parts[{s}] has context_length={part.context_length}, stride={part.config.stride}, partition="
@@ -62,21 +71,13 @@ def _kind(part: Any) -> str:
 
 
 def _check_whole(s: int, part: Part) -> None:
-    if isinstance(part, Rows):
-        whole = part.is_sequential and len(part) == len(part.packing)
-        call = "sb.pack(source, context_length=T)"
-    else:
-        whole = part.is_sequential and len(part) == part.window_index.window_count
-        call = "sb.windows(source, ...)"
-    if part.untrained is not None:
-        raise ConfigError(
-            f"parts[{s}] dropped its untrained items (skip_untrained=True); a mixture reads every item of each source: "
-            f"pass {call} without skip_untrained"
-        )
-    if not whole:
+    call = "sb.pack(source, context_length=T)" if isinstance(part, Rows) else "sb.windows(source, ...)"
+    if not part.is_whole:  # every item (every kept one, under skip_untrained) in document order
         raise ConfigError(f"parts[{s}] is a view or already shuffled; the mixture orders each source itself: pass {call}")
     if not len(part):
         what = "rows (its partition has no target)" if isinstance(part, Rows) else "windows"
+        if part.untrained is not None:
+            what = f"{what.split()[0]} with a counted target (skip_untrained dropped all {part.untrained.dropped})"
         raise ConfigError(f"parts[{s}] has no {what}; a source needs one: lower the context length or drop it")
 
 

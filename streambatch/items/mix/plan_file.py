@@ -13,7 +13,9 @@ source, flat).  The header records the key::
 
 The key is everything the order depends on: every source's fingerprint and
 window count, the configuration, the exact integer weights and the asked
-length.  The seed is not in it: Tijdeman's order does not depend on the seed,
+length (for parts built with ``skip_untrained``, ``"skip_untrained"``: each
+source's dropped count, so a filtered and an unfiltered mixture never share a
+file).  The seed is not in it: Tijdeman's order does not depend on the seed,
 so every epoch of a run (and every seed) maps the same file.  The seed keys the
 sources' own epoch plans (`streambatch.plan_file` at
 ``source_epoch_seed(seed, s, e)``), which a mixture with a plan folder keeps in
@@ -48,7 +50,9 @@ PathLike = str | os.PathLike[str]
 def mix_plan_key(parts: tuple[Part, ...], weights: tuple[int, ...], length: int | None) -> dict[str, Any]:
     """What the mixture order of *parts* at *weights* and *length* depends on (``windows`` counts a packed part's rows)."""
     first = parts[0]
+    filtered = {} if first.untrained is None else {"skip_untrained": [p.untrained.dropped for p in parts]}
     return {
+        **filtered,
         "sources": [p.store.content_fingerprint() for p in parts],
         "windows": [len(p) for p in parts],
         "context_length": first.context_length,

@@ -36,8 +36,11 @@ def as_mixture(
     seed: int | None,
     plan_dir: str | os.PathLike[str] | None,
     pack: bool = False,
+    skip_untrained: bool = False,
 ) -> Mixture | None:
     """The `Mixture` a mixture file *source* names (of packed rows with *pack*), else None.
+
+    With *skip_untrained* each source's parts drop their items (packed: pieces) with no counted target first.
 
     A mixture passed itself is items: `streambatch.config.items_of` checks it.
     """
@@ -52,19 +55,14 @@ def as_mixture(
             f"{short_path(source.path)}: a mixture needs a seed (--seed): each source's order is its seeded shuffle"
         )
     chosen = Partition.TRAIN if partition is None else partition
+    each: dict[str, Any] = {"partition": chosen, "keep_partition": keep_partition, "skip_untrained": skip_untrained}
     if pack:
         if stride is not None:
             raise ConfigError(f"stride={stride!r} with pack=True; packing cuts pieces at stride T: leave stride out")
-        parts: list[Part] = [
-            pack_rows(store, context_length=context_length, partition=chosen, keep_partition=keep_partition, plan_dir=plan_dir)
-            for store in source.stores
-        ]
+        parts: list[Part] = [pack_rows(s, context_length=context_length, plan_dir=plan_dir, **each) for s in source.stores]
     else:
-        parts = [
-            windows(store, context_length=context_length, stride=1 if stride is None else stride, partition=chosen,
-                    keep_partition=keep_partition)
-            for store in source.stores
-        ]  # fmt: skip
+        step = 1 if stride is None else stride
+        parts = [windows(s, context_length=context_length, stride=step, **each) for s in source.stores]
     spec = source.spec
     try:
         return mix(parts, spec.weights, seed=seed, length=spec.length, names=spec.names, plan_dir=plan_dir)

@@ -191,7 +191,9 @@ class PackReport:
 
     ``window_targets`` is what the window mode at stride ``T`` trains on (the full
     pieces); packing covers every target (``targets``).  ``documents`` counts the
-    non-empty documents packed.
+    non-empty documents packed.  Under ``skip_untrained`` ``dropped_pieces``
+    counts the pieces with no counted target left out (``targets`` and
+    ``pieces`` count only those packed).
     """
 
     context_length: int
@@ -202,6 +204,7 @@ class PackReport:
     full_rows: int
     packed_rows: int
     window_targets: int
+    dropped_pieces: int = 0
 
     @property
     def rows(self) -> int:
@@ -313,9 +316,17 @@ class PackedRows:
 
 
 def pack_lengths(
-    lengths: npt.ArrayLike, context_length: int, *, include: npt.ArrayLike | None = None, backend: Backend | None = None
+    lengths: npt.ArrayLike,
+    context_length: int,
+    *,
+    include: npt.ArrayLike | None = None,
+    backend: Backend | None = None,
+    drop_tails: npt.NDArray[np.int64] | None = None,
 ) -> PackedRows:
     """Cut documents of *lengths* (those where *include* is True) into pieces and pack them into rows.
+
+    *drop_tails* (document indices) leaves those documents' tail pieces out of packing (``skip_untrained``:
+    tails with no counted target); their full pieces stay, numbered as ever.
 
     Deterministic for given lengths and ``T``.  Memory: the lengths (copied only
     with *include*), two int64 per document that has a full piece, one uint32
@@ -332,22 +343,30 @@ def pack_lengths(
     if index.lengths.size >= _U32 or T >= _U32:
         raise ConfigError(f"pack_lengths packs fewer than 2**32 documents with T below 2**32; got {index.lengths.size}, T={T}")
     tails = index.tail_sizes(np.uint32)
+    if drop_tails is not None:
+        tails[drop_tails] = 0
     offsets, packed = best_fit_decreasing(tails, T, backend=backend)
     del tails
-    return packed_rows(index, offsets, packed)
+    return packed_rows(index, offsets, packed, drop_tails)
 
 
-def packed_rows(index: PieceIndex, offsets: IntArray, tails: npt.NDArray[Any]) -> PackedRows:
-    """The `PackedRows` of *index* whose packed rows are *offsets* into *tails* (best-fit's output, or a packing file)."""
+def packed_rows(
+    index: PieceIndex, offsets: IntArray, tails: npt.NDArray[Any], drop_tails: npt.NDArray[np.int64] | None = None
+) -> PackedRows:
+    """The `PackedRows` of *index* whose packed rows are *offsets* into *tails* (best-fit's output, or a packing file);
+    *drop_tails*: the documents whose tails were left out (their targets are not packed)."""
     T = index.context_length
+    dropped = 0 if drop_tails is None else int(drop_tails.size)
+    left_out = 0 if not dropped else int(index.tail_sizes()[drop_tails].sum())
     report = PackReport(
         context_length=T,
         documents=int(np.count_nonzero(index.lengths)),
-        targets=index.target_count,
-        pieces=int(index.counts().sum()),
+        targets=index.target_count - left_out,
+        pieces=int(index.counts().sum()) - dropped,
         skipped_pieces=index.skipped_pieces,
         full_rows=index.full_count,
         packed_rows=int(offsets.size - 1),
         window_targets=index.full_count * T,
+        dropped_pieces=dropped,
     )
     return PackedRows(index, offsets, tails, report)

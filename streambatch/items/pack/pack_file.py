@@ -15,6 +15,10 @@ digest per block.  The header's key::
 
     {"corpus": FINGERPRINT, "context_length": T, "partition": P, "algorithm": "best-fit-decreasing/1"}
 
+and, for a packing of ``skip_untrained`` (tails with no counted target left
+out), ``"skip_untrained": true, "dropped_tails": N`` too: a filtered and an
+unfiltered packing never share a file.
+
 A packing is opened once per process and costs O(documents) to open anyway
 (the piece index reads every length), so opening checks it whole: the key, the
 sizes, every block's digest, and the rows against the partition's documents
@@ -45,14 +49,20 @@ ALGORITHM = "best-fit-decreasing/1"
 """The packing rule's name and version: part of every packing file's and packed plan file's key."""
 
 
-def packing_key(store: TokenSource, context_length: int, partition: str) -> dict[str, Any]:
-    """What a packing depends on: the corpus (content fingerprint), ``T``, the partition and the algorithm."""
-    return {
+def packing_key(
+    store: TokenSource, context_length: int, partition: str, drop_tails: npt.NDArray[np.int64] | None = None
+) -> dict[str, Any]:
+    """What a packing depends on: the corpus (content fingerprint), ``T``, the partition and the algorithm (and the
+    tails ``skip_untrained`` left out)."""
+    key: dict[str, Any] = {
         "corpus": store.content_fingerprint(),
         "context_length": int(context_length),
         "partition": partition,
         "algorithm": ALGORITHM,
     }
+    if drop_tails is not None:
+        key.update(skip_untrained=True, dropped_tails=int(drop_tails.size))
+    return key
 
 
 def packing_path(key: dict[str, Any], plan_dir: str | os.PathLike[str]) -> Path:
@@ -61,16 +71,22 @@ def packing_path(key: dict[str, Any], plan_dir: str | os.PathLike[str]) -> Path:
 
 
 def packing_file(
-    store: TokenSource, context_length: int, partition: str, include: npt.ArrayLike | None, plan_dir: str | os.PathLike[str]
+    store: TokenSource,
+    context_length: int,
+    partition: str,
+    include: npt.ArrayLike | None,
+    plan_dir: str | os.PathLike[str],
+    drop_tails: npt.NDArray[np.int64] | None = None,
 ) -> PackedRows:
-    """The packing of *store*'s documents where *include* is True (all when None): from *plan_dir*, computed once."""
-    key = packing_key(store, context_length, partition)
+    """The packing of *store*'s documents where *include* is True (all when None), the tails of *drop_tails* left
+    out: from *plan_dir*, computed once."""
+    key = packing_key(store, context_length, partition, drop_tails)
 
     def write(path: Path) -> None:
-        _write(path, key, pack_lengths(store.lengths, context_length, include=include))
+        _write(path, key, pack_lengths(store.lengths, context_length, include=include, drop_tails=drop_tails))
 
     path, _ = computed_once(plan_dir, file_name(FORMAT, VERSION, key, SUFFIX), "packing", write)
-    return _open(path, key, PieceIndex(store.lengths, context_length, include))
+    return _open(path, key, PieceIndex(store.lengths, context_length, include), drop_tails)
 
 
 def _write(path: Path, key: dict[str, Any], rows: PackedRows) -> None:
@@ -80,7 +96,7 @@ def _write(path: Path, key: dict[str, Any], rows: PackedRows) -> None:
         writer.put("tails", rows.tails)
 
 
-def _open(path: Path, key: dict[str, Any], index: PieceIndex) -> PackedRows:
+def _open(path: Path, key: dict[str, Any], index: PieceIndex, drop_tails: npt.NDArray[np.int64] | None) -> PackedRows:
     shown = short_path(path)
     fix = f"remove {shown} and pack again (sb.pack(..., plan_dir=...))"
     keyed = open_keyed(path, FORMAT, VERSION, key, fix, what="packing")
@@ -89,6 +105,8 @@ def _open(path: Path, key: dict[str, Any], index: PieceIndex) -> PackedRows:
         raise StoreError(f"{shown}: not the sections of a packing (offsets, tails); {fix}")
     rows, tails = sections["offsets"].entries - 1, sections["tails"].entries
     sizes = index.tail_sizes()
+    if drop_tails is not None:
+        sizes[drop_tails] = 0  # left out of packing: no row may hold them
     expected_tails = int(np.count_nonzero(sizes))
     if tails != expected_tails:
         raise StoreError(f"{shown}: {tails} tails but this corpus has {expected_tails}; {fix}")
@@ -97,7 +115,7 @@ def _open(path: Path, key: dict[str, Any], index: PieceIndex) -> PackedRows:
     if int(offsets[0]) != 0 or int(offsets[-1]) != tails or (rows and int(np.diff(offsets).min()) < 1):
         raise StoreError(f"{shown}: the row offsets do not cover the {tails} tails; {fix}")
     _check_rows(shown, fix, offsets, placed, sizes, index.context_length)
-    return packed_rows(index, offsets, placed)
+    return packed_rows(index, offsets, placed, drop_tails)
 
 
 def _check_rows(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
@@ -33,7 +34,7 @@ from ..protocol import PlannedItems
 from ..untrained import counted_between, drop_untrained
 from ..windows.window_index import IntArray, WindowConfig
 from ._pack_gather import PackedArrays, batch_bytes, check_emittable, gather_segments
-from .pack import PackedRows, PackReport, pack_lengths
+from .pack import PackedRows, PackReport, PieceIndex, pack_lengths
 from .pack_file import ALGORITHM, packing_file
 from .packed_batch import from_arrays, from_kernel, mask_pieces
 
@@ -109,8 +110,11 @@ class Rows(PlannedItems):
 
     @property
     def report(self) -> PackReport:
-        """What packing did: targets, rows, pad share, the window mode's coverage at stride ``T``."""
-        return self._space.packing.report
+        """What packing did: targets, rows, pad share, the window mode's coverage at stride ``T`` (under
+        ``skip_untrained``: of the kept rows, with the dropped pieces counted)."""
+        kept = self.untrained
+        found: PackReport = self._space.packing.report if kept is None else kept.packing
+        return found
 
     @property
     def context_length(self) -> int:
@@ -377,8 +381,9 @@ def pack(
     token; deterministic for a given corpus and ``T``.  With *plan_dir* the
     packing is computed once into a packing file there and memory-mapped by
     every later call, in any process (`streambatch.items.pack.pack_file`).
-    With *skip_untrained* the rows with no counted target under the source's
-    loss mask are dropped (``rows.untrained`` counts them): `streambatch.items.untrained`.
+    With *skip_untrained* the pieces with no counted target under the source's
+    loss mask are dropped before packing (``rows.untrained`` counts them, and
+    ``rows.report`` is the kept rows'): `streambatch.items.untrained`.
 
     >>> import streambatch as sb
     >>> rows = sb.pack([sb.Document("a", "train", [0, 10, 11, 12, 1]), sb.Document("b", "train", [0, 20, 1])],
@@ -395,9 +400,40 @@ def pack(
         raise ConfigError(f"pad_id={pad_id!r} does not fit the source's {store.dtype}; pass a token id in [0, {top}]")
     T = check_positive(context_length, "context_length", "the positions of one row (T)")
     check_emittable(1, T, store.dtype, memory=False)  # a row of 2**31 positions can never be emitted
+    drop = untrained_tails(store, PieceIndex(store.lengths, T, include)) if skip_untrained else None
     if plan_dir is None:
-        packed = pack_lengths(store.lengths, context_length, include=include)
+        packed = pack_lengths(store.lengths, context_length, include=include, drop_tails=drop)
     else:
-        packed = packing_file(store, context_length, chosen.value, include, plan_dir)
+        packed = packing_file(store, context_length, chosen.value, include, plan_dir, drop)
     rows = Rows(RowSpace(store, packed, chosen, int(pad_id)))
-    return drop_untrained(rows) if skip_untrained else rows
+    if drop is None:
+        return rows
+    return drop_untrained(rows, tails=drop, packing=lambda kept: kept_report(packed, kept))
+
+
+def untrained_tails(store: Any, index: PieceIndex) -> IntArray:
+    """The documents (of *index*) whose tail piece has no counted target under *store*'s loss mask (none without one).
+
+    >>> import streambatch as sb
+    >>> store = sb.DocumentStore.from_arrays(range(10), [0, 4, 10], loss_mask=[0, 0, 1, 0, 0, 0, 0, 0, 0, 1])
+    >>> untrained_tails(store, PieceIndex(store.lengths, 2)).tolist()
+    [0]
+    """
+    sizes = index.tail_sizes()
+    documents = np.flatnonzero(sizes)
+    if not getattr(store, "has_loss_mask", False) or not documents.size:
+        return np.zeros(0, dtype=np.int64)
+    last = store.starts[documents].astype(np.int64) + index.lengths[documents]  # each tail ends its document
+    dropped: IntArray = documents[counted_between(store, last - sizes[documents], last) == 0].astype(np.int64)
+    return dropped
+
+
+def kept_report(packing: PackedRows, kept: npt.NDArray[Any]) -> PackReport:
+    """The `PackReport` of the rows *kept* (row numbers) of *packing*: its full rows not kept are dropped pieces."""
+    report, T = packing.report, packing.context_length
+    full = int(np.count_nonzero(np.asarray(kept) < report.full_rows))
+    gone = report.full_rows - full
+    return replace(
+        report, full_rows=full, targets=report.targets - gone * T, pieces=report.pieces - gone, window_targets=full * T,
+        dropped_pieces=report.dropped_pieces + gone,
+    )  # fmt: skip

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from ...errors import ConfigError, DataError
 from ...model.corpus import Corpus
-from ...model.mask import count_reader, target_reader
+from ...model.mask import count_reader, target_mask, target_reader
 from ...model.store import DocumentStore
 from ...stages.batch import MiniBatch
 from ...stages.span import spanning_tokens
@@ -35,13 +35,16 @@ _OUTSIDE = (
 )
 
 
-def c_window_gather(tokens: npt.NDArray[Any], length: int) -> Any:
-    """The C window gatherer of *tokens* for context length *length*, or None (not built, another dtype, no window)."""
+def c_window_gather(tokens: npt.NDArray[Any], length: int, bits: npt.NDArray[np.uint8] | None = None) -> Any:
+    """The C window gatherer of *tokens* for context length *length*, or None (not built, another dtype, no window);
+    with *bits* (the store's loss mask) its ``gather_counted`` also counts the rows' trained targets."""
     if _CWindowGatherer is None or tokens.dtype not in (np.uint16, np.uint32) or tokens.size < length + 1:
         return None
     if not tokens.flags.c_contiguous:
         return None
-    return _CWindowGatherer(tokens, length)
+    if bits is not None and (bits.dtype != np.uint8 or not bits.flags.c_contiguous or bits.size * 8 < tokens.size):
+        bits = None
+    return _CWindowGatherer(tokens, length) if bits is None else _CWindowGatherer(tokens, length, bits)
 
 
 class StoreGather:
@@ -58,7 +61,7 @@ class StoreGather:
     ([[11, 12], [0, 10]], [[12, 1], [10, 11]])
     """
 
-    __slots__ = ("_c", "_dtype", "_empty", "_length", "_records", "_shifted")
+    __slots__ = ("_bits", "_c", "_dtype", "_empty", "_length", "_records", "_shifted", "counted")
 
     def __init__(self, store: DocumentStore, context_length: int) -> None:
         self._length = length = context_length
@@ -73,7 +76,9 @@ class StoreGather:
             count = tokens.size - length  # records that have a following record (targets)
             self._records = np.ndarray(shape=(count,), dtype=record, buffer=tokens, strides=(itemsize,))
             self._shifted = np.ndarray(shape=(count,), dtype=record, buffer=tokens, offset=itemsize, strides=(itemsize,))
-        self._c = c_window_gather(tokens, length)
+        self._bits = bits = store.loss_bits if store.has_loss_mask else None
+        self._c = c_window_gather(tokens, length, None if bits is None else np.asarray(bits))
+        self.counted = self._c is not None and bits is not None  # take_counted counts in the copy's loop
 
     @property
     def records(self) -> npt.NDArray[Any]:
@@ -110,6 +115,16 @@ class StoreGather:
             return np.ndarray(shape, dtype, records[positions]), np.ndarray(shape, dtype, self._shifted[positions])
         except IndexError:  # e.g. a damaged plan file: positions beyond the tokens
             raise DataError(_OUTSIDE.format(size=records.size + self._length)) from None
+
+    def take_counted(self, rows: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
+        """`take`'s arrays and the rows' trained targets, counted by the C gather in its copy loop (``counted``)."""
+        try:
+            found: tuple[npt.NDArray[Any], npt.NDArray[Any], int] = self._c.gather_counted(rows)
+            return found
+        except (IndexError, TypeError):  # a position beyond the tokens, or rows not int64: numpy decides
+            inputs, targets = self.take(rows)
+            assert self._bits is not None, "counted without bits"
+            return inputs, targets, int(np.count_nonzero(target_mask(self._bits, rows, self._length)))
 
 
 class ShardedGather:
@@ -329,7 +344,8 @@ def mask_reader(space: Any) -> MaskReader | None:
 def mask_counter(space: Any) -> Callable[[npt.NDArray[Any]], int] | None:
     """What counts the trained targets of window rows at positions of *space*'s store without making their mask
     (`streambatch.model.mask.count_reader`), cached on the space; None without a mask, or where the mask is made
-    with the batch (a corpus's shards, no C kernel)."""
+    with the batch (a corpus's shards, no C kernel).  A store's own batches count in the gather's copy loop
+    (`StoreGather.take_counted`); a mixture's count here."""
     if "count" in space.cache:
         found: Callable[[npt.NDArray[Any]], int] | None = space.cache["count"]
         return found
@@ -357,30 +373,31 @@ def window_batch(index: int, inputs: Any, targets: Any, positions: Any, space: A
     return MiniBatch(index, inputs, targets, positions, space, target_count=count(positions), build=window_columns)
 
 
+def _counted(gather: Gather, unpack: MaskReader | None) -> bool:
+    """Whether batches of *gather* count their trained targets in the copy (a masked store's C gather)."""
+    return unpack is not None and isinstance(gather, StoreGather) and gather.counted
+
+
 def gather_windows(windows: Any, index: int) -> MiniBatch:
     """The batch numbered *index* of the windows of view *windows* (a `streambatch.Windows`)."""
     positions = windows.positions()
     space = windows.space
-    inputs, targets = window_gather(space)(positions)
-    return window_batch(index, inputs, targets, positions, space, (mask_reader(space), mask_counter(space)))
+    gather, unpack = window_gather(space), mask_reader(space)
+    if _counted(gather, unpack):
+        inputs, targets, count = gather.take_counted(positions)  # type: ignore[union-attr]
+        return MiniBatch(index, inputs, targets, positions, space, target_count=count, build=window_columns)
+    inputs, targets = gather(positions)
+    return window_batch(index, inputs, targets, positions, space, (unpack, mask_counter(space)))
 
 
 _BLOCK_WINDOWS = 2048  # consecutive batches whose positions are computed (and cast to intp) at once
 
 
-def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[MiniBatch]:
-    """Batches *batches* of *windows* chunked by *size*, with the per-batch work cut to the gather itself.
-
-    Positions of a block of consecutive batches come from one call (one cast to
-    intp, one searchsorted in sequential order) and are mapped to the gather's
-    rows once (a corpus's shard lookup); a strided share (``step > 1``) takes one
-    batch per block so the batches in between are never touched.  The copy of each
-    batch is the one call of ``take`` below.
-    """
-    space, total = windows.space, len(windows)
-    gather = window_gather(space)
-    take = gather.take
-    masks = (mask_reader(space), mask_counter(space))  # decided once: (None, None) makes nothing more
+def _block_rows(windows: Any, size: int, batches: range, gather: Gather) -> Iterator[tuple[int, Any, Any]]:
+    """``(batch, positions, rows)`` of each batch of *batches*: positions of a block of consecutive batches from one
+    call (one cast to intp, one searchsorted in sequential order), mapped to the gather's rows once (a corpus's
+    shard lookup); a strided share (``step > 1``) takes one batch per block, so the batches between are never touched."""
+    total = len(windows)
     per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
@@ -392,5 +409,32 @@ def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[Min
         for batch in group:
             lo = (batch - first) * size
             here = positions[lo : lo + size]
-            inputs, targets = take(here if same else rows[lo : lo + size])
-            yield window_batch(batch, inputs, targets, here, space, masks)
+            yield batch, here, here if same else rows[lo : lo + size]
+
+
+def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[MiniBatch]:
+    """Batches *batches* of *windows* chunked by *size*, with the per-batch work cut to the gather itself.
+
+    The rows come a block of batches at a time (`_block_rows`); what stays per batch is one call of the C
+    gather (and, for a masked store, the count of its trained targets in the same call: the mask is made on
+    first use) and the batch object.
+    """
+    space = windows.space
+    gather = window_gather(space)
+    unpack = mask_reader(space)  # decided once: None makes nothing more
+    if _counted(gather, unpack):
+        take_counted = gather.take_counted  # type: ignore[union-attr]
+        for batch, here, rows in _block_rows(windows, size, batches, gather):
+            inputs, targets, count = take_counted(rows)
+            yield MiniBatch(batch, inputs, targets, here, space, target_count=count, build=window_columns)
+        return
+    take = gather.take
+    if unpack is None:
+        for batch, here, rows in _block_rows(windows, size, batches, gather):
+            inputs, targets = take(rows)
+            yield MiniBatch(batch, inputs, targets, here, space)
+        return
+    masks = (unpack, mask_counter(space))
+    for batch, here, rows in _block_rows(windows, size, batches, gather):
+        inputs, targets = take(rows)
+        yield window_batch(batch, inputs, targets, here, space, masks)

@@ -64,7 +64,8 @@ class PackTally:
 
     def _drop(self, rows: Any) -> None:
         """Under skip_untrained: the dropped rows count as seen (one emitted is a duplicate), and their segments
-        as tiled (the tiling then proves emitted and dropped rows hold every target once)."""
+        and the tails left out of packing as tiled (the tiling then proves emitted and dropped pieces hold every
+        target once; the counted total, that no dropped piece held a counted target)."""
         report = rows.untrained
         if report is None:
             return
@@ -74,6 +75,10 @@ class PackTally:
         self.row_seen[numbers] = True
         seg = rows.space.packing.segments(numbers)
         self.kept.append((self.target_first[seg.documents] + seg.starts, seg.lengths.astype(np.int64)))
+        if report.tails is not None and report.tails.size:  # tails left out of packing: tiled, in no row
+            docs = np.asarray(report.tails, dtype=np.int64)
+            sizes = (self.lengths[docs] - 1) % self.T
+            self.kept.append((self.target_first[docs] + self.lengths[docs] - 1 - sizes, sizes))
 
     def _counted(self, included: npt.NDArray[np.bool_]) -> int:
         """Counted targets of the partition (every target without a mask): what the batches must count in all."""
