@@ -87,7 +87,18 @@ def remote_reader(chunks: Chunks[Any]) -> Any:
     files = [f for source in sources for f in remote_files(source)]
     if not files:
         return False
-    return Reader(lambda i: chunks[i].token_spans(), len(chunks), files)
+    return Reader(lambda batches: token_spans(chunks, batches), len(chunks), files)
+
+
+def token_spans(chunks: Chunks[Any], batches: Sequence[int]) -> list[Any]:
+    """The token spans of batches *batches* (indexes into *chunks*): consecutive batches of one rank are one
+    view of the items (one vectorized look-up), others are asked one by one."""
+    order = chunks.batches
+    if len(batches) > 1 and chunks.world_size == 1 and order.step == 1 and batches[-1] - batches[0] == len(batches) - 1:
+        first = order[batches[0]] * chunks.batch_size
+        last = min((order[batches[-1]] + 1) * chunks.batch_size, len(chunks.items))
+        return chunks.items.view(first, last).token_spans()  # type: ignore[no-any-return]
+    return [span for j in batches for span in chunks[j].token_spans()]
 
 
 @overload

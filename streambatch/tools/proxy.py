@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 _METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
 _SLOW_DOWN = b"HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_LENGTH = re.compile(rb"(?i)\r\ncontent-length:\s*(\d+)")
 Fault = Callable[[int, str], "str | None"]
 
 
@@ -27,7 +30,10 @@ class LoopbackProxy:
     def __init__(self, port: int, *, delay: float = 0.0, fault: Fault | None = None) -> None:
         self.target, self.delay, self.fault = port, delay, fault
         self.requests = 0
-        self.bytes = 0  # response bytes forwarded
+        self.bytes = 0  # response bytes forwarded (headers too)
+        self.body_bytes = 0  # response bodies announced (Content-Length of each response)
+        self.waiting = 0  # requests forwarded whose response has not begun ...
+        self.peak_waiting = 0  # ... and the most of them at once (requests in flight)
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
@@ -72,7 +78,7 @@ class LoopbackProxy:
         except OSError:
             writer.close()
             return
-        asked = [0.0, False]  # when the latest request arrived; whether its response has begun
+        asked: list[Any] = [0.0, False, False]  # when the latest request arrived; its response begun; a HEAD
         done = asyncio.Event()
 
         async def upstream() -> None:
@@ -88,7 +94,9 @@ class LoopbackProxy:
                         break
                     if action == "stall":
                         await asyncio.sleep(3600)
-                    asked[0], asked[1] = time.perf_counter(), False
+                    asked[0], asked[1], asked[2] = time.perf_counter(), False, data.startswith(b"HEAD ")
+                    self.waiting += 1
+                    self.peak_waiting = max(self.peak_waiting, self.waiting)
                 up_writer.write(data)
                 await up_writer.drain()
             done.set()
@@ -97,6 +105,9 @@ class LoopbackProxy:
             while data := await up_reader.read(1 << 16):
                 if not asked[1]:
                     asked[1] = True
+                    self.waiting -= 1
+                    found = _LENGTH.search(data.split(b"\r\n\r\n", 1)[0])
+                    self.body_bytes += int(found.group(1)) if found and not asked[2] else 0
                     wait = asked[0] + self.delay - time.perf_counter()
                     if wait > 0:
                         await asyncio.sleep(wait)
@@ -108,6 +119,8 @@ class LoopbackProxy:
         tasks = [asyncio.ensure_future(upstream()), asyncio.ensure_future(downstream())]
         with contextlib.suppress(Exception):
             await done.wait()
+        if asked[0] and not asked[1]:  # closed before its response began
+            self.waiting -= 1
         for task in tasks:
             task.cancel()
         for stream in (writer, up_writer):

@@ -12,6 +12,7 @@ one clear line, never retried.  A ranged GET names the ETag recorded at open
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
@@ -37,6 +38,8 @@ class Stats:
     bytes: int = 0
     retries: int = 0
     puts: int = 0
+    in_flight: int = 0  # ranged GETs under way now ...
+    peak_in_flight: int = 0  # ... and at most so far
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, *, requests: int = 0, ranges: int = 0, size: int = 0, retries: int = 0, puts: int = 0) -> None:
@@ -47,6 +50,12 @@ class Stats:
             self.bytes += size
             self.retries += retries
             self.puts += puts
+
+    def flight(self, change: int) -> None:
+        """A ranged GET starts (+1) or ends (-1); the peak is kept."""
+        with self._lock:
+            self.in_flight += change
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
 
 
 STATS = Stats()  # this process's, over every remote store
@@ -144,6 +153,9 @@ class ObjectClient:
             return obstore.get(self._handle(), self.where.key(name), options=options).bytes()  # type: ignore[arg-type]
 
         data = self._retried(name, fetch)
+        return self._received(name, start, end, data, into)
+
+    def _received(self, name: str, start: int, end: int, data: Any, into: memoryview | None) -> bytes | None:
         if len(data) != end - start:
             raise DataError(
                 f"{self.where.url}/{name}: a range of {end - start} bytes from {start} returned {len(data)}; "
@@ -154,6 +166,28 @@ class ObjectClient:
             return bytes(data)
         into[:] = memoryview(data)
         return None
+
+    async def get_range_async(self, name: str, start: int, end: int, etag: str | None, into: memoryview) -> None:
+        """`get_range` on the running event loop: bytes ``[start, end)`` of object *name* written into *into*."""
+        import obstore
+
+        options: dict[str, Any] = {"range": (start, end)}
+        if etag:
+            options["if_match"] = etag
+
+        async def fetch() -> Any:
+            result = await obstore.get_async(self._handle(), self.where.key(name), options=options)  # type: ignore[arg-type]
+            return await result.bytes_async()
+
+        attempt = 0
+        while True:
+            try:
+                data = await fetch()
+                break
+            except Exception as err:
+                attempt += 1
+                await asyncio.sleep(self._pause(name, err, attempt))
+        self._received(name, start, end, data, into)
 
     def put(self, name: str, data: bytes | os.PathLike[str]) -> str | None:
         """Upload *data* (bytes, or a local file's path) as object *name*; its ETag."""
@@ -175,16 +209,19 @@ class ObjectClient:
             try:
                 return call()
             except Exception as err:
-                status = _status(err)
-                if not _retryable(err, status) or attempt >= self.retries:
-                    raise self._failure(name, err, status, attempt + 1) from None
                 attempt += 1
-                STATS.add(retries=1)
-                pause = min(2.0, self.backoff * 2 ** (attempt - 1)) * (0.5 + random.random())
-                log.warning(
-                    "%s/%s: %s; retry %d of %d in %.2fs", self.where.url, name, self._short(err), attempt, self.retries, pause
-                )
-                time.sleep(pause)
+                time.sleep(self._pause(name, err, attempt))
+
+    def _pause(self, name: str, err: Exception, attempt: int) -> float:
+        """Seconds to wait before retry *attempt* after *err* (counted, logged); the failure itself when it
+        is not retried or the retries are spent."""
+        status = _status(err)
+        if not _retryable(err, status) or attempt > self.retries:
+            raise self._failure(name, err, status, attempt) from None
+        STATS.add(retries=1)
+        pause = float(min(2.0, self.backoff * 2 ** (attempt - 1)) * (0.5 + random.random()))
+        log.warning("%s/%s: %s; retry %d of %d in %.2fs", self.where.url, name, self._short(err), attempt, self.retries, pause)
+        return pause
 
     def _failure(self, name: str, err: Exception, status: int | None, attempts: int) -> DataError:
         where = f"{self.where.url}/{name}"

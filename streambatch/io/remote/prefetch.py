@@ -2,18 +2,31 @@
 
 A `Reader` serves one lazy sequence of batches (`streambatch.Batches`).  The
 plan names every batch's items, so the token spans of batch ``i`` are known
-before it is gathered (*spans_of*).  When batch ``i`` is asked for, the reader
-makes sure its ranges are in memory (fetching now what is not on its way),
-gathers it, drops its holds, and starts fetching the batches the consumer will
-ask for next: ``i + step, i + 2 step, ...`` where *step* is the distance between
-its last two requests (1 for an epoch, the worker count for a DataLoader
-worker's share), up to *depth* batches ahead.  A resume at ``p`` asks for ``p``
-first, so nothing before it is fetched.
+before it is gathered (*spans_of* names those of several batches at once).  When batch ``i`` is asked for, the reader
+makes sure its ranges are in memory, gathers it, and keeps the batches the
+consumer will ask for next on their way: ``i + step, i + 2 step, ...`` where
+*step* is the distance between its last two requests (1 for an epoch, the
+worker count for a DataLoader worker's share).
 
-The depth is chosen from what the reader measures: how long a batch takes to
-arrive (latency and rate) against how often the consumer asks, so enough
-batches are on their way to hide the latency; ``prefetch=N`` (on `open_store`)
-fixes it.  Memory stays bounded: at most *depth* batches' ranges are held.
+Batches are fetched in *groups*: the token spans of consecutive batches of
+the path (one vectorized look-up, *spans_of*) are coalesced together, ranges
+closer than `GAP` merged while the gap bytes stay within `SPARE` of the bytes
+needed, and split into parts (an eighth of the group, at least `MIN_PART`)
+that go out at once as concurrent ranged GETs, in store order, on one request
+thread (at most `streambatch.io.remote.tokens.WORKERS` in flight per process).
+A batch waits for its group's GETs, so groups are small (about `GROUP`
+bytes; those of a new path grow from 4 batches, doubling, so the first ones
+arrive soon) and many are on their way: new ones are started when less than
+half the *horizon* is still ahead of the consumer.  The horizon (bytes) is sized from
+what the reader measures, the consumer's rate times how long a GET takes (a
+bandwidth-delay product, four times over), between `MIN_HORIZON` and
+`MAX_HORIZON`; ``prefetch=N`` (on `open_store`) fixes the batches ahead instead.
+
+A batch asked for off the path (the first one, a resume at ``p``, a jump) is
+fetched alone before anything else, so a resume fetches nothing before ``p``;
+after it only the next batch is started until the second request shows the
+step.  Memory stays bounded: a group's ranges are held until its last batch
+is served (or dropped) and its GETs are done, then given back.
 """
 
 from __future__ import annotations
@@ -22,7 +35,6 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -30,13 +42,18 @@ import numpy.typing as npt
 
 from ...model.corpus import Corpus
 from ...model.store import DocumentStore
-from .tokens import TokenFile, coalesce, remote_file
+from .tokens import LINK, PART, TokenFile, coalesce, parts, remote_file
 
 T = TypeVar("T")
 Span = tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]  # (store or corpus, flat starts, lengths)
-GAP = 4096  # ranges closer than this are one request (the gap's bytes are fetched too)
-MAX_DEPTH = 64
-MAX_HELD = 512 << 20  # bytes of batches in flight at most (the depth shrinks to stay below)
+Ranges = dict[TokenFile, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]
+GAP = 1 << 16  # ranges closer than this may be one request (the gap's bytes are fetched too) ...
+SPARE = 0.04  # ... while the gap bytes stay within this share of the bytes needed
+MIN_PART = 256 << 10  # a group's parts: at least this many bytes (a coalesced range shorter is one GET)
+MIN_HORIZON = 1 << 20  # bytes ahead of the consumer, at least ...
+MAX_HORIZON = 32 << 20  # ... and at most (the memory a reader holds is about this)
+MAX_AHEAD = 4096  # batches ahead at most
+GROUP = 1 << 20  # bytes a group needs, about: a batch waits for its group's GETs, so groups stay small
 
 
 def remote_files(store: Any) -> list[TokenFile]:
@@ -45,8 +62,9 @@ def remote_files(store: Any) -> list[TokenFile]:
     return [f for f in (remote_file(s.tokens) for s in shards) if f is not None]
 
 
-def byte_ranges(spans: Sequence[Span]) -> dict[TokenFile, tuple[list[int], list[int]]]:
-    """Coalesced byte ranges per remote token file of flat token *spans* (local stores are left out)."""
+def file_ranges(spans: Sequence[Span]) -> Ranges:
+    """Byte ranges ``(starts, ends)`` per remote token file of flat token *spans*, as they are (not merged);
+    local stores are left out."""
     found: dict[TokenFile, list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]] = {}
     for store, starts, lengths in spans:
         starts = np.asarray(starts, dtype=np.int64)
@@ -63,127 +81,194 @@ def byte_ranges(spans: Sequence[Span]) -> dict[TokenFile, tuple[list[int], list[
             file = remote_file(getattr(shard, "tokens", None))
             if file is not None and local.size:
                 size = file.dtype.itemsize
-                found.setdefault(file, []).append((local * size, (local + sizes) * size))
-    out = {}
-    for file, parts in found.items():
-        lo = np.concatenate([p[0] for p in parts])
-        hi = np.minimum(np.concatenate([p[1] for p in parts]), file.nbytes)
-        out[file] = coalesce(lo, hi, GAP)
-    return out
+                found.setdefault(file, []).append((local * size, np.minimum((local + sizes) * size, file.nbytes)))
+    return {file: (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])) for file, parts in found.items()}
 
 
-@dataclass
-class _Pending:
-    """One batch on its way: its holds and requests."""
-
-    holds: list[tuple[TokenFile, npt.NDArray[np.int64]]]
-    futures: list[Future[None]]
-    nbytes: int
-    started: float = field(default_factory=time.perf_counter)
+def byte_ranges(spans: Sequence[Span], gap: int = GAP, spare: float = SPARE) -> dict[TokenFile, tuple[list[int], list[int]]]:
+    """Coalesced byte ranges per remote token file of flat token *spans* (what one batch alone would fetch)."""
+    return {file: coalesce(lo, hi, gap, spare) for file, (lo, hi) in file_ranges(spans).items()}
 
 
-class Reader:
-    """Fetches the ranges of the batches a consumer asks for, and of those it will ask for next."""
+class _Group:
+    """Batches fetched together: the ranges held for them and their GETs (each of the batches waits for all)."""
 
-    def __init__(self, spans_of: Callable[[int], Sequence[Span]], count: int, files: list[TokenFile]) -> None:
-        self._spans_of, self._count = spans_of, count
-        fixed = [int(f.settings["prefetch"]) for f in files if f.settings.get("prefetch") is not None]
-        self._fixed: int | None = fixed[0] if fixed else None
-        self._depth = self._fixed if self._fixed is not None else 4
-        self._pending: dict[int, _Pending] = {}
-        self._last: int | None = None
-        self._step = 1
-        self._asked_at: float | None = None
-        self._interval = 0.0  # consumer: seconds between requests (moving average)
-        self._arrival = 0.0  # link: seconds a batch takes to arrive (moving average)
-        self._batch_bytes = 0.0
+    def __init__(self, batches: Sequence[int]) -> None:
+        self.holds: list[tuple[TokenFile, npt.NDArray[np.int64]]] = []
+        self.futures: list[Future[None]] = []
+        self.count = len(batches)
+        self.open = len(batches)  # batches neither served nor dropped
+        self.needed = 0  # bytes the batches need
+        self.requested = 0  # bytes requested
 
     @property
-    def depth(self) -> int:
-        """Batches fetched ahead now."""
-        return self._depth
+    def share(self) -> float:
+        """Bytes needed per batch."""
+        return self.needed / max(self.count, 1)
 
-    def get(self, index: int, gather: Callable[[], T]) -> T:
-        """Batch *index*, gathered by *gather* once its ranges are in memory; the next ones are started first."""
-        now = time.perf_counter()
-        if self._asked_at is not None:  # the consumer's own time per batch (not the time spent waiting here)
-            self._interval = _average(self._interval, now - self._asked_at)
-        if self._last is not None and index > self._last:
-            self._step = index - self._last
-        cold = self._last is None
-        self._last = index
-        pending = self._pending.pop(index, None) or self._start(index)
-        if not cold:  # the first batch comes alone: a resume fetches nothing past it before it is served
-            self._ahead(index)
-        try:
-            for future in pending.futures:
-                future.result()
-            if pending.futures:
-                self._arrival = _average(self._arrival, time.perf_counter() - pending.started)
-                self._batch_bytes = _average(self._batch_bytes, pending.nbytes)
-            return gather()
-        finally:
-            _release(pending)
-            if cold:
-                self._ahead(index)
-            self._tune()
-            self._asked_at = time.perf_counter()
-
-    def close(self) -> None:
-        """Drop every batch still on its way (their memory is returned as they arrive)."""
-        for index in list(self._pending):
-            self._drop(index)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter exit the pool may be gone
-            self.close()
-
-    def _start(self, index: int) -> _Pending:
-        holds, futures, total = [], [], 0
-        for file, (starts, ends) in byte_ranges(self._spans_of(index)).items():
-            lo, hi = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
-            holds.append((file, file.hold(lo, hi)))
-            futures.extend(file.fetch(starts, ends))
-            total += int((hi - lo).sum())
-        return _Pending(holds, futures, total)
-
-    def _ahead(self, index: int) -> None:
-        wanted = range(index + self._step, self._count, self._step)[: self._depth]
-        for j in [j for j in self._pending if j <= index or (j - index) % self._step]:
-            self._drop(j)  # the consumer went elsewhere (batches further along the same path are kept)
-        for j in wanted:
-            if j not in self._pending:
-                self._pending[j] = self._start(j)
-
-    def _drop(self, index: int) -> None:
-        pending = self._pending.pop(index)
-        left = [f for f in pending.futures if not f.done()]
+    def leave(self) -> None:
+        """One batch is served or dropped; the last one out gives the memory back (once the GETs are done)."""
+        self.open -= 1
+        if self.open:
+            return
+        left = [f for f in self.futures if not f.done()]
         if not left:
-            _release(pending)
+            self.release()
             return
         remaining = [len(left)]
 
         def done(_: Future[None]) -> None:
             remaining[0] -= 1
             if remaining[0] == 0:
-                _release(pending)
+                self.release()
 
         for future in left:
             future.add_done_callback(done)
 
-    def _tune(self) -> None:
-        """Enough batches on their way to cover one batch's arrival time at the consumer's pace (bounded)."""
-        if self._fixed is not None or self._interval <= 0 or self._arrival <= 0:
+    def release(self) -> None:
+        holds, self.holds = self.holds, []
+        for file, slots in holds:
+            file.release(slots)
+
+
+def start_group(batches: Sequence[int], spans: Sequence[Span], part: int | None = None) -> _Group:
+    """Hold, coalesce and start fetching the token *spans* of *batches*: parts of *part* bytes (default: an
+    eighth of the group, between `MIN_PART` and `PART`), in the order of the store."""
+    group = _Group(batches)
+    for file, (lo, hi) in file_ranges(spans).items():
+        merged_lo, merged_hi = (np.asarray(x, dtype=np.int64) for x in coalesce(lo, hi, GAP, SPARE))
+        total = int((merged_hi - merged_lo).sum())
+        starts, ends = parts(merged_lo, merged_hi, part or max(MIN_PART, min(total // 8, PART)))
+        group.holds.append((file, file.hold(merged_lo, merged_hi)))
+        group.futures.extend(file.fetch(starts, ends))
+        group.needed += int((hi - lo).sum())
+        group.requested += total
+    return group
+
+
+class Reader:
+    """Fetches the ranges of the batches a consumer asks for, and of those it will ask for next."""
+
+    def __init__(self, spans_of: Callable[[Sequence[int]], Sequence[Span]], count: int, files: list[TokenFile]) -> None:
+        self._spans_of, self._count = spans_of, count
+        fixed = [int(f.settings["prefetch"]) for f in files if f.settings.get("prefetch") is not None]
+        self._fixed: int | None = fixed[0] if fixed else None
+        self._groups: dict[int, _Group] = {}  # each scheduled batch's group
+        self._next: int | None = None  # the next batch of the path not yet scheduled
+        self._ahead_bytes = 0.0  # bytes of the scheduled batches not yet served
+        self._last: int | None = None
+        self._step = 1
+        self._steady = False  # the step is known (two requests along one path)
+        self._asked_at: float | None = None
+        self._interval = 0.0  # consumer: seconds between requests (moving average)
+        self._batch_bytes = 0.0  # bytes a batch needs (moving average)
+        self._horizon = 4 * MIN_HORIZON
+        self._grow = 4  # batches in the next group, at most (doubles with each group)
+
+    @property
+    def depth(self) -> int:
+        """Batches scheduled ahead now."""
+        return len(self._groups)
+
+    @property
+    def horizon(self) -> int:
+        """Bytes kept on their way ahead of the consumer (tuned; ``prefetch=N``: unbounded by bytes)."""
+        return self._horizon
+
+    def get(self, index: int, gather: Callable[[], T]) -> T:
+        """Batch *index*, gathered by *gather* once its ranges are in memory; the next ones are started first."""
+        now = time.perf_counter()
+        if self._asked_at is not None:  # the consumer's own time per batch (not the time spent waiting here)
+            self._interval = _average(self._interval, now - self._asked_at)
+        group = self._groups.get(index)
+        on_path = group is not None and self._last is not None and index > self._last
+        if on_path:
+            assert self._last is not None
+            self._steady = self._steady or index - self._last == self._step
+            self._step = index - self._last
+        else:  # off the path: fetched alone, first
+            self.close()
+            self._steady, self._grow = False, 4
+            if self._last is not None and index > self._last:
+                self._step = index - self._last
+            group = self._schedule([index])
+        self._last = index
+        assert group is not None
+        waits = group.futures
+        if on_path:
+            self._ahead(index)
+        try:
+            for future in waits:
+                future.result()
+            return gather()
+        finally:
+            self._leave(index)
+            if not on_path:
+                self._ahead(index)
+            self._tune()
+            self._asked_at = time.perf_counter()
+
+    def close(self) -> None:
+        """Drop every batch still on its way (their memory is returned as their GETs finish)."""
+        for index in list(self._groups):
+            self._leave(index)
+        self._next = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit the pool may be gone
+            self.close()
+
+    def _schedule(self, batches: Sequence[int]) -> _Group:
+        group = start_group(batches, self._spans_of(batches))
+        for j in batches:
+            self._groups[j] = group
+        self._ahead_bytes += group.needed
+        if group.needed:
+            self._batch_bytes = _average(self._batch_bytes, group.share)
+        return group
+
+    def _leave(self, index: int) -> None:
+        group = self._groups.pop(index, None)
+        if group is not None:
+            self._ahead_bytes -= group.share
+            group.leave()
+
+    def _ahead(self, index: int) -> None:
+        """Drop what the consumer passed or left; start the next group when less than half the horizon is ahead."""
+        step = self._step
+        for j in [j for j in self._groups if j != index and (j < index or (j - index) % step)]:
+            self._leave(j)
+        if self._next is None or self._next <= index or (self._next - index) % step:
+            self._next = index + step
+        if not self._steady:  # the step is a guess: one batch ahead until it is confirmed
+            limit_batches, limit_bytes = 1, MAX_HORIZON
+        elif self._fixed is not None:
+            limit_batches, limit_bytes = self._fixed, MAX_HORIZON * 16
+        else:
+            limit_batches, limit_bytes = MAX_AHEAD, self._horizon
+        current = self._groups.get(index)  # the batch being served (when on the path) is not ahead
+        ahead = len(self._groups) - (current is not None)
+        ahead_bytes = self._ahead_bytes - (current.share if current is not None else 0.0)
+        if ahead > limit_batches // 2 or ahead_bytes > limit_bytes // 2:
             return
-        need = int(np.ceil(self._arrival / max(self._interval, 2e-4))) + 2
-        memory = int(MAX_HELD // max(self._batch_bytes, 1.0))
-        self._depth = max(2, min(MAX_DEPTH, need, memory))
+        room = limit_batches - ahead
+        if self._batch_bytes > 0:
+            room = min(room, max(1, int((limit_bytes - ahead_bytes) // self._batch_bytes)))
+        wanted = range(self._next, self._count, step)[:room]
+        cap = max(4, int(GROUP // self._batch_bytes)) if self._batch_bytes > 0 else 4
+        while len(wanted):  # groups of about GROUP bytes at most; those of a new path grow from 4 batches
+            size = min(self._grow, cap)
+            self._grow = 2 * size
+            self._schedule(wanted[:size])
+            self._next = wanted[:size][-1] + step
+            wanted = wanted[size:]
 
-
-def _release(pending: _Pending) -> None:
-    for file, slots in pending.holds:
-        file.release(slots)
-    pending.holds = []
+    def _tune(self) -> None:
+        """A horizon of a few times the bytes the consumer reads while one GET is answered (bounded)."""
+        if self._fixed is not None or self._interval <= 0 or self._batch_bytes <= 0 or LINK.seconds <= 0:
+            return
+        rate = self._batch_bytes / max(self._interval, 1e-5)  # bytes/s the consumer reads
+        self._horizon = int(min(MAX_HORIZON, max(MIN_HORIZON, 4 * rate * LINK.seconds)))
 
 
 def _average(old: float, new: float) -> float:

@@ -13,33 +13,51 @@ a forked one starts with nothing held.
 
 from __future__ import annotations
 
+import asyncio
 import mmap
 import os
 import threading
+import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from .client import ObjectClient
+from .client import STATS, ObjectClient
 
 SLOT = 1 << 16  # bytes per hold count: memory is returned in runs of whole slots no batch in flight touches
 PART = 8 << 20  # the largest single ranged GET (larger ranges are split: parallel requests)
-_WORKERS = 32  # concurrent requests per process
-_POOL: dict[int, ThreadPoolExecutor] = {}
-_POOL_LOCK = threading.Lock()
+WORKERS = 64  # ranged GETs in flight per process, at most
+_LOOPS: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}
+_LOOPS_LOCK = threading.Lock()
 
 
-def pool() -> ThreadPoolExecutor:
-    """This process's request threads (made again after a fork)."""
+def requests_loop() -> tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]:
+    """This process's request thread: an event loop running every ranged GET, and the gate bounding them
+    (`WORKERS` at once); made again in a new process."""
     pid = os.getpid()
-    with _POOL_LOCK:
-        found = _POOL.get(pid)
+    with _LOOPS_LOCK:
+        found = _LOOPS.get(pid)
         if found is None:
-            found = _POOL[pid] = ThreadPoolExecutor(_WORKERS, thread_name_prefix="streambatch-fetch")
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="streambatch-fetch", daemon=True).start()
+            found = _LOOPS[pid] = (loop, asyncio.Semaphore(WORKERS))
         return found
+
+
+class Link:
+    """What this process measured of its link: seconds a ranged GET takes (moving average, read by the prefetcher)."""
+
+    seconds: float = 0.0
+
+    def record(self, seconds: float) -> None:
+        """One GET took *seconds*."""
+        self.seconds = seconds if self.seconds == 0 else 0.9 * self.seconds + 0.1 * seconds
+
+
+LINK = Link()
 
 
 class TokenFile:
@@ -118,22 +136,44 @@ class TokenFile:
         return int(np.count_nonzero(self._holds)) * SLOT
 
     # -- fetching ------------------------------------------------------------------------
-    def fetch(self, starts: Sequence[int], ends: Sequence[int]) -> list[Future[None]]:
-        """Start fetching byte ranges ``[starts, ends)`` into the mapping (held by the caller); one future per GET."""
+    def fetch(
+        self, starts: Sequence[int] | npt.NDArray[np.int64], ends: Sequence[int] | npt.NDArray[np.int64]
+    ) -> list[Future[None]]:
+        """Start fetching byte ranges ``[starts, ends)`` into the mapping (held by the caller), ranges longer
+        than `PART` split; one future per GET, in the order of *starts*."""
         mapping = memoryview(self._mapping())
-        futures = []
-        for start, end in zip(starts, ends, strict=True):
-            for lo in range(start, end, PART):
-                hi = min(lo + PART, end)
-                futures.append(pool().submit(self._fill, mapping, lo, hi))
+        lo, hi = parts(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), PART)
+        pieces = list(zip(lo.tolist(), hi.tolist(), strict=True))
+        futures: list[Future[None]] = [Future() for _ in pieces]
+        loop, gate = requests_loop()
+
+        def start() -> None:  # on the request thread: one task per GET, in order
+            for (a, b), future in zip(pieces, futures, strict=True):
+                loop.create_task(self._fill(mapping, a, b, gate, future))
+
+        loop.call_soon_threadsafe(start)
         return futures
 
-    def _fill(self, mapping: memoryview, lo: int, hi: int) -> None:
-        if self.cache is not None and self.cache.read(self, lo, hi, mapping[lo:hi]):
-            return
-        self.client.get_range(self.name, lo, hi, self.etag, into=mapping[lo:hi])
-        if self.cache is not None:
-            self.cache.write(self, lo, hi, mapping[lo:hi])
+    async def _fill(self, mapping: memoryview, lo: int, hi: int, gate: asyncio.Semaphore, future: Future[None]) -> None:
+        try:
+            into = mapping[lo:hi]
+            if self.cache is not None and await asyncio.to_thread(self.cache.read, self, lo, hi, into):
+                future.set_result(None)
+                return
+            async with gate:
+                STATS.flight(1)
+                began = time.perf_counter()
+                try:
+                    await self.client.get_range_async(self.name, lo, hi, self.etag, into=into)
+                finally:
+                    STATS.flight(-1)
+            LINK.record(time.perf_counter() - began)
+            if self.cache is not None:
+                await asyncio.to_thread(self.cache.write, self, lo, hi, into)
+        except BaseException as err:  # the consumer waiting on *future* gets it
+            future.set_exception(err)
+        else:
+            future.set_result(None)
 
 
 class RemoteTokens(np.ndarray):
@@ -223,6 +263,21 @@ def _slots(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> npt.ND
     offsets = np.repeat(np.cumsum(counts) - counts, counts)
     slots: npt.NDArray[np.int64] = np.repeat(first, counts) + (np.arange(total) - offsets)
     return slots
+
+
+def parts(
+    starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], size: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Byte ranges ``[starts, ends)`` cut into pieces of at most *size* bytes (in order; empty ranges dropped).
+
+    >>> [a.tolist() for a in parts(np.array([0, 10]), np.array([5, 30]), 8)]
+    [[0, 10, 18, 26], [5, 18, 26, 30]]
+    """
+    counts = np.maximum(-(-(ends - starts) // size), 0)
+    total = int(counts.sum())
+    offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    lo = np.repeat(starts, counts) + offsets * size
+    return lo, np.minimum(lo + size, np.repeat(ends, counts))
 
 
 def coalesce(
