@@ -140,16 +140,17 @@ def ceiling(client: ObjectClient, size: int, count: int = 1000, in_flight: int =
 def one_round(name: str, config: dict[str, Any], local: sb.DocumentStore, options: dict[str, Any], tmp: Path) -> dict[str, float]:
     """Every measurement of one order, once."""
     url, size, out = "s3://bench/store", local.tokens.nbytes, {}
-    _, local_rate, _ = consume(sb.Epoch(local, **config), 0.001)
+    seed, config = config["seed"], {k: v for k, v in config.items() if k != "seed"}
+    _, local_rate, _ = consume(sb.Epoch(local, seed=seed, **config), 0.001)
     for cache in (None, 0.01):
         extra = {"cache_dir": tmp / f"cache-{name}-{time.monotonic_ns()}", "cache_bytes": int(cache * size)} if cache else {}
         t0 = time.perf_counter()
         remote = sb.open_store(url, options=options, **extra)
         opened = time.perf_counter() - t0
-        first, rate, _ = consume(sb.Epoch(remote, **config), 0.001)
+        first, rate, _ = consume(sb.Epoch(remote, seed=seed, **config), 0.001)
         out["cache" if cache else "no cache"] = rate / local_rate
         out["first batch s"] = max(out.get("first batch s", 0.0), opened + first)
-    epoch = sb.Epoch(sb.open_store(url, options=options), **config)
+    epoch = sb.Epoch(sb.open_store(url, options=options), seed=seed, **config)
     need, ranges = needed(epoch)
     gets, got, peak = STATS.range_requests, STATS.bytes, STATS.peak_in_flight
     STATS.peak_in_flight = 0
@@ -169,7 +170,7 @@ def one_round(name: str, config: dict[str, Any], local: sb.DocumentStore, option
     out["GETs"], out["ranges"], out["bytes"] = gets / max(ranges, 1), ranges, got / max(need, 1)
     late = int(0.9 * len(epoch))
     before = STATS.bytes
-    resumed = sb.Epoch(sb.open_store(url, options=options), **config)
+    resumed = sb.Epoch(sb.open_store(url, options=options), seed=seed, **config)
     resumed.batches()[late]
     out["resume %"] = (STATS.bytes - before) / size * 100
     return out
