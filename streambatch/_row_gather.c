@@ -1005,116 +1005,100 @@ static void unpack_rows(const uint8_t *bits, const int64_t *rows, int64_t width,
     }
 }
 
+/* The arguments of window_mask and window_counts, (bits, T, positions), viewed and checked: bits uint8, T >= 0,
+ * positions int64 with every row's targets, bits positions[i] + 1 .. positions[i] + T, inside the bits. */
+typedef struct {
+    Py_buffer bits, rows_view;
+    int rows_viewed;
+    const int64_t *rows;
+    int64_t width, T;
+} bit_rows;
+
+static void bit_rows_close(bit_rows *b) {
+    if (b->rows_viewed) {
+        PyBuffer_Release(&b->rows_view);
+    }
+    PyBuffer_Release(&b->bits);
+}
+
+/* 0, or -1 with an error set (and nothing held); `name` names the function in the messages. */
+static int bit_rows_open(bit_rows *b, PyObject *const *args, Py_ssize_t nargs, const char *name) {
+    const void *data = NULL;
+    int64_t i;
+    b->rows_viewed = 0;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "%s() takes 3 arguments (bits, T, positions), got %zd", name, nargs);
+        return -1;
+    }
+    b->T = (int64_t)PyLong_AsLongLong(args[1]);
+    if (b->T == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (b->T < 0) {
+        PyErr_Format(PyExc_ValueError, "%s(): T must be >= 0", name);
+        return -1;
+    }
+    if (PyObject_GetBuffer(args[0], &b->bits, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    if (!kind_is(&b->bits, "B", 1)) {
+        PyErr_Format(PyExc_TypeError, "%s(): bits must be uint8", name);
+        bit_rows_close(b);
+        return -1;
+    }
+    if (vector_of(args[2], NPY_INT64, "qlQL", 8, "positions must be int64", &b->rows_view, &b->rows_viewed, &data,
+                  &b->width) < 0) {
+        bit_rows_close(b);
+        return -1;
+    }
+    b->rows = (const int64_t *)data;
+    for (i = 0; i < b->width; i++) {
+        if (b->rows[i] < 0 || b->rows[i] + 1 + b->T > (int64_t)b->bits.len * 8) {
+            PyErr_Format(PyExc_ValueError, "%s(): row %lld at position %lld reads past the mask's %lld bits", name,
+                         (long long)i, (long long)b->rows[i], (long long)b->bits.len * 8);
+            bit_rows_close(b);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* window_mask(bits, T, positions): see the top of this file. */
 static PyObject *window_mask(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer bits_view, rows_view;
-    const void *data = NULL;
-    const int64_t *rows;
-    int rows_viewed = 0;
-    int64_t width, T, i;
-    PyObject *out = NULL;
+    bit_rows b;
+    PyObject *out;
     (void)module;
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "window_mask() takes 3 arguments (bits, T, positions), got %zd", nargs);
+    if (bit_rows_open(&b, args, nargs, "window_mask") < 0) {
         return NULL;
     }
-    T = (int64_t)PyLong_AsLongLong(args[1]);
-    if (T == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (T < 0) {
-        PyErr_SetString(PyExc_ValueError, "window_mask(): T must be >= 0");
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[0], &bits_view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        return NULL;
-    }
-    if (!kind_is(&bits_view, "B", 1)) {
-        PyErr_SetString(PyExc_TypeError, "window_mask(): bits must be uint8");
-        goto done;
-    }
-    if (vector_of(args[2], NPY_INT64, "qlQL", 8, "positions must be int64", &rows_view, &rows_viewed, &data, &width) < 0) {
-        goto done;
-    }
-    rows = (const int64_t *)data;
-    for (i = 0; i < width; i++) {
-        if (rows[i] < 0 || rows[i] + 1 + T > (int64_t)bits_view.len * 8) {
-            PyErr_Format(PyExc_ValueError, "window_mask(): row %lld at position %lld reads past the mask's %lld bits",
-                         (long long)i, (long long)rows[i], (long long)bits_view.len * 8);
-            goto done;
-        }
-    }
-    out = new_array((npy_intp)width, (npy_intp)T, NPY_BOOL);
-    if (out == NULL) {
-        goto done;
-    }
-    {
-        const uint8_t *bits = (const uint8_t *)bits_view.buf;
+    out = new_array((npy_intp)b.width, (npy_intp)b.T, NPY_BOOL);
+    if (out != NULL) {
+        const uint8_t *bits = (const uint8_t *)b.bits.buf;
         uint8_t *mask = (uint8_t *)ARRAY_DATA(out);
-        if (width * T >= GIL_POSITIONS) {
+        if (b.width * b.T >= GIL_POSITIONS) {
             Py_BEGIN_ALLOW_THREADS
-            unpack_rows(bits, rows, width, T, mask);
+            unpack_rows(bits, b.rows, b.width, b.T, mask);
             Py_END_ALLOW_THREADS
         } else {
-            unpack_rows(bits, rows, width, T, mask);
+            unpack_rows(bits, b.rows, b.width, b.T, mask);
         }
     }
-done:
-    if (rows_viewed) {
-        PyBuffer_Release(&rows_view);
-    }
-    PyBuffer_Release(&bits_view);
+    bit_rows_close(&b);
     return out;
 }
 
 /* window_counts(bits, T, positions): the set bits of every row's targets, bits positions[i] + 1 .. positions[i] + T
  * (what sum(window_mask(bits, T, positions)) counts, without making the mask). */
 static PyObject *window_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer bits_view, rows_view;
-    const void *data = NULL;
-    const int64_t *rows;
-    int rows_viewed = 0;
-    int64_t width, T, i, total = 0;
-    PyObject *out = NULL;
+    bit_rows b;
+    int64_t total;
     (void)module;
-    if (nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "window_counts() takes 3 arguments (bits, T, positions), got %zd", nargs);
+    if (bit_rows_open(&b, args, nargs, "window_counts") < 0) {
         return NULL;
     }
-    T = (int64_t)PyLong_AsLongLong(args[1]);
-    if (T == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (T < 0) {
-        PyErr_SetString(PyExc_ValueError, "window_counts(): T must be >= 0");
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[0], &bits_view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        return NULL;
-    }
-    if (!kind_is(&bits_view, "B", 1)) {
-        PyErr_SetString(PyExc_TypeError, "window_counts(): bits must be uint8");
-        goto done;
-    }
-    if (vector_of(args[2], NPY_INT64, "qlQL", 8, "positions must be int64", &rows_view, &rows_viewed, &data, &width) < 0) {
-        goto done;
-    }
-    rows = (const int64_t *)data;
-    for (i = 0; i < width; i++) {
-        if (rows[i] < 0 || rows[i] + 1 + T > (int64_t)bits_view.len * 8) {
-            PyErr_Format(PyExc_ValueError, "window_counts(): row %lld at position %lld reads past the mask's %lld bits",
-                         (long long)i, (long long)rows[i], (long long)bits_view.len * 8);
-            goto done;
-        }
-    }
-    total = count_rows((const uint8_t *)bits_view.buf, rows, width, T);
-    out = PyLong_FromLongLong((long long)total);
-done:
-    if (rows_viewed) {
-        PyBuffer_Release(&rows_view);
-    }
-    PyBuffer_Release(&bits_view);
-    return out;
+    total = count_rows((const uint8_t *)b.bits.buf, b.rows, b.width, b.T);
+    bit_rows_close(&b);
+    return PyLong_FromLongLong((long long)total);
 }
 
 static PyMethodDef module_methods[] = {
