@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import pickle
+import sys
 
 import numpy as np
 import pytest
@@ -88,6 +91,40 @@ def test_count_reader_counts_every_ragged_range() -> None:
         if count is None:
             pytest.skip("the C kernel is not built")
         assert count(positions) == sum(int(flat[p + 1 : p + T + 1].sum()) for p in positions.tolist())
+
+
+def _guarded(raw: bytes) -> tuple[np.ndarray, object]:
+    """*raw* as a uint8 array ending on the last byte before a page the process may not read (Linux): a count that
+    read one byte past the bits would crash, not miscount.  Returns the array and the mapping holding it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    page = mmap.PAGESIZE
+    region = mmap.mmap(-1, 2 * page)
+    anchor = ctypes.c_char.from_buffer(region)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if libc.mprotect(ctypes.c_void_p(ctypes.addressof(anchor) + page), page, 0) != 0:  # 0: PROT_NONE
+        pytest.skip("mprotect is not available")
+    array = np.frombuffer(region, dtype=np.uint8, count=len(raw), offset=page - len(raw))
+    array[:] = np.frombuffer(raw, dtype=np.uint8)
+    return array, (region, anchor)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the guard page uses Linux's mprotect")
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), size=st.integers(2, 700))
+def test_bit_counts_at_any_offset_read_only_the_bytes_of_the_bits(data: st.DataObject, size: int) -> None:
+    """The C count takes 8 bytes at a time from any bit offset; it must count exactly and never read past the
+    last byte holding a counted bit (the windows ending on a store's last token included)."""
+    density = data.draw(st.sampled_from([0.0, 0.5, 1.0]))
+    flat = np.random.default_rng(size).random(size) < density
+    raw = pack_mask(flat).tobytes()
+    bits, _keep = _guarded(raw)
+    T = data.draw(st.integers(1, size - 1))
+    last = size - T - 1  # the window whose last target is the last bit
+    positions = np.array([last, *data.draw(st.lists(st.integers(0, last), max_size=6))], dtype=np.int64)
+    count = count_reader(bits, T)
+    if count is None:
+        pytest.skip("the C kernel is not built")
+    assert count(positions) == sum(int(flat[p + 1 : p + T + 1].sum()) for p in positions.tolist())
 
 
 def test_a_pending_build_runs_before_a_column_is_replaced() -> None:

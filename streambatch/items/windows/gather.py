@@ -17,7 +17,7 @@ from ...errors import ConfigError, DataError
 from ...model.corpus import Corpus
 from ...model.mask import count_reader, target_mask, target_reader
 from ...model.store import DocumentStore
-from ...stages.batch import MiniBatch
+from ...stages.batch import MiniBatch, row_batch
 from ...stages.span import spanning_tokens
 
 _CWindowGatherer: Any
@@ -393,48 +393,61 @@ def gather_windows(windows: Any, index: int) -> MiniBatch:
 _BLOCK_WINDOWS = 2048  # consecutive batches whose positions are computed (and cast to intp) at once
 
 
-def _block_rows(windows: Any, size: int, batches: range, gather: Gather) -> Iterator[tuple[int, Any, Any]]:
-    """``(batch, positions, rows)`` of each batch of *batches*: positions of a block of consecutive batches from one
-    call (one cast to intp, one searchsorted in sequential order), mapped to the gather's rows once (a corpus's
-    shard lookup); a strided share (``step > 1``) takes one batch per block, so the batches between are never touched."""
+def _blocks(windows: Any, size: int, batches: range, gather: Gather) -> Iterator[tuple[range, Any, Any]]:
+    """``(group, positions, rows)`` per block of consecutive batches of *batches*: the positions of the block's
+    windows from one call (one cast to intp, one searchsorted in sequential order), mapped to the gather's rows
+    once (a corpus's shard lookup; one store reads the positions themselves: *rows* is *positions*); a strided
+    share (``step > 1``) takes one batch per block, so the batches between are never touched."""
     total = len(windows)
     per = max(1, _BLOCK_WINDOWS // size) if batches.step == 1 else 1
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
-        base = group[0] * size
-        positions = windows[base : min((group[-1] + 1) * size, total)].positions()
-        rows = gather.where(positions)
-        same = rows is positions  # one store: the rows are the positions, one slice serves both
-        first = group[0]
-        for batch in group:
-            lo = (batch - first) * size
-            here = positions[lo : lo + size]
-            yield batch, here, here if same else rows[lo : lo + size]
+        positions = windows[group[0] * size : min((group[-1] + 1) * size, total)].positions()
+        yield group, positions, gather.where(positions)
 
 
 def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[MiniBatch]:
     """Batches *batches* of *windows* chunked by *size*, with the per-batch work cut to the gather itself.
 
-    The rows come a block of batches at a time (`_block_rows`); what stays per batch is one call of the C
-    gather (and, for a masked store, the count of its trained targets in the same call: the mask is made on
-    first use) and the batch object.
+    The rows come a block of batches at a time (`_blocks`); what stays per batch is a slice of the block's
+    positions, one call of the C gather (a masked store's counts its trained targets in the same call: the mask
+    is made on first use) and the batch object (`row_batch`, no keyword handling).  A position the C gather
+    refuses (a damaged plan) goes through `take`, whose numpy path names the error.
     """
     space = windows.space
+    spaces = (space,)
     gather = window_gather(space)
     unpack = mask_reader(space)  # decided once: None makes nothing more
-    if _counted(gather, unpack):
+    counted = _counted(gather, unpack)
+    kernel = getattr(gather, "_c", None) if isinstance(gather, StoreGather) else None
+    if counted:  # a store's C gather with its mask bits
         take_counted = gather.take_counted  # type: ignore[union-attr]
-        for batch, here, rows in _block_rows(windows, size, batches, gather):
-            inputs, targets, count = take_counted(rows)
-            yield MiniBatch(batch, inputs, targets, here, space, target_count=count, build=window_columns)
+        c_counted = kernel.gather_counted  # type: ignore[union-attr]
+        for group, positions, _ in _blocks(windows, size, batches, gather):
+            lo = 0
+            for batch in group:
+                here = positions[lo : lo + size]
+                try:
+                    inputs, targets, count = c_counted(here)
+                except (IndexError, TypeError):  # refused by the C gather: the numpy path decides (DataError)
+                    inputs, targets, count = take_counted(here)
+                yield row_batch(batch, inputs, targets, here, spaces, count, window_columns)
+                lo += size
         return
     take = gather.take
-    if unpack is None:
-        for batch, here, rows in _block_rows(windows, size, batches, gather):
-            inputs, targets = take(rows)
-            yield MiniBatch(batch, inputs, targets, here, space)
-        return
-    masks = (unpack, mask_counter(space))
-    for batch, here, rows in _block_rows(windows, size, batches, gather):
-        inputs, targets = take(rows)
-        yield window_batch(batch, inputs, targets, here, space, masks)
+    c_take = take if kernel is None else kernel.gather
+    masks = None if unpack is None else (unpack, mask_counter(space))
+    for group, positions, rows in _blocks(windows, size, batches, gather):
+        same, lo = rows is positions, 0
+        for batch in group:
+            here = positions[lo : lo + size]
+            at = here if same else rows[lo : lo + size]
+            try:
+                inputs, targets = c_take(at)
+            except (IndexError, TypeError):  # refused by the C gather: the numpy path decides (DataError)
+                inputs, targets = take(at)
+            if masks is None:
+                yield row_batch(batch, inputs, targets, here, spaces, targets.size)
+            else:
+                yield window_batch(batch, inputs, targets, here, space, masks)
+            lo += size
