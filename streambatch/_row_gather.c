@@ -458,6 +458,90 @@ static inline int64_t full_at(const Gatherer *g, int64_t r) {
     return at;
 }
 
+/* Ask for the cache line holding `at` (a hint; nothing is read now). */
+static inline void ask_line(const void *at) {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(at, 0, 3);
+#else
+    (void)at;
+#endif
+}
+
+/* Pass 0: the packing's look-ups of every row asked for ahead of passes 1 and 2, in three waves over the batch.
+ * A row's look-up is a chain of dependent reads (a full row: bucket, ends, full_docs, then its document's length
+ * and start; a packed row: offsets, tails, then each tail's document's), each a likely miss in a shuffled batch;
+ * row by row each waited for the one before.  A wave asks for the next link of every row at once, so the misses
+ * of the whole batch overlap.  used[i] holds row i's link between the waves (-1: out of range, left to pass 1 to
+ * report); pass 2 then reads the same links from the caches. */
+static void ask_packing(const sources_t *s, const int64_t *rows, int64_t width, int64_t *used) {
+    int64_t i, j;
+    for (i = 0; i < width; i++) {
+        const Gatherer *g = source_of(s, i);
+        int64_t r = rows[i];
+        used[i] = -1;
+        if (r < 0 || r >= g->full_rows + g->counts[OFFSETS] - 1) {
+            continue;
+        }
+        if (r < g->full_rows) {
+            used[i] = g->bucket[r >> BUCKET_SHIFT];
+            if (used[i] < g->counts[FULL_ENDS]) {
+                ask_line((const int64_t *)g->views[FULL_ENDS].buf + used[i]);
+            }
+        } else {
+            used[i] = r - g->full_rows;
+            ask_line((const int64_t *)g->views[OFFSETS].buf + used[i] + 1);
+        }
+    }
+    for (i = 0; i < width; i++) {
+        const Gatherer *g = source_of(s, i);
+        int64_t r = rows[i];
+        if (used[i] < 0) {
+            continue;
+        }
+        if (r < g->full_rows) {
+            int64_t at = full_at(g, r);
+            used[i] = at < g->counts[FULL_ENDS] ? at : -1;
+            if (used[i] >= 0) {
+                ask_line((const int64_t *)g->views[FULL_DOCS].buf + at);
+                ask_line((const int64_t *)g->views[FULL_ENDS].buf + (at > 0 ? at - 1 : 0));
+            }
+        } else {
+            const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
+            int64_t lo = offsets[used[i]], hi = offsets[used[i] + 1];
+            used[i] = lo >= 0 && lo < hi && hi <= g->counts[TAILS] ? lo : -1;
+            if (used[i] >= 0) {
+                ask_line((const uint32_t *)g->views[TAILS].buf + lo);
+                ask_line((const uint32_t *)g->views[TAILS].buf + hi - 1);
+            }
+        }
+    }
+    for (i = 0; i < width; i++) {
+        const Gatherer *g = source_of(s, i);
+        const int64_t *starts = (const int64_t *)g->views[STARTS].buf, *lengths = (const int64_t *)g->views[LENGTHS].buf;
+        int64_t r = rows[i], documents = g->counts[LENGTHS];
+        if (used[i] < 0) {
+            continue;
+        }
+        if (r < g->full_rows) {
+            int64_t d = ((const int64_t *)g->views[FULL_DOCS].buf)[used[i]];
+            if (d >= 0 && d < documents) {
+                ask_line(starts + d);
+                ask_line(lengths + d);
+            }
+        } else {
+            const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
+            const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
+            int64_t hi = offsets[r - g->full_rows + 1];
+            for (j = used[i]; j < hi; j++) {
+                if ((int64_t)tails[j] < documents) {
+                    ask_line(starts + tails[j]);
+                    ask_line(lengths + tails[j]);
+                }
+            }
+        }
+    }
+}
+
 /* Pass 1: the segments of the batch (one per full row, its tails for a packed row); -1 (and *fail) for a row
  * out of range or a packed row without segments. */
 static int64_t count_segments(const sources_t *s, const int64_t *rows, int64_t width, failure *fail) {
@@ -489,8 +573,8 @@ static int64_t count_segments(const sources_t *s, const int64_t *rows, int64_t w
 
 /* Pass 2: locate every segment into the provenance (row in the batch, document, start, targets), checking it lies
  * inside its document and the tokens; used[i]: the positions row i fills.  Returns the sequences (segments, and
- * each padded row's padding), or -1 (and *fail).  A full row's piece: the running count of full pieces before
- * its document is its first; a tail of document d starts at (L - 1) - (L - 1) % T. */
+ * each padded row's padding), or -1 (and *fail).  On entry used[i] is pass 0's link of row i (ask_packing: a full
+ * row's piece).  A full row's piece: the running count of full pieces before its document is its first; a tail of document d starts at (L - 1) - (L - 1) % T. */
 static int64_t locate(const sources_t *s, const int64_t *rows, int64_t width, failure *fail, int64_t *const *provenance,
                       int64_t *used) {
     int64_t T = s->gs[0]->T, sequences = 0, k = 0, i, j;
@@ -504,8 +588,8 @@ static int64_t locate(const sources_t *s, const int64_t *rows, int64_t width, fa
         const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
         int64_t documents = g->counts[LENGTHS], tokens = g->counts[TOKENS], r = rows[i], filled = 0;
         if (r < g->full_rows) {
-            int64_t at = full_at(g, r), d, first, start;
-            if (at >= g->counts[FULL_ENDS]) {
+            int64_t at = used[i], d, first, start; /* pass 0 found its piece (full_at), or -1 */
+            if (at < 0 || at >= g->counts[FULL_ENDS]) {
                 fail->message = "a full row beyond the full pieces: the packing does not belong to this source";
                 fail->row = i;
                 return -1;
@@ -598,10 +682,6 @@ static inline void put_positions(const Gatherer *g, char *ids, int64_t idsize, i
     }
 }
 
-#ifndef PREFETCH_AHEAD
-#define PREFETCH_AHEAD 2 /* segments: a segment's source is read from memory while the ones before it are copied */
-#endif
-
 /* Ask for the cache lines of tokens [src, src + n) ahead of their copy (a hint; nothing is read now).  Locality 1
  * (prefetcht2: the outer caches, not L1) emits ~15% faster than locality 0 (prefetchnta) or 3 (prefetcht0) at
  * T=1024 B=32 and T=2048 B=8: an L1-bound prefetch holds one of L1's few miss buffers until its line arrives, so
@@ -618,8 +698,71 @@ static inline void prefetch_bytes(const char *begin, size_t bytes) {
 #endif
 }
 
-static inline void prefetch(const Gatherer *g, int64_t src, int64_t n) {
-    prefetch_bytes((const char *)g->views[TOKENS].buf + src * g->itemsize, (size_t)(n * g->itemsize));
+/* Copy n bytes (a chunk of a window row: 1 KB or less) with the string instruction `rep movsb` where the CPU
+ * says it is fast (ERMS, chosen at import), else memcpy.  At T=1024 (2 KB rows from random places) it measured
+ * 0.88-1.0x the memcpy floor where glibc's memcpy (vector loops below its own rep-movsb threshold) gave 0.78-0.80x.
+ * The targets' source is one token on from the inputs': unaligned, which the string copy takes in its stride. */
+#ifndef STREAM_CHUNK
+#define STREAM_CHUNK 1024
+#endif
+#ifndef STREAM_AHEAD
+#define STREAM_AHEAD 2048
+#endif
+
+static int use_rep_movsb; /* set at import: the CPU has ERMS (enhanced rep movsb) */
+
+static inline void copy_chunk(char *to, const char *from, size_t n) {
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+    if (use_rep_movsb) {
+        __asm__ volatile("rep movsb" : "+D"(to), "+S"(from), "+c"(n) : : "memory");
+        return;
+    }
+#endif
+    memcpy(to, from, n);
+}
+
+/* The stream of bytes a batch's pieces (window rows, packed segments) are copied from, in copy order, asked for
+ * ahead of the copy.  A piece's source is tokens + rows[k] * size (windows: rows given) or from[k] (segments), its
+ * bytes `fixed` or count[k] * size; each piece also reads one token more (its targets' last), asked for with its
+ * last bytes.  `copy_piece` copies the next piece's inputs and targets 1 KB at a time (STREAM_CHUNK), asking
+ * first for the stream up to STREAM_AHEAD bytes beyond the chunk: the prefetches spread along the copy keep a
+ * steady few lines in flight, where asking for a whole piece a few pieces on sent bursts (33 lines for a 2 KB row)
+ * that filled the miss buffers and stalled the copy. */
+typedef struct {
+    const char *tokens;
+    const int64_t *rows;       /* windows: the pieces' first tokens; NULL: from */
+    const char *const *from;   /* segments: the pieces' sources */
+    const int64_t *count;      /* segments: the pieces' tokens; NULL: every piece is `fixed` bytes */
+    int64_t pieces, piece;     /* pieces; the next not wholly asked for */
+    size_t size, fixed;        /* token size; a window row's bytes */
+    size_t asked, at, done;    /* stream bytes asked for; bytes of `piece` asked for; stream bytes copied */
+} stream_ahead;
+
+static inline void ask(stream_ahead *c, size_t upto) {
+    while (c->asked < upto && c->piece < c->pieces) {
+        size_t bytes = c->count ? (size_t)c->count[c->piece] * c->size : c->fixed;
+        const char *source = c->rows ? c->tokens + c->rows[c->piece] * (int64_t)c->size : c->from[c->piece];
+        size_t take = bytes - c->at < upto - c->asked ? bytes - c->at : upto - c->asked;
+        int last = c->at + take == bytes;
+        prefetch_bytes(source + c->at, take + (last ? c->size : 0));
+        c->asked += take;
+        c->at += take;
+        if (last) {
+            c->piece++;
+            c->at = 0;
+        }
+    }
+}
+
+static inline void copy_piece(stream_ahead *c, char *inputs, char *targets, const char *from, size_t bytes) {
+    size_t off;
+    for (off = 0; off < bytes; off += STREAM_CHUNK) {
+        size_t n = bytes - off < STREAM_CHUNK ? bytes - off : STREAM_CHUNK;
+        c->done += n;
+        ask(c, c->done + STREAM_AHEAD);
+        copy_chunk(inputs + off, from + off, n);
+        copy_chunk(targets + off, from + off + c->size, n); /* the same lines, now in L1 */
+    }
 }
 
 /* Pad positions [from, T) of one row of `size`-byte tokens with pad. */
@@ -638,41 +781,51 @@ static inline void put_padding(char *row, int64_t size, int64_t from, int64_t T,
     }
 }
 
-/* Passes 3 and 4 in one: every segment's inputs and then its targets (one token on, their source lines now in L1,
- * as the window gather copies a row), prefetching the sources of the segments PREFETCH_AHEAD on; pad_id after each
- * row's last segment. */
+
+/* Pass 3: the inputs and targets of every segment (its own tokens, then pad_id to T), copied in order through
+ * the stream cursor (copy_piece: the sources asked for ahead as the copy goes); the segments' sources are listed
+ * first (on the stack for up to STACK_PIECES, else the raw allocator: this pass may run without the GIL; where
+ * that fails the copy goes on without asking ahead). */
+#define STACK_PIECES 512
+
+static inline const char *segment_source(const sources_t *s, const outputs *o, int64_t k) {
+    const Gatherer *h = source_of(s, o->provenance[0][k]);
+    const int64_t *starts = (const int64_t *)h->views[STARTS].buf;
+    return (const char *)h->views[TOKENS].buf + (starts[o->provenance[1][k]] + o->provenance[2][k]) * h->itemsize;
+}
+
 static void put_tokens(const sources_t *s, const outputs *o, int64_t width, const int64_t *used) {
-    const int64_t *in_row = o->provenance[0], *documents = o->provenance[1], *begins = o->provenance[2];
     const int64_t *lengths = o->provenance[3];
     const Gatherer *first = s->gs[0];
-    int64_t T = first->T, size = first->itemsize, k = 0, i, column;
-    for (k = 0; k < PREFETCH_AHEAD && k < o->segments; k++) { /* the first segments' sources */
-        const Gatherer *h = source_of(s, in_row[k]);
-        prefetch(h, ((const int64_t *)h->views[STARTS].buf)[documents[k]] + begins[k], lengths[k] + 1);
+    int64_t T = first->T, size = first->itemsize, k, i, column;
+    const char *stack[STACK_PIECES], **from = stack;
+    stream_ahead c = {NULL, NULL, NULL, lengths, 0, 0, (size_t)size, 0, 0, 0, 0};
+    if (o->segments > STACK_PIECES) {
+        from = (const char **)PyMem_RawMalloc((size_t)o->segments * sizeof(*from));
+    }
+    if (from != NULL) {
+        for (k = 0; k < o->segments; k++) {
+            from[k] = segment_source(s, o, k);
+        }
+        c.from = from;
+        c.pieces = o->segments; /* else none: nothing is asked for ahead */
     }
     k = 0;
     for (i = 0; i < width; i++) {
-        const Gatherer *g = source_of(s, i);
-        const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
-        const char *tokens = (const char *)g->views[TOKENS].buf;
         char *inputs = o->inputs + i * T * size, *targets = o->targets + i * T * size;
         for (column = 0; column < used[i]; k++) {
             int64_t n = lengths[k];
-            const char *from = tokens + (starts[documents[k]] + begins[k]) * size;
-            if (k + PREFETCH_AHEAD < o->segments) {
-                int64_t a = k + PREFETCH_AHEAD;
-                const Gatherer *h = s->kinds ? source_of(s, in_row[a]) : g; /* the source of the segment ahead */
-                const int64_t *ahead = h == g ? starts : (const int64_t *)h->views[STARTS].buf;
-                prefetch(h, ahead[documents[a]] + begins[a], lengths[a] + 1);
-            }
-            memcpy(inputs + column * size, from, (size_t)(n * size));
-            memcpy(targets + column * size, from + size, (size_t)(n * size));
+            copy_piece(&c, inputs + column * size, targets + column * size, from ? from[k] : segment_source(s, o, k),
+                       (size_t)(n * size));
             column += n;
         }
         if (used[i] < T) {
             put_padding(inputs, size, used[i], T, first->pad);
             put_padding(targets, size, used[i], T, first->pad);
         }
+    }
+    if (from != stack) {
+        PyMem_RawFree(from);
     }
 }
 
@@ -907,6 +1060,7 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
             goto done;
         }
     }
+    ask_packing(&s, rows, width, scratch);
     segments = count_segments(&s, rows, width, &fail);
     if (segments >= 0) {
         arrays[PROVENANCE] = new_array(4, (npy_intp)segments, NPY_INT64);
@@ -1246,46 +1400,6 @@ static int window_init(WindowGatherer *self, PyObject *args, PyObject *kwargs) {
     return 0;
 }
 
-/* Copy n bytes (a chunk of a window row: 1 KB or less) with the string instruction `rep movsb` where the CPU
- * says it is fast (ERMS, chosen at import), else memcpy.  At T=1024 (2 KB rows from random places) it measured
- * 0.88-1.0x the memcpy floor where glibc's memcpy (vector loops below its own rep-movsb threshold) gave 0.78-0.80x.
- * The targets' source is one token on from the inputs': unaligned, which the string copy takes in its stride. */
-static int use_rep_movsb; /* set at import: the CPU has ERMS (enhanced rep movsb) */
-
-static inline void copy_chunk(char *to, const char *from, size_t n) {
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-    if (use_rep_movsb) {
-        __asm__ volatile("rep movsb" : "+D"(to), "+S"(from), "+c"(n) : : "memory");
-        return;
-    }
-#endif
-    memcpy(to, from, n);
-}
-
-/* A cursor over the bytes a batch's rows read, in copy order (row by row: `bytes` from each row's source), asking
- * for them ahead of the copy: `ask(c, upto)` prefetches the stream up to byte `upto` that is not asked for yet. */
-typedef struct {
-    const char *tokens;
-    const int64_t *rows;
-    int64_t width, row;  /* the next row not wholly asked for */
-    size_t size, bytes;  /* token size; bytes copied per row (the targets' one more token rides on its last ask) */
-    size_t asked, at;    /* stream bytes asked for; bytes of `row` asked for */
-} stream_ahead;
-
-static inline void ask(stream_ahead *c, size_t upto) {
-    while (c->asked < upto && c->row < c->width) {
-        size_t take = c->bytes - c->at < upto - c->asked ? c->bytes - c->at : upto - c->asked;
-        int last = c->at + take == c->bytes;
-        prefetch_bytes(c->tokens + c->rows[c->row] * (int64_t)c->size + c->at, take + (last ? c->size : 0));
-        c->asked += take;
-        c->at += take;
-        if (last) {
-            c->row++;
-            c->at = 0;
-        }
-    }
-}
-
 /* Copy every row; with `bits` (else NULL) first count the rows' set target bits (`count_rows`: a pass of its own
  * measured 4x cheaper than counting each row in the copy loop, whose token lines then crowd out the bits' lines).
  * Returns the count (0 without bits).
@@ -1295,12 +1409,6 @@ static inline void ask(stream_ahead *c, size_t upto) {
  * few lines in flight.  Whole rows asked for WINDOW_AHEAD rows on and copied by memcpy (what shorter rows do)
  * measured 0.62-0.76x the memcpy floor at T=1024 (2 KB rows); this loop 0.88-1.0x (scripts/bench.py).  Rows
  * under 1 KB gain nothing from it (T=128: its bookkeeping and the string copy's start cost more per row). */
-#ifndef STREAM_CHUNK
-#define STREAM_CHUNK 1024
-#endif
-#ifndef STREAM_AHEAD
-#define STREAM_AHEAD 2048
-#endif
 
 static int64_t copy_windows(const WindowGatherer *self, const int64_t *rows, int64_t width, char *inputs, char *targets,
                             const uint8_t *bits) {
@@ -1308,17 +1416,9 @@ static int64_t copy_windows(const WindowGatherer *self, const int64_t *rows, int
     size_t size = self->itemsize, bytes = (size_t)self->T * size;
     int64_t i, total = bits != NULL ? count_rows(bits, rows, width, self->T) : 0;
     if (bytes >= STREAM_CHUNK) {
-        stream_ahead c = {tokens, rows, width, 0, size, bytes, 0, 0};
-        size_t done = 0, off;
-        for (i = 0; i < width; i++, done += bytes) {
-            const char *source = tokens + rows[i] * (int64_t)size;
-            char *in = inputs + (size_t)i * bytes, *out = targets + (size_t)i * bytes;
-            for (off = 0; off < bytes; off += STREAM_CHUNK) {
-                size_t n = bytes - off < STREAM_CHUNK ? bytes - off : STREAM_CHUNK;
-                ask(&c, done + off + n + STREAM_AHEAD);
-                copy_chunk(in + off, source + off, n);
-                copy_chunk(out + off, source + off + size, n); /* the same lines, now in L1 */
-            }
+        stream_ahead c = {tokens, rows, NULL, NULL, width, 0, size, bytes, 0, 0, 0};
+        for (i = 0; i < width; i++) {
+            copy_piece(&c, inputs + (size_t)i * bytes, targets + (size_t)i * bytes, tokens + rows[i] * (int64_t)size, bytes);
         }
         return total;
     }

@@ -136,3 +136,36 @@ def test_a_pending_build_runs_before_a_column_is_replaced() -> None:
     assert batch.loss_mask is mask
     assert batch.segment_ids is not None
     assert batch.position_ids is not None
+
+
+def _state(batch: sb.MiniBatch) -> dict[str, object]:
+    """Every slot and instance attribute of *batch* (what pickling and copying carry)."""
+    slots = {name: getattr(batch, name) for name in type(batch).__slots__ if name != "__dict__"}
+    return {**slots, **vars(batch)}
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a is b or a == b
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_hot_paths_make_the_constructors_batch(masked: bool) -> None:
+    """`row_batch` (the window and packed emission loops) makes the batch `MiniBatch(...)` makes, attribute by
+    attribute, and it pickles, copies and builds its columns alike."""
+    store = sb.DocumentStore.from_documents(_documents([30, 17, 45, 9, 60], 2, masked))
+    for items in (sb.windows(store, context_length=6), sb.pack(store, context_length=6)):
+        chunks = sb.chunk(sb.shuffle(items, 5), 4)
+        hot = list(sb.materialize(chunks))  # the emission loop: row_batch
+        for index, batch in enumerate(hot):
+            single = sb.materialize(chunks)[index]  # one batch alone: the constructor
+            assert _state(batch).keys() == _state(single).keys()
+            assert all(_same(_state(batch)[k], _state(single)[k]) for k in _state(batch)), index
+            for column in ("loss_mask", "segment_ids", "position_ids", "cu_seqlens"):
+                assert _same(getattr(batch, column), getattr(single, column)), column
+            again = pickle.loads(pickle.dumps(hot[index]))
+            assert _same(again.loss_mask, single.loss_mask)
+            assert again.token_count == single.token_count

@@ -476,11 +476,13 @@ def row_batch(
     spaces: tuple[Any, ...],
     count: int,
     build: Callable[[MiniBatch], dict[str, Any]] | None = None,
+    packed: tuple[npt.NDArray[np.int32], int, npt.NDArray[np.int64]] | None = None,
 ) -> MiniBatch:
-    """``MiniBatch(index, inputs, targets, positions, spaces[0], target_count=count, build=build)``, made without
-    the keyword handling of `MiniBatch.__init__` (which measured 0.4 us of the 1 us a batch object costs): the
-    window gather's hot path, one batch per ~20 us of copying.  *spaces* is the batch's one-source tuple, made once
-    per iteration; the result is the same batch the constructor makes (tests/test_columns_on_demand.py)."""
+    """``MiniBatch(index, inputs, targets, positions, spaces[0], target_count=count, build=build)`` (and with
+    *packed*, ``(cu_seqlens, max_seqlen, segments)``, those three keywords too), made without the keyword handling
+    of `MiniBatch.__init__` (0.4-1 us of the 1-2 us a batch object costs): the gathers' hot path, one batch per
+    ~20 us of copying.  *spaces* is the one-source tuple, made once per iteration; the result is the batch the
+    constructor makes (tests/test_columns_on_demand.py)."""
     batch: MiniBatch = _new(MiniBatch)
     batch.epoch = 0
     batch.index = index
@@ -492,4 +494,6 @@ def row_batch(
     batch.target_count = count
     if build is not None:
         batch.__dict__["_build"] = build
+    if packed is not None:
+        batch.cu_seqlens, batch.max_seqlen, batch._segments = packed
     return batch

@@ -28,7 +28,7 @@ from ...model.corpus import Corpus
 from ...model.documents import Partition
 from ...model.source import TokenSource, as_source, partition_documents
 from ...model.store import DocumentStore
-from ...stages.batch import MiniBatch
+from ...stages.batch import MiniBatch, row_batch
 from ...stages.span import spanning_tokens
 from ..protocol import PlannedItems
 from ..untrained import counted_between, drop_untrained
@@ -289,17 +289,31 @@ _BLOCK_ROWS = 2048  # consecutive batches whose row numbers are read (and cast t
 def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[MiniBatch]:
     """Emit batches *batches* of *rows* chunked by *batch_size*: row numbers read a block of batches at a time.
 
-    The per-batch work is the gather and the batch object (`emit`: one call of the C gather when built).
+    The per-batch work is the gather and the batch object: one call of the C gather's token pass and
+    `row_batch` where `emit` would take that path (the same batch), else `emit`; a refused or too large batch
+    goes through `emit`, which names the error.
     """
     space, total = rows.space, len(rows)
     check_emittable(min(batch_size, total), space.packing.context_length, space.store.dtype, batch_size=batch_size)
     per = max(1, _BLOCK_ROWS // batch_size) if batches.step == 1 else 1
+    gatherer, spaces = packed_gatherer(space), (space,)
+    # emit's C path with its decisions made once: the kernel's token pass, the batch made by row_batch
+    tokens = None if gatherer is False or masked_after(space) else gatherer.gather_tokens
     for head in range(0, len(batches), per):
         group = batches[head : head + per]
         base = group[0] * batch_size
         numbers = rows[base : min((group[-1] + 1) * batch_size, total)].numbers()
         for at, batch in zip(range(0, numbers.size, batch_size), group, strict=True):
-            yield emit(space, numbers[at : at + batch_size], batch)
+            here = numbers[at : at + batch_size]
+            if tokens is None:
+                yield emit(space, here, batch)
+                continue
+            try:
+                inputs, targets, _, _, _, cu_seqlens, segments, count, longest = tokens(here)
+            except (ValueError, MemoryError):  # refused, or too large: emit words the error
+                yield emit(space, here, batch)
+                continue
+            yield row_batch(batch, inputs, targets, here, spaces, count, packed_columns, (cu_seqlens, longest, segments))
 
 
 def _gatherer(space: RowSpace) -> Any:
