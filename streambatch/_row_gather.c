@@ -646,6 +646,7 @@ typedef struct {
     int64_t *provenance[4]; /* per segment: row in the batch, document, start in the document, targets */
     int64_t idsize;         /* 2 (int16 ids) or 4 (int32 ids) */
     int64_t segments, target_count, max_seqlen;
+    int counted; /* target_count is done (the token pass counted each segment after its copy) */
 } outputs;
 
 /* n ids equal to id from position at (ids of idsize bytes). */
@@ -794,10 +795,21 @@ static inline const char *segment_source(const sources_t *s, const outputs *o, i
     return (const char *)h->views[TOKENS].buf + (starts[o->provenance[1][k]] + o->provenance[2][k]) * h->itemsize;
 }
 
-static void put_tokens(const sources_t *s, const outputs *o, int64_t width, const int64_t *used) {
+/* The mask bits of segment k's targets: *p (their first bit) and the source's bits, or NULL (no mask). */
+static inline const uint8_t *segment_bits(const sources_t *s, const outputs *o, int64_t k, int64_t *p) {
+    const Gatherer *h = source_of(s, o->provenance[0][k]);
+    if (!h->has_bits) {
+        return NULL;
+    }
+    *p = ((const int64_t *)h->views[STARTS].buf)[o->provenance[1][k]] + o->provenance[2][k] + 1;
+    return (const uint8_t *)h->bits.buf;
+}
+
+static void put_tokens(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
     const int64_t *lengths = o->provenance[3];
     const Gatherer *first = s->gs[0];
-    int64_t T = first->T, size = first->itemsize, k, i, column;
+    int64_t T = first->T, size = first->itemsize, k, i, column, p = 0;
+    const uint8_t *bits;
     const char *stack[STACK_PIECES], **from = stack;
     stream_ahead c = {NULL, NULL, NULL, lengths, 0, 0, (size_t)size, 0, 0, 0, 0};
     if (o->segments > STACK_PIECES) {
@@ -811,12 +823,22 @@ static void put_tokens(const sources_t *s, const outputs *o, int64_t width, cons
         c.pieces = o->segments; /* else none: nothing is asked for ahead */
     }
     k = 0;
+    o->counted = o->mask == NULL; /* no mask pass follows: each segment's targets are counted after its copy */
+    if (o->counted && o->segments > 0 && (bits = segment_bits(s, o, 0, &p)) != NULL) {
+        prefetch_bits(bits, p, lengths[0]);
+    }
     for (i = 0; i < width; i++) {
         char *inputs = o->inputs + i * T * size, *targets = o->targets + i * T * size;
         for (column = 0; column < used[i]; k++) {
             int64_t n = lengths[k];
+            if (o->counted && k + 1 < o->segments && (bits = segment_bits(s, o, k + 1, &p)) != NULL) {
+                prefetch_bits(bits, p, lengths[k + 1]); /* the next segment's bits, a segment ahead */
+            }
             copy_piece(&c, inputs + column * size, targets + column * size, from ? from[k] : segment_source(s, o, k),
                        (size_t)(n * size));
+            if (o->counted) {
+                o->target_count += (bits = segment_bits(s, o, k, &p)) != NULL ? count_bits(bits, p, n) : n;
+            }
             column += n;
         }
         if (used[i] < T) {
@@ -899,7 +921,7 @@ static void put_sequences(const sources_t *s, outputs *o, int64_t width, const i
         int64_t at = i * T;
         for (column = 0; column < used[i]; k++) {
             int64_t n = lengths[k];
-            if (k + MASK_AHEAD < o->segments) {
+            if (!o->counted && k + MASK_AHEAD < o->segments) {
                 const Gatherer *a = source_of(s, in_row[k + MASK_AHEAD]);
                 if (a->has_bits) {
                     const int64_t *ahead = (const int64_t *)a->views[STARTS].buf;
@@ -907,7 +929,9 @@ static void put_sequences(const sources_t *s, outputs *o, int64_t width, const i
                                   lengths[k + MASK_AHEAD]);
                 }
             }
-            o->target_count += bits != NULL ? count_bits(bits, starts[documents[k]] + begins[k] + 1, n) : n;
+            if (!o->counted) {
+                o->target_count += bits != NULL ? count_bits(bits, starts[documents[k]] + begins[k] + 1, n) : n;
+            }
             put_sequence(o, &sequence, at + column, n);
             column += n;
         }
@@ -1104,6 +1128,7 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
     o.idsize = idsize;
     o.segments = segments;
     o.target_count = o.max_seqlen = 0;
+    o.counted = 0;
     if (width * self->T >= GIL_POSITIONS) {
         Py_BEGIN_ALLOW_THREADS
         fill(&s, &o, width, scratch);
@@ -1400,9 +1425,11 @@ static int window_init(WindowGatherer *self, PyObject *args, PyObject *kwargs) {
     return 0;
 }
 
-/* Copy every row; with `bits` (else NULL) first count the rows' set target bits (`count_rows`: a pass of its own
- * measured 4x cheaper than counting each row in the copy loop, whose token lines then crowd out the bits' lines).
- * Returns the count (0 without bits).
+/* Copy every row; with `bits` (else NULL) count the rows' set target bits: rows under STREAM_CHUNK bytes in a pass
+ * of their own first (count_rows: measured 4x cheaper there than counting each row in the copy loop, whose token
+ * lines then crowd out the bits' lines), longer rows each after its copy, its bits asked for a row ahead
+ * (masked / unmasked gather 0.90-0.99x at T=1024, where the pass of its own gave 0.79-0.85x: a pass of latency-
+ * bound reads next to a copy that now streams).  Returns the count (0 without bits).
  *
  * Rows of at least STREAM_CHUNK bytes are copied STREAM_CHUNK bytes at a time (copy_chunk), each chunk's copy
  * after asking for the stream STREAM_AHEAD bytes beyond it: the prefetches spread along the copy keep a steady
@@ -1414,14 +1441,24 @@ static int64_t copy_windows(const WindowGatherer *self, const int64_t *rows, int
                             const uint8_t *bits) {
     const char *tokens = (const char *)self->view.buf;
     size_t size = self->itemsize, bytes = (size_t)self->T * size;
-    int64_t i, total = bits != NULL ? count_rows(bits, rows, width, self->T) : 0;
-    if (bytes >= STREAM_CHUNK) {
+    int64_t i, total = 0;
+    if (bytes >= STREAM_CHUNK) { /* each row's bits asked for a row ahead, counted after its copy */
         stream_ahead c = {tokens, rows, NULL, NULL, width, 0, size, bytes, 0, 0, 0};
+        if (bits != NULL && width > 0) {
+            prefetch_bits(bits, rows[0] + 1, self->T);
+        }
         for (i = 0; i < width; i++) {
+            if (bits != NULL && i + 1 < width) {
+                prefetch_bits(bits, rows[i + 1] + 1, self->T);
+            }
             copy_piece(&c, inputs + (size_t)i * bytes, targets + (size_t)i * bytes, tokens + rows[i] * (int64_t)size, bytes);
+            if (bits != NULL) {
+                total += count_bits(bits, rows[i] + 1, self->T);
+            }
         }
         return total;
     }
+    total = bits != NULL ? count_rows(bits, rows, width, self->T) : 0;
     for (i = 0; i < width && i < WINDOW_AHEAD; i++) {
         prefetch_bytes(tokens + rows[i] * (int64_t)size, bytes + size);
     }
