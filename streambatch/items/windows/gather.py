@@ -419,7 +419,7 @@ def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[Min
     gather = window_gather(space)
     unpack = mask_reader(space)  # decided once: None makes nothing more
     counted = _counted(gather, unpack)
-    kernel = getattr(gather, "_c", None) if isinstance(gather, StoreGather) else None
+    kernel = getattr(gather, "_c", None)  # a store's or a corpus's spanning C gather (None: numpy)
     if counted:  # a store's C gather with its mask bits
         take_counted = gather.take_counted  # type: ignore[union-attr]
         c_counted = kernel.gather_counted  # type: ignore[union-attr]
