@@ -44,7 +44,7 @@ from .stages.reduce import TokenContribution, TokenMean, TokenMeanAccumulator, T
 from .stages.share import share, split_rows
 from .stages.shuffle import shuffle
 
-__version__ = "0.4.1"
+__version__ = "0.4.2"
 
 __all__ = [
     "AccumulationError",

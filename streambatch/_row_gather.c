@@ -14,12 +14,12 @@
  * template), loss_mask (0 at padding); per sequence (every segment, then each
  * padded row's padding) cu_seqlens over the flattened w * T positions; per
  * segment its provenance (row in the batch, document, start, targets).  Ids
- * are int16 when T < 2**15, else int32 (_pack_gather.id_dtype).  Passes: count
- * the segments; locate and check each (its provenance); copy the inputs of
- * every segment, prefetching the sources of the segments two ahead; copy the
- * targets (their tokens now in the caches: one pass over the inputs' sources
- * and one over cached lines is faster here than both per segment, as in the
- * window mode's gather); write mask, ids and cu_seqlens.  The batch's arrays
+ * are int16 when T < 2**15, else int32 (_pack_gather.id_dtype).  Passes: ask
+ * for every row's look-ups at once (0); count the segments (1); locate and
+ * check each (2: its provenance); copy every segment's inputs and targets
+ * through the stream cursor shared with the window gather (3: 1 KB chunks, the
+ * sources asked for 2 KB ahead; a masked source's targets counted after each
+ * copy); write mask, ids and cu_seqlens, or only cu_seqlens (5).  The batch's arrays
  * are made here (numpy's C API: no Python call per array); scratch: one int64
  * per row (on the stack for small batches); the GIL is released while filling
  * large batches.  With uint16 tokens a packed batch writes 9 bytes per
@@ -711,7 +711,7 @@ static inline void prefetch_bytes(const char *begin, size_t bytes) {
 }
 
 /* Copy n bytes (a chunk of a window row: 1 KB or less) with the string instruction `rep movsb` where the CPU
- * says it is fast (ERMS, chosen at import), else memcpy.  At T=1024 (2 KB rows from random places) it measured
+ * says short string copies are fast (FSRM, chosen at import: Zen 3 and Ice Lake on), else memcpy.  At T=1024 (2 KB rows from random places) it measured
  * 0.88-1.0x the memcpy floor where glibc's memcpy (vector loops below its own rep-movsb threshold) gave 0.78-0.80x.
  * The targets' source is one token on from the inputs': unaligned, which the string copy takes in its stride. */
 #ifndef STREAM_CHUNK
@@ -721,7 +721,7 @@ static inline void prefetch_bytes(const char *begin, size_t bytes) {
 #define STREAM_AHEAD 2048
 #endif
 
-static int use_rep_movsb; /* set at import: the CPU has ERMS (enhanced rep movsb) */
+static int use_rep_movsb; /* set at import: the CPU has FSRM (fast short rep movsb) */
 
 static inline void copy_chunk(char *to, const char *from, size_t n) {
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
@@ -1591,7 +1591,7 @@ PyMODINIT_FUNC PyInit__row_gather(void) {
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
     {
         unsigned int a = 0, b = 0, c = 0, d = 0;
-        use_rep_movsb = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 9)) != 0; /* leaf 7: EBX bit 9, ERMS */
+        use_rep_movsb = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 4)) != 0; /* leaf 7: EDX bit 4, FSRM */
     }
 #endif
     if (PyType_Ready(&GathererType) < 0 || PyType_Ready(&WindowGathererType) < 0) {
