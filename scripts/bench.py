@@ -5,6 +5,7 @@
     python scripts/bench.py --loaders streambatch,streambatch-stages,numpy-ideal   # a subset
     python scripts/bench.py --tokens 5e6 --repeats 3 --json out.json
     python scripts/bench.py --clock cpu --loaders streambatch,streambatch-stages,memcpy-floor   # a loaded machine
+    python scripts/bench.py --same-process 11     # Epoch vs the memcpy floor interleaved in one process
 
 One synthetic corpus (lognormal document lengths, median ~1,500 tokens, clipped
 to [1, 50,000]; ids uniform below 50,257), written once as a streambatch store.
@@ -303,6 +304,30 @@ def shuffle_worker(args: argparse.Namespace) -> None:
     print(json.dumps({"streambatch_s": ours, "numpy_permutation_s": theirs, "peak_rss_mb": peak_rss_mb()}))
 
 
+def _rate(made: dict[str, Any], planned: dict[str, Any], name: str) -> float:
+    """Tokens per CPU second of one whole pass of loader *name*."""
+    start, count = time.process_time(), 0
+    for x, _ in made[name][1](planned[name]):
+        count += x.size
+    return count / (time.process_time() - start)
+
+
+def same_process(store_path: Path, repeats: int) -> None:
+    """`Epoch` and the memcpy floor in one process, whole passes interleaved *repeats* times, timed by the
+    process's CPU time: the median ratio per configuration (fresh subprocesses see the host's DRAM bandwidth
+    at different moments; one process sees both loaders under the same conditions)."""
+    store = open_store(store_path, verify=False)
+    tokens = np.fromfile(store_path / "tokens.bin", dtype=store.tokens.dtype)
+    offsets = np.concatenate([store.starts, [store.starts[-1] + store.lengths[-1]]])
+    print(f"\nsame process, CPU time, median of {repeats} interleaved passes: Epoch / memcpy floor")
+    for T, stride, B in CONFIGS:
+        made = {name: REGISTRY[name](tokens, offsets, T, stride, B, None) for name in ("streambatch", "memcpy-floor")}
+        planned = {name: plan() for name, (plan, _) in made.items()}
+
+        ratios = [_rate(made, planned, "streambatch") / _rate(made, planned, "memcpy-floor") for _ in range(repeats)]
+        print(f"T={T} stride={stride} B={B}: {statistics.median(ratios):.2f}x")
+
+
 def run_worker(extra: list[str]) -> dict[str, Any]:
     done = subprocess.run([sys.executable, __file__, *extra], capture_output=True, text=True, check=False)
     if done.returncode:
@@ -322,6 +347,9 @@ def main() -> None:
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--loaders", help=f"comma-separated subset of {','.join(LOADERS)}")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="time plans and emission by (default wall)")
+    parser.add_argument(
+        "--same-process", type=int, metavar="N", help="only Epoch vs the memcpy floor, N passes interleaved in one process"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--shuffle-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
@@ -344,6 +372,9 @@ def main() -> None:
     store = Path(args.cache) / f"corpus-{int(args.tokens)}"
     if not (store / "header.json").exists():
         build_corpus(store, int(args.tokens))
+    if args.same_process:
+        same_process(store, args.same_process)
+        return
     opened = open_store(store, verify=False)
     print(f"corpus: {len(opened)} documents, {opened.tokens.size} tokens ({opened.tokens.dtype.name}) at {store}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}")
