@@ -21,7 +21,7 @@ def _tokens(size: int, dtype: Any, seed: int) -> np.ndarray:
 
 
 def _numpy(gather: StoreGather | ShardedGather) -> StoreGather | ShardedGather:
-    gather._c = None  # the numpy path alone
+    gather.kernel = None  # the numpy path alone
     return gather
 
 
@@ -48,7 +48,7 @@ def test_c_equals_numpy_on_random_positions(dtype: Any, size: int, context_lengt
     """Random positions, in and out of range (past the end, at the last token): the same arrays or the same DataError."""
     store = sb.DocumentStore.from_arrays(_tokens(size, dtype, seed), [0, size])
     fast, slow = StoreGather(store, context_length), _numpy(StoreGather(store, context_length))
-    assert (fast._c is not None) == (size >= context_length + 1)
+    assert (fast.kernel is not None) == (size >= context_length + 1)
     rows = np.array(data.draw(st.lists(st.integers(0, size + 2), max_size=70)), dtype=np.intp)
     assert _outcome(fast, rows) == _outcome(slow, rows)
 

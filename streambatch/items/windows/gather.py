@@ -53,7 +53,8 @@ class StoreGather:
     Each buffer is one vectorized copy: the flat tokens are viewed (read-only, no
     copy) as overlapping ``T``-token records, one per token position, and the
     rows' positions select whole records, so each row is a single block copy
-    straight into the final C-contiguous array.
+    straight into the final C-contiguous array.  ``kernel`` is the C
+    `WindowGatherer` doing that copy (None where numpy does it).
 
     >>> store = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5])
     >>> inputs, targets = StoreGather(store, context_length=2)(np.array([2, 0]))
@@ -61,7 +62,7 @@ class StoreGather:
     ([[11, 12], [0, 10]], [[12, 1], [10, 11]])
     """
 
-    __slots__ = ("_bits", "_c", "_dtype", "_empty", "_length", "_records", "_shifted", "counted")
+    __slots__ = ("_bits", "_dtype", "_empty", "_length", "_records", "_shifted", "counted", "kernel")
 
     def __init__(self, store: DocumentStore, context_length: int) -> None:
         self._length = length = context_length
@@ -77,8 +78,8 @@ class StoreGather:
             self._records = np.ndarray(shape=(count,), dtype=record, buffer=tokens, strides=(itemsize,))
             self._shifted = np.ndarray(shape=(count,), dtype=record, buffer=tokens, offset=itemsize, strides=(itemsize,))
         self._bits = bits = store.loss_bits if store.has_loss_mask else None
-        self._c = c_window_gather(tokens, length, None if bits is None else np.asarray(bits))
-        self.counted = self._c is not None and bits is not None  # take_counted counts in the copy's loop
+        self.kernel = c_window_gather(tokens, length, None if bits is None else np.asarray(bits))  # C, or None
+        self.counted = self.kernel is not None and bits is not None  # take_counted counts in the copy's loop
 
     @property
     def records(self) -> npt.NDArray[Any]:
@@ -102,9 +103,9 @@ class StoreGather:
 
     def take(self, rows: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for *rows* (a slice of what `rows` returned), one gather per buffer."""
-        if self._c is not None:
+        if self.kernel is not None:
             try:
-                return self._c.gather(rows)  # type: ignore[no-any-return]
+                return self.kernel.gather(rows)  # type: ignore[no-any-return]
             except (IndexError, TypeError):  # a position beyond the tokens, or rows not int64: numpy decides
                 pass
         records, width, positions = self._records, rows.size, rows
@@ -119,7 +120,7 @@ class StoreGather:
     def take_counted(self, rows: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any], int]:
         """`take`'s arrays and the rows' trained targets, counted by the C gather in its copy loop (``counted``)."""
         try:
-            found: tuple[npt.NDArray[Any], npt.NDArray[Any], int] = self._c.gather_counted(rows)
+            found: tuple[npt.NDArray[Any], npt.NDArray[Any], int] = self.kernel.gather_counted(rows)
             return found
         except (IndexError, TypeError):  # a position beyond the tokens, or rows not int64: numpy decides
             inputs, targets = self.take(rows)
@@ -138,8 +139,8 @@ class ShardedGather:
     shards' bases only for rows near a shard's end): the batch is then one
     gather per buffer, as for a single store.  That view is only ever read at rows inside a shard (window
     positions never point elsewhere); it is private to the gather and never
-    exposed.  Otherwise (mixed dtypes) each shard's rows are copied from that
-    shard's record view straight into their rows of the final arrays.
+    exposed (``kernel``: the C `WindowGatherer` over it, or None).  Otherwise (mixed dtypes) each shard's rows are
+    copied from that shard's record view straight into their rows of the final arrays.
 
     >>> a = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"])
     >>> b = DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])
@@ -150,7 +151,6 @@ class ShardedGather:
 
     __slots__ = (
         "_bases",
-        "_c",
         "_dtype",
         "_ends",
         "_gathers",
@@ -162,6 +162,7 @@ class ShardedGather:
         "_span",
         "_table",
         "_tokens",
+        "kernel",
     )
 
     def __init__(self, corpus: Corpus, context_length: int) -> None:
@@ -179,7 +180,7 @@ class ShardedGather:
         self._records: npt.NDArray[Any] | None = None if self._span is None else self._span[0]
         self._shifted: Any = None if self._span is None else self._span[1]
         found = None if self._span is None else spanning_tokens(self._tokens, corpus.bases)
-        self._c = None if found is None else c_window_gather(found[0], context_length)  # reads the same records
+        self.kernel = None if found is None else c_window_gather(found[0], context_length)  # reads the same records
 
     def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for rows starting at global *positions* (an intp array): ``take(rows(positions))``."""
@@ -220,9 +221,9 @@ class ShardedGather:
     def take(self, rows: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """``(inputs, targets)`` for *rows* (a slice of what `rows` returned)."""
         records, width = self._records, rows.size
-        if self._c is not None:  # the spanning view's records, in C
+        if self.kernel is not None:  # the spanning view's records, in C
             try:
-                return self._c.gather(rows)  # type: ignore[no-any-return]
+                return self.kernel.gather(rows)  # type: ignore[no-any-return]
             except (IndexError, TypeError):  # rows not the span's record numbers (int64): numpy decides
                 pass
         if records is not None and width:  # one gather per buffer, as in StoreGather
@@ -419,7 +420,7 @@ def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[Min
     gather = window_gather(space)
     unpack = mask_reader(space)  # decided once: None makes nothing more
     counted = _counted(gather, unpack)
-    kernel = getattr(gather, "_c", None)  # a store's or a corpus's spanning C gather (None: numpy)
+    kernel = gather.kernel  # a store's or a corpus's spanning C gather (None: numpy)
     if counted:  # a store's C gather with its mask bits
         take_counted = gather.take_counted  # type: ignore[union-attr]
         c_counted = kernel.gather_counted  # type: ignore[union-attr]
