@@ -228,8 +228,9 @@ def row_item_targets(space: RowSpace, numbers: npt.ArrayLike) -> IntArray:
 def emit(space: RowSpace, numbers: IntArray, index: int) -> MiniBatch:
     """Batch *index* of rows *numbers* (int64): the C gather when built and the source is one store, else numpy.
 
-    The one way a packed batch is made (`Rows.gather`, `Rows.gather_batches`, a packed mixture's
-    source blocks): rows that do not belong to the packing are a `DataError` on both backends.
+    The one rule of how a packed batch is made (`Rows.gather`, a packed mixture's source blocks;
+    `iter_batches` takes its C path inline, with the same batch): rows that do not belong to the
+    packing are a `DataError` on both backends.
     """
     gatherer = packed_gatherer(space)
     try:
