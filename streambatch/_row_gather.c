@@ -657,7 +657,6 @@ typedef struct {
     int64_t *provenance[4]; /* per segment: row in the batch, document, start in the document, targets */
     int64_t idsize;         /* 2 (int16 ids) or 4 (int32 ids) */
     int64_t segments, target_count, max_seqlen;
-    int counted; /* target_count is done (the token pass counted each segment after its copy) */
 } outputs;
 
 /* n ids equal to id from position at (ids of idsize bytes). */
@@ -820,7 +819,8 @@ static void put_tokens(const sources_t *s, outputs *o, int64_t width, const int6
     const int64_t *lengths = o->provenance[3];
     const Gatherer *first = s->gs[0];
     int64_t T = first->T, size = first->itemsize, k, i, column, p = 0;
-    const uint8_t *bits;
+    const uint8_t *bits = NULL;
+    int counting;
     const char *stack[STACK_PIECES], **from = stack;
     stream_ahead c = {NULL, NULL, NULL, lengths, 0, 0, (size_t)size, 0, 0, 0, 0};
     if (o->segments > STACK_PIECES) {
@@ -834,22 +834,27 @@ static void put_tokens(const sources_t *s, outputs *o, int64_t width, const int6
         c.pieces = o->segments; /* else none: nothing is asked for ahead */
     }
     k = 0;
-    o->counted = o->mask == NULL; /* no mask pass follows: each segment's targets are counted after its copy */
-    if (o->counted && o->segments > 0 && (bits = segment_bits(s, o, 0, &p)) != NULL) {
+    /* no mask pass follows (gather_tokens): each segment's targets are counted after its copy, its bits (bits, p)
+     * asked for a segment ahead */
+    counting = o->mask == NULL;
+    if (counting && o->segments > 0 && (bits = segment_bits(s, o, 0, &p)) != NULL) {
         prefetch_bits(bits, p, lengths[0]);
     }
     for (i = 0; i < width; i++) {
         char *inputs = o->inputs + i * T * size, *targets = o->targets + i * T * size;
         for (column = 0; column < used[i]; k++) {
-            int64_t n = lengths[k];
-            if (o->counted && k + 1 < o->segments && (bits = segment_bits(s, o, k + 1, &p)) != NULL) {
-                prefetch_bits(bits, p, lengths[k + 1]); /* the next segment's bits, a segment ahead */
+            int64_t n = lengths[k], next_p = 0;
+            const uint8_t *next = counting && k + 1 < o->segments ? segment_bits(s, o, k + 1, &next_p) : NULL;
+            if (next != NULL) {
+                prefetch_bits(next, next_p, lengths[k + 1]);
             }
             copy_piece(&c, inputs + column * size, targets + column * size, from ? from[k] : segment_source(s, o, k),
                        (size_t)(n * size));
-            if (o->counted) {
-                o->target_count += (bits = segment_bits(s, o, k, &p)) != NULL ? count_bits(bits, p, n) : n;
+            if (counting) {
+                o->target_count += bits != NULL ? count_bits(bits, p, n) : n;
             }
+            bits = next;
+            p = next_p;
             column += n;
         }
         if (used[i] < T) {
@@ -918,31 +923,16 @@ static void put_ids_and_masks(const sources_t *s, outputs *o, int64_t width, con
     }
 }
 
-/* Pass 5 without the columns (Gatherer.gather_tokens): cu_seqlens, the longest sequence and the counted targets
- * (a segment's set mask bits, counted in place: no mask is written). */
+/* Pass 5 without the columns (Gatherer.gather_tokens, whose token pass counted the targets): cu_seqlens and the
+ * longest sequence. */
 static void put_sequences(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
-    const int64_t *in_row = o->provenance[0], *documents = o->provenance[1], *begins = o->provenance[2];
     const int64_t *lengths = o->provenance[3];
     int64_t T = s->gs[0]->T, k = 0, sequence = 0, i, column;
     o->cu[0] = 0;
     for (i = 0; i < width; i++) {
-        const Gatherer *h = source_of(s, i);
-        const int64_t *starts = (const int64_t *)h->views[STARTS].buf;
-        const uint8_t *bits = h->has_bits ? (const uint8_t *)h->bits.buf : NULL;
         int64_t at = i * T;
         for (column = 0; column < used[i]; k++) {
             int64_t n = lengths[k];
-            if (!o->counted && k + MASK_AHEAD < o->segments) {
-                const Gatherer *a = source_of(s, in_row[k + MASK_AHEAD]);
-                if (a->has_bits) {
-                    const int64_t *ahead = (const int64_t *)a->views[STARTS].buf;
-                    prefetch_bits((const uint8_t *)a->bits.buf, ahead[documents[k + MASK_AHEAD]] + begins[k + MASK_AHEAD] + 1,
-                                  lengths[k + MASK_AHEAD]);
-                }
-            }
-            if (!o->counted) {
-                o->target_count += bits != NULL ? count_bits(bits, starts[documents[k]] + begins[k] + 1, n) : n;
-            }
             put_sequence(o, &sequence, at + column, n);
             column += n;
         }
@@ -953,7 +943,7 @@ static void put_sequences(const sources_t *s, outputs *o, int64_t width, const i
 }
 
 /* The passes a call asks for: tokens (inputs, targets) when o->inputs is set; the columns (mask, ids) when o->mask
- * is, else only the sequences and counts. */
+ * is, else only the sequences (gather_tokens: no mask always comes with the tokens, whose pass counts). */
 static void fill(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
     if (o->inputs != NULL) {
         put_tokens(s, o, width, used);
@@ -1139,7 +1129,6 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
     o.idsize = idsize;
     o.segments = segments;
     o.target_count = o.max_seqlen = 0;
-    o.counted = 0;
     if (width * self->T >= GIL_POSITIONS) {
         Py_BEGIN_ALLOW_THREADS
         fill(&s, &o, width, scratch);
@@ -1351,8 +1340,8 @@ static PyTypeObject GathererType = {
  *     holds a read-only view of the tokens (uint16 or uint32, C-contiguous; made once per store and T), and of
  *     the store's loss-mask bits (uint8, one bit per token) when given;
  * WindowGatherer.gather_counted(rows)
- *     (inputs, targets, count): gather's arrays and the set bits of every row's targets, counted in a pass before
- *     the copy (count_rows): a masked batch's token_count, its mask made on first use;
+ *     (inputs, targets, count): gather's arrays and the set bits of every row's targets (copy_windows: each long row
+ *     counted after its copy, short rows in a pass before): a masked batch's token_count, its mask made on first use;
  * WindowGatherer.gather(rows)
  *     returns (inputs, targets), new C-contiguous (w, T) arrays in the tokens' dtype: row i of inputs is
  *     tokens[p : p + T] and of targets tokens[p + 1 : p + T + 1], p = rows[i] (int64).  Every p is checked first
