@@ -158,6 +158,25 @@ def test_a_killed_worker_fails_the_run_cli(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_the_pool_spawns_every_worker_at_its_first_submit() -> None:
+    """No worker is spawned after the first submit: a submit racing a killed worker's teardown once printed CPython's
+    ``dictionary changed size during iteration`` and a new child's traceback instead of the CLI's one line."""
+    import multiprocessing
+
+    from streambatch.read.workers import _Pool
+
+    pool = _Pool(3, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        assert pool.submit(abs, -4).result(timeout=TIMEOUT) == 4
+        spawned = dict(pool._processes)
+        assert len(spawned) == 3
+        for value in range(8):
+            assert pool.submit(abs, -value).result(timeout=TIMEOUT) == value
+        assert pool._processes == spawned
+    finally:
+        pool.shutdown(wait=True)
+
+
 @pytest.mark.skipif(available_cpus() < 2, reason="--workers 2 is capped at one CPU here")
 def test_ctrl_c_during_prepare_workers_is_one_line(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT to the whole process group): exit 130 and one line, no traceback from any worker."""

@@ -228,6 +228,25 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 Done = Future[list[list[Block] | str]]
 
 
+class _Pool(ProcessPoolExecutor):
+    """A pool that spawns all its workers at the first submit, from the calling thread, and none later.
+
+    A spawn-context `ProcessPoolExecutor` otherwise starts workers on demand, one
+    per submit.  When a worker is killed, its manager thread walks the worker table
+    to stop the rest while a submit in the main thread may still be adding to it
+    (CPython: ``RuntimeError: dictionary changed size during iteration`` in the
+    manager thread), and a worker spawned then finds the pool's pipes and
+    semaphores gone (``ValueError: bad value(s) in fds_to_keep``, or a
+    ``FileNotFoundError`` traceback from the new child).  Started together, before
+    the manager thread, the table never changes after it starts.  This is what the
+    executor already does for the fork context (CPython 3.10 to 3.13).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._safe_to_dynamically_spawn_children = False
+
+
 def _ordered(
     pools: list[ProcessPoolExecutor], tasks: Iterable[Task], opts: ReadOptions, workers: int, threads: int
 ) -> Iterator[tuple[Task, Outcome]]:
@@ -244,13 +263,11 @@ def _ordered(
     def submit() -> None:
         if group:
             if not pools:
-                pools.append(
-                    ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(opts, slots, threads))
-                )
+                pools.append(_Pool(workers, mp_context=context, initializer=_start_worker, initargs=(opts, slots, threads)))
             number = len(sent)
             sent[number] = list(group)
             try:
-                with stops_deferred():  # a worker is spawned at a submit
+                with stops_deferred():  # the workers are spawned at the first submit (`_Pool`)
                     pending.append((sent[number], pools[0].submit(_work, sent[number], number)))
             except (BrokenProcessPool, OSError) as err:  # a worker died already (its pipes may be closed too)
                 if isinstance(err, BrokenProcessPool) or getattr(pools[0], "_broken", False):
