@@ -10,8 +10,8 @@ children's (the machines this runs on are shared; a descheduled process would
 count others' work on the wall clock); the wall with --clock wall.
 
 1. Emission: window and packed batches of the same store with and without a loss
-   mask (random, ~half the targets), unmasked and masked runs interleaved repeat
-   by repeat; reported as target tokens/s and masked / unmasked, for the batches as
+   mask (random, ~half the targets), unmasked and masked passes interleaved one by
+   one within each repeat; reported as target tokens/s and masked / unmasked, for the batches as
    emitted (the mask and packed ids built on first use) and with ``loss_mask`` read.
 2. Store growth: the bytes a mask adds to a store on disk, in bits per token.
 3. prepare of prompt/completion JSONL with a BPE tokenizer (trained here, offline,
@@ -60,24 +60,34 @@ PREPARE_CLOCK: Callable[[], float] = cpu_seconds  # prepare: with its worker pro
 MIN_SECONDS = 0.3  # each timed sample repeats whole passes until it has run this long (short runs are noise)
 
 
-def _emit(make: Callable[[], object], read_mask: bool) -> float:
-    """Target tokens per second of whole passes over ``materialize(make())``, for at least `MIN_SECONDS`; with
-    *read_mask* each batch's ``loss_mask`` is read too (built on that first use, where the batch defers it)."""
+def _pass(make: Callable[[], object], read_mask: bool) -> tuple[int, float]:
+    """(target tokens, seconds) of one whole pass over ``materialize(make())``; with *read_mask* each batch's
+    ``loss_mask`` is read too (built on that first use, where the batch defers it)."""
     start = CLOCK()
     count = 0
-    while True:
-        for batch in sb.materialize(make()):  # type: ignore[call-overload]
-            count += batch.targets.size
-            _ = batch.token_count
-            if read_mask:
-                _ = batch.loss_mask
-        seconds = CLOCK() - start
-        if seconds >= MIN_SECONDS:
-            return count / seconds
+    for batch in sb.materialize(make()):  # type: ignore[call-overload]
+        count += batch.targets.size
+        _ = batch.token_count
+        if read_mask:
+            _ = batch.loss_mask
+    return count, CLOCK() - start
+
+
+def _paired(makes: dict[str, Callable[[], object]], read_mask: bool) -> dict[str, float]:
+    """Target tokens/s of each of *makes*, their passes alternating one by one until each has run `MIN_SECONDS`:
+    both see the same moments of a shared machine (a pass is milliseconds; the noise of a shared VM lasts longer)."""
+    counts = dict.fromkeys(makes, 0)
+    seconds = dict.fromkeys(makes, 0.0)
+    while min(seconds.values()) < MIN_SECONDS:
+        for name, make in makes.items():
+            count, took = _pass(make, read_mask)
+            counts[name] += count
+            seconds[name] += took
+    return {name: counts[name] / seconds[name] for name in makes}
 
 
 def emission(tokens: int, repeats: int, T: int, B: int) -> dict[str, float]:
-    """Masked and unmasked emission interleaved repeat by repeat; the ratio is the median of each repeat's ratio.
+    """Masked and unmasked emission, pass by pass interleaved (`_paired`); the ratio is the median over *repeats*.
 
     "emitted": the batches as emission makes them (inputs, targets, the counted ``token_count``; a masked
     batch's ``loss_mask``, and a packed batch's ids and mask, are built on first use).  "+ loss_mask": each
@@ -94,14 +104,12 @@ def emission(tokens: int, repeats: int, T: int, B: int) -> dict[str, float]:
                 items[name] = sb.shuffle(sb.windows(store, context_length=T, stride=T), seed=7)
             else:
                 items[name] = sb.shuffle(sb.pack(store, context_length=T), seed=7)
+        makes = {name: (lambda i=items[name]: sb.chunk(i, B)) for name in ("unmasked", "masked")}
         for read, label in ((False, "emitted"), (True, "+ loss_mask")):
-            rates: dict[str, list[float]] = {"unmasked": [], "masked": []}
-            for _ in range(repeats):
-                for name in ("unmasked", "masked"):  # interleaved, same order each repeat
-                    rates[name].append(_emit(lambda n=name, i=items: sb.chunk(i[n], B), read))  # type: ignore[misc]
-            ratio = statistics.median(m / u for m, u in zip(rates["masked"], rates["unmasked"], strict=True))
-            out[f"{kind} {label} unmasked tokens/s"] = statistics.median(rates["unmasked"])
-            out[f"{kind} {label} masked tokens/s"] = statistics.median(rates["masked"])
+            rates = [_paired(makes, read) for _ in range(repeats)]  # type: ignore[arg-type]
+            ratio = statistics.median(r["masked"] / r["unmasked"] for r in rates)
+            out[f"{kind} {label} unmasked tokens/s"] = statistics.median(r["unmasked"] for r in rates)
+            out[f"{kind} {label} masked tokens/s"] = statistics.median(r["masked"] for r in rates)
             out[f"{kind} {label} masked/unmasked"] = ratio
     return out
 

@@ -100,6 +100,14 @@ class _Group:
         self.open = len(batches)  # batches neither served nor dropped
         self.needed = 0  # bytes the batches need
         self.requested = 0  # bytes requested
+        self.ready = False  # every GET answered (and none failed)
+
+    def wait(self) -> None:
+        """Until every GET of the group is answered (its failure raised); once done, free for its other batches."""
+        if not self.ready:
+            for future in self.futures:
+                future.result()
+            self.ready = True
 
     @property
     def share(self) -> float:
@@ -194,12 +202,10 @@ class Reader:
             group = self._schedule([index])
         self._last = index
         assert group is not None
-        waits = group.futures
         if on_path:
             self._ahead(index)
         try:
-            for future in waits:
-                future.result()
+            group.wait()
             return gather()
         finally:
             self._leave(index)
