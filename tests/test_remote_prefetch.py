@@ -120,6 +120,32 @@ def test_a_fixed_prefetch_keeps_that_many_batches_ahead(server: int, local: sb.D
     assert max(depths) == 2
 
 
+def test_paths_that_change_step_read_the_local_batches_and_give_the_memory_back(server: int, local: sb.DocumentStore) -> None:
+    """Along 1, then every 3rd, every 2nd, a jump back and a step of 5: each batch is the local one, the reader never
+    schedules a batch twice (every group's memory comes back), and none is held once the reader is closed."""
+    import time
+
+    from streambatch.io.remote.prefetch import remote_files
+
+    expected = sb.Epoch(local, seed=2, **CONFIG).batches()
+    with LoopbackProxy(server) as proxy:
+        store = _through(proxy)
+        batches = sb.Epoch(store, seed=2, **CONFIG).batches()
+        count = len(batches)
+        order = [*range(6), *range(6, 30, 3), *range(30, 44, 2), *range(3, 20), *range(20, count, 5)]
+        for i in order:
+            assert batches[i].inputs.tobytes() == expected[i].inputs.tobytes(), i
+        reader = batches._reader
+        scheduled = list(reader._groups)
+        assert scheduled == sorted(set(scheduled))
+        reader.close()
+        (file,) = remote_files(store)
+        deadline = time.monotonic() + 10
+        while file.held_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert file.held_bytes() == 0
+
+
 spans = st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 5000)), min_size=1, max_size=200)
 
 

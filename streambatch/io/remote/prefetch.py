@@ -32,6 +32,7 @@ is served (or dropped) and its GETs are done, then given back.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -166,6 +167,7 @@ class Reader:
         self._ahead_bytes = 0.0  # bytes of the scheduled batches not yet served
         self._last: int | None = None
         self._step = 1
+        self._path_step = 0  # the step the scheduled batches follow (0: none scheduled yet)
         self._steady = False  # the step is known (two requests along one path)
         self._asked_at: float | None = None
         self._interval = 0.0  # consumer: seconds between requests (moving average)
@@ -242,10 +244,15 @@ class Reader:
     def _ahead(self, index: int) -> None:
         """Drop what the consumer passed or left; start the next group when less than half the horizon is ahead."""
         step = self._step
-        for j in [j for j in self._groups if j != index and (j < index or (j - index) % step)]:
+        if step == self._path_step:  # all scheduled along this path, in order: the passed ones come first
+            passed = list(itertools.takewhile(lambda j: j < index, self._groups))
+        else:  # a new step: what is off its path goes too, and the path goes on after what stays
+            passed = [j for j in self._groups if j != index and (j < index or (j - index) % step)]
+            self._path_step, self._next = step, None
+        for j in passed:
             self._leave(j)
         if self._next is None or self._next <= index or (self._next - index) % step:
-            self._next = index + step
+            self._next = max(self._groups, default=index) + step
         if not self._steady:  # the step is a guess: one batch ahead until it is confirmed
             limit_batches, limit_bytes = 1, MAX_HORIZON
         elif self._fixed is not None:
