@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 import struct
 from pathlib import Path
 
@@ -390,3 +391,63 @@ def test_content_fingerprint_equals_the_same_documents_in_memory(tmp_path: Path)
     prefix = write_megatron(tmp_path / "c", [[d[:2], d[2:]] for d in documents], "int32")
     reference = sb.open_source(write_jsonl(tmp_path / "c.jsonl", documents)).store
     assert sb.open_source(prefix).store.content_fingerprint() == reference.content_fingerprint()
+
+
+_KILL_AT_FILE_STEP = """
+import os, sys
+import streambatch as sb
+from streambatch.io.formats import write_format
+target, kill_at, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+steps = [0]
+for name in ("replace", "unlink"):
+    real = getattr(os, name)
+    def step(*args, _real=real, **kwargs):
+        if steps[0] == kill_at:
+            os._exit(9)  # killed: nothing of the writer's cleanup runs
+        steps[0] += 1
+        return _real(*args, **kwargs)
+    setattr(os, name, step)
+write_format(target, [sb.Document("n", "train", [4, 5, 6, 7, 8]), sb.Document("m", "train", [9, 10])], kind)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["megatron", "datatrove"])
+def test_a_replace_killed_at_every_rename_never_pairs_an_old_index_with_new_data(tmp_path: Path, kind: str) -> None:
+    """A write over existing files killed before each of its renames and removals: the files are the old pair, the
+    new pair, or the new data with no index (opening names what is missing); never the old index over new data.
+    The next write over them succeeds and leaves no temporary."""
+    import subprocess
+    import sys
+
+    from .hostile import ENV
+
+    data, index = ("c.bin", "c.idx") if kind == "megatron" else ("c.ds", "c.ds.index")
+    old_docs = [sb.Document("o", "train", [1, 2, 3])]
+    new_docs = [sb.Document("n", "train", [4, 5, 6, 7, 8]), sb.Document("m", "train", [9, 10])]
+    pairs = {}
+    for name, docs in (("old", old_docs), ("new", new_docs)):
+        write_format(tmp_path / name / "c", docs, kind)
+        pairs[name] = ((tmp_path / name / data).read_bytes(), (tmp_path / name / index).read_bytes())
+    target = tmp_path / "t"
+    target.mkdir()
+    seen = set()
+    for kill_at in range(6):
+        write_format(target / "c", old_docs, kind)
+        done = subprocess.run([sys.executable, "-c", _KILL_AT_FILE_STEP, str(target / "c"), str(kill_at), kind], env=ENV)
+        assert done.returncode in (0, 9)
+        got_data = (target / data).read_bytes() if (target / data).exists() else None
+        got_index = (target / index).read_bytes() if (target / index).exists() else None
+        if got_index is None:
+            assert got_data in (pairs["old"][0], pairs["new"][0]), kill_at
+            with pytest.raises(DataError, match=re.escape(index) + r"\b.*missing"):
+                sb.open_source(target / data)
+            state = "no index"
+        else:
+            assert (got_data, got_index) in (pairs["old"], pairs["new"]), f"killed at step {kill_at}: a mixed pair"
+            state = "old" if (got_data, got_index) == pairs["old"] else "new"
+        seen.add(state)
+        write_format(target / "c", new_docs, kind)  # the next writer: whole, and it removes what the dead one left
+        assert ((target / data).read_bytes(), (target / index).read_bytes()) == pairs["new"]
+        assert sorted(os.listdir(target)) == sorted([data, index])
+    assert {"old", "new", "no index"} <= seen

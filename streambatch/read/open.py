@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from .._paths import short_path
-from ..errors import StoreError
+from ..errors import DataError, StoreError
 from ..io.formats import open_format
 from ..io.manifest import open_corpus
 from ..io.mixture_file import MixtureSource, is_mixture_file, open_mixture
@@ -64,6 +64,12 @@ def open_source(
         return open_mixture(name, verify=verify)
     if name.lower().endswith(".json"):  # a manifest listing the stores of a sharded corpus
         return Source(name, "corpus", open_corpus(name, verify=verify), verified=verify)
+    if name.endswith(".bin"):  # a Megatron-LM .bin whose .idx is not beside it (open_format found none)
+        raise DataError(
+            f"{short_path(name)}: a Megatron-LM .bin opens with its index {short_path(name[:-4] + '.idx')}, which is "
+            "missing (a write killed part way leaves none: write it again); a flat nanoGPT .bin is read by "
+            "`streambatch prepare FILE.bin -o STORE` (--bin-separator)"
+        )
     return Source(name, "jsonl", DocumentStore.from_documents(read_jsonl(name, max_line_bytes=max_line_bytes)))
 
 

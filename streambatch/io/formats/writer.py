@@ -7,8 +7,12 @@ Tokens are staged in a temporary file beside the target (``.NAME.partial-PID-
 XXXXXXXX``, the atomic writer's names) in the dtype the output will have; at
 ``commit`` the index is written to a temporary too, both are fsynced, then
 renamed into place, the data file first and the index last: no reader finds an
-index whose data is not whole, and a failed or killed run leaves the previous
-files (or none), never a partial one.
+index whose data is not whole, and a failed run leaves the previous files (or
+none), never a partial one.  The two formats are pairs of plain files, so a
+replace cannot be one rename: an old index is removed (and the removal made
+durable) before the new data goes in, so a run killed between the renames
+leaves the new files or no index (opening then names the missing file: run
+again), never an old index over new data.
 
 The dtype is what Megatron's ``preprocess_data.py`` gives
 ``IndexedDatasetBuilder`` (``DType.optimal_dtype(vocab_size)``): uint16 below
@@ -277,6 +281,9 @@ class FormatWriter:
             elif self.format == "datatrove" and os.path.lexists(self.paths[2]):
                 os.unlink(self.paths[2])  # an old mask would describe other tokens
             placed.append((index_tmp, self.paths[1]))  # last: the files are complete once the index is in place
+            if os.path.lexists(self.paths[1]):  # first: an old index never describes the new data (a kill between)
+                os.unlink(self.paths[1])
+                fsync_path(folder)
             for temporary, target in placed:
                 os.replace(temporary, target)
                 self._temporaries.remove(temporary)
