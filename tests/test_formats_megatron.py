@@ -412,42 +412,45 @@ write_format(target, [sb.Document("n", "train", [4, 5, 6, 7, 8]), sb.Document("m
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["megatron", "datatrove"])
+@pytest.mark.parametrize("kind", ["megatron", "datatrove", "datatrove, the old one masked"])
 def test_a_replace_killed_at_every_rename_never_pairs_an_old_index_with_new_data(tmp_path: Path, kind: str) -> None:
-    """A write over existing files killed before each of its renames and removals: the files are the old pair, the
-    new pair, or the new data with no index (opening names what is missing); never the old index over new data.
-    The next write over them succeeds and leaves no temporary."""
+    """A write over existing files killed before each of its renames and removals: the files are the old ones, the
+    new ones, or the new data with no index (opening names what is missing); never an old index over new data, nor
+    an old dataset without its loss mask.  The next write over them succeeds and leaves no temporary."""
     import subprocess
     import sys
 
     from .hostile import ENV
 
-    data, index = ("c.bin", "c.idx") if kind == "megatron" else ("c.ds", "c.ds.index")
+    fmt = kind.split(",")[0]
+    data, index = ("c.bin", "c.idx") if fmt == "megatron" else ("c.ds", "c.ds.index")
     old_docs = [sb.Document("o", "train", [1, 2, 3])]
+    old_mask = np.array([False, True, True]) if "masked" in kind else None
     new_docs = [sb.Document("n", "train", [4, 5, 6, 7, 8]), sb.Document("m", "train", [9, 10])]
-    pairs = {}
-    for name, docs in (("old", old_docs), ("new", new_docs)):
-        write_format(tmp_path / name / "c", docs, kind)
-        pairs[name] = ((tmp_path / name / data).read_bytes(), (tmp_path / name / index).read_bytes())
+
+    def files(folder: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in folder.iterdir() if ".partial-" not in p.name}
+
+    write_format(tmp_path / "old" / "c", old_docs, fmt, loss_mask=old_mask)
+    write_format(tmp_path / "new" / "c", new_docs, fmt)
+    old, new = files(tmp_path / "old"), files(tmp_path / "new")
     target = tmp_path / "t"
     target.mkdir()
     seen = set()
     for kill_at in range(6):
-        write_format(target / "c", old_docs, kind)
-        done = subprocess.run([sys.executable, "-c", _KILL_AT_FILE_STEP, str(target / "c"), str(kill_at), kind], env=ENV)
+        write_format(target / "c", old_docs, fmt, loss_mask=old_mask)
+        done = subprocess.run([sys.executable, "-c", _KILL_AT_FILE_STEP, str(target / "c"), str(kill_at), fmt], env=ENV)
         assert done.returncode in (0, 9)
-        got_data = (target / data).read_bytes() if (target / data).exists() else None
-        got_index = (target / index).read_bytes() if (target / index).exists() else None
-        if got_index is None:
-            assert got_data in (pairs["old"][0], pairs["new"][0]), kill_at
+        got = files(target)
+        if index not in got:
+            assert got[data] in (old[data], new[data]), kill_at
             with pytest.raises(DataError, match=re.escape(index) + r"\b.*missing"):
                 sb.open_source(target / data)
-            state = "no index"
+            seen.add("no index")
         else:
-            assert (got_data, got_index) in (pairs["old"], pairs["new"]), f"killed at step {kill_at}: a mixed pair"
-            state = "old" if (got_data, got_index) == pairs["old"] else "new"
-        seen.add(state)
-        write_format(target / "c", new_docs, kind)  # the next writer: whole, and it removes what the dead one left
-        assert ((target / data).read_bytes(), (target / index).read_bytes()) == pairs["new"]
-        assert sorted(os.listdir(target)) == sorted([data, index])
+            assert got in (old, new), f"killed at step {kill_at}: files of two writes, {sorted(got)}"
+            seen.add("old" if got == old else "new")
+        write_format(target / "c", new_docs, fmt)  # the next writer: whole, and it removes what the dead one left
+        assert files(target) == new
+        assert sorted(os.listdir(target)) == sorted(new)
     assert {"old", "new", "no index"} <= seen

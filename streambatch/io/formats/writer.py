@@ -278,12 +278,12 @@ class FormatWriter:
                     loss.flush()
                     os.fsync(loss.fileno())
                 placed.append((loss_tmp, self.paths[2]))
-            elif self.format == "datatrove" and os.path.lexists(self.paths[2]):
-                os.unlink(self.paths[2])  # an old mask would describe other tokens
             placed.append((index_tmp, self.paths[1]))  # last: the files are complete once the index is in place
             if os.path.lexists(self.paths[1]):  # first: an old index never describes the new data (a kill between)
                 os.unlink(self.paths[1])
                 fsync_path(folder)
+            if self._masks is None and self.format == "datatrove" and os.path.lexists(self.paths[2]):
+                os.unlink(self.paths[2])  # an old mask would describe other tokens (its index is gone already)
             for temporary, target in placed:
                 os.replace(temporary, target)
                 self._temporaries.remove(temporary)
