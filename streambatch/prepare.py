@@ -1,8 +1,8 @@
 """Build a token store from the files corpora come in, on several cores and several machines.
 
 Inputs are files and folders, selected by `streambatch.read.select.select_inputs`
-(include/exclude globs, then ``shard=(i, n)``: the i-th of n contiguous runs of
-the file list, so that the n shard stores, read in order, hold exactly the
+(include/exclude globs, then ``part=(i, n)``: the i-th of n contiguous runs of
+the file list, so that the n stores (the shards of one corpus), read in order, hold exactly the
 documents of the whole); each file is read by its format's module
 (`streambatch.read.formats` lists them).
 
@@ -36,7 +36,7 @@ from .model.store import DocumentStore
 from .model.validate import check_vocabulary, short
 from .read.bin import check_bin_separator
 from .read.blocks import Block, ReadKeywords, ReadOptions, documents, read_options
-from .read.select import InputFile, Selected, parse_shard, select_inputs
+from .read.select import InputFile, Selected, parse_part, select_inputs
 from .read.tasks import Task, file_tasks, run_task
 from .read.workers import Outcome, check_main_guard, check_shareable, plan_workers, run_tasks
 
@@ -51,7 +51,7 @@ def iter_files(
     *,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
-    shard: str | tuple[int, int] | None = None,
+    part: str | tuple[int, int] | None = None,
     **read: Unpack[ReadKeywords],
 ) -> Iterator[Document]:
     """The documents `prepare_store` writes, lazily, in order (one process; the first bad file raises).
@@ -66,19 +66,28 @@ def iter_files(
     >>> [(d.id, d.tokens.tolist()) for d in iter_files([folder], eos_id=256)]
     [('a.txt', [104, 105, 256]), ('b.jsonl:1', [7, 8])]
     """
+    _refuse_renamed(read)
     opts = read_options(**read)
-    files = _selected(inputs, include, exclude, shard, opts)
+    files = _selected(inputs, include, exclude, part, opts)
     return _iter_files(files, opts)
+
+
+def _refuse_renamed(read: Any) -> None:
+    """0.3's ``shard=`` (``--shard``) is ``part=``: a shard is one store of a corpus, a part this machine's inputs."""
+    if "shard" in read:
+        raise ConfigError(
+            f"shard={read['shard']!r} is now part={read['shard']!r}: pass part='I/N' (a shard is one store of a corpus)"
+        )
 
 
 def _selected(
     inputs: Sequence[str | os.PathLike[str]],
     include: Sequence[str],
     exclude: Sequence[str],
-    shard: str | tuple[int, int] | None,
+    part: str | tuple[int, int] | None,
     opts: ReadOptions,
 ) -> Selected:
-    files = select_inputs(inputs, include=include, exclude=exclude, shard=shard)
+    files = select_inputs(inputs, include=include, exclude=exclude, part=part)
     first_bin = next((f for f in files if f.kind == "bin"), None)
     if first_bin is not None:  # before any work, not at the first .bin
         check_bin_separator(str(first_bin.path), opts)
@@ -106,7 +115,7 @@ def prepare_store(
     *,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
-    shard: str | tuple[int, int] | None = None,
+    part: str | tuple[int, int] | None = None,
     skip_bad: bool = False,
     workers: int = 1,
     quiet: bool = False,
@@ -137,7 +146,15 @@ def prepare_store(
             f"output={short(output)} is not a path; the order is prepare_store(inputs, output) "
             "(write_store takes (path, documents))"
         )
+    _refuse_renamed(read)
+    if format != "streambatch" and format not in FORMATS:
+        raise ConfigError(f"format={short(format)} is not one of streambatch, {', '.join(FORMATS)}; pass one of them")
     if is_remote(os.fspath(output)):  # prepared here, then uploaded with the header last (no reader sees a partial store)
+        if format != "streambatch":
+            raise ConfigError(
+                f"format={format!r} writes local files; an address ({short_path(os.fspath(output))}) takes a streambatch "
+                "store: write the files to a local path and copy them, or leave format out"
+            )
         from .io.remote.upload import check_writable, upload_store
 
         check_writable(os.fspath(output))
@@ -148,7 +165,7 @@ def prepare_store(
                 local,
                 include=include,
                 exclude=exclude,
-                shard=shard,
+                part=part,
                 skip_bad=skip_bad,
                 workers=workers,
                 quiet=quiet,
@@ -156,16 +173,14 @@ def prepare_store(
             )
             return upload_store(local, os.fspath(output))
     workers = check_positive(workers, "workers", "the number of processes that tokenize (1: this one)")
-    if format != "streambatch" and format not in FORMATS:
-        raise ConfigError(f"format={short(format)} is not one of streambatch, {', '.join(FORMATS)}; pass one of them")
     opts = read_options(**read)
     if workers > 1:  # what was asked for is checked, then capped: a script that fails elsewhere fails here too
         check_main_guard(workers)
         check_shareable(opts, workers)
     split = plan_workers(workers, opts.tokenizer, quiet)
-    files = _selected(inputs, include, exclude, shard, opts)
-    part = parse_shard(shard)
-    header = {"shard": {"index": part[0], "count": part[1]}} if part else {}
+    files = _selected(inputs, include, exclude, part, opts)
+    share = parse_part(part)
+    header = {"shard": {"index": share[0], "count": share[1]}} if share else {}  # the store format's name
     tasks = (task for index, file in enumerate(files) for task in file_tasks(index, file, opts))
     progress = FileProgress(len(files), desc="prepare", progress=False if quiet else None)
     skipped: list[tuple[str, str]] = []

@@ -231,7 +231,7 @@ def test_shards_read_together_are_the_whole(tmp_path: Path, count: int) -> None:
     tok = ByteTokenizer(eos_id=0)  # named, so that every shard records it (token-only shards too)
     whole = sb.prepare_store([corpus], tmp_path / "whole", tokenizer=tok, quiet=True)
     shards = [
-        sb.prepare_store([corpus], tmp_path / f"p{i}", tokenizer=tok, shard=f"{i}/{count}", quiet=True) for i in range(count)
+        sb.prepare_store([corpus], tmp_path / f"p{i}", tokenizer=tok, part=f"{i}/{count}", quiet=True) for i in range(count)
     ]
     assert _docs(whole) == [doc for shard in shards for doc in _docs(shard)]
     assert {"index": count - 1, "count": count} == _header(tmp_path / f"p{count - 1}")["shard"]
@@ -295,8 +295,11 @@ def test_progress_bar_shows_documents_tokens_and_rate(monkeypatch: pytest.Monkey
     ("options", "error", "message"),
     [
         ({"workers": 0}, sb.ConfigError, r"workers=0 must be a positive int"),
-        ({"shard": "3/3"}, sb.ConfigError, r"shard='3/3' must be i/n with 0 <= i < n"),
-        ({"shard": "x"}, sb.ConfigError, r"shard='x' must be i/n"),
+        ({"part": "3/3"}, sb.ConfigError, r"part='3/3' must be i/n with 0 <= i < n"),
+        ({"part": "x"}, sb.ConfigError, r"part='x' must be i/n"),
+        ({"shard": "0/2"}, sb.ConfigError, r"shard='0/2' is now part='0/2'"),
+        ({"format": "megatron", "output": "s3://bucket/store"}, sb.ConfigError, r"format='megatron' writes local files"),
+        ({"format": "parquet", "output": "s3://bucket/store"}, sb.ConfigError, r"format='parquet' is not one of"),
         ({"column": ""}, sb.ConfigError, r"column='' must be a non-empty column name"),
         ({"bin_dtype": "int8"}, sb.ConfigError, r"bin_dtype='int8' must be 'uint16' or 'uint32'"),
         (
@@ -305,13 +308,25 @@ def test_progress_bar_shows_documents_tokens_and_rate(monkeypatch: pytest.Monkey
             r"workers=2 needs a tokenizer that can be sent .* cannot be pickled",
         ),
     ],
-    ids=["workers", "shard-range", "shard-text", "column", "bin-dtype", "unpicklable"],
+    ids=[
+        "workers",
+        "part-range",
+        "part-text",
+        "shard-renamed",
+        "remote-format",
+        "unknown-format",
+        "column",
+        "bin-dtype",
+        "unpicklable",
+    ],
 )
 def test_bad_options(tmp_path: Path, options: dict[str, Any], error: type[Exception], message: str) -> None:
     """Bad options are ConfigErrors, and no store is left behind."""
     (tmp_path / "a.txt").write_text("hello")
+    options = dict(options)
+    output = options.pop("output", tmp_path / "s")  # an address: refused before any request
     with pytest.raises(error, match=message):
-        sb.prepare_store([tmp_path / "a.txt"], tmp_path / "s", quiet=True, **options)
+        sb.prepare_store([tmp_path / "a.txt"], output, quiet=True, **options)
     assert not (tmp_path / "s").exists()
 
 

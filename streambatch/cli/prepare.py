@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace) -> DocumentStore:
         skip_untrained_documents=args.skip_untrained_documents,
         include=args.include,
         exclude=args.exclude,
-        shard=args.part,
+        part=args.part,
         skip_bad=args.skip_bad,
         workers=args.workers,
         quiet=args.quiet,

@@ -61,21 +61,21 @@ class InputFile:
     kind: str
 
 
-def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:
+def parse_part(part: str | tuple[int, int] | None) -> tuple[int, int] | None:
     """``"i/n"`` (or ``(i, n)``) as ``(i, n)`` with ``0 <= i < n``; None stays None.
 
-    >>> parse_shard("2/8")
+    >>> parse_part("2/8")
     (2, 8)
     """
-    if shard is None:
+    if part is None:
         return None
-    parts: Any = shard.split("/") if isinstance(shard, str) else shard
+    parts: Any = part.split("/") if isinstance(part, str) else part
     try:
-        index, count = (int(p) for p in parts) if isinstance(shard, str) else parts
+        index, count = (int(p) for p in parts) if isinstance(part, str) else parts
     except (TypeError, ValueError):
         index = count = None
     if not (is_integer(index) and is_integer(count) and 0 <= int(index) < int(count)):  # type: ignore[arg-type]
-        raise ConfigError(f"shard={shard!r} must be i/n with 0 <= i < n (e.g. 0/4); pass this machine's share of n")
+        raise ConfigError(f"part={part!r} must be i/n with 0 <= i < n (e.g. 0/4); pass this machine's share of n")
     return int(index), int(count)  # type: ignore[arg-type]
 
 
@@ -84,7 +84,7 @@ def select_inputs(
     *,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
-    shard: str | tuple[int, int] | None = None,
+    part: str | tuple[int, int] | None = None,
 ) -> Selected:
     """The input files, in order: inputs as given, each folder's files sorted by relative path (hidden
     entries skipped; a folder saved by ``datasets`` is one input; ``X.offsets.npy`` goes with ``X.npy``).
@@ -92,7 +92,7 @@ def select_inputs(
     *include*/*exclude* globs (`fnmatch`, case-sensitive, ``*`` also crosses ``/``)
     match each file's path relative to its input folder (a file given directly:
     its name); a file is kept if it matches some include (when any) and no
-    exclude.  *shard* ``"i/n"`` then keeps files ``[i*F//n, (i+1)*F//n)`` of the F
+    exclude.  *part* ``"i/n"`` then keeps files ``[i*F//n, (i+1)*F//n)`` of the F
     left: contiguous runs, so the shards in order are the whole.  A file's
     ``name`` (its documents' id) is its path relative to its input folder,
     prefixed with the folder's name when several inputs are given; a file given
@@ -126,9 +126,9 @@ def select_inputs(
         if (not include or any(fnmatch.fnmatchcase(f.relative, g) for g in include))
         and not any(fnmatch.fnmatchcase(f.relative, g) for g in exclude)
     ]
-    part = parse_shard(shard)
-    if part is not None:
-        index, count = part
+    share = parse_part(part)
+    if share is not None:
+        index, count = share
         kept = kept[index * len(kept) // count : (index + 1) * len(kept) // count]
     selected = Selected(kept)
     selected.left_out = tuple(left_out)
