@@ -71,10 +71,19 @@ class Batches(Sequence[MiniBatch]):
         if self._reader is None:
             self._reader = remote_reader(chunks)
         if self._reader:  # batch by batch, each one's ranges fetched ahead
-            return (self[i] for i in range(len(self)))
+            if chunks.world_size > 1:
+                return (self[i] for i in range(len(self)))
+            return self._fetched(chunks.items.gather_batches(chunks.batch_size, chunks.batches))
         if chunks.world_size > 1:  # each rank's rows of every batch: batch by batch
             return map(materialize_one, chunks)
         return chunks.items.gather_batches(chunks.batch_size, chunks.batches)  # type: ignore[no-any-return]
+
+    def _fetched(self, batches: Iterator[MiniBatch]) -> Iterator[MiniBatch]:
+        """The item kind's own loop over every batch (its positions a block at a time), each batch gathered only
+        once the reader has its token ranges in memory (a kind's loop reads a batch's tokens as it makes it)."""
+        reader = self._reader
+        for i in range(len(self)):
+            yield reader.get(i, lambda: next(batches))
 
     def __repr__(self) -> str:
         return f"Batches({self.chunks!r})"
