@@ -36,6 +36,7 @@ class LoopbackProxy:
         self.peak_waiting = 0  # ... and the most of them at once (requests in flight)
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="loopback-proxy", daemon=True)
 
@@ -50,10 +51,12 @@ class LoopbackProxy:
         self._thread.join(5)
 
     async def _shutdown(self) -> None:
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:  # no new connection from here on
+            self._server.close()
+        while tasks := [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+            for task in tasks:  # and those a connection accepted just before started, in the next round
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         asyncio.get_running_loop().stop()
 
     @property
@@ -63,7 +66,7 @@ class LoopbackProxy:
 
     def _run(self) -> None:
         loop = self._loop = asyncio.new_event_loop()
-        server = loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=512))
+        server = self._server = loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=512))
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
