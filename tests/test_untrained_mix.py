@@ -352,3 +352,16 @@ def test_a_corpus_of_shards_drops_the_pieces_one_store_drops(tmp_path: Path) -> 
             assert np.array_equal(a.inputs, b.inputs)
             assert np.array_equal(a.loss_mask, b.loss_mask)
             assert a.loss_mask.any(axis=1).all()
+
+
+def test_the_report_counts_items_before_the_filter_only_for_windows() -> None:
+    """Windows: ``items`` is every window before the filter. Packed rows: None (kept rows and dropped pieces are
+    different units; the kept pieces are packed anew)."""
+    store = sb.DocumentStore.from_arrays(np.arange(1, 13), [0, 6, 12], loss_mask=[0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
+    windows = sb.windows(store, context_length=2, stride=2, skip_untrained=True)
+    everything = sb.windows(store, context_length=2, stride=2)
+    assert windows.untrained.dropped > 0
+    assert windows.untrained.items == len(everything) == windows.untrained.kept + windows.untrained.dropped
+    rows = sb.pack(store, context_length=4, skip_untrained=True)
+    assert rows.untrained.dropped > 0
+    assert rows.untrained.items is None

@@ -49,9 +49,10 @@ class UntrainedReport:
     packing: Any = None  # packed: the PackReport of the kept rows
 
     @property
-    def items(self) -> int:
-        """Windows: every window before the filter (packed: the kept rows and the dropped pieces)."""
-        return self.kept + self.dropped
+    def items(self) -> int | None:
+        """Windows: every window before the filter.  Packed rows: None, as no count of rows before the filter
+        exists (the kept pieces are packed anew: *kept* rows, *dropped* pieces are not rows)."""
+        return self.kept + self.dropped if self.packing is None else None
 
     @property
     def dropped_tails(self) -> int:
