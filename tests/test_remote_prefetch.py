@@ -146,6 +146,22 @@ def test_paths_that_change_step_read_the_local_batches_and_give_the_memory_back(
         assert file.held_bytes() == 0
 
 
+def test_an_iteration_starts_the_batches_after_its_first_at_once(server: int, local: sb.DocumentStore) -> None:
+    """Iterating names the path (step 1): the first batch starts those after it while its own ranges arrive.
+    Indexing does not: one batch ahead until a second request shows the step."""
+    expected = [b.inputs.tobytes() for b in sb.Epoch(local, seed=None, **CONFIG)]
+    with LoopbackProxy(server, delay=0.02) as proxy:
+        walked = sb.Epoch(_through(proxy), seed=None, **CONFIG).batches()
+        batches = iter(walked)
+        got = [next(batches).inputs.tobytes()]
+        assert walked._reader.depth > 2
+        got += [b.inputs.tobytes() for b in batches]
+        indexed = sb.Epoch(_through(proxy), seed=None, **CONFIG).batches()
+        indexed[0]
+        assert indexed._reader.depth <= 1
+    assert got == expected
+
+
 spans = st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 5000)), min_size=1, max_size=200)
 
 

@@ -83,7 +83,7 @@ class Batches(Sequence[MiniBatch]):
         once the reader has its token ranges in memory (a kind's loop reads a batch's tokens as it makes it)."""
         reader = self._reader
         for i in range(len(self)):
-            yield reader.get(i, lambda: next(batches))
+            yield reader.get(i, lambda: next(batches), along=1)
 
     def __repr__(self) -> str:
         return f"Batches({self.chunks!r})"

@@ -23,9 +23,10 @@ bandwidth-delay product, four times over), between `MIN_HORIZON` and
 `MAX_HORIZON`; ``prefetch=N`` (on `open_store`) fixes the batches ahead instead.
 
 A batch asked for off the path (the first one, a resume at ``p``, a jump) is
-fetched alone before anything else, so a resume fetches nothing before ``p``;
-after it only the next batch is started until the second request shows the
-step.  Memory stays bounded: a group's ranges are held until its last batch
+fetched first, so a resume fetches nothing before ``p``; after it only the next
+batch is started until the second request shows the step, unless the caller
+names the step (``along``: an iteration over every batch), and then the batches
+after it are started at once, while its own ranges arrive.  Memory stays bounded: a group's ranges are held until its last batch
 is served (or dropped) and its GETs are done, then given back.
 """
 
@@ -185,8 +186,12 @@ class Reader:
         """Bytes kept on their way ahead of the consumer (tuned; ``prefetch=N``: unbounded by bytes)."""
         return self._horizon
 
-    def get(self, index: int, gather: Callable[[], T]) -> T:
-        """Batch *index*, gathered by *gather* once its ranges are in memory; the next ones are started first."""
+    def get(self, index: int, gather: Callable[[], T], along: int | None = None) -> T:
+        """Batch *index*, gathered by *gather* once its ranges are in memory; the next ones are started first.
+
+        *along*: the step of the path the caller walks, when it knows it (an iteration over every batch: 1).
+        A path's first batch then starts the batches after it at once, while its own ranges arrive, instead
+        of one batch ahead until a second request shows the step (that wait is a GET's time)."""
         now = time.perf_counter()
         if self._asked_at is not None:  # the consumer's own time per batch (not the time spent waiting here)
             self._interval = _average(self._interval, now - self._asked_at)
@@ -198,20 +203,23 @@ class Reader:
             self._step = index - self._last
         else:  # off the path: fetched alone, first
             self.close()
-            self._steady, self._grow = False, 4
-            if self._last is not None and index > self._last:
+            self._steady, self._grow = along is not None, 4
+            if along is not None:
+                self._step = along
+            elif self._last is not None and index > self._last:
                 self._step = index - self._last
             group = self._schedule([index])
         self._last = index
         assert group is not None
-        if on_path:
+        early = on_path or self._steady  # the batches ahead go out before this one is waited for
+        if early:
             self._ahead(index)
         try:
             group.wait()
             return gather()
         finally:
             self._leave(index)
-            if not on_path:
+            if not early:
                 self._ahead(index)
             self._tune()
             self._asked_at = time.perf_counter()
