@@ -8,6 +8,7 @@ import pickle
 import re
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -454,3 +455,42 @@ def test_a_replace_killed_at_every_rename_never_pairs_an_old_index_with_new_data
         assert files(target) == new
         assert sorted(os.listdir(target)) == sorted(new)
     assert {"old", "new", "no index"} <= seen
+
+
+@pytest.mark.parametrize("kind", ["megatron", "datatrove"])
+def test_a_replace_whose_data_rename_fails_leaves_the_old_files(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The data file's rename fails (not a kill): a StoreError, and the old files (index and mask too) stand as they
+    were, with no temporary left."""
+    data = "c.bin" if kind == "megatron" else "c.ds"
+    mask = np.array([False, True, True]) if kind == "datatrove" else None
+    write_format(tmp_path / "c", [sb.Document("o", "train", [1, 2, 3])], kind, loss_mask=mask)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real = os.replace
+
+    def failing(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
+        if os.fspath(target).endswith(os.sep + data):
+            raise PermissionError(1, "Operation not permitted")
+        real(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(StoreError, match="cannot write"):
+        write_format(tmp_path / "c", [sb.Document("n", "train", [4, 5, 6, 7])], kind)
+    monkeypatch.setattr(os, "replace", real)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert sb.open_source(tmp_path / data).store.flat_size == 3
+
+
+def test_a_folder_holding_a_bin_without_its_index_is_refused(tmp_path: Path) -> None:
+    """A .bin whose .idx is missing (a replace killed part way) is named, never silently left out of the folder's
+    corpus; its prefix and its path name the missing index too."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    write_format(folder / "a", [sb.Document("a", "train", [1, 2, 3])], "megatron")
+    write_format(folder / "b", [sb.Document("b", "train", [4, 5])], "megatron")
+    assert len(sb.open_source(folder).store) == 2
+    os.unlink(folder / "b.idx")
+    for named in (folder, folder / "b", folder / "b.bin"):
+        with pytest.raises(DataError, match=r"b\.idx\b.*missing"):
+            sb.open_source(named)

@@ -52,6 +52,8 @@ def open_source(
     other = open_format(name)  # Megatron-LM's .bin + .idx, datatrove's .ds, or a folder of either
     if other is not None:
         return Source(name, other[0], other[1])
+    if not os.path.lexists(name) and os.path.isfile(name + ".bin"):  # a Megatron prefix whose .idx is missing
+        raise DataError(_no_index(name + ".bin"))
     if _missing_store(name):  # `data/store` that is not there (nor a Megatron prefix): say what was looked for
         shown = short_path(name)
         raise StoreError(
@@ -65,12 +67,16 @@ def open_source(
     if name.lower().endswith(".json"):  # a manifest listing the stores of a sharded corpus
         return Source(name, "corpus", open_corpus(name, verify=verify), verified=verify)
     if name.endswith(".bin"):  # a Megatron-LM .bin whose .idx is not beside it (open_format found none)
-        raise DataError(
-            f"{short_path(name)}: a Megatron-LM .bin opens with its index {short_path(name[:-4] + '.idx')}, which is "
-            "missing (a write killed part way leaves none: write it again); a flat nanoGPT .bin is read by "
-            "`streambatch prepare FILE.bin -o STORE` (--bin-separator)"
-        )
+        raise DataError(_no_index(name))
     return Source(name, "jsonl", DocumentStore.from_documents(read_jsonl(name, max_line_bytes=max_line_bytes)))
+
+
+def _no_index(path: str) -> str:
+    return (
+        f"{short_path(path)}: a Megatron-LM .bin opens with its index {short_path(path[:-4] + '.idx')}, which is "
+        "missing (a write killed part way leaves none: write it again); a flat nanoGPT .bin is read by "
+        "`streambatch prepare FILE.bin -o STORE` (--bin-separator)"
+    )
 
 
 def _missing_store(name: str) -> bool:

@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from ...errors import ConfigError, DataError
 from ...model.corpus import Corpus
+from ..files import short_path
 from .byte_source import ByteSource, Opener, local_file, open_required
 from .indexed_store import IndexedStore, NumberedIds
 
@@ -95,6 +96,13 @@ def open_megatron_folder(folder: str | os.PathLike[str], *, opener: Opener = loc
     prefixes = megatron_prefixes(folder)
     if not prefixes:
         raise ConfigError(f"{os.fspath(folder)}: holds no .idx files; pass a folder of Megatron datasets")
+    named = {os.path.basename(p) for p in prefixes}
+    orphans = sorted(n for n in os.listdir(folder) if n.endswith(".bin") and n[:-4] not in named)
+    if orphans:  # a dataset whose index is missing (a write killed part way): never a corpus without it
+        raise DataError(
+            f"{short_path(os.path.join(os.fspath(folder), orphans[0]))}: its index {orphans[0][:-4]}.idx is missing, "
+            "so the folder's corpus would leave it out; write the dataset again, or move the .bin out of the folder"
+        )
     shards = [open_megatron(p, opener=opener, id_prefix=os.path.basename(p) + ":") for p in prefixes]
     return Corpus(shards, paths=[p + ".idx" for p in prefixes])
 

@@ -9,10 +9,10 @@ XXXXXXXX``, the atomic writer's names) in the dtype the output will have; at
 renamed into place, the data file first and the index last: no reader finds an
 index whose data is not whole, and a failed run leaves the previous files (or
 none), never a partial one.  The two formats are pairs of plain files, so a
-replace cannot be one rename: an old index is removed (and the removal made
-durable) before the new data goes in, so a run killed between the renames
-leaves the new files or no index (opening then names the missing file: run
-again), never an old index over new data.
+replace cannot be one rename: an old index is moved aside (durably) before the
+new data goes in, and put back if that rename fails; a run killed between the
+renames leaves the new files or no index (opening then names the missing
+file: run again), never an old index over new data.
 
 The dtype is what Megatron's ``preprocess_data.py`` gives
 ``IndexedDatasetBuilder`` (``DType.optimal_dtype(vocab_size)``): uint16 below
@@ -39,7 +39,7 @@ from ...model.documents import PARTITIONS, Partition
 from ...model.source import as_source
 from ...model.store import DocumentStore
 from ...model.validate import check_tokens, check_vocabulary
-from ..atomic import create_temporary_file, fsync_path, partial_prefix, remove_stale_temporaries
+from ..atomic import create_temporary_file, fsync_path, partial_prefix, remove_stale_temporaries, temporary_name
 from ..files import short_path
 from .datatrove import INDEX, LOSS, SUFFIX, open_datatrove
 from .indexed_store import IndexedStore, document_tokens
@@ -279,19 +279,44 @@ class FormatWriter:
                     os.fsync(loss.fileno())
                 placed.append((loss_tmp, self.paths[2]))
             placed.append((index_tmp, self.paths[1]))  # last: the files are complete once the index is in place
-            if os.path.lexists(self.paths[1]):  # first: an old index never describes the new data (a kill between)
-                os.unlink(self.paths[1])
-                fsync_path(folder)
-            if self._masks is None and self.format == "datatrove" and os.path.lexists(self.paths[2]):
-                os.unlink(self.paths[2])  # an old mask would describe other tokens (its index is gone already)
-            for temporary, target in placed:
-                os.replace(temporary, target)
-                self._temporaries.remove(temporary)
-            fsync_path(folder)
+            self._place(placed, folder)
         self._done = True
         if self.format == "megatron":
             return open_megatron(self.paths[1])
         return open_datatrove(self.paths[0])
+
+    def _place(self, placed: list[tuple[str, str]], folder: str) -> None:
+        """Rename the temporaries *placed* onto their targets, the data first and the index last.
+
+        A replace is several renames of plain files, so the old index goes aside first (and the move is made
+        durable): killed part way, the folder holds the new files or the new data with no index, never an old
+        index over new data.  If the data's rename fails, the old index comes back and the old files stand as
+        they were; once the data is replaced, the old index (and an old mask the new files lack) is removed."""
+        index = self.paths[1]
+        aside = None
+        if os.path.lexists(index):
+            aside = os.fspath(temporary_name(folder, partial_prefix(index)))
+            os.replace(index, aside)
+            self._temporaries.append(aside)  # a failure past the data's rename removes it with the rest
+            fsync_path(folder)
+        data_tmp, data = placed[0]
+        try:
+            os.replace(data_tmp, data)
+        except OSError:
+            if aside is not None:
+                os.replace(aside, index)
+                self._temporaries.remove(aside)
+            raise
+        self._temporaries.remove(data_tmp)
+        if self._masks is None and self.format == "datatrove" and os.path.lexists(self.paths[2]):
+            os.unlink(self.paths[2])  # the old mask describes the old tokens
+        for temporary, target in placed[1:]:
+            os.replace(temporary, target)
+            self._temporaries.remove(temporary)
+        if aside is not None:
+            os.unlink(aside)
+            self._temporaries.remove(aside)
+        fsync_path(folder)
 
     def abort(self) -> None:
         """Discard everything written so far."""
