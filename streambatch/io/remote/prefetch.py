@@ -56,6 +56,7 @@ MIN_HORIZON = 1 << 20  # bytes ahead of the consumer, at least ...
 MAX_HORIZON = 32 << 20  # ... and at most (the memory a reader holds is about this)
 MAX_AHEAD = 4096  # batches ahead at most
 GROUP = 1 << 20  # bytes a group needs, about: a batch waits for its group's GETs, so groups stay small
+FIRST_GROUPS = 3  # groups a named path's first batch starts before it is waited for (its own GETs go out first)
 
 
 def remote_files(store: Any) -> list[TokenFile]:
@@ -212,14 +213,14 @@ class Reader:
         self._last = index
         assert group is not None
         early = on_path or self._steady  # the batches ahead go out before this one is waited for
-        if early:
-            self._ahead(index)
+        if early:  # a named path's first batch: its first groups now (4, 8, 16 batches), the rest once it is here
+            self._ahead(index, groups=None if on_path else FIRST_GROUPS)
         try:
             group.wait()
             return gather()
         finally:
             self._leave(index)
-            if not early:
+            if not on_path:
                 self._ahead(index)
             self._tune()
             self._asked_at = time.perf_counter()
@@ -249,7 +250,7 @@ class Reader:
             self._ahead_bytes -= group.share
             group.leave()
 
-    def _ahead(self, index: int) -> None:
+    def _ahead(self, index: int, groups: int | None = None) -> None:
         """Drop what the consumer passed or left; start the next group when less than half the horizon is ahead."""
         step = self._step
         if step == self._path_step:  # all scheduled along this path, in order: the passed ones come first
@@ -277,7 +278,8 @@ class Reader:
             room = min(room, max(1, int((limit_bytes - ahead_bytes) // self._batch_bytes)))
         wanted = range(self._next, self._count, step)[:room]
         cap = max(4, int(GROUP // self._batch_bytes)) if self._batch_bytes > 0 else 4
-        while len(wanted):  # groups of about GROUP bytes at most; those of a new path grow from 4 batches
+        while len(wanted) and groups != 0:  # groups of about GROUP bytes at most; a new path's grow from 4 batches
+            groups = None if groups is None else groups - 1
             size = min(self._grow, cap)
             self._grow = 2 * size
             self._schedule(wanted[:size])
