@@ -45,6 +45,10 @@
  *     uint16 tokens, as a window batch does; the batch builds the rest on demand with
  * Gatherer.columns(rows[, kinds, sources])
  *     the same tuple with None for inputs and targets (no token is read).
+ * Gatherer.row_counts(rows[, kinds, sources]), Gatherer.use_row_counts(counts)
+ *     each row's counted targets (uint32: passes 0-2, then each segment's set bits; no array of the batch); held
+ *     for every row of the packing (uint32, row order), gather_tokens sums the batch's rows' entries where every
+ *     row's source holds one, and its token pass reads no mask bit.
  * window_mask(bits, T, positions)
  *     the window mode's mask: (n, T) bool, row i holding bits [positions[i] + 1, positions[i] + T + 1) of bits
  *     (the targets of the window at flat position positions[i]; numpy: streambatch.model.mask.target_mask).
@@ -83,6 +87,8 @@ typedef struct {
     int shift;            /* log2 of the full rows per bucket (bucket_shift) */
     Py_buffer bits;       /* the loss mask, one bit per token (held when has_bits) */
     int has_bits;
+    Py_buffer row_counts; /* uint32, one per row of the packing: its counted targets (held when has_row_counts) */
+    int has_row_counts;
 } Gatherer;
 
 /* 8 mask bits (a byte, lowest bit first) as 8 bytes of 0/1: the byte copied into each byte lane by one multiply
@@ -333,6 +339,10 @@ static void gatherer_release(Gatherer *self) {
     if (self->has_bits) {
         PyBuffer_Release(&self->bits);
         self->has_bits = 0;
+    }
+    if (self->has_row_counts) {
+        PyBuffer_Release(&self->row_counts);
+        self->has_row_counts = 0;
     }
 }
 
@@ -657,6 +667,7 @@ typedef struct {
     int64_t *provenance[4]; /* per segment: row in the batch, document, start in the document, targets */
     int64_t idsize;         /* 2 (int16 ids) or 4 (int32 ids) */
     int64_t segments, target_count, max_seqlen;
+    int tabled;             /* target_count is the sum of the rows' row_counts: the token pass counts nothing */
 } outputs;
 
 /* n ids equal to id from position at (ids of idsize bytes). */
@@ -835,8 +846,8 @@ static void put_tokens(const sources_t *s, outputs *o, int64_t width, const int6
     }
     k = 0;
     /* no mask pass follows (gather_tokens): each segment's targets are counted after its copy, its bits (bits, p)
-     * asked for a segment ahead */
-    counting = o->mask == NULL;
+     * asked for a segment ahead; nothing is counted here where the rows' tables gave the count (o->tabled) */
+    counting = o->mask == NULL && !o->tabled;
     if (counting && o->segments > 0 && (bits = segment_bits(s, o, 0, &p)) != NULL) {
         prefetch_bits(bits, p, lengths[0]);
     }
@@ -1032,6 +1043,28 @@ static Py_ssize_t mixture_sources(const Gatherer *self, PyObject *tuple, const u
 #define WANT_TOKENS 1  /* inputs and targets */
 #define WANT_COLUMNS 2 /* segment and position ids, loss mask */
 
+#define WANT_ROW_COUNTS 4 /* no arrays: each row's counted targets (row_counts) */
+
+/* Each row's counted targets (uint32, one per row), from pass 2's provenance: its segments' set mask bits, or
+ * every target where the segment's source has no bits.  The table `use_row_counts` takes, made once per packing
+ * in row order (the bits then read in order, not a few lines from a random place per segment of every batch). */
+static PyObject *counts_of_rows(const sources_t *s, const outputs *o, int64_t width) {
+    PyObject *out = new_array((npy_intp)width, -1, NPY_UINT32);
+    uint32_t *counts;
+    int64_t k, p = 0;
+    if (out == NULL) {
+        return NULL;
+    }
+    counts = (uint32_t *)ARRAY_DATA(out);
+    memset(counts, 0, (size_t)width * sizeof(uint32_t));
+    for (k = 0; k < o->segments; k++) {
+        const uint8_t *bits = segment_bits(s, o, k, &p);
+        int64_t n = o->provenance[3][k];
+        counts[o->provenance[0][k]] += (uint32_t)(bits != NULL ? count_bits(bits, p, n) : n);
+    }
+    return out;
+}
+
 static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t nargs, int want) {
     /* arrays: inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance (4, segments); those
      * not wanted are None */
@@ -1101,6 +1134,11 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
         PyErr_Format(PyExc_ValueError, "row %lld of the batch: %s", (long long)fail.row, fail.message);
         goto done;
     }
+    if (want & WANT_ROW_COUNTS) {
+        o.segments = segments;
+        result = counts_of_rows(&s, &o, width);
+        goto done;
+    }
     {
         int token_type = self->itemsize == 2 ? NPY_UINT16 : NPY_UINT32, id_type = idsize == 2 ? NPY_INT16 : NPY_INT32;
         int types[5] = {token_type, token_type, id_type, id_type, NPY_BOOL};
@@ -1129,6 +1167,16 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
     o.idsize = idsize;
     o.segments = segments;
     o.target_count = o.max_seqlen = 0;
+    o.tabled = !(want & WANT_COLUMNS); /* the token pass alone: counted from the rows' tables where each has one */
+    for (k = 0; o.tabled && k < width; k++) {
+        const Gatherer *h = source_of(&s, k);
+        if (h->has_row_counts) {
+            o.target_count += ((const uint32_t *)h->row_counts.buf)[rows[k]];
+        } else {
+            o.tabled = 0;
+            o.target_count = 0;
+        }
+    }
     if (width * self->T >= GIL_POSITIONS) {
         Py_BEGIN_ALLOW_THREADS
         fill(&s, &o, width, scratch);
@@ -1175,6 +1223,44 @@ static PyObject *gatherer_gather_tokens(Gatherer *self, PyObject *const *args, P
 
 static PyObject *gatherer_columns(Gatherer *self, PyObject *const *args, Py_ssize_t nargs) {
     return gatherer_run(self, args, nargs, WANT_COLUMNS);
+}
+
+static PyObject *gatherer_row_counts(Gatherer *self, PyObject *const *args, Py_ssize_t nargs) {
+    return gatherer_run(self, args, nargs, WANT_ROW_COUNTS);
+}
+
+/* Hold `counts` (uint32, one per row of the packing: row_counts over every row, in row order; None: drop it):
+ * gather_tokens then sums the batch's rows' entries instead of counting their mask bits as it copies. */
+static PyObject *gatherer_use_row_counts(Gatherer *self, PyObject *counts) {
+    Py_buffer view;
+    int64_t rows;
+    if (self->held != HELD) {
+        PyErr_SetString(PyExc_ValueError, "Gatherer.use_row_counts(): not initialised");
+        return NULL;
+    }
+    rows = self->full_rows + self->counts[OFFSETS] - 1;
+    if (counts == Py_None) {
+        if (self->has_row_counts) {
+            PyBuffer_Release(&self->row_counts);
+            self->has_row_counts = 0;
+        }
+        Py_RETURN_NONE;
+    }
+    if (PyObject_GetBuffer(counts, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return NULL;
+    }
+    if (!kind_is(&view, "IL", 4) || view.len / 4 != rows) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "Gatherer.use_row_counts(): counts must be uint32, one per row of the packing (%lld)",
+                     (long long)rows);
+        return NULL;
+    }
+    if (self->has_row_counts) {
+        PyBuffer_Release(&self->row_counts);
+    }
+    self->row_counts = view;
+    self->has_row_counts = 1;
+    Py_RETURN_NONE;
 }
 
 /* The set target bits (rows[i] + 1 .. rows[i] + T) of every row, each row's bits asked for MASK_AHEAD rows on. */
@@ -1318,6 +1404,11 @@ static PyMethodDef gatherer_methods[] = {
      "(target_count still counts the masked targets)"},
     {"columns", (PyCFunction)(void (*)(void))gatherer_columns, METH_FASTCALL,
      "columns(rows[, kinds, sources]) -> gather's tuple with None for inputs and targets: a batch's columns on demand"},
+    {"row_counts", (PyCFunction)(void (*)(void))gatherer_row_counts, METH_FASTCALL,
+     "row_counts(rows[, kinds, sources]) -> uint32 array: each row's counted targets (no array of the batch is made)"},
+    {"use_row_counts", (PyCFunction)gatherer_use_row_counts, METH_O,
+     "use_row_counts(counts) -> None: hold row_counts of every row (uint32, row order; None drops it); gather_tokens "
+     "then sums them instead of counting mask bits"},
     {NULL, NULL, 0, NULL},
 };
 

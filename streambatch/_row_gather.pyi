@@ -66,6 +66,17 @@ class Gatherer:
         /,
     ) -> tuple[Any, ...]:
         """`gather`'s tuple with None for inputs and targets: a batch's columns on demand (no token read)."""
+    def row_counts(
+        self,
+        rows: ReadableBuffer,
+        kinds: ReadableBuffer = ...,
+        sources: tuple[Gatherer, ...] = ...,
+        /,
+    ) -> npt.NDArray[np.uint32]:
+        """Each row's counted targets (its segments' set mask bits; every target without bits): no batch array made."""
+    def use_row_counts(self, counts: ReadableBuffer | None, /) -> None:
+        """Hold *counts* (uint32, `row_counts` of every row of the packing, in row order; None drops them):
+        `gather_tokens` then sums its rows' entries, and its token pass reads no mask bit."""
 
 def window_counts(bits: ReadableBuffer, context_length: int, positions: ReadableBuffer, /) -> int:
     """The set mask bits ``positions[i] + 1 .. positions[i] + T`` over every row (the window mask's sum)."""

@@ -171,6 +171,33 @@ def test_packed_kernel_reads_the_bits_as_numpy_does(docs: list[sb.Document], T: 
         assert a.target_count == b.target_count == int(a.loss_mask.sum())
 
 
+@settings(max_examples=30, deadline=None)
+@given(docs=sparse_corpora(), T=st.integers(1, 48), size=st.integers(1, 6), seed=st.integers(0, 99))
+def test_the_row_count_table_is_the_counting_rule(docs: list[sb.Document], T: int, size: int, seed: int) -> None:
+    """A masked packing's C gatherer holds every row's count (`row_counts`, made once in row order); each entry is
+    the one counting rule's (`row_item_targets`), and a batch counted from the table equals one counted in its bits."""
+    store = sb.DocumentStore.from_documents(docs)
+    rows = sb.shuffle(sb.pack(store, context_length=T), seed)
+    gatherer = rows_module.packed_gatherer(rows.space)
+    if gatherer is False:
+        pytest.skip("built without the C extension")
+    total = len(rows.space.packing)
+    table = rows_module.row_counts(gatherer, total)
+    assert table.dtype == np.uint32
+    assert table.tolist() == rows_module.row_item_targets(rows.space, np.arange(total)).tolist()
+    for lo in range(0, len(rows), size):
+        numbers = np.ascontiguousarray(rows[lo : lo + size].numbers(), dtype=np.int64)
+        tabled = gatherer.gather_tokens(numbers)[7]
+        gatherer.use_row_counts(None)  # the bits counted in the copy instead
+        counted = gatherer.gather_tokens(numbers)[7]
+        gatherer.use_row_counts(table)
+        assert tabled == counted == int(table[numbers].sum())
+    with pytest.raises(ValueError, match="one per row"):
+        gatherer.use_row_counts(table[:-1])
+    with pytest.raises(ValueError, match="one per row"):
+        gatherer.use_row_counts(table.astype(np.int64))
+
+
 def test_audit_catches_a_wrong_mask_and_a_wrong_denominator() -> None:
     from streambatch.tools.audit import audit_batches
     from streambatch.tools.audit.packed import audit_packed_epoch

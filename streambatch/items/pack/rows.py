@@ -339,7 +339,25 @@ def _gatherer(space: RowSpace) -> Any:
     full_docs, full_ends = rows.index.full_pieces()
     args = (tokens, starts, rows.index.lengths, full_docs, full_ends, rows.offsets, rows.tails)  # the partition's lengths
     bits = kernel_bits(store)
-    return _CGatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id, bits)
+    gatherer = _CGatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id, bits)
+    if bits is not None:  # a masked store: every row's count once, in row order; a batch's count is then a sum
+        gatherer.use_row_counts(row_counts(gatherer, len(rows)))
+    return gatherer
+
+
+_COUNT_ROWS = 1 << 16  # rows counted per call of the C gatherer's row_counts (its scratch: ~40 bytes per row)
+
+
+def row_counts(gatherer: Any, rows: int) -> npt.NDArray[np.uint32]:
+    """Every row's counted targets, in row order (uint32): the C *gatherer*'s passes 0-2 and each segment's set
+    mask bits, *rows* rows a block at a time.  Made once per packing: the bits are then read in order, one pass,
+    where each batch would read a few lines of them from a random place per segment (masked emission 0.87-0.92x
+    the unmasked one that way, about 0.97x with the table: scripts/bench_mask.py)."""
+    table = np.empty(rows, dtype=np.uint32)
+    for lo in range(0, rows, _COUNT_ROWS):
+        hi = min(rows, lo + _COUNT_ROWS)
+        table[lo:hi] = gatherer.row_counts(np.arange(lo, hi, dtype=np.int64))
+    return table
 
 
 def kernel_bits(store: Any) -> Any:
