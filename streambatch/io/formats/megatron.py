@@ -84,27 +84,26 @@ def is_megatron(path: str | os.PathLike[str]) -> bool:
 
 def megatron_prefixes(folder: str | os.PathLike[str]) -> list[str]:
     """The prefixes of the ``.idx`` files of *folder*, sorted by name."""
-    return [os.path.join(os.fspath(folder), n[:-4]) for n in _listing(folder)[0]]
+    return _listing(folder)[0]
 
 
 def _listing(folder: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
-    """The names of *folder*'s ``.idx`` files (regular files) and of its ``.bin`` entries, sorted, from one
-    listing (a folder that cannot be listed has none)."""
+    """The prefixes of *folder*'s ``.idx`` files (regular files), and the names of its ``.bin`` entries, sorted,
+    from one listing (a folder that cannot be listed has none)."""
     try:
         names = os.listdir(folder)
     except OSError:
         return [], []
     indexes = sorted(n for n in names if n.endswith(".idx") and os.path.isfile(os.path.join(folder, n)))
-    return indexes, sorted(n for n in names if n.endswith(".bin"))
+    return [os.path.join(os.fspath(folder), n[:-4]) for n in indexes], sorted(n for n in names if n.endswith(".bin"))
 
 
 def open_megatron_folder(folder: str | os.PathLike[str], *, opener: Opener = local_file) -> Corpus:
     """Every Megatron dataset of *folder* (its ``.idx`` files, in name order) as one `Corpus` (ids ``"PREFIX:d"``)."""
-    indexes, data = _listing(folder)
-    if not indexes:
+    prefixes, data = _listing(folder)
+    if not prefixes:
         raise ConfigError(f"{os.fspath(folder)}: holds no .idx files; pass a folder of Megatron datasets")
-    prefixes = [os.path.join(os.fspath(folder), n[:-4]) for n in indexes]
-    named = {n[:-4] for n in indexes}
+    named = {os.path.basename(p) for p in prefixes}
     orphans = [n for n in data if n[:-4] not in named]
     if orphans:  # a dataset whose index is missing (a write killed part way): never a corpus without it
         raise DataError(

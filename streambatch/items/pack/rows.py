@@ -30,7 +30,7 @@ from ...model.source import TokenSource, as_source, partition_documents
 from ...model.store import DocumentStore
 from ...stages.batch import MiniBatch, row_batch
 from ...stages.span import spanning_tokens
-from ..protocol import PlannedItems
+from ..protocol import ITER_BLOCK, PlannedItems
 from ..untrained import counted_between, drop_untrained
 from ..windows.window_index import IntArray, WindowConfig
 from ._pack_gather import PackedArrays, batch_bytes, check_emittable, gather_segments
@@ -345,17 +345,14 @@ def _gatherer(space: RowSpace) -> Any:
     return gatherer
 
 
-_COUNT_ROWS = 1 << 16  # rows counted per call of the C gatherer's row_counts (its scratch: ~40 bytes per row)
-
-
 def row_counts(gatherer: Any, rows: int) -> npt.NDArray[np.uint32]:
     """Every row's counted targets, in row order (uint32): the C *gatherer*'s passes 0-2 and each segment's set
-    mask bits, *rows* rows a block at a time.  Made once per packing: the bits are then read in order, one pass,
-    where each batch would read a few lines of them from a random place per segment (masked emission 0.87-0.92x
-    the unmasked one that way, about 0.97x with the table: scripts/bench_mask.py)."""
+    mask bits, over *rows* rows, a block of row numbers at a time.  Made once per packing: the bits are then read
+    in order, one pass, where each batch would read a few lines of them from a random place per segment (masked
+    emission 0.90-0.92x the unmasked one that way, 0.99x with the table: scripts/bench_mask.py)."""
     table = np.empty(rows, dtype=np.uint32)
-    for lo in range(0, rows, _COUNT_ROWS):
-        hi = min(rows, lo + _COUNT_ROWS)
+    for lo in range(0, rows, ITER_BLOCK):
+        hi = min(rows, lo + ITER_BLOCK)
         table[lo:hi] = gatherer.row_counts(np.arange(lo, hi, dtype=np.int64))
     return table
 
