@@ -3,10 +3,12 @@
  * The rule is streambatch.items.pack._pack_gather.gather_segments (its numpy fallback,
  * which tests/test_rows.py checks this kernel against): row r of the packing
  * holds, left to right from position 0, either one full piece (r < full_rows:
- * the r-th full piece in document order, found by a short scan from a table of
- * every 8th to 64th full row's piece (bucket_shift)) or the tails tails[offsets[p]:offsets[p+1]] of
+ * the r-th full piece in document order) or the tails tails[offsets[p]:offsets[p+1]] of
  * packed row p = r - full_rows (a tail of document d starts at
- * (L - 1) - (L - 1) % T and has (L - 1) % T targets), then padding to T.
+ * (L - 1) - (L - 1) % T and has (L - 1) % T targets), then padding to T.  The
+ * gatherer resolves the packing once when it is made (resolve_packing: each full
+ * row's piece, each piece's and each tail's place in the tokens, checked there),
+ * so a batch's row costs two reads before its copy.
  *
  * Per position it writes inputs and targets (the document's own tokens; pad_id
  * at padding), segment_ids (0, 1, ... per row; -1 at padding), position_ids (0
@@ -15,8 +17,8 @@
  * padded row's padding) cu_seqlens over the flattened w * T positions; per
  * segment its provenance (row in the batch, document, start, targets).  Ids
  * are int16 when T < 2**15, else int32 (_pack_gather.id_dtype).  Passes: ask
- * for every row's look-ups at once (0); count the segments (1); locate and
- * check each (2: its provenance); copy every segment's inputs and targets
+ * for every row's look-ups at once (0); count the segments (1); locate
+ * each (2: its provenance and first token); copy every segment's inputs and targets
  * through the stream cursor shared with the window gather (3: 1 KB chunks, the
  * sources asked for 2 KB ahead; a masked source's targets counted after each
  * copy); write mask, ids and cu_seqlens, or only cu_seqlens (5).  The batch's arrays
@@ -73,6 +75,26 @@
 
 enum { TOKENS, STARTS, LENGTHS, FULL_DOCS, FULL_ENDS, OFFSETS, TAILS, HELD };
 
+/* The packing resolved once, when the gatherer is made (resolve_packing): a row's look-up in a batch is then two
+ * reads (row_piece, then its piece; offsets, then its tails' pieces) where the packing's own arrays took a chain
+ * of five (bucket, ends, full_docs, then the document's start and length), and every bound was checked per
+ * segment of every batch.  A piece or tail that fails its check is kept, marked (doc -1, targets 0), and refused
+ * when a batch asks for it, with the message the per-batch check gave. */
+typedef struct {
+    int64_t base;  /* full row r's first token: base + r * T (starts[doc] - first * T) */
+    int64_t first; /* its first full row: row r starts (r - first) * T into the document */
+    int64_t doc;   /* its document; -1: the piece lies outside its document or the tokens */
+} full_piece;
+
+typedef struct {
+    int64_t at;      /* its first token in the flat tokens */
+    int64_t start;   /* its first token in its document: (L - 1) - (L - 1) % T */
+    uint32_t doc;    /* its document (tails' own entry) */
+    int32_t targets; /* (L - 1) % T; 0: the tail lies outside its document or the tokens */
+} tail_piece;
+
+#define NO_PIECE UINT32_MAX
+
 typedef struct {
     PyObject_HEAD
     Py_buffer views[HELD];
@@ -83,8 +105,9 @@ typedef struct {
     int32_t *iota;        /* 0, 1, ..., iota_size - 1: int32 position ids are copied from it */
     int16_t *iota16;      /* the same as int16 (T < 2**15): int16 position ids are copied from it */
     int64_t iota_size;
-    int64_t *bucket;      /* bucket[k]: the full piece holding full row k << shift (a start for a short scan) */
-    int shift;            /* log2 of the full rows per bucket (bucket_shift) */
+    uint32_t *row_piece;  /* per full row: its full piece (NO_PIECE: none; resolve_packing) */
+    full_piece *pieces;   /* per full piece: where its rows' tokens are, its document (resolve_packing) */
+    tail_piece *tail_pieces; /* per entry of tails: where that tail's tokens are (resolve_packing) */
     Py_buffer bits;       /* the loss mask, one bit per token (held when has_bits) */
     int has_bits;
     Py_buffer row_counts; /* uint32, one per row of the packing: its counted targets (held when has_row_counts) */
@@ -313,17 +336,6 @@ static inline int64_t count_bits(const uint8_t *bits, int64_t p, int64_t n) {
     return use_popcnt ? count_bits_popcnt(bits, p, n) : count_bits_swar(bits, p, n);
 }
 
-/* log2 of the full rows per bucket of a gatherer of T-token rows of `itemsize`-byte tokens: 8 rows (a scan of a
- * row's few pieces: 1.05-1.1x faster packed emission at T=1024 than 64 rows) where the table then takes at most
- * 1/256 of the rows' token bytes, else up to 64 rows (short rows: T=16 keeps one entry per 64 rows). */
-static int bucket_shift(int64_t T, int64_t itemsize) {
-    int shift = 3;
-    while (shift < 6 && (int64_t)8 * 256 > (T * itemsize) << shift) {
-        shift++;
-    }
-    return shift;
-}
-
 #define IOTA_LIMIT (1 << 16)
 
 static int kind_is(const Py_buffer *view, const char *kinds, Py_ssize_t itemsize) {
@@ -350,23 +362,72 @@ static void gatherer_dealloc(Gatherer *self) {
     gatherer_release(self);
     PyMem_Free(self->iota);
     PyMem_Free(self->iota16);
-    PyMem_Free(self->bucket);
+    PyMem_Free(self->row_piece);
+    PyMem_Free(self->pieces);
+    PyMem_Free(self->tail_pieces);
     self->iota = NULL;
     self->iota16 = NULL;
-    self->bucket = NULL;
+    self->row_piece = NULL;
+    self->pieces = NULL;
+    self->tail_pieces = NULL;
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The first running count of full pieces above r: a branchless binary search (no mispredicted jumps). */
-static int64_t full_index(const int64_t *ends, int64_t count, int64_t r) {
-    const int64_t *base = ends;
-    int64_t n = count;
-    while (n > 1) {
-        int64_t half = n / 2;
-        base = base[half - 1] <= r ? base + half : base;
-        n -= half;
+/* Resolve the packing (the tables of full_piece and tail_piece): each full piece's and each tail's place in the
+ * tokens, checked once against its document and the tokens, and each full row's piece (the first piece whose
+ * running count passes the row, as a search of full_ends finds it).  O(full rows + documents) once; it holds
+ * 4 bytes per full row and 24 per full piece and per tail.  Returns -1 (MemoryError or ValueError set). */
+static int resolve_packing(Gatherer *self) {
+    const int64_t *starts = (const int64_t *)self->views[STARTS].buf, *lengths = (const int64_t *)self->views[LENGTHS].buf;
+    const int64_t *full_docs = (const int64_t *)self->views[FULL_DOCS].buf, *ends = (const int64_t *)self->views[FULL_ENDS].buf;
+    const uint32_t *tails = (const uint32_t *)self->views[TAILS].buf;
+    int64_t pieces = self->counts[FULL_ENDS], count = self->counts[TAILS], documents = self->counts[LENGTHS];
+    int64_t tokens = self->counts[TOKENS], T = self->T, rows = self->full_rows, covered = 0, q, r;
+    if (pieces >= (int64_t)NO_PIECE) {
+        PyErr_SetString(PyExc_ValueError, "Gatherer: more than 2**32 - 2 full pieces");
+        return -1;
     }
-    return (base - ends) + (*base <= r);
+    self->row_piece = (uint32_t *)PyMem_Malloc((size_t)(rows + 1) * sizeof(uint32_t));
+    self->pieces = (full_piece *)PyMem_Malloc((size_t)(pieces + 1) * sizeof(full_piece));
+    self->tail_pieces = (tail_piece *)PyMem_Malloc((size_t)(count + 1) * sizeof(tail_piece));
+    if (self->row_piece == NULL || self->pieces == NULL || self->tail_pieces == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (q = 0; q < pieces; q++) {
+        int64_t first = q > 0 ? ends[q - 1] : 0, end = ends[q], d = full_docs[q], span;
+        full_piece *piece = self->pieces + q;
+        int inside = d >= 0 && d < documents && first >= 0 && end > first && lengths[d] >= 1 &&
+                     end - first <= (lengths[d] - 1) / T && starts[d] >= 0 && starts[d] < tokens;
+        span = inside ? (end - first) * T : 0; /* < lengths[d]: no overflow */
+        inside = inside && span < tokens - starts[d];
+        piece->first = first;
+        piece->doc = inside ? d : -1;
+        piece->base = inside ? starts[d] - first * T : 0;
+        for (r = covered > first ? covered : (first > 0 ? first : 0); r < end && r < rows; r++) {
+            self->row_piece[r] = (uint32_t)q;
+        }
+        for (; covered < first && covered < rows; covered++) { /* rows no piece holds */
+            self->row_piece[covered] = NO_PIECE;
+        }
+        if (end > covered) {
+            covered = end < rows ? end : rows;
+        }
+    }
+    for (; covered < rows; covered++) {
+        self->row_piece[covered] = NO_PIECE;
+    }
+    for (q = 0; q < count; q++) {
+        int64_t d = (int64_t)tails[q], before, n;
+        tail_piece *tail = self->tail_pieces + q;
+        int inside = d < documents && lengths[d] >= 2 && (n = (before = lengths[d] - 1) % T) >= 1 &&
+                     starts[d] >= 0 && starts[d] < tokens && before < tokens - starts[d];
+        tail->doc = (uint32_t)d;
+        tail->targets = inside ? (int32_t)n : 0;
+        tail->start = inside ? before - n : 0;
+        tail->at = inside ? starts[d] + before - n : 0;
+    }
+    return 0;
 }
 
 static int gatherer_init(Gatherer *self, PyObject *args, PyObject *kwargs) {
@@ -430,23 +491,27 @@ static int gatherer_init(Gatherer *self, PyObject *args, PyObject *kwargs) {
     self->pad = pad;
     PyMem_Free(self->iota);
     PyMem_Free(self->iota16);
-    PyMem_Free(self->bucket);
+    PyMem_Free(self->row_piece);
+    PyMem_Free(self->pieces);
+    PyMem_Free(self->tail_pieces);
+    self->row_piece = NULL;
+    self->pieces = NULL;
+    self->tail_pieces = NULL;
     self->iota_size = T < IOTA_LIMIT ? T : IOTA_LIMIT;
     self->iota = (int32_t *)PyMem_Malloc((size_t)self->iota_size * sizeof(int32_t));
     self->iota16 = (int16_t *)PyMem_Malloc((size_t)self->iota_size * sizeof(int16_t));
-    self->shift = bucket_shift(T, self->itemsize);
-    self->bucket = (int64_t *)PyMem_Malloc((size_t)((full_rows >> self->shift) + 1) * sizeof(int64_t));
-    if (self->iota == NULL || self->iota16 == NULL || self->bucket == NULL) {
+    if (self->iota == NULL || self->iota16 == NULL) {
         gatherer_release(self);
         PyErr_NoMemory();
+        return -1;
+    }
+    if (resolve_packing(self) < 0) {
+        gatherer_release(self);
         return -1;
     }
     for (k = 0; k < self->iota_size; k++) {
         self->iota[k] = (int32_t)k;
         self->iota16[k] = (int16_t)k; /* used only when T < 2**15 */
-    }
-    for (k = 0; k <= (full_rows >> self->shift); k++) {
-        self->bucket[k] = self->counts[FULL_ENDS] == 0 ? 0 : full_index((const int64_t *)self->views[FULL_ENDS].buf, self->counts[FULL_ENDS], k << self->shift);
     }
     return 0;
 }
@@ -469,16 +534,6 @@ static inline const Gatherer *source_of(const sources_t *s, int64_t row) {
     return s->gs[s->kinds ? s->kinds[row] : 0];
 }
 
-/* The full piece holding full row r (r < full_rows): a scan from its bucket's start (a few steps). */
-static inline int64_t full_at(const Gatherer *g, int64_t r) {
-    const int64_t *ends = (const int64_t *)g->views[FULL_ENDS].buf;
-    int64_t at = g->bucket[r >> g->shift], count = g->counts[FULL_ENDS];
-    while (at < count && ends[at] <= r) {
-        at++;
-    }
-    return at;
-}
-
 /* Ask for the cache line holding `at` (a hint; nothing is read now). */
 static inline void ask_line(const void *at) {
 #if defined(__GNUC__) || defined(__clang__)
@@ -488,76 +543,39 @@ static inline void ask_line(const void *at) {
 #endif
 }
 
-/* Pass 0: the packing's look-ups of every row asked for ahead of passes 1 and 2, in three waves over the batch.
- * A row's look-up is a chain of dependent reads (a full row: bucket, ends, full_docs, then its document's length
- * and start; a packed row: offsets, tails, then each tail's document's), each a likely miss in a shuffled batch;
- * row by row each waited for the one before.  A wave asks for the next link of every row at once, so the misses
- * of the whole batch overlap.  used[i] holds row i's link between the waves (-1: out of range, left to pass 1 to
- * report); pass 2 then reads the same links from the caches. */
+/* Pass 0: every row's look-ups asked for ahead of passes 1 and 2, in two waves over the batch: its first link
+ * (row_piece[r], or its packed row's offsets), then the piece it names (the full piece, or the first and last of
+ * its tails' pieces).  Each link is a likely miss in a shuffled batch; a wave asks for one link of every row at
+ * once, so the misses of the whole batch overlap.  used[i] holds row i's full piece or first tail between the
+ * passes (-1: out of range or no piece, left to passes 1 and 2 to report). */
 static void ask_packing(const sources_t *s, const int64_t *rows, int64_t width, int64_t *used) {
-    int64_t i, j;
+    int64_t i;
+    for (i = 0; i < width; i++) {
+        const Gatherer *g = source_of(s, i);
+        int64_t r = rows[i];
+        if (r >= 0 && r < g->full_rows) {
+            ask_line(g->row_piece + r);
+        } else if (r >= g->full_rows && r < g->full_rows + g->counts[OFFSETS] - 1) {
+            ask_line((const int64_t *)g->views[OFFSETS].buf + (r - g->full_rows));
+        }
+    }
     for (i = 0; i < width; i++) {
         const Gatherer *g = source_of(s, i);
         int64_t r = rows[i];
         used[i] = -1;
-        if (r < 0 || r >= g->full_rows + g->counts[OFFSETS] - 1) {
-            continue;
-        }
-        if (r < g->full_rows) {
-            used[i] = g->bucket[r >> g->shift];
-            if (used[i] < g->counts[FULL_ENDS]) {
-                ask_line((const int64_t *)g->views[FULL_ENDS].buf + used[i]);
+        if (r >= 0 && r < g->full_rows) {
+            uint32_t q = g->row_piece[r];
+            if (q != NO_PIECE) {
+                used[i] = (int64_t)q;
+                ask_line(g->pieces + q);
             }
-        } else {
-            used[i] = r - g->full_rows;
-            ask_line((const int64_t *)g->views[OFFSETS].buf + used[i] + 1);
-        }
-    }
-    for (i = 0; i < width; i++) {
-        const Gatherer *g = source_of(s, i);
-        int64_t r = rows[i];
-        if (used[i] < 0) {
-            continue;
-        }
-        if (r < g->full_rows) {
-            int64_t at = full_at(g, r);
-            used[i] = at < g->counts[FULL_ENDS] ? at : -1;
-            if (used[i] >= 0) {
-                ask_line((const int64_t *)g->views[FULL_DOCS].buf + at);
-                ask_line((const int64_t *)g->views[FULL_ENDS].buf + (at > 0 ? at - 1 : 0));
-            }
-        } else {
+        } else if (r >= g->full_rows && r < g->full_rows + g->counts[OFFSETS] - 1) {
             const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-            int64_t lo = offsets[used[i]], hi = offsets[used[i] + 1];
-            used[i] = lo >= 0 && lo < hi && hi <= g->counts[TAILS] ? lo : -1;
-            if (used[i] >= 0) {
-                ask_line((const uint32_t *)g->views[TAILS].buf + lo);
-                ask_line((const uint32_t *)g->views[TAILS].buf + hi - 1);
-            }
-        }
-    }
-    for (i = 0; i < width; i++) {
-        const Gatherer *g = source_of(s, i);
-        const int64_t *starts = (const int64_t *)g->views[STARTS].buf, *lengths = (const int64_t *)g->views[LENGTHS].buf;
-        int64_t r = rows[i], documents = g->counts[LENGTHS];
-        if (used[i] < 0) {
-            continue;
-        }
-        if (r < g->full_rows) {
-            int64_t d = ((const int64_t *)g->views[FULL_DOCS].buf)[used[i]];
-            if (d >= 0 && d < documents) {
-                ask_line(starts + d);
-                ask_line(lengths + d);
-            }
-        } else {
-            const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
-            const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-            int64_t hi = offsets[r - g->full_rows + 1];
-            for (j = used[i]; j < hi; j++) {
-                if ((int64_t)tails[j] < documents) {
-                    ask_line(starts + tails[j]);
-                    ask_line(lengths + tails[j]);
-                }
+            int64_t lo = offsets[r - g->full_rows], hi = offsets[r - g->full_rows + 1];
+            if (lo >= 0 && lo < hi && hi <= g->counts[TAILS]) {
+                used[i] = lo;
+                ask_line(g->tail_pieces + lo);
+                ask_line(g->tail_pieces + hi - 1);
             }
         }
     }
@@ -592,61 +610,53 @@ static int64_t count_segments(const sources_t *s, const int64_t *rows, int64_t w
     return segments;
 }
 
-/* Pass 2: locate every segment into the provenance (row in the batch, document, start, targets), checking it lies
- * inside its document and the tokens; used[i]: the positions row i fills.  Returns the sequences (segments, and
- * each padded row's padding), or -1 (and *fail).  On entry used[i] is pass 0's link of row i (ask_packing: a full
- * row's piece).  A full row's piece: the running count of full pieces before its document is its first; a tail of document d starts at (L - 1) - (L - 1) % T. */
+/* Pass 2: every segment into the provenance (row in the batch, document, start, targets) and its first token in
+ * its source's tokens (at), from the resolved pieces (resolve_packing checked each against its document and the
+ * tokens; a marked one is refused here); used[i]: the positions row i fills.  Returns the sequences (segments, and
+ * each padded row's padding), or -1 (and *fail).  On entry used[i] is pass 0's piece or first tail of row i. */
 static int64_t locate(const sources_t *s, const int64_t *rows, int64_t width, failure *fail, int64_t *const *provenance,
-                      int64_t *used) {
+                      int64_t *at, int64_t *used) {
     int64_t T = s->gs[0]->T, sequences = 0, k = 0, i, j;
     for (i = 0; i < width; i++) {
         const Gatherer *g = source_of(s, i);
-        const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-        const uint32_t *tails = (const uint32_t *)g->views[TAILS].buf;
-        const int64_t *lengths = (const int64_t *)g->views[LENGTHS].buf;
-        const int64_t *ends = (const int64_t *)g->views[FULL_ENDS].buf;
-        const int64_t *full_docs = (const int64_t *)g->views[FULL_DOCS].buf;
-        const int64_t *starts = (const int64_t *)g->views[STARTS].buf;
-        int64_t documents = g->counts[LENGTHS], tokens = g->counts[TOKENS], r = rows[i], filled = 0;
+        int64_t r = rows[i], filled = 0, hi;
         if (r < g->full_rows) {
-            int64_t at = used[i], d, first, start; /* pass 0 found its piece (full_at), or -1 */
-            if (at < 0 || at >= g->counts[FULL_ENDS]) {
+            const full_piece *piece = used[i] >= 0 ? g->pieces + used[i] : NULL;
+            if (piece == NULL) {
                 fail->message = "a full row beyond the full pieces: the packing does not belong to this source";
                 fail->row = i;
                 return -1;
             }
-            d = full_docs[at];
-            first = at > 0 ? ends[at - 1] : 0;
-            start = (r - first) * T;
-            if (d < 0 || d >= documents || r < first || start + T >= lengths[d] || starts[d] + start < 0 ||
-                starts[d] + start + T >= tokens) {
+            if (piece->doc < 0) {
                 fail->message = "a segment outside the source's tokens: the packing does not belong to it";
                 fail->row = i;
                 return -1;
             }
             provenance[0][k] = i;
-            provenance[1][k] = d;
-            provenance[2][k] = start;
+            provenance[1][k] = piece->doc;
+            provenance[2][k] = (r - piece->first) * T;
             provenance[3][k] = T;
+            at[k] = piece->base + r * T;
             k++;
             used[i] = T;
             sequences += 1;
             continue;
         }
-        for (j = offsets[r - g->full_rows]; j < offsets[r - g->full_rows + 1]; j++) {
-            int64_t d = (int64_t)tails[j], before, n, start;
-            if (d >= documents || lengths[d] < 2 || (n = (before = lengths[d] - 1) % T) < 1 ||
-                starts[d] + (start = before - n) < 0 || starts[d] + start + n >= tokens) {
+        hi = ((const int64_t *)g->views[OFFSETS].buf)[r - g->full_rows + 1];
+        for (j = used[i]; j < hi; j++) {
+            const tail_piece *tail = g->tail_pieces + j;
+            if (tail->targets < 1) {
                 fail->message = "a segment outside the source's tokens: the packing does not belong to it";
                 fail->row = i;
                 return -1;
             }
             provenance[0][k] = i;
-            provenance[1][k] = d;
-            provenance[2][k] = start;
-            provenance[3][k] = n;
+            provenance[1][k] = (int64_t)tail->doc;
+            provenance[2][k] = tail->start;
+            provenance[3][k] = tail->targets;
+            at[k] = tail->at;
             k++;
-            filled += n;
+            filled += tail->targets;
             sequences += 1;
         }
         if (filled > T) {
@@ -665,6 +675,7 @@ typedef struct {
     int32_t *cu;
     uint8_t *mask;
     int64_t *provenance[4]; /* per segment: row in the batch, document, start in the document, targets */
+    const int64_t *at;      /* per segment: its first token in its source's tokens (pass 2) */
     int64_t idsize;         /* 2 (int16 ids) or 4 (int32 ids) */
     int64_t segments, target_count, max_seqlen;
     int tabled;             /* target_count is the sum of the rows' row_counts: the token pass counts nothing */
@@ -812,8 +823,7 @@ static inline void put_padding(char *row, int64_t size, int64_t from, int64_t T,
 
 static inline const char *segment_source(const sources_t *s, const outputs *o, int64_t k) {
     const Gatherer *h = source_of(s, o->provenance[0][k]);
-    const int64_t *starts = (const int64_t *)h->views[STARTS].buf;
-    return (const char *)h->views[TOKENS].buf + (starts[o->provenance[1][k]] + o->provenance[2][k]) * h->itemsize;
+    return (const char *)h->views[TOKENS].buf + o->at[k] * h->itemsize;
 }
 
 /* The mask bits of segment k's targets: *p (their first bit) and the source's bits, or NULL (no mask). */
@@ -822,7 +832,7 @@ static inline const uint8_t *segment_bits(const sources_t *s, const outputs *o, 
     if (!h->has_bits) {
         return NULL;
     }
-    *p = ((const int64_t *)h->views[STARTS].buf)[o->provenance[1][k]] + o->provenance[2][k] + 1;
+    *p = o->at[k] + 1;
     return (const uint8_t *)h->bits.buf;
 }
 
@@ -893,14 +903,12 @@ static inline void put_sequence(outputs *o, int64_t *sequence, int64_t at, int64
 /* Pass 5: loss mask, segment and position ids, cu_seqlens, per segment then for each row's padding.  A row of a
  * source with mask bits takes its targets' bits (a segment's first target is token starts[d] + start + 1). */
 static void put_ids_and_masks(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
-    const int64_t *in_row = o->provenance[0], *documents = o->provenance[1], *begins = o->provenance[2];
-    const int64_t *lengths = o->provenance[3];
+    const int64_t *in_row = o->provenance[0], *lengths = o->provenance[3];
     const Gatherer *g = s->gs[0]; /* T and the position template: every source's alike */
     int64_t T = g->T, k = 0, sequence = 0, i, column;
     o->cu[0] = 0;
     for (i = 0; i < width; i++) {
         const Gatherer *h = source_of(s, i);
-        const int64_t *starts = (const int64_t *)h->views[STARTS].buf;
         const uint8_t *bits = h->has_bits ? (const uint8_t *)h->bits.buf : NULL;
         int64_t at = i * T;
         int32_t id = 0;
@@ -909,13 +917,11 @@ static void put_ids_and_masks(const sources_t *s, outputs *o, int64_t width, con
             if (k + MASK_AHEAD < o->segments) { /* the mask bits of the segment MASK_AHEAD on, asked for now */
                 const Gatherer *a = source_of(s, in_row[k + MASK_AHEAD]);
                 if (a->has_bits) {
-                    const int64_t *at = (const int64_t *)a->views[STARTS].buf;
-                    prefetch_bits((const uint8_t *)a->bits.buf, at[documents[k + MASK_AHEAD]] + begins[k + MASK_AHEAD] + 1,
-                                  lengths[k + MASK_AHEAD]);
+                    prefetch_bits((const uint8_t *)a->bits.buf, o->at[k + MASK_AHEAD] + 1, lengths[k + MASK_AHEAD]);
                 }
             }
             if (bits != NULL) {
-                o->target_count += unpack_bits(bits, starts[documents[k]] + begins[k] + 1, n, o->mask + at + column, 1);
+                o->target_count += unpack_bits(bits, o->at[k] + 1, n, o->mask + at + column, 1);
             } else {
                 memset(o->mask + at + column, 1, (size_t)n);
                 o->target_count += n;
@@ -1079,6 +1085,7 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
     PyObject *arrays[ARRAYS] = {NULL};
     PyObject *result = NULL;
     int64_t stack[STACK_ROWS], *scratch = stack; /* per row: the positions its segments fill */
+    int64_t stack_at[STACK_PIECES], *at = stack_at; /* per segment: its first token (pass 2) */
     Gatherer *alone[1], *many[MAX_SOURCES];
     sources_t s;
     alone[0] = self;
@@ -1129,7 +1136,15 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
             o.provenance[k] = (int64_t *)ARRAY_DATA(arrays[PROVENANCE]) + k * segments;
         }
     }
-    sequences = segments < 0 ? -1 : locate(&s, rows, width, &fail, o.provenance, scratch);
+    if (segments > STACK_PIECES) {
+        at = (int64_t *)PyMem_Malloc((size_t)segments * sizeof(int64_t));
+        if (at == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    o.at = at;
+    sequences = segments < 0 ? -1 : locate(&s, rows, width, &fail, o.provenance, at, scratch);
     if (sequences < 0) {
         PyErr_Format(PyExc_ValueError, "row %lld of the batch: %s", (long long)fail.row, fail.message);
         goto done;
@@ -1200,6 +1215,9 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
 done:
     if (scratch != stack) {
         PyMem_Free(scratch);
+    }
+    if (at != stack_at) {
+        PyMem_Free(at);
     }
     for (k = 0; k < ARRAYS; k++) {
         Py_XDECREF(arrays[k]);
