@@ -78,12 +78,13 @@ enum { TOKENS, STARTS, LENGTHS, FULL_DOCS, FULL_ENDS, OFFSETS, TAILS, HELD };
 /* The packing resolved once, when the gatherer is made (resolve_packing): a row's look-up in a batch is then two
  * reads (row_piece, then its piece; offsets, then its tails' pieces) where the packing's own arrays took a chain
  * of five (bucket, ends, full_docs, then the document's start and length), and every bound was checked per
- * segment of every batch.  A piece or tail that fails its check is kept, marked (doc -1, targets 0), and refused
- * when a batch asks for it, with the message the per-batch check gave. */
+ * segment of every batch.  What fails its check is kept, marked (a piece's rows past `fits`, a tail's targets 0),
+ * and refused when a batch asks for it, with the message the per-batch check gave. */
 typedef struct {
-    int64_t base;  /* full row r's first token: base + r * T (starts[doc] - first * T) */
+    int64_t at;    /* its document's first token: full row r's is at + (r - first) * T */
     int64_t first; /* its first full row: row r starts (r - first) * T into the document */
-    int64_t doc;   /* its document; -1: the piece lies outside its document or the tokens */
+    int64_t doc;   /* its document */
+    int64_t fits;  /* its rows from first on that lie inside the document and the tokens (the rest are refused) */
 } full_piece;
 
 typedef struct {
@@ -376,7 +377,7 @@ static void gatherer_dealloc(Gatherer *self) {
 /* Resolve the packing (the tables of full_piece and tail_piece): each full piece's and each tail's place in the
  * tokens, checked once against its document and the tokens, and each full row's piece (the first piece whose
  * running count passes the row, as a search of full_ends finds it).  O(full rows + documents) once; it holds
- * 4 bytes per full row and 24 per full piece and per tail.  Returns -1 (MemoryError or ValueError set). */
+ * 4 bytes per full row, 32 per full piece and 24 per tail.  Returns -1 (MemoryError or ValueError set). */
 static int resolve_packing(Gatherer *self) {
     const int64_t *starts = (const int64_t *)self->views[STARTS].buf, *lengths = (const int64_t *)self->views[LENGTHS].buf;
     const int64_t *full_docs = (const int64_t *)self->views[FULL_DOCS].buf, *ends = (const int64_t *)self->views[FULL_ENDS].buf;
@@ -395,15 +396,18 @@ static int resolve_packing(Gatherer *self) {
         return -1;
     }
     for (q = 0; q < pieces; q++) {
-        int64_t first = q > 0 ? ends[q - 1] : 0, end = ends[q], d = full_docs[q], span;
+        int64_t first = q > 0 ? ends[q - 1] : 0, end = ends[q], d = full_docs[q], fits = 0;
         full_piece *piece = self->pieces + q;
-        int inside = d >= 0 && d < documents && first >= 0 && end > first && lengths[d] >= 1 &&
-                     end - first <= (lengths[d] - 1) / T && starts[d] >= 0 && starts[d] < tokens;
-        span = inside ? (end - first) * T : 0; /* < lengths[d]: no overflow */
-        inside = inside && span < tokens - starts[d];
+        if (d >= 0 && d < documents && first >= 0 && end > first && lengths[d] >= 1 && starts[d] >= 0 &&
+            starts[d] < tokens) { /* row first + j lies inside while (j + 1) * T < L and < tokens - starts[d] */
+            int64_t in_doc = (lengths[d] - 1) / T, in_tokens = (tokens - starts[d] - 1) / T;
+            fits = end - first < in_doc ? end - first : in_doc;
+            fits = fits < in_tokens ? fits : in_tokens;
+        }
         piece->first = first;
-        piece->doc = inside ? d : -1;
-        piece->base = inside ? starts[d] - first * T : 0;
+        piece->doc = d;
+        piece->fits = fits;
+        piece->at = fits > 0 ? starts[d] : 0;
         for (r = covered > first ? covered : (first > 0 ? first : 0); r < end && r < rows; r++) {
             self->row_piece[r] = (uint32_t)q;
         }
@@ -627,7 +631,7 @@ static int64_t locate(const sources_t *s, const int64_t *rows, int64_t width, fa
                 fail->row = i;
                 return -1;
             }
-            if (piece->doc < 0) {
+            if (piece->fits == 0 || r - piece->first >= piece->fits) { /* fits > 0: 0 <= first <= r */
                 fail->message = "a segment outside the source's tokens: the packing does not belong to it";
                 fail->row = i;
                 return -1;
@@ -636,7 +640,7 @@ static int64_t locate(const sources_t *s, const int64_t *rows, int64_t width, fa
             provenance[1][k] = piece->doc;
             provenance[2][k] = (r - piece->first) * T;
             provenance[3][k] = T;
-            at[k] = piece->base + r * T;
+            at[k] = piece->at + (r - piece->first) * T;
             k++;
             used[i] = T;
             sequences += 1;

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import streambatch as sb
 from streambatch.errors import ConfigError, DataError, OutOfRangeError, PartitionError
@@ -186,3 +188,35 @@ def test_numpy_gather_refuses_foreign_rows_as_the_c_gather_does() -> None:
     with pytest.raises(DataError, match="do not belong to this packing"):
         rows_module.emit(rows.space, np.array([0, 9], dtype=np.int64), 0)
     assert rows_module.emit(rows.space, np.array([0], dtype=np.int64), 0).target_count > 0
+
+
+@pytest.mark.skipif(rows_module.GATHER_BACKEND != "c", reason="the C gather is not built")
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), T=st.integers(2, 9), keep=st.floats(0.0, 1.0))
+def test_the_c_gather_refuses_exactly_the_rows_reaching_past_its_tokens(seed: int, T: int, keep: float) -> None:
+    """The gatherer checks every piece and tail once, when it is made: over tokens cut short (a packing that does
+    not belong to them), each row whose segments all lie inside them gathers as over the whole tokens, and each
+    other row is refused (one of several rows refuses the batch), never read past the end."""
+    store = _random_store(count=30, T=T, seed=seed)
+    rows = sb.pack(store, context_length=T)
+    whole = rows_module.packed_gatherer(rows.space)
+    full_docs, full_ends = rows.packing.index.full_pieces()
+    cut = int(store.tokens.size * keep)
+    packing = rows.packing
+    args = (store.tokens[:cut], store.starts, packing.index.lengths, full_docs, full_ends, packing.offsets, packing.tails)
+    short = rows_module._CGatherer(*(np.ascontiguousarray(a) for a in args), T, rows.packing.full_rows, 0, None)
+    for r in range(len(rows)):
+        number = np.array([r], dtype=np.int64)
+        expected = whole.gather(number)
+        segments = expected[6]
+        inside = bool(np.all(store.starts[segments[1]] + segments[2] + segments[3] < cut))
+        if inside:
+            got = short.gather(number)
+            for a, b in zip(got[:7], expected[:7], strict=True):
+                np.testing.assert_array_equal(a, b)
+            assert got[7:] == expected[7:]
+        else:
+            with pytest.raises(ValueError, match="outside the source's tokens"):
+                short.gather(number)
+            with pytest.raises(ValueError, match="outside the source's tokens"):
+                short.gather_tokens(np.array([r, 0], dtype=np.int64) if len(rows) > 1 else number)
