@@ -4,6 +4,8 @@
     python scripts/bench_pack.py                  # T = 1024, 2048, 8192; 10**7 pieces, 3 runs; emission
     python scripts/bench_pack.py --pieces 1e6 --runs 1 --emit-tokens 5e6 --emit-reps 3
     python scripts/bench_pack.py --emission-only --emit-reps 9   # only window vs packed emission
+    python scripts/bench_pack.py --kernels 11     # only the two C gathers, kernel against kernel, by row kind
+    python scripts/bench_pack.py --resolve 3e7    # only the cost of making a packed gatherer of 3e7 documents
 
 Only document lengths are needed: ``bench.synthetic_lengths`` (lognormal, median
 ~1,500 tokens, clipped to [1, 50,000], ~20,000 documents for 5e7 tokens).
@@ -27,6 +29,15 @@ position ids, loss mask and cu_seqlens); positions per second, median of the
 repeats, and their ratio.  A window batch writes 4 bytes per position (uint16
 inputs and targets), a packed one 9 (plus int16 segment and position ids and a
 bool mask), and per segment its provenance.
+
+``--kernels N``: the C gathers alone, no Python around them, N interleaved repeats
+over the first 300 batches of each epoch (T = 1024, B = 32 unless ``--emit``
+says otherwise): the window gather; the packed gather's token pass on the
+epoch's mix of rows, on full rows only (a window's exact bytes), on packed rows
+of tails only; and the window gather on the full rows' own token positions.
+``--resolve D``: seconds to make a packed C gatherer (it resolves the packing
+once: ``resolve_packing`` in ``_row_gather.c``) of D synthetic documents of 3
+full rows and a tail each, and the bytes its tables take.
 """
 
 from __future__ import annotations
@@ -157,6 +168,71 @@ def emission(store: sb.DocumentStore, configs: list[tuple[int, int]], reps: int)
         print(f"{T:>5} | {B:>3} | {w:>13.1f} | {p:>13.1f} | {p / w:>15.2f} | {ratio:>10.2f}")
 
 
+def kernels(store: sb.DocumentStore, T: int, B: int, reps: int) -> None:
+    """ns per position of each C gather on 300 batches of each kind, repeats interleaved; medians and vs windows."""
+    from streambatch._row_gather import WindowGatherer
+    from streambatch.items.pack.rows import packed_gatherer
+
+    window = sb.Epoch(store, context_length=T, stride=T, batch_size=B, seed=7)
+    packed = sb.Epoch(store, context_length=T, batch_size=B, seed=7, pack=True)
+    positions = np.concatenate([b.positions.astype(np.int64) for b in window])
+    numbers = np.concatenate([b.positions.astype(np.int64) for b in packed])
+    first = next(iter(packed))
+    gather, full = packed_gatherer(first.spaces[0]), first.spaces[0].packing.full_rows
+    windows = WindowGatherer(store.tokens, T)
+    batches = 300
+
+    def cut(rows: np.ndarray) -> list[np.ndarray]:
+        return [rows[i * B : (i + 1) * B].copy() for i in range(min(batches, rows.size // B))]
+
+    full_rows = cut(numbers[numbers < full])
+    full_at = [store.starts[p[1]] + p[2] for p in (gather.gather_tokens(r)[6] for r in full_rows)]
+    kinds = {
+        "window rows": (windows.gather, cut(positions)),
+        "packed: the epoch's mix": (gather.gather_tokens, cut(numbers)),
+        "packed: full rows only": (gather.gather_tokens, full_rows),
+        "packed: tail rows only": (gather.gather_tokens, cut(numbers[numbers >= full])),
+        "window rows at the full rows' tokens": (windows.gather, [np.asarray(a, dtype=np.int64) for a in full_at]),
+    }
+    seen: dict[str, list[float]] = {name: [] for name in kinds}
+    for _ in range(reps):
+        for name, (call, rows) in kinds.items():
+            start = time.perf_counter()
+            for r in rows:
+                call(r)
+            seen[name].append((time.perf_counter() - start) / (len(rows) * B * T) * 1e9)
+    base = statistics.median(seen["window rows"])
+    print(f"C gathers alone, T={T}, B={B}, {batches} batches each, median of {reps} interleaved repeats")
+    for name, values in seen.items():
+        m = statistics.median(values)
+        print(f"{name:>38} | {m:.3f} ns/position | {base / m:.2f}x the window rows' rate")
+
+
+def resolve_cost(documents: int, T: int = 1024, runs: int = 3) -> None:
+    """Seconds to make a packed C gatherer of *documents* documents of 3 full rows and a tail each."""
+    from streambatch._row_gather import Gatherer
+
+    lengths = np.full(documents, 3 * T + T // 2, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    tokens = np.zeros(int(lengths.sum()) if documents <= 10**6 else 1, dtype=np.uint16)  # big ones: every piece refused
+    full_docs = np.arange(documents, dtype=np.int64)
+    full_ends = 3 * np.arange(1, documents + 1, dtype=np.int64)
+    offsets = np.arange(0, documents + 1, 2, dtype=np.int64)
+    tails = np.arange(documents, dtype=np.uint32)
+    rows = int(full_ends[-1])
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        Gatherer(tokens, starts, lengths, full_docs, full_ends, offsets, tails, T, rows, 0)
+        seconds.append(time.perf_counter() - start)
+    tables = 4 * rows + 32 * documents + 24 * documents  # resolve_packing: per full row, full piece, tail
+    own = 16 * documents + 8 * offsets.size + 4 * tails.size  # the packing's arrays it reads (full pieces, rows)
+    print(
+        f"packed gatherer of {documents:,} documents, {rows:,} full rows: {statistics.median(seconds):.2f} s "
+        f"(median of {runs}); its tables {tables / 2**30:.2f} GiB, {tables / own:.1f}x the packing's arrays"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=float, default=50e6, help="corpus size in tokens (default 5e7, as bench.py)")
@@ -168,8 +244,16 @@ def main() -> None:
     parser.add_argument("--emit", default="1024:32,2048:8", help="T:B configurations for emission (bench.py's)")
     parser.add_argument("--emit-reps", type=int, default=5, help="interleaved repeats per emission measurement")
     parser.add_argument("--emission-only", action="store_true", help="only the window vs packed emission comparison")
+    parser.add_argument("--kernels", type=int, default=0, help="only the C gathers by row kind, this many repeats")
+    parser.add_argument("--resolve", type=float, default=0, help="only the cost of a packed gatherer of D documents")
     args = parser.parse_args()
     configs = [(int(t), int(b)) for t, b in (c.split(":") for c in args.emit.split(","))]
+    if args.resolve:
+        resolve_cost(int(args.resolve))
+        return
+    if args.kernels:
+        kernels(emission_store(int(args.emit_tokens)), *configs[0], args.kernels)
+        return
     if args.emission_only:
         emission(emission_store(int(args.emit_tokens)), configs, args.emit_reps)
         return
