@@ -34,7 +34,9 @@ bool mask), and per segment its provenance.
 over the first 300 batches of each epoch (T = 1024, B = 32 unless ``--emit``
 says otherwise): the window gather; the packed gather's token pass on the
 epoch's mix of rows, on full rows only (a window's exact bytes), on packed rows
-of tails only; and the window gather on the full rows' own token positions.
+of tails only; the window gather on the full rows' own token positions; and the
+window gather on twice as many rows of ``T // 2`` tokens from random places (a
+tail row is about two such segments).
 ``--resolve D``: seconds to make a packed C gatherer (it resolves the packing
 once: ``resolve_packing`` in ``_row_gather.c``) of D synthetic documents of 3
 full rows and a tail each, and the bytes its tables take.
@@ -179,8 +181,9 @@ def kernels(store: sb.DocumentStore, T: int, B: int, reps: int) -> None:
     numbers = np.concatenate([b.positions.astype(np.int64) for b in packed])
     first = next(iter(packed))
     gather, full = packed_gatherer(first.spaces[0]), first.spaces[0].packing.full_rows
-    windows = WindowGatherer(store.tokens, T)
+    windows, halves = WindowGatherer(store.tokens, T), WindowGatherer(store.tokens, T // 2)
     batches = 300
+    random_starts = np.random.default_rng(3).integers(0, store.tokens.size - T, (batches, 2 * B), dtype=np.int64)
 
     def cut(rows: np.ndarray) -> list[np.ndarray]:
         return [rows[i * B : (i + 1) * B].copy() for i in range(min(batches, rows.size // B))]
@@ -193,6 +196,7 @@ def kernels(store: sb.DocumentStore, T: int, B: int, reps: int) -> None:
         "packed: full rows only": (gather.gather_tokens, full_rows),
         "packed: tail rows only": (gather.gather_tokens, cut(numbers[numbers >= full])),
         "window rows at the full rows' tokens": (windows.gather, [np.asarray(a, dtype=np.int64) for a in full_at]),
+        "window rows of T/2 from random places": (halves.gather, list(random_starts)),  # 2B rows: as many positions
     }
     seen: dict[str, list[float]] = {name: [] for name in kinds}
     for _ in range(reps):
