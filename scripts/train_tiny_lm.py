@@ -176,9 +176,11 @@ def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str)
             )
 
 
-def _rank_main(rank: int, world_size: int, port: int, args: argparse.Namespace, store_path: str) -> None:
+def _rank_main(rank: int, world_size: int, rendezvous: str, args: argparse.Namespace, store_path: str) -> None:
+    """One spawned rank of this machine: gloo over loopback, met through a file (no port to pick and race for)."""
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, timeout=datetime.timedelta(minutes=5)
+        "gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size, timeout=datetime.timedelta(minutes=5)
     )
     try:
         train(rank, world_size, args, store_path)
@@ -222,12 +224,8 @@ def main() -> None:
             if args.world_size == 1:
                 train(0, 1, args, store_path)
             else:
-                import socket
-
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", 0))
-                    port = s.getsockname()[1]
-                mp.spawn(_rank_main, args=(args.world_size, port, args, store_path), nprocs=args.world_size, join=True)
+                rendezvous = os.path.join(tmp, "rendezvous")
+                mp.spawn(_rank_main, args=(args.world_size, rendezvous, args, store_path), nprocs=args.world_size, join=True)
     print(f"done in {time.perf_counter() - started:.1f} s")
 
 

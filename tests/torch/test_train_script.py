@@ -18,9 +18,8 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_tiny_lm.py"
 def test_train_tiny_lm_reports_tokens_per_step(mode: list[str]) -> None:
     argv = ["--epochs", "1", "--max-bytes", "12000", "--context-length", "128", "--batch-size", "8", "--threads", "1"]
     env = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])}  # this tree's streambatch
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), *argv, *mode], capture_output=True, text=True, timeout=600, check=True, env=env
-    )
+    done = subprocess.run([sys.executable, str(SCRIPT), *argv, *mode], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
     share = re.search(r"an epoch trains on ([\d,]+) of ([\d,]+) targets", done.stdout)
     step = re.search(
         r"epoch 1: token-mean loss ([\d.]+) over ([\d,]+) target tokens, ([\d,.]+) target tokens per step", done.stdout
