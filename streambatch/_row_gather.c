@@ -359,8 +359,8 @@ static void gatherer_release(Gatherer *self) {
     }
 }
 
-static void gatherer_dealloc(Gatherer *self) {
-    gatherer_release(self);
+/* The tables the gatherer made itself (position templates, resolve_packing's), freed and cleared. */
+static void gatherer_free_tables(Gatherer *self) {
     PyMem_Free(self->iota);
     PyMem_Free(self->iota16);
     PyMem_Free(self->row_piece);
@@ -371,6 +371,11 @@ static void gatherer_dealloc(Gatherer *self) {
     self->row_piece = NULL;
     self->pieces = NULL;
     self->tail_pieces = NULL;
+}
+
+static void gatherer_dealloc(Gatherer *self) {
+    gatherer_release(self);
+    gatherer_free_tables(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -383,7 +388,7 @@ static int resolve_packing(Gatherer *self) {
     const int64_t *full_docs = (const int64_t *)self->views[FULL_DOCS].buf, *ends = (const int64_t *)self->views[FULL_ENDS].buf;
     const uint32_t *tails = (const uint32_t *)self->views[TAILS].buf;
     int64_t pieces = self->counts[FULL_ENDS], count = self->counts[TAILS], documents = self->counts[LENGTHS];
-    int64_t tokens = self->counts[TOKENS], T = self->T, rows = self->full_rows, covered = 0, q, r;
+    int64_t tokens = self->counts[TOKENS], T = self->T, rows = self->full_rows, covered = 0, q;
     if (pieces >= (int64_t)NO_PIECE) {
         PyErr_SetString(PyExc_ValueError, "Gatherer: more than 2**32 - 2 full pieces");
         return -1;
@@ -408,14 +413,11 @@ static int resolve_packing(Gatherer *self) {
         piece->doc = d;
         piece->fits = fits;
         piece->at = fits > 0 ? starts[d] : 0;
-        for (r = covered > first ? covered : (first > 0 ? first : 0); r < end && r < rows; r++) {
-            self->row_piece[r] = (uint32_t)q;
-        }
-        for (; covered < first && covered < rows; covered++) { /* rows no piece holds */
+        for (; covered < first && covered < rows; covered++) { /* rows before it that no piece holds */
             self->row_piece[covered] = NO_PIECE;
         }
-        if (end > covered) {
-            covered = end < rows ? end : rows;
+        for (; covered < end && covered < rows; covered++) { /* its rows (those an earlier piece holds stay its) */
+            self->row_piece[covered] = (uint32_t)q;
         }
     }
     for (; covered < rows; covered++) {
@@ -493,14 +495,7 @@ static int gatherer_init(Gatherer *self, PyObject *args, PyObject *kwargs) {
     self->T = T;
     self->full_rows = full_rows;
     self->pad = pad;
-    PyMem_Free(self->iota);
-    PyMem_Free(self->iota16);
-    PyMem_Free(self->row_piece);
-    PyMem_Free(self->pieces);
-    PyMem_Free(self->tail_pieces);
-    self->row_piece = NULL;
-    self->pieces = NULL;
-    self->tail_pieces = NULL;
+    gatherer_free_tables(self);
     self->iota_size = T < IOTA_LIMIT ? T : IOTA_LIMIT;
     self->iota = (int32_t *)PyMem_Malloc((size_t)self->iota_size * sizeof(int32_t));
     self->iota16 = (int16_t *)PyMem_Malloc((size_t)self->iota_size * sizeof(int16_t));

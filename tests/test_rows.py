@@ -200,11 +200,10 @@ def test_the_c_gather_refuses_exactly_the_rows_reaching_past_its_tokens(seed: in
     store = _random_store(count=30, T=T, seed=seed)
     rows = sb.pack(store, context_length=T)
     whole = rows_module.packed_gatherer(rows.space)
-    full_docs, full_ends = rows.packing.index.full_pieces()
-    cut = int(store.tokens.size * keep)
-    packing = rows.packing
+    packing, cut = rows.packing, int(store.tokens.size * keep)
+    full_docs, full_ends = packing.index.full_pieces()
     args = (store.tokens[:cut], store.starts, packing.index.lengths, full_docs, full_ends, packing.offsets, packing.tails)
-    short = rows_module._CGatherer(*(np.ascontiguousarray(a) for a in args), T, rows.packing.full_rows, 0, None)
+    short = rows_module._CGatherer(*(np.ascontiguousarray(a) for a in args), T, packing.full_rows, 0, None)
     for r in range(len(rows)):
         number = np.array([r], dtype=np.int64)
         expected = whole.gather(number)
