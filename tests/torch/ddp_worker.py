@@ -141,13 +141,13 @@ WORLD_SIZES = (1, 2, 3, 4)
 TIMEOUT_S = 300  # ranks outside a smaller world wait for it at their first collective of the next
 
 
-def run_rank(rank: int, world_size: int, port: int, out_dir: str) -> None:
+def run_rank(rank: int, world_size: int, init_method: str, out_dir: str) -> None:
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+        "gloo", init_method=init_method, rank=rank, world_size=world_size,
         timeout=datetime.timedelta(seconds=TIMEOUT_S),
     )  # fmt: skip
     try:

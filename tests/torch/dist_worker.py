@@ -21,11 +21,11 @@ def corpus() -> list[sb.Document]:
     return [sb.Document(f"d{i}", "train", rng.integers(0, 50, n)) for i, n in enumerate([8, 5, 6, 6, 4])]
 
 
-def run_rank(rank: int, world_size: int, port: int, out_dir: str) -> None:
+def run_rank(rank: int, world_size: int, init_method: str, out_dir: str) -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=init_method,
         rank=rank,
         world_size=world_size,
         timeout=datetime.timedelta(seconds=60),

@@ -22,10 +22,10 @@ def packed_epoch() -> sb.Epoch:
     return sb.Epoch(docs, context_length=4, batch_size=3, seed=5, pack=True)
 
 
-def run_rank(rank: int, world_size: int, port: int, out_dir: str) -> None:
+def run_rank(rank: int, world_size: int, init_method: str, out_dir: str) -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=60)
+        "gloo", init_method=init_method, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=60)
     )
     try:
         whole = packed_epoch()

@@ -1,9 +1,14 @@
-"""The one way the distributed tests start ranks: spawned processes on a free loopback port, killed on a hang."""
+"""The one way the distributed tests start ranks: spawned processes meeting through a file, killed on a hang.
+
+The ranks rendezvous through a fresh file in the test's own folder (``file://``), not a TCP port: a port
+picked free here and bound by the ranks seconds later can be taken in between (the race
+`scripts/train_tiny_lm.py` met once in CI).
+"""
 
 from __future__ import annotations
 
-import socket
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,17 +17,12 @@ import pytest
 import torch.multiprocessing as mp
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for the gloo rendezvous)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def spawn_ranks(run_rank: Callable[..., Any], world_size: int, out: Path, timeout: float) -> None:
-    """Run ``run_rank(rank, world_size, port, out)`` in *world_size* spawned processes; fail (and kill them) past *timeout*."""
+    """Run ``run_rank(rank, world_size, init_method, out)`` in *world_size* spawned processes (*init_method*: a
+    ``file://`` rendezvous new to this call); fail (and kill them) past *timeout*."""
+    rendezvous = f"file://{Path(out).resolve() / f'rendezvous-{uuid.uuid4().hex}'}"
     context = mp.start_processes(
-        run_rank, args=(world_size, free_port(), str(out)), nprocs=world_size, join=False, start_method="spawn"
+        run_rank, args=(world_size, rendezvous, str(out)), nprocs=world_size, join=False, start_method="spawn"
     )
     deadline = time.monotonic() + timeout
     while not context.join(timeout=1):
