@@ -3,15 +3,16 @@
     python scripts/bench_remote.py [--tokens 4000000] [--context-length 2048] [--batch-size 8] [--rounds 3]
 
 A small S3-compatible range server (GET/HEAD, Range, ETag, If-Match; path-style, signatures ignored) serves the
-store on 127.0.0.1, with the proxy (`streambatch.tools.proxy`) in front of it, both in a process of their own
-(so the reader's process does not share its interpreter with them); moto is far slower per request.  For each
-order (windows in document order, shuffled windows, packed rows in order) it measures, in ``--rounds``
-interleaved rounds: a consumer that spends 1 ms per batch, tokens/s after the first batch, remote (no cache, a
-1%-of-store cache) vs local; raw emission (no consumer delay) vs one bulk GET of the same bytes through the same
-proxy; GETs vs the ranges each batch alone would fetch; bytes fetched vs needed; time to the first batch (from
-open_store); bytes fetched before the first batch of a resume at 90%.  It prints the medians side by side with
-each goal, and the server's ceiling: ranged GETs/s of 4 KB with 64 in flight (a shuffled epoch of windows is one
-GET per window: that ceiling bounds it on this machine).
+store on 127.0.0.1, with the proxy (`streambatch.tools.proxy`) in front of it, both in a process of their own (so
+the reader's process does not share its interpreter with them); moto is far slower per request. For each order
+(windows in document order, shuffled windows, packed rows in order) it measures, in ``--rounds`` interleaved
+rounds: a consumer that spends 1 ms per batch, tokens/s after the first batch, remote (no cache, a 1%-of-store
+cache) vs local; raw emission (no consumer delay) vs one bulk GET of the same bytes through the same proxy; GETs vs
+the ranges each batch alone would fetch; bytes fetched vs needed; time to the first batch (from open_store); bytes
+fetched before the first batch of a resume at 90%; the share of the 1 ms consumer's time (no cache) spent waiting
+for its next batch, remote vs local (what prefetch failed to hide). It prints the medians side by side with each
+goal, and the server's ceiling: ranged GETs/s of 4 KB with 64 in flight (a shuffled epoch of windows is one GET per
+window: that ceiling bounds it on this machine).
 """
 
 from __future__ import annotations
@@ -98,21 +99,29 @@ def proxy_to(port: int, delay: float, ports: Any) -> None:
         threading.Event().wait()
 
 
-def consume(batches: Any, pause: float) -> tuple[float, float, int]:
-    """(seconds to the first batch, tokens/s after it, tokens)."""
+def consume(batches: Any, pause: float) -> tuple[float, float, int, float]:
+    """(seconds to the first batch, tokens/s after it, tokens, the share of the time after it spent waiting for
+    the next batch: in the loader, not in the consumer's own 1 ms)."""
     start = time.perf_counter()
     first = None
     tokens = 0
-    for batch in batches:
+    waiting = 0.0
+    batch_of = iter(batches)
+    while True:
+        asked = time.perf_counter()
+        batch = next(batch_of, None)
+        if batch is None:
+            break
         if first is None:
             first = time.perf_counter()
         else:
+            waiting += time.perf_counter() - asked
             tokens += batch.inputs.size
         if pause:
             time.sleep(pause)
     end = time.perf_counter()
     assert first is not None
-    return first - start, tokens / max(end - first, 1e-9), tokens
+    return first - start, tokens / max(end - first, 1e-9), tokens, waiting / max(end - first, 1e-9)
 
 
 def needed(epoch: sb.Epoch) -> tuple[int, int]:
@@ -141,14 +150,16 @@ def one_round(name: str, config: dict[str, Any], local: sb.DocumentStore, option
     """Every measurement of one order, once."""
     url, size, out = "s3://bench/store", local.tokens.nbytes, {}
     seed, config = config["seed"], {k: v for k, v in config.items() if k != "seed"}
-    _, local_rate, _ = consume(sb.Epoch(local, seed=seed, **config), 0.001)
+    _, local_rate, _, out["local waiting %"] = consume(sb.Epoch(local, seed=seed, **config), 0.001)
     for cache in (None, 0.01):
         extra = {"cache_dir": tmp / f"cache-{name}-{time.monotonic_ns()}", "cache_bytes": int(cache * size)} if cache else {}
         t0 = time.perf_counter()
         remote = sb.open_store(url, options=options, **extra)
         opened = time.perf_counter() - t0
-        first, rate, _ = consume(sb.Epoch(remote, seed=seed, **config), 0.001)
+        first, rate, _, waiting = consume(sb.Epoch(remote, seed=seed, **config), 0.001)
         out["cache" if cache else "no cache"] = rate / local_rate
+        if not cache:
+            out["waiting %"] = waiting
         out["first batch s"] = max(out.get("first batch s", 0.0), opened + first)
     epoch = sb.Epoch(sb.open_store(url, options=options), seed=seed, **config)
     need, ranges = needed(epoch)
@@ -228,14 +239,15 @@ def main() -> int:
     top = statistics.median(limit)
     print(f"server ceiling: {top:,.0f} ranged GETs/s of 4 KB with 64 in flight")
     print(f"{'order':<26}{'1ms no cache':>13}{'1ms 1% cache':>13}{'raw/bulk':>10}{'GETs/ranges':>12}{'bytes':>7}"
-          f"{'first s':>8}{'resume %':>9}{'GET/s':>8}{'raw MB/s':>9}{'bulk MB/s':>10}{'in flight':>10}")  # fmt: skip
+          f"{'first s':>8}{'resume %':>9}{'GET/s':>8}{'raw MB/s':>9}{'bulk MB/s':>10}{'in flight':>10}"
+          f"{'waited %':>9}")  # fmt: skip
     print(f"{'goal':<26}{'>= 0.9':>13}{'>= 0.9':>13}{'>= 0.8':>10}{'<= 1.1':>12}{'<=1.05':>7}{'<= 0.5':>8}{'< 1':>9}")
     for name, found in rounds.items():
         m = {key: statistics.median(r[key] for r in found) for key in found[0]}
         print(
             f"{name:<26}{m['no cache']:>13.2f}{m['cache']:>13.2f}{m['raw']:>10.2f}{m['GETs']:>12.3f}{m['bytes']:>7.3f}"
             f"{m['first batch s']:>8.3f}{m['resume %']:>9.3f}{m['GET/s']:>8.0f}{m['raw MB/s']:>9.0f}{m['bulk MB/s']:>10.0f}"
-            f"{m['in flight']:>10.0f}"
+            f"{m['in flight']:>10.0f}{100 * m['waiting %']:>5.1f} vs {100 * m['local waiting %']:.1f}"
         )
     return 0
 
