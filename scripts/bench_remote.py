@@ -102,23 +102,20 @@ def proxy_to(port: int, delay: float, ports: Any) -> None:
 def consume(batches: Any, pause: float) -> tuple[float, float, int, float]:
     """(seconds to the first batch, tokens/s after it, tokens, the share of the time after it spent waiting for
     the next batch: in the loader, not in the consumer's own 1 ms)."""
-    start = time.perf_counter()
+    start = asked = time.perf_counter()
     first = None
     tokens = 0
     waiting = 0.0
-    batch_of = iter(batches)
-    while True:
-        asked = time.perf_counter()
-        batch = next(batch_of, None)
-        if batch is None:
-            break
+    for batch in batches:
+        now = time.perf_counter()
         if first is None:
-            first = time.perf_counter()
+            first = now
         else:
-            waiting += time.perf_counter() - asked
+            waiting += now - asked
             tokens += batch.inputs.size
         if pause:
             time.sleep(pause)
+        asked = time.perf_counter()
     end = time.perf_counter()
     assert first is not None
     return first - start, tokens / max(end - first, 1e-9), tokens, waiting / max(end - first, 1e-9)
@@ -150,7 +147,7 @@ def one_round(name: str, config: dict[str, Any], local: sb.DocumentStore, option
     """Every measurement of one order, once."""
     url, size, out = "s3://bench/store", local.tokens.nbytes, {}
     seed, config = config["seed"], {k: v for k, v in config.items() if k != "seed"}
-    _, local_rate, _, out["local waiting %"] = consume(sb.Epoch(local, seed=seed, **config), 0.001)
+    _, local_rate, _, out["local waiting"] = consume(sb.Epoch(local, seed=seed, **config), 0.001)
     for cache in (None, 0.01):
         extra = {"cache_dir": tmp / f"cache-{name}-{time.monotonic_ns()}", "cache_bytes": int(cache * size)} if cache else {}
         t0 = time.perf_counter()
@@ -159,7 +156,7 @@ def one_round(name: str, config: dict[str, Any], local: sb.DocumentStore, option
         first, rate, _, waiting = consume(sb.Epoch(remote, seed=seed, **config), 0.001)
         out["cache" if cache else "no cache"] = rate / local_rate
         if not cache:
-            out["waiting %"] = waiting
+            out["waiting"] = waiting
         out["first batch s"] = max(out.get("first batch s", 0.0), opened + first)
     epoch = sb.Epoch(sb.open_store(url, options=options), seed=seed, **config)
     need, ranges = needed(epoch)
@@ -247,7 +244,7 @@ def main() -> int:
         print(
             f"{name:<26}{m['no cache']:>13.2f}{m['cache']:>13.2f}{m['raw']:>10.2f}{m['GETs']:>12.3f}{m['bytes']:>7.3f}"
             f"{m['first batch s']:>8.3f}{m['resume %']:>9.3f}{m['GET/s']:>8.0f}{m['raw MB/s']:>9.0f}{m['bulk MB/s']:>10.0f}"
-            f"{m['in flight']:>10.0f}{100 * m['waiting %']:>5.1f} vs {100 * m['local waiting %']:.1f}"
+            f"{m['in flight']:>10.0f}{100 * m['waiting']:>5.1f} vs {100 * m['local waiting']:.1f}"
         )
     return 0
 
