@@ -184,6 +184,7 @@ def _rank_main(rank: int, world_size: int, rendezvous: str, args: argparse.Names
     )
     try:
         train(rank, world_size, args, store_path)
+        dist.barrier()  # no rank tears gloo down while another still talks to it (a SIGABRT at exit, once in CI)
     finally:
         dist.destroy_process_group()
 
@@ -215,6 +216,7 @@ def main() -> None:
             prepare_store(stdlib_files(args.max_bytes), store_path, quiet=True)
             try:
                 train(rank, world, args, store_path)
+                dist.barrier()  # as in _rank_main
             finally:
                 dist.destroy_process_group()
             if rank:
