@@ -542,12 +542,12 @@ static inline void ask_line(const void *at) {
 #endif
 }
 
-/* Pass 0: every row's look-ups asked for ahead of passes 1 and 2, in two waves over the batch: its first link
- * (row_piece[r], or its packed row's offsets), then the piece it names (the full piece, or the first and last of
- * its tails' pieces).  Each link is a likely miss in a shuffled batch; a wave asks for one link of every row at
- * once, so the misses of the whole batch overlap.  used[i] holds row i's full piece or first tail between the
- * passes (-1: out of range or no piece, left to passes 1 and 2 to report). */
-static void ask_packing(const sources_t *s, const int64_t *rows, int64_t width, int64_t *used) {
+/* Pass 0: every row's look-ups asked for in two waves over the batch: its first link (row_piece[r], or its packed
+ * row's offsets: ask_links), then the piece it names (the full piece, or the first and last of its tails' pieces:
+ * count_pieces, pass 1).  Each link is a likely miss in a shuffled batch; a wave asks for one link of every row at
+ * once, so the misses of the whole batch overlap.  The same waves ask for the next batch's look-ups along this
+ * batch's copy (ask_next), so its passes find them in cache. */
+static void ask_links(const sources_t *s, const int64_t *rows, int64_t width) {
     int64_t i;
     for (i = 0; i < width; i++) {
         const Gatherer *g = source_of(s, i);
@@ -558,64 +558,60 @@ static void ask_packing(const sources_t *s, const int64_t *rows, int64_t width, 
             ask_line((const int64_t *)g->views[OFFSETS].buf + (r - g->full_rows));
         }
     }
-    for (i = 0; i < width; i++) {
-        const Gatherer *g = source_of(s, i);
-        int64_t r = rows[i];
-        used[i] = -1;
-        if (r >= 0 && r < g->full_rows) {
-            uint32_t q = g->row_piece[r];
-            if (q != NO_PIECE) {
-                used[i] = (int64_t)q;
-                ask_line(g->pieces + q);
-            }
-        } else if (r >= g->full_rows && r < g->full_rows + g->counts[OFFSETS] - 1) {
-            const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-            int64_t lo = offsets[r - g->full_rows], hi = offsets[r - g->full_rows + 1];
-            if (lo >= 0 && lo < hi && hi <= g->counts[TAILS]) {
-                used[i] = lo;
-                ask_line(g->tail_pieces + lo);
-                ask_line(g->tail_pieces + hi - 1);
-            }
-        }
-    }
 }
 
-/* Pass 1: the segments of the batch (one per full row, its tails for a packed row); -1 (and *fail) for a row
- * out of range or a packed row without segments. */
-static int64_t count_segments(const sources_t *s, const int64_t *rows, int64_t width, failure *fail) {
+/* Pass 1: the second wave, and the segments of the batch (one per full row, its tails for a packed row): each
+ * row's link read (asked for by ask_links), checked, counted, and the piece it names asked for; used[i] then holds
+ * row i's full piece or first tail (-1: no piece, which locate reports).  Returns the segments, or -1 (and *fail)
+ * for a row out of range or a packed row without segments.  With fail NULL (the next batch's hint: used NULL too)
+ * a bad row is skipped, nothing is reported. */
+static int64_t count_pieces(const sources_t *s, const int64_t *rows, int64_t width, int64_t *used, failure *fail) {
     int64_t segments = 0, i;
     for (i = 0; i < width; i++) {
         const Gatherer *g = source_of(s, i);
-        const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-        int64_t total = g->full_rows + g->counts[OFFSETS] - 1, r = rows[i], lo, hi;
-        if (r < 0 || r >= total) {
+        int64_t r = rows[i], found = -1, lo, hi;
+        if (r >= 0 && r < g->full_rows) {
+            uint32_t q = g->row_piece[r];
+            if (q != NO_PIECE) {
+                found = (int64_t)q;
+                ask_line(g->pieces + q);
+            }
+            segments += 1;
+        } else if (r >= g->full_rows && r < g->full_rows + g->counts[OFFSETS] - 1) {
+            const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
+            lo = offsets[r - g->full_rows];
+            hi = offsets[r - g->full_rows + 1];
+            if (lo >= 0 && hi > lo && hi <= g->counts[TAILS]) {
+                found = lo;
+                ask_line(g->tail_pieces + lo);
+                ask_line(g->tail_pieces + hi - 1);
+                segments += hi - lo;
+            } else if (fail != NULL) {
+                fail->message = "a packed row without segments, or offsets outside the tails";
+                fail->row = i;
+                return -1;
+            }
+        } else if (fail != NULL) {
             fail->message = "row number out of range for this packing";
             fail->row = i;
             return -1;
         }
-        if (r < g->full_rows) {
-            segments += 1;
-            continue;
+        if (used != NULL) {
+            used[i] = found;
         }
-        lo = offsets[r - g->full_rows];
-        hi = offsets[r - g->full_rows + 1];
-        if (lo < 0 || hi <= lo || hi > g->counts[TAILS]) {
-            fail->message = "a packed row without segments, or offsets outside the tails";
-            fail->row = i;
-            return -1;
-        }
-        segments += hi - lo;
     }
     return segments;
 }
 
 /* Pass 2: every segment into the provenance (row in the batch, document, start, targets) and its first token in
  * its source's tokens (at), from the resolved pieces (resolve_packing checked each against its document and the
- * tokens; a marked one is refused here); used[i]: the positions row i fills.  Returns the sequences (segments, and
- * each padded row's padding), or -1 (and *fail).  On entry used[i] is pass 0's piece or first tail of row i. */
+ * tokens; a marked one is refused here); used[i]: the positions row i fills; cu: the sequence boundaries (every
+ * segment, then each padded row's padding, over the flattened w * T positions) and *longest the longest sequence.
+ * Returns the sequences, or -1 (and *fail).  On entry used[i] is pass 1's piece or first tail of row i. */
 static int64_t locate(const sources_t *s, const int64_t *rows, int64_t width, failure *fail, int64_t *const *provenance,
-                      int64_t *at, int64_t *used) {
-    int64_t T = s->gs[0]->T, sequences = 0, k = 0, i, j;
+                      int64_t *at, int64_t *used, int32_t *cu, int64_t *longest) {
+    int64_t T = s->gs[0]->T, sequences = 0, k = 0, i, j, most = 0;
+    cu[0] = 0;
     for (i = 0; i < width; i++) {
         const Gatherer *g = source_of(s, i);
         int64_t r = rows[i], filled = 0, hi;
@@ -638,7 +634,8 @@ static int64_t locate(const sources_t *s, const int64_t *rows, int64_t width, fa
             at[k] = piece->at + (r - piece->first) * T;
             k++;
             used[i] = T;
-            sequences += 1;
+            cu[++sequences] = (int32_t)((i + 1) * T);
+            most = T;
             continue;
         }
         hi = ((const int64_t *)g->views[OFFSETS].buf)[r - g->full_rows + 1];
@@ -656,7 +653,8 @@ static int64_t locate(const sources_t *s, const int64_t *rows, int64_t width, fa
             at[k] = tail->at;
             k++;
             filled += tail->targets;
-            sequences += 1;
+            cu[++sequences] = (int32_t)(i * T + filled);
+            most = tail->targets > most ? tail->targets : most;
         }
         if (filled > T) {
             fail->message = "a packed row holds more than T targets";
@@ -664,20 +662,25 @@ static int64_t locate(const sources_t *s, const int64_t *rows, int64_t width, fa
             return -1;
         }
         used[i] = filled;
-        sequences += filled < T;
+        if (filled < T) { /* the row's padding: one sequence */
+            cu[++sequences] = (int32_t)((i + 1) * T);
+            most = T - filled > most ? T - filled : most;
+        }
     }
+    *longest = most;
     return sequences;
 }
 
 typedef struct {
     char *inputs, *targets, *segment_ids, *position_ids;
-    int32_t *cu;
     uint8_t *mask;
     int64_t *provenance[4]; /* per segment: row in the batch, document, start in the document, targets */
     const int64_t *at;      /* per segment: its first token in its source's tokens (pass 2) */
     int64_t idsize;         /* 2 (int16 ids) or 4 (int32 ids) */
     int64_t segments, target_count, max_seqlen;
     int tabled;             /* target_count is the sum of the rows' row_counts: the token pass counts nothing */
+    const int64_t *next;    /* the next batch's rows (a hint; NULL: none): asked for along the copy (ask_next) */
+    int64_t next_width;
 } outputs;
 
 /* n ids equal to id from position at (ids of idsize bytes). */
@@ -738,7 +741,7 @@ static inline void prefetch_bytes(const char *begin, size_t bytes) {
 #define STREAM_CHUNK 1024
 #endif
 #ifndef STREAM_AHEAD
-#define STREAM_AHEAD 2048
+#define STREAM_AHEAD 6144 /* ~96 lines in flight: a VM's memory latency needs that many to stream (see below) */
 #endif
 
 static int use_rep_movsb; /* set at import: the CPU has FSRM (fast short rep movsb) */
@@ -758,8 +761,12 @@ static inline void copy_chunk(char *to, const char *from, size_t n) {
  * bytes `fixed` or count[k] * size; each piece also reads one token more (its targets' last), asked for with its
  * last bytes.  `copy_piece` copies the next piece's inputs and targets 1 KB at a time (STREAM_CHUNK), asking
  * first for the stream up to STREAM_AHEAD bytes beyond the chunk: the prefetches spread along the copy keep a
- * steady few lines in flight, where asking for a whole piece a few pieces on sent bursts (33 lines for a 2 KB row)
- * that filled the miss buffers and stalled the copy. */
+ * steady stream of lines in flight, where asking for a whole piece a few pieces on sent bursts (33 lines for a 2 KB
+ * row) that filled the miss buffers and stalled the copy.  How far ahead is the memory's latency times the copy's
+ * rate: on this project's 2-core KVM guest (AMD EPYC, Zen 5) 6 KB ahead emitted windows 1.26-1.37x faster than 2 KB
+ * (T=1024 B=32: 0.69-0.74x the memcpy floor became 0.95-0.97x; 4 KB 1.20x, 8 KB 1.31x, 12 KB 1.29x, 16 KB 1.15x:
+ * scripts/bench.py --same-process).  A window batch's stream runs on into the next batch's rows when the caller
+ * names them (`then`), so the next call starts on lines already asked for. */
 typedef struct {
     const char *tokens;
     const int64_t *rows;       /* windows: the pieces' first tokens; NULL: from */
@@ -768,10 +775,22 @@ typedef struct {
     int64_t pieces, piece;     /* pieces; the next not wholly asked for */
     size_t size, fixed;        /* token size; a window row's bytes */
     size_t asked, at, done;    /* stream bytes asked for; bytes of `piece` asked for; stream bytes copied */
+    const int64_t *then;       /* windows: the next batch's rows, asked for once these run out (NULL: none) */
+    int64_t then_pieces;
 } stream_ahead;
 
 static inline void ask(stream_ahead *c, size_t upto) {
-    while (c->asked < upto && c->piece < c->pieces) {
+    while (c->asked < upto) {
+        if (c->piece == c->pieces) { /* this batch all asked for: on into the next batch's rows, if given */
+            if (c->then == NULL) {
+                break;
+            }
+            c->rows = c->then;
+            c->pieces = c->then_pieces;
+            c->piece = 0;
+            c->then = NULL;
+            continue;
+        }
         size_t bytes = c->count ? (size_t)c->count[c->piece] * c->size : c->fixed;
         const char *source = c->rows ? c->tokens + c->rows[c->piece] * (int64_t)c->size : c->from[c->piece];
         size_t take = bytes - c->at < upto - c->asked ? bytes - c->at : upto - c->asked;
@@ -835,6 +854,43 @@ static inline const uint8_t *segment_bits(const sources_t *s, const outputs *o, 
     return (const uint8_t *)h->bits.buf;
 }
 
+/* The next batch's look-ups and its first tokens, asked for while row i of this batch (of `width`) is copied:
+ * its first links at row 0, the pieces they name at the middle row (the links are in by then), and at the last row
+ * the first STREAM_AHEAD bytes of its first row's first segment (its piece is in by then).  Hints only: nothing is
+ * checked or kept, so a bad row merely asks for nothing; the next call's passes still check every row.  The next
+ * batch then finds its look-ups and first tokens in cache where it would wait for three misses in a row (the link,
+ * the piece, the tokens) before its first copy. */
+static void ask_next(const sources_t *s, const outputs *o, int64_t i, int64_t width) {
+    if (o->next == NULL || o->next_width < 1 || s->kinds != NULL) { /* a mixture's next rows: no kinds for them */
+        return;
+    }
+    if (i == 0) {
+        ask_links(s, o->next, o->next_width);
+    }
+    if (i == width / 2) {
+        count_pieces(s, o->next, o->next_width, NULL, NULL);
+    }
+    if (i == width - 1) {
+        const Gatherer *g = s->gs[0];
+        int64_t r = o->next[0], at = -1;
+        if (r >= 0 && r < g->full_rows) {
+            uint32_t q = g->row_piece[r];
+            const full_piece *piece = q != NO_PIECE ? g->pieces + q : NULL;
+            if (piece != NULL && piece->fits > 0 && r - piece->first < piece->fits) {
+                at = piece->at + (r - piece->first) * g->T;
+            }
+        } else if (r >= g->full_rows && r < g->full_rows + g->counts[OFFSETS] - 1) {
+            int64_t lo = ((const int64_t *)g->views[OFFSETS].buf)[r - g->full_rows];
+            if (lo >= 0 && lo < g->counts[TAILS] && g->tail_pieces[lo].targets > 0) {
+                at = g->tail_pieces[lo].at;
+            }
+        }
+        if (at >= 0) {
+            prefetch_bytes((const char *)g->views[TOKENS].buf + at * g->itemsize, STREAM_AHEAD);
+        }
+    }
+}
+
 static void put_tokens(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
     const int64_t *lengths = o->provenance[3];
     const Gatherer *first = s->gs[0];
@@ -842,7 +898,7 @@ static void put_tokens(const sources_t *s, outputs *o, int64_t width, const int6
     const uint8_t *bits = NULL;
     int counting;
     const char *stack[STACK_PIECES], **from = stack;
-    stream_ahead c = {NULL, NULL, NULL, lengths, 0, 0, (size_t)size, 0, 0, 0, 0};
+    stream_ahead c = {NULL, NULL, NULL, lengths, 0, 0, (size_t)size, 0, 0, 0, 0, NULL, 0};
     if (o->segments > STACK_PIECES) {
         from = (const char **)PyMem_RawMalloc((size_t)o->segments * sizeof(*from));
     }
@@ -860,8 +916,18 @@ static void put_tokens(const sources_t *s, outputs *o, int64_t width, const int6
     if (counting && o->segments > 0 && (bits = segment_bits(s, o, 0, &p)) != NULL) {
         prefetch_bits(bits, p, lengths[0]);
     }
+#ifdef ROW_AHEAD
+    int64_t kp = 0;
+    c.pieces = 0;
+#endif
     for (i = 0; i < width; i++) {
         char *inputs = o->inputs + i * T * size, *targets = o->targets + i * T * size;
+        ask_next(s, o, i, width);
+#ifdef ROW_AHEAD
+        for (; kp < o->segments && o->provenance[0][kp] <= i + ROW_AHEAD; kp++) {
+            prefetch_bytes(from ? from[kp] : segment_source(s, o, kp), (size_t)((lengths[kp] + 1) * size));
+        }
+#endif
         for (column = 0; column < used[i]; k++) {
             int64_t n = lengths[k], next_p = 0;
             const uint8_t *next = counting && k + 1 < o->segments ? segment_bits(s, o, k + 1, &next_p) : NULL;
@@ -887,25 +953,16 @@ static void put_tokens(const sources_t *s, outputs *o, int64_t width, const int6
     }
 }
 
-/* One sequence of cu_seqlens: n positions from at. */
-static inline void put_sequence(outputs *o, int64_t *sequence, int64_t at, int64_t n) {
-    o->cu[++*sequence] = (int32_t)(at + n);
-    if (n > o->max_seqlen) {
-        o->max_seqlen = n;
-    }
-}
-
 #ifndef MASK_AHEAD
 #define MASK_AHEAD 4 /* segments: a segment's mask bits are asked for while the ones before it are unpacked */
 #endif
 
-/* Pass 5: loss mask, segment and position ids, cu_seqlens, per segment then for each row's padding.  A row of a
+/* Pass 5: loss mask, segment and position ids, per segment then for each row's padding (cu_seqlens: locate).  A row of a
  * source with mask bits takes its targets' bits (a segment's first target is token starts[d] + start + 1). */
 static void put_ids_and_masks(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
     const int64_t *in_row = o->provenance[0], *lengths = o->provenance[3];
     const Gatherer *g = s->gs[0]; /* T and the position template: every source's alike */
-    int64_t T = g->T, k = 0, sequence = 0, i, column;
-    o->cu[0] = 0;
+    int64_t T = g->T, k = 0, i, column;
     for (i = 0; i < width; i++) {
         const Gatherer *h = source_of(s, i);
         const uint8_t *bits = h->has_bits ? (const uint8_t *)h->bits.buf : NULL;
@@ -927,47 +984,24 @@ static void put_ids_and_masks(const sources_t *s, outputs *o, int64_t width, con
             }
             put_ids(o->segment_ids, o->idsize, at + column, n, id);
             put_positions(g, o->position_ids, o->idsize, at + column, n);
-            put_sequence(o, &sequence, at + column, n);
             column += n;
         }
         if (column < T) {
             memset(o->mask + at + column, 0, (size_t)(T - column));
             put_ids(o->segment_ids, o->idsize, at + column, T - column, -1);
             put_positions(g, o->position_ids, o->idsize, at + column, T - column);
-            put_sequence(o, &sequence, at + column, T - column);
-        }
-    }
-}
-
-/* Pass 5 without the columns (Gatherer.gather_tokens, whose token pass counted the targets): cu_seqlens and the
- * longest sequence. */
-static void put_sequences(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
-    const int64_t *lengths = o->provenance[3];
-    int64_t T = s->gs[0]->T, k = 0, sequence = 0, i, column;
-    o->cu[0] = 0;
-    for (i = 0; i < width; i++) {
-        int64_t at = i * T;
-        for (column = 0; column < used[i]; k++) {
-            int64_t n = lengths[k];
-            put_sequence(o, &sequence, at + column, n);
-            column += n;
-        }
-        if (column < T) {
-            put_sequence(o, &sequence, at + column, T - column);
         }
     }
 }
 
 /* The passes a call asks for: tokens (inputs, targets) when o->inputs is set; the columns (mask, ids) when o->mask
- * is, else only the sequences (gather_tokens: no mask always comes with the tokens, whose pass counts). */
+ * is (gather_tokens: no mask always comes with the tokens, whose pass counts). */
 static void fill(const sources_t *s, outputs *o, int64_t width, const int64_t *used) {
     if (o->inputs != NULL) {
         put_tokens(s, o, width, used);
     }
     if (o->mask != NULL) {
         put_ids_and_masks(s, o, width, used);
-    } else {
-        put_sequences(s, o, width, used);
     }
 }
 
@@ -1074,17 +1108,19 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
     /* arrays: inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance (4, segments); those
      * not wanted are None */
     enum { INPUTS, TARGETS, SEGMENT_IDS, POSITION_IDS, LOSS_MASK, CU_SEQLENS, PROVENANCE, ARRAYS };
-    Py_buffer rows_view, kinds_view;
+    Py_buffer rows_view, kinds_view, next_view;
     const void *data = NULL;
     const int64_t *rows;
-    int k, rows_viewed = 0, kinds_viewed = 0;
-    int64_t width, kinds_count, sequences, segments = 0, idsize = self->T < (1 << 15) ? 2 : 4;
+    int k, rows_viewed = 0, kinds_viewed = 0, next_viewed = 0;
+    int64_t width, kinds_count, next_width = 0, sequences, segments = 0, idsize = self->T < (1 << 15) ? 2 : 4;
     failure fail = {NULL, 0};
     outputs o;
     PyObject *arrays[ARRAYS] = {NULL};
     PyObject *result = NULL;
     int64_t stack[STACK_ROWS], *scratch = stack; /* per row: the positions its segments fill */
     int64_t stack_at[STACK_PIECES], *at = stack_at; /* per segment: its first token (pass 2) */
+    int32_t stack_cu[STACK_PIECES + STACK_ROWS + 1], *cu = stack_cu; /* cu_seqlens (pass 2): segments + rows + 1 */
+    int64_t longest = 0;
     Gatherer *alone[1], *many[MAX_SOURCES];
     sources_t s;
     alone[0] = self;
@@ -1094,9 +1130,19 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_ValueError, "Gatherer.gather(): not initialised");
         return NULL;
     }
-    if (nargs != 1 && nargs != 3) {
-        PyErr_Format(PyExc_TypeError, "Gatherer.gather() (and gather_tokens, columns) takes 1 argument (rows) or 3 (rows, kinds, sources), got %zd", nargs);
+    if (nargs < 1 || nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "Gatherer.gather() (and gather_tokens, columns) takes 1 argument (rows), 2 (rows, next) or 3 (rows, kinds, sources), got %zd", nargs);
         return NULL;
+    }
+    o.next = NULL;
+    o.next_width = 0;
+    if (nargs == 2 && args[1] != Py_None) { /* the next batch's rows: a hint, asked for along this batch's copy */
+        if (vector_of(args[1], NPY_INT64, "qlQL", 8, "next must be int64", &next_view, &next_viewed, &data,
+                      &next_width) < 0) {
+            goto done;
+        }
+        o.next = (const int64_t *)data;
+        o.next_width = next_width;
     }
     if (vector_of(args[0], NPY_INT64, "qlQL", 8, "rows must be int64", &rows_view, &rows_viewed, &data, &width) < 0) {
         goto done;
@@ -1124,8 +1170,8 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
             goto done;
         }
     }
-    ask_packing(&s, rows, width, scratch);
-    segments = count_segments(&s, rows, width, &fail);
+    ask_links(&s, rows, width);
+    segments = count_pieces(&s, rows, width, scratch, &fail);
     if (segments >= 0) {
         arrays[PROVENANCE] = new_array(4, (npy_intp)segments, NPY_INT64);
         if (arrays[PROVENANCE] == NULL) {
@@ -1142,8 +1188,15 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
             goto done;
         }
     }
+    if (segments > STACK_PIECES || width > STACK_ROWS) {
+        cu = (int32_t *)PyMem_Malloc((size_t)(segments + width + 1) * sizeof(int32_t));
+        if (cu == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
     o.at = at;
-    sequences = segments < 0 ? -1 : locate(&s, rows, width, &fail, o.provenance, at, scratch);
+    sequences = segments < 0 ? -1 : locate(&s, rows, width, &fail, o.provenance, at, scratch, cu, &longest);
     if (sequences < 0) {
         PyErr_Format(PyExc_ValueError, "row %lld of the batch: %s", (long long)fail.row, fail.message);
         goto done;
@@ -1177,10 +1230,11 @@ static PyObject *gatherer_run(Gatherer *self, PyObject *const *args, Py_ssize_t 
     o.segment_ids = want & WANT_COLUMNS ? (char *)ARRAY_DATA(arrays[SEGMENT_IDS]) : NULL;
     o.position_ids = want & WANT_COLUMNS ? (char *)ARRAY_DATA(arrays[POSITION_IDS]) : NULL;
     o.mask = want & WANT_COLUMNS ? (uint8_t *)ARRAY_DATA(arrays[LOSS_MASK]) : NULL;
-    o.cu = (int32_t *)ARRAY_DATA(arrays[CU_SEQLENS]);
+    memcpy(ARRAY_DATA(arrays[CU_SEQLENS]), cu, (size_t)(sequences + 1) * sizeof(int32_t));
     o.idsize = idsize;
     o.segments = segments;
-    o.target_count = o.max_seqlen = 0;
+    o.target_count = 0;
+    o.max_seqlen = longest;
     o.tabled = !(want & WANT_COLUMNS); /* the token pass alone: counted from the rows' tables where each has one */
     for (k = 0; o.tabled && k < width; k++) {
         const Gatherer *h = source_of(&s, k);
@@ -1218,6 +1272,9 @@ done:
     if (at != stack_at) {
         PyMem_Free(at);
     }
+    if (cu != stack_cu) {
+        PyMem_Free(cu);
+    }
     for (k = 0; k < ARRAYS; k++) {
         Py_XDECREF(arrays[k]);
     }
@@ -1226,6 +1283,9 @@ done:
     }
     if (kinds_viewed) {
         PyBuffer_Release(&kinds_view);
+    }
+    if (next_viewed) {
+        PyBuffer_Release(&next_view);
     }
     return result;
 }
@@ -1459,7 +1519,7 @@ static PyTypeObject GathererType = {
  */
 
 #ifndef WINDOW_AHEAD
-#define WINDOW_AHEAD 4 /* rows: a row's tokens are read from memory while the ones before it are copied */
+#define WINDOW_AHEAD 16 /* rows: a row's tokens are read from memory while the ones before it are copied */
 #endif
 
 typedef struct {
@@ -1546,12 +1606,12 @@ static int window_init(WindowGatherer *self, PyObject *args, PyObject *kwargs) {
  * under 1 KB gain nothing from it (T=128: its bookkeeping and the string copy's start cost more per row). */
 
 static int64_t copy_windows(const WindowGatherer *self, const int64_t *rows, int64_t width, char *inputs, char *targets,
-                            const uint8_t *bits) {
+                            const uint8_t *bits, const int64_t *next, int64_t next_width) {
     const char *tokens = (const char *)self->view.buf;
     size_t size = self->itemsize, bytes = (size_t)self->T * size;
     int64_t i, total = 0;
     if (bytes >= STREAM_CHUNK) { /* each row's bits asked for a row ahead, counted after its copy */
-        stream_ahead c = {tokens, rows, NULL, NULL, width, 0, size, bytes, 0, 0, 0};
+        stream_ahead c = {tokens, rows, NULL, NULL, width, 0, size, bytes, 0, 0, 0, next, next_width};
         if (bits != NULL && width > 0) {
             prefetch_bits(bits, rows[0] + 1, self->T);
         }
@@ -1574,6 +1634,8 @@ static int64_t copy_windows(const WindowGatherer *self, const int64_t *rows, int
         const char *source = tokens + rows[i] * (int64_t)size;
         if (i + WINDOW_AHEAD < width) {
             prefetch_bytes(tokens + rows[i + WINDOW_AHEAD] * (int64_t)size, bytes + size);
+        } else if (i + WINDOW_AHEAD - width < next_width) { /* the next batch's first rows */
+            prefetch_bytes(tokens + next[i + WINDOW_AHEAD - width] * (int64_t)size, bytes + size);
         }
         memcpy(inputs + (size_t)i * bytes, source, bytes);
         memcpy(targets + (size_t)i * bytes, source + size, bytes);
@@ -1581,12 +1643,12 @@ static int64_t copy_windows(const WindowGatherer *self, const int64_t *rows, int
     return total;
 }
 
-static PyObject *window_run(WindowGatherer *self, PyObject *rows_object, int counted) {
-    Py_buffer rows_view;
+static PyObject *window_run(WindowGatherer *self, PyObject *const *args, Py_ssize_t nargs, int counted) {
+    Py_buffer rows_view, next_view;
     const void *data = NULL;
-    const int64_t *rows;
-    int rows_viewed = 0;
-    int64_t width = 0, i;
+    const int64_t *rows, *next = NULL;
+    int rows_viewed = 0, next_viewed = 0;
+    int64_t width = 0, next_width = 0, i;
     PyObject *inputs = NULL, *targets = NULL, *result = NULL;
     const uint8_t *bits = NULL;
     int64_t total = 0;
@@ -1601,7 +1663,23 @@ static PyObject *window_run(WindowGatherer *self, PyObject *rows_object, int cou
     if (counted) {
         bits = (const uint8_t *)self->bits.buf;
     }
-    if (vector_of(rows_object, NPY_INT64, "qlQL", 8, "rows must be int64", &rows_view, &rows_viewed, &data, &width) < 0) {
+    if (nargs != 1 && nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "WindowGatherer.gather() takes 1 argument (rows) or 2 (rows, next), got %zd", nargs);
+        return NULL;
+    }
+    if (nargs == 2 && args[1] != Py_None) { /* the next batch's rows: a hint, asked for as this batch's copy ends */
+        if (vector_of(args[1], NPY_INT64, "qlQL", 8, "next must be int64", &next_view, &next_viewed, &data,
+                      &next_width) < 0) {
+            goto done;
+        }
+        next = (const int64_t *)data;
+        for (i = 0; i < next_width; i++) {
+            if ((uint64_t)next[i] >= (uint64_t)self->records) { /* a hint outside the tokens: none */
+                next_width = 0;
+            }
+        }
+    }
+    if (vector_of(args[0], NPY_INT64, "qlQL", 8, "rows must be int64", &rows_view, &rows_viewed, &data, &width) < 0) {
         goto done;
     }
     rows = (const int64_t *)data;
@@ -1619,10 +1697,10 @@ static PyObject *window_run(WindowGatherer *self, PyObject *rows_object, int cou
     }
     if (width * self->T >= GIL_POSITIONS) {
         Py_BEGIN_ALLOW_THREADS
-        total = copy_windows(self, rows, width, (char *)ARRAY_DATA(inputs), (char *)ARRAY_DATA(targets), bits);
+        total = copy_windows(self, rows, width, (char *)ARRAY_DATA(inputs), (char *)ARRAY_DATA(targets), bits, next, next_width);
         Py_END_ALLOW_THREADS
     } else {
-        total = copy_windows(self, rows, width, (char *)ARRAY_DATA(inputs), (char *)ARRAY_DATA(targets), bits);
+        total = copy_windows(self, rows, width, (char *)ARRAY_DATA(inputs), (char *)ARRAY_DATA(targets), bits, next, next_width);
     }
     if (counted) {
         PyObject *count = PyLong_FromLongLong((long long)total);
@@ -1637,22 +1715,27 @@ done:
     if (rows_viewed) {
         PyBuffer_Release(&rows_view);
     }
+    if (next_viewed) {
+        PyBuffer_Release(&next_view);
+    }
     return result;
 }
 
-static PyObject *window_gather(WindowGatherer *self, PyObject *rows_object) {
-    return window_run(self, rows_object, 0);
+static PyObject *window_gather(WindowGatherer *self, PyObject *const *args, Py_ssize_t nargs) {
+    return window_run(self, args, nargs, 0);
 }
 
-static PyObject *window_gather_counted(WindowGatherer *self, PyObject *rows_object) {
-    return window_run(self, rows_object, 1);
+static PyObject *window_gather_counted(WindowGatherer *self, PyObject *const *args, Py_ssize_t nargs) {
+    return window_run(self, args, nargs, 1);
 }
 
 static PyMethodDef window_methods[] = {
-    {"gather", (PyCFunction)window_gather, METH_O,
-     "gather(rows) -> (inputs, targets): (w, T) arrays of the windows starting at int64 rows (IndexError outside)"},
-    {"gather_counted", (PyCFunction)window_gather_counted, METH_O,
-     "gather_counted(rows) -> (inputs, targets, count): gather's arrays and the set bits of their targets (made with bits)"},
+    {"gather", (PyCFunction)(void (*)(void))window_gather, METH_FASTCALL,
+     "gather(rows[, next]) -> (inputs, targets): (w, T) arrays of the windows starting at int64 rows (IndexError "
+     "outside); next: the next batch's rows, asked for as this copy ends (a hint)"},
+    {"gather_counted", (PyCFunction)(void (*)(void))window_gather_counted, METH_FASTCALL,
+     "gather_counted(rows[, next]) -> (inputs, targets, count): gather's arrays and the set bits of their targets "
+     "(made with bits)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -372,6 +372,8 @@ def test_the_kernel_refuses_bad_kinds_and_unlike_sources() -> None:
     with pytest.raises(TypeError, match="a tuple of 1 to 256"):
         g0.gather(rows, np.array([0, 1], np.uint8), [g0, g1])
     with pytest.raises(TypeError, match="takes 1 argument"):
+        g0.gather(rows, np.array([0, 1], np.uint8), (g0, g1), rows)
+    with pytest.raises(TypeError, match="next must be int64"):  # two arguments: rows and the next batch's rows
         g0.gather(rows, np.array([0, 1], np.uint8))
     other = mix([packed_source(0, [9, 5], T=2)], [1], seed=1).space.packed_gather().gatherers[0]
     with pytest.raises(ValueError, match=r"sources\[1\] has T=2"):

@@ -309,8 +309,9 @@ def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[MiniBa
             if tokens is None:
                 yield emit(space, here, batch)
                 continue
-            try:
-                inputs, targets, _, _, _, cu_seqlens, segments, count, longest = tokens(here)
+            try:  # the next batch's rows ride along: the kernel asks for their look-ups as this copy goes
+                made = tokens(here, numbers[at + batch_size : at + 2 * batch_size])
+                inputs, targets, _, _, _, cu_seqlens, segments, count, longest = made
             except (ValueError, MemoryError):  # refused, or too large: emit words the error
                 yield emit(space, here, batch)
                 continue

@@ -407,6 +407,11 @@ def _blocks(windows: Any, size: int, batches: range, gather: Gather) -> Iterator
         yield group, positions, gather.where(positions)
 
 
+def _numpy_take(take: Callable[[Any], tuple[Any, Any]]) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """*take* in the C gather's call shape ``(rows, next)``: numpy asks for nothing ahead."""
+    return lambda rows, _next: take(rows)
+
+
 def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[MiniBatch]:
     """Batches *batches* of *windows* chunked by *size*, with the per-batch work cut to the gather itself.
 
@@ -428,23 +433,23 @@ def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[Min
             lo = 0
             for batch in group:
                 here = positions[lo : lo + size]
-                try:
-                    inputs, targets, count = c_counted(here)
+                try:  # the next batch's rows ride along: the kernel asks for them as this copy ends
+                    inputs, targets, count = c_counted(here, positions[lo + size : lo + 2 * size])
                 except (IndexError, TypeError):  # refused by the C gather: the numpy path decides (DataError)
                     inputs, targets, count = take_counted(here)
                 yield row_batch(batch, inputs, targets, here, spaces, count, window_columns)
                 lo += size
         return
     take = gather.take
-    c_take = take if kernel is None else kernel.gather
+    c_take = _numpy_take(take) if kernel is None else kernel.gather
     masks = None if unpack is None else (unpack, mask_counter(space))
     for group, positions, rows in _blocks(windows, size, batches, gather):
         same, lo = rows is positions, 0
         for batch in group:
             here = positions[lo : lo + size]
             at = here if same else rows[lo : lo + size]
-            try:
-                inputs, targets = c_take(at)
+            try:  # the next batch's rows ride along: the kernel asks for them as this copy ends
+                inputs, targets = c_take(at, rows[lo + size : lo + 2 * size])
             except (IndexError, TypeError):  # refused by the C gather: the numpy path decides (DataError)
                 inputs, targets = take(at)
             if masks is None:
