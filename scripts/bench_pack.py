@@ -6,6 +6,7 @@
     python scripts/bench_pack.py --emission-only --emit-reps 9   # only window vs packed emission
     python scripts/bench_pack.py --kernels 11     # only the two C gathers, kernel against kernel, by row kind
     python scripts/bench_pack.py --resolve 3e7    # only the cost of making a packed gatherer of 3e7 documents
+    python scripts/bench_pack.py --splits 11      # only rows of two segments: equal halves vs a random split
 
 Only document lengths are needed: ``bench.synthetic_lengths`` (lognormal, median
 ~1,500 tokens, clipped to [1, 50,000], ~20,000 documents for 5e7 tokens).
@@ -37,6 +38,9 @@ epoch's mix of rows, on full rows only (a window's exact bytes), on packed rows
 of tails only; the window gather on the full rows' own token positions; and the
 window gather on twice as many rows of ``T // 2`` tokens from random places (a
 tail row is about two such segments).
+``--splits N``: what variable segment lengths cost alone: the packed gather on a synthetic packing whose rows
+are two segments from random places, split in equal halves or at a random column, against the window gather
+on rows of T and on rows of T/2 from the same places (N interleaved repeats).
 ``--resolve D``: seconds to make a packed C gatherer (it resolves the packing
 once: ``resolve_packing`` in ``_row_gather.c``) of D synthetic documents of 3
 full rows and a tail each, and the bytes its tables take.
@@ -51,6 +55,7 @@ import sys
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -212,6 +217,51 @@ def kernels(store: sb.DocumentStore, T: int, B: int, reps: int) -> None:
         print(f"{name:>38} | {m:.3f} ns/position | {base / m:.2f}x the window rows' rate")
 
 
+def splits(T: int, B: int, reps: int, tokens_count: int = 50_000_000, rows: int = 20_000) -> None:
+    """The packed gather on rows of two segments from random places, split in equal halves or at a uniformly random
+    column, against the window gather on rows of T and of T/2 at the same places: what variable lengths cost alone.
+
+    A synthetic packing with no full rows: packed row i holds two one-tail documents placed at random in the
+    tokens (a document of n + 1 tokens is a tail of n targets), so the rows hold the same bytes from the same
+    places in every kind; only the split differs.
+    """
+    from streambatch._row_gather import Gatherer, WindowGatherer
+
+    tokens = np.random.default_rng(1).integers(0, 50_257, tokens_count, dtype=np.uint16)
+    rng = np.random.default_rng(5)
+    starts = rng.integers(0, tokens_count - 2 * T - 2, 2 * rows).astype(np.int64)
+    cut = rng.integers(1, T, rows)
+    none = np.zeros(0, dtype=np.int64)
+    offsets, tails = np.arange(0, 2 * rows + 1, 2, dtype=np.int64), np.arange(2 * rows, dtype=np.uint32)
+
+    def packed(targets: np.ndarray) -> Any:
+        return Gatherer(tokens, starts, targets.astype(np.int64) + 1, none, none, offsets, tails, T, 0, 0).gather_tokens
+
+    halves, split = np.full(2 * rows, T // 2), np.empty(2 * rows, dtype=np.int64)
+    split[0::2], split[1::2] = cut, T - cut
+    order = rng.permutation(rows)
+    batches = [order[i : i + B].astype(np.int64) for i in range(0, rows - B + 1, B)]
+    pairs = [np.stack([starts[2 * b], starts[2 * b + 1]], 1).ravel() for b in batches]
+    kinds = {
+        "window rows of T": (WindowGatherer(tokens, T).gather, [starts[2 * b] for b in batches]),
+        "window rows of T/2, two per row": (WindowGatherer(tokens, T // 2).gather, pairs),
+        "packed rows, halves": (packed(halves), batches),
+        "packed rows, random split": (packed(split), batches),
+    }
+    seen: dict[str, list[float]] = {name: [] for name in kinds}
+    for _ in range(reps):
+        for name, (call, work) in kinds.items():
+            start = time.perf_counter()
+            for r in work:
+                call(r)
+            seen[name].append((time.perf_counter() - start) / (len(work) * B * T) * 1e9)
+    base = statistics.median(seen["window rows of T"])
+    print(f"rows of two segments, T={T}, B={B}, {len(batches)} batches each, median of {reps} interleaved repeats")
+    for name, values in seen.items():
+        m = statistics.median(values)
+        print(f"{name:>32} | {m:.3f} ns/position | {base / m:.2f}x the window rows' rate")
+
+
 def resolve_cost(documents: int, T: int = 1024, runs: int = 3) -> None:
     """Seconds to make a packed C gatherer of *documents* documents of 3 full rows and a tail each."""
     from streambatch._row_gather import Gatherer
@@ -250,10 +300,14 @@ def main() -> None:
     parser.add_argument("--emission-only", action="store_true", help="only the window vs packed emission comparison")
     parser.add_argument("--kernels", type=int, default=0, help="only the C gathers by row kind, this many repeats")
     parser.add_argument("--resolve", type=float, default=0, help="only the cost of a packed gatherer of D documents")
+    parser.add_argument("--splits", type=int, default=0, help="only rows of two segments by split, this many repeats")
     args = parser.parse_args()
     configs = [(int(t), int(b)) for t, b in (c.split(":") for c in args.emit.split(","))]
     if args.resolve:
         resolve_cost(int(args.resolve))
+        return
+    if args.splits:
+        splits(*configs[0], args.splits)
         return
     if args.kernels:
         kernels(emission_store(int(args.emit_tokens)), *configs[0], args.kernels)

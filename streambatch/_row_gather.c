@@ -870,23 +870,33 @@ static void ask_next(const sources_t *s, const outputs *o, int64_t i, int64_t wi
     if (i == width / 2) {
         count_pieces(s, o->next, o->next_width, NULL, NULL);
     }
-    if (i == width - 1) {
+    if (i == width - 1) { /* the stream runs on into the next batch's first segments, STREAM_AHEAD bytes of them */
         const Gatherer *g = s->gs[0];
-        int64_t r = o->next[0], at = -1;
-        if (r >= 0 && r < g->full_rows) {
-            uint32_t q = g->row_piece[r];
-            const full_piece *piece = q != NO_PIECE ? g->pieces + q : NULL;
-            if (piece != NULL && piece->fits > 0 && r - piece->first < piece->fits) {
-                at = piece->at + (r - piece->first) * g->T;
+        const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
+        const char *tokens = (const char *)g->views[TOKENS].buf;
+        int64_t budget = STREAM_AHEAD, size = g->itemsize, row, j;
+        for (row = 0; row < o->next_width && budget > 0; row++) {
+            int64_t r = o->next[row];
+            if (r >= 0 && r < g->full_rows) {
+                uint32_t q = g->row_piece[r];
+                const full_piece *piece = q != NO_PIECE ? g->pieces + q : NULL;
+                if (piece != NULL && piece->fits > 0 && r - piece->first < piece->fits) {
+                    int64_t bytes = (g->T + 1) * size;
+                    prefetch_bytes(tokens + (piece->at + (r - piece->first) * g->T) * size,
+                                   (size_t)(bytes < budget ? bytes : budget));
+                    budget -= bytes;
+                }
+            } else if (r >= g->full_rows && r < g->full_rows + g->counts[OFFSETS] - 1) {
+                int64_t lo = offsets[r - g->full_rows], hi = offsets[r - g->full_rows + 1];
+                for (j = lo; j >= 0 && j < hi && hi <= g->counts[TAILS] && budget > 0; j++) {
+                    const tail_piece *tail = g->tail_pieces + j;
+                    int64_t bytes = (tail->targets + 1) * size;
+                    if (tail->targets > 0) {
+                        prefetch_bytes(tokens + tail->at * size, (size_t)(bytes < budget ? bytes : budget));
+                        budget -= bytes;
+                    }
+                }
             }
-        } else if (r >= g->full_rows && r < g->full_rows + g->counts[OFFSETS] - 1) {
-            int64_t lo = ((const int64_t *)g->views[OFFSETS].buf)[r - g->full_rows];
-            if (lo >= 0 && lo < g->counts[TAILS] && g->tail_pieces[lo].targets > 0) {
-                at = g->tail_pieces[lo].at;
-            }
-        }
-        if (at >= 0) {
-            prefetch_bytes((const char *)g->views[TOKENS].buf + at * g->itemsize, STREAM_AHEAD);
         }
     }
 }

@@ -219,3 +219,27 @@ def test_the_c_gather_refuses_exactly_the_rows_reaching_past_its_tokens(seed: in
                 short.gather(number)
             with pytest.raises(ValueError, match="outside the source's tokens"):
                 short.gather_tokens(np.array([r, 0], dtype=np.int64) if len(rows) > 1 else number)
+
+
+@pytest.mark.skipif(rows_module.GATHER_BACKEND != "c", reason="the C packed gather is not built")
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), T=st.integers(1, 40), data=st.data())
+def test_the_next_batch_hint_changes_nothing(seed: int, T: int, data: st.DataObject) -> None:
+    """``gather_tokens(rows, next)`` (and ``gather``) ask for the next batch's look-ups and first tokens along the
+    copy: every array is the one of a call without the hint, for any next (rows of the packing, out of range,
+    negative, empty, None), and a row the call refuses is refused the same way."""
+    rows = sb.pack(_random_store(count=30, T=T, seed=seed), context_length=T)
+    gatherer = rows_module.packed_gatherer(rows.space)
+    n = len(rows)
+    numbers = np.array(data.draw(st.lists(st.integers(0, max(n - 1, 0)), max_size=20)) if n else [], dtype=np.int64)
+    hint = data.draw(st.one_of(st.none(), st.lists(st.integers(-(2**62), 2**62) | st.integers(0, n + 2), max_size=20)))
+    next_rows = None if hint is None else np.array(hint, dtype=np.int64)
+    for call in (gatherer.gather_tokens, gatherer.gather):
+        plain, hinted = call(numbers), call(numbers, next_rows)
+        assert [a.tolist() if isinstance(a, np.ndarray) else a for a in plain] == [
+            a.tolist() if isinstance(a, np.ndarray) else a for a in hinted
+        ]
+    bad = np.array([n], dtype=np.int64)
+    for args in ((bad,), (bad, numbers)):
+        with pytest.raises(ValueError, match="row 0 of the batch: row number out of range"):
+            gatherer.gather_tokens(*args)

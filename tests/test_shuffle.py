@@ -257,17 +257,24 @@ def test_backends_agree_on_larger_counts(backend: str, count: int) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_scratch_memory_does_not_grow_with_count(backend: str) -> None:
-    """Beyond *out*, scratch stays bounded: the C loop allocates nothing, numpy at most ~200 bytes per block step."""
+    """Beyond *out*, scratch stays bounded: the C loop allocates nothing, numpy at most ~200 bytes per block step.
+
+    tracemalloc counts every thread's allocations, so a thread an earlier test left winding down can only add to
+    a reading: each count's peak is the least of three runs (seen once in the whole suite: a stray reading).
+    """
     peaks = []
     for count in (20_000, 400_000):
         out = np.empty(count, dtype=np.uint32)
+        runs = []
         with backend_of(backend, 2048):
-            tracemalloc.start()
-            try:
-                shuffled_order(count, 11, out=out)
-                peaks.append(tracemalloc.get_traced_memory()[1])
-            finally:
-                tracemalloc.stop()
+            for _ in range(3):
+                tracemalloc.start()
+                try:
+                    shuffled_order(count, 11, out=out)
+                    runs.append(tracemalloc.get_traced_memory()[1])
+                finally:
+                    tracemalloc.stop()
+        peaks.append(min(runs))
     assert max(peaks) < (4096 if backend == "c" else 200 * 2048)
 
 

@@ -113,3 +113,28 @@ def test_corpus_span_gather_c_equals_numpy(sizes: list[int], context_length: int
     if starts.size == 0:
         return
     assert _outcome(fast, fast.where(starts)) == _outcome(slow, slow.where(starts))
+
+
+@needs_c
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(9, 400),
+    context_length=st.integers(1, 600),
+    seed=st.integers(0, 2**16),
+    data=st.data(),
+)
+def test_the_next_batch_hint_changes_nothing(size: int, context_length: int, seed: int, data: st.DataObject) -> None:
+    """``gather(rows, next)`` asks for the next batch's rows as its copy ends: the arrays are ``gather(rows)``'s for
+    any next (in range, out of range, negative, empty, None; rows long and short of the stream's 1 KB chunk)."""
+    T = min(context_length, size - 1)
+    tokens = _tokens(size, np.uint16, seed)
+    kernel = gather_module._CWindowGatherer(tokens, T)
+    rows = np.array(data.draw(st.lists(st.integers(0, size - T - 1), max_size=40)), dtype=np.int64)
+    hint = data.draw(st.one_of(st.none(), st.lists(st.integers(-(2**62), 2**62), max_size=40)))
+    next_rows = None if hint is None else np.array(hint, dtype=np.int64)
+    plain, hinted = kernel.gather(rows), kernel.gather(rows, next_rows)
+    assert [a.tolist() for a in plain] == [a.tolist() for a in hinted]
+    with pytest.raises(TypeError, match="next must be int64"):
+        kernel.gather(rows, np.zeros(2, dtype=np.int32))
+    with pytest.raises(TypeError, match="takes 1 argument"):
+        kernel.gather(rows, rows, rows)
