@@ -203,18 +203,26 @@ def kernels(store: sb.DocumentStore, T: int, B: int, reps: int) -> None:
         "window rows at the full rows' tokens": (windows.gather, [np.asarray(a, dtype=np.int64) for a in full_at]),
         "window rows of T/2 from random places": (halves.gather, list(random_starts)),  # 2B rows: as many positions
     }
+    title = f"C gathers alone, T={T}, B={B}, {batches} batches each, median of {reps} interleaved repeats"
+    time_kinds(title, kinds, B * T, reps)
+
+
+def time_kinds(title: str, kinds: dict[str, tuple[Any, list[np.ndarray]]], positions: int, reps: int) -> None:
+    """ns per position of each kind's call over its batches (*positions* each), repeats interleaved; the medians,
+    and each against the first kind's rate."""
     seen: dict[str, list[float]] = {name: [] for name in kinds}
     for _ in range(reps):
-        for name, (call, rows) in kinds.items():
+        for name, (call, work) in kinds.items():
             start = time.perf_counter()
-            for r in rows:
+            for r in work:
                 call(r)
-            seen[name].append((time.perf_counter() - start) / (len(rows) * B * T) * 1e9)
-    base = statistics.median(seen["window rows"])
-    print(f"C gathers alone, T={T}, B={B}, {batches} batches each, median of {reps} interleaved repeats")
+            seen[name].append((time.perf_counter() - start) / (len(work) * positions) * 1e9)
+    first = next(iter(kinds))
+    base = statistics.median(seen[first])
+    print(title)
     for name, values in seen.items():
         m = statistics.median(values)
-        print(f"{name:>38} | {m:.3f} ns/position | {base / m:.2f}x the window rows' rate")
+        print(f"{name:>38} | {m:.3f} ns/position | {base / m:.2f}x the {first}' rate")
 
 
 def splits(T: int, B: int, reps: int, tokens_count: int = 50_000_000, rows: int = 20_000) -> None:
@@ -243,23 +251,13 @@ def splits(T: int, B: int, reps: int, tokens_count: int = 50_000_000, rows: int 
     batches = [order[i : i + B].astype(np.int64) for i in range(0, rows - B + 1, B)]
     pairs = [np.stack([starts[2 * b], starts[2 * b + 1]], 1).ravel() for b in batches]
     kinds = {
-        "window rows of T": (WindowGatherer(tokens, T).gather, [starts[2 * b] for b in batches]),
+        "window rows": (WindowGatherer(tokens, T).gather, [starts[2 * b] for b in batches]),
         "window rows of T/2, two per row": (WindowGatherer(tokens, T // 2).gather, pairs),
         "packed rows, halves": (packed(halves), batches),
         "packed rows, random split": (packed(split), batches),
     }
-    seen: dict[str, list[float]] = {name: [] for name in kinds}
-    for _ in range(reps):
-        for name, (call, work) in kinds.items():
-            start = time.perf_counter()
-            for r in work:
-                call(r)
-            seen[name].append((time.perf_counter() - start) / (len(work) * B * T) * 1e9)
-    base = statistics.median(seen["window rows of T"])
-    print(f"rows of two segments, T={T}, B={B}, {len(batches)} batches each, median of {reps} interleaved repeats")
-    for name, values in seen.items():
-        m = statistics.median(values)
-        print(f"{name:>32} | {m:.3f} ns/position | {base / m:.2f}x the window rows' rate")
+    title = f"rows of two segments, T={T}, B={B}, {len(batches)} batches each, median of {reps} interleaved repeats"
+    time_kinds(title, kinds, B * T, reps)
 
 
 def resolve_cost(documents: int, T: int = 1024, runs: int = 3) -> None:

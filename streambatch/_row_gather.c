@@ -17,11 +17,12 @@
  * padded row's padding) cu_seqlens over the flattened w * T positions; per
  * segment its provenance (row in the batch, document, start, targets).  Ids
  * are int16 when T < 2**15, else int32 (_pack_gather.id_dtype).  Passes: ask
- * for every row's look-ups at once (0); count the segments (1); locate
- * each (2: its provenance and first token); copy every segment's inputs and targets
+ * for every row's first look-up at once (0); check and count the segments, asking for the pieces (1); locate
+ * each (2: its provenance, first token and sequence in cu_seqlens); copy every segment's inputs and targets
  * through the stream cursor shared with the window gather (3: 1 KB chunks, the
- * sources asked for 2 KB ahead; a masked source's targets counted after each
- * copy); write mask, ids and cu_seqlens, or only cu_seqlens (5).  The batch's arrays
+ * sources asked for 6 KB ahead; a masked source's targets counted after each
+ * copy; the next batch's look-ups and first segments asked for along it when given); write mask and ids (5,
+ * the full gather and `columns` only).  The batch's arrays
  * are made here (numpy's C API: no Python call per array); scratch: one int64
  * per row (on the stack for small batches); the GIL is released while filling
  * large batches.  With uint16 tokens a packed batch writes 9 bytes per
@@ -33,15 +34,17 @@
  *     the source's loss mask, one bit per token of `tokens` (little-endian in each byte, as
  *     streambatch.model.mask packs it): loss_mask is then also False at every target whose bit is clear, and
  *     target_count counts only the set ones (the numpy path: streambatch.items.pack.packed_batch.mask_pieces);
- * Gatherer.gather(rows)
+ * Gatherer.gather(rows[, next])
  *     returns (inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance,
- *     target_count, max_seqlen): provenance is int64 (4, segments).
+ *     target_count, max_seqlen): provenance is int64 (4, segments).  next (int64, or None): the next batch's
+ *     rows, a hint only (asked for along this copy, never read for the result nor checked: any next gives the
+ *     same arrays; gather_tokens and columns take it too).
  * Gatherer.gather(rows, kinds, sources)
  *     the same for a mixture of packed rows: row i is row rows[i] of source kinds[i] (uint8, one per row),
  *     read by the Gatherer sources[kinds[i]] (a tuple of 1 to 256 Gatherers sharing this one's T, token size
  *     and pad id: checked); the same passes over the batch, each row (and each segment) read through its
  *     own source's views; provenance's documents are each row's source's.
- * Gatherer.gather_tokens(rows[, kinds, sources])
+ * Gatherer.gather_tokens(rows[, next] | rows, kinds, sources)
  *     the same tuple with None for segment_ids, position_ids and loss_mask: the emission's pass (tokens, cu_seqlens,
  *     provenance, target_count counting each segment's set mask bits in place), writing 4 bytes per position with
  *     uint16 tokens, as a window batch does; the batch builds the rest on demand with
@@ -1517,15 +1520,17 @@ static PyTypeObject GathererType = {
  * WindowGatherer(tokens, T[, bits])
  *     holds a read-only view of the tokens (uint16 or uint32, C-contiguous; made once per store and T), and of
  *     the store's loss-mask bits (uint8, one bit per token) when given;
- * WindowGatherer.gather_counted(rows)
+ * WindowGatherer.gather_counted(rows[, next])
  *     (inputs, targets, count): gather's arrays and the set bits of every row's targets (copy_windows: each long row
  *     counted after its copy, short rows in a pass before): a masked batch's token_count, its mask made on first use;
- * WindowGatherer.gather(rows)
+ * WindowGatherer.gather(rows[, next])
  *     returns (inputs, targets), new C-contiguous (w, T) arrays in the tokens' dtype: row i of inputs is
  *     tokens[p : p + T] and of targets tokens[p + 1 : p + T + 1], p = rows[i] (int64).  Every p is checked first
  *     (0 <= p < len(tokens) - T, else IndexError naming the row; nothing is read).  One pass: per row (per 1 KB
  *     chunk of a longer row) two memcpy (the targets' source is in L1 after the inputs' copy), the sources asked
- *     for ahead (copy_windows); the GIL is released while filling large batches.
+ *     for ahead (copy_windows), and on into next (int64, or None: the next batch's rows, a hint only: asked
+ *     for as this copy ends, ignored where any lies outside the window starts, never read for the result); the
+ *     GIL is released while filling large batches.
  */
 
 #ifndef WINDOW_AHEAD
