@@ -905,7 +905,8 @@ static inline const uint8_t *segment_bits(const sources_t *s, const outputs *o, 
 
 /* The next batch's look-ups and its first tokens, asked for while row i of this batch (of `width`) is copied:
  * its first links at row 0, the pieces they name at the middle row (the links are in by then), and at the last row
- * the first STREAM_AHEAD bytes of its first row's first segment (its piece is in by then).  Hints only: nothing is
+ * the first STREAM_AHEAD bytes of its segments, as the window stream runs on into its next batch's rows (their
+ * pieces are in by then).  Hints only: nothing is
  * checked or kept, so a bad row merely asks for nothing; the next call's passes still check every row.  The next
  * batch then finds its look-ups and first tokens in cache where it would wait for three misses in a row (the link,
  * the piece, the tokens) before its first copy. */
@@ -975,18 +976,9 @@ static void put_tokens(const sources_t *s, outputs *o, int64_t width, const int6
     if (counting && o->segments > 0 && (bits = segment_bits(s, o, 0, &p)) != NULL) {
         prefetch_bits(bits, p, lengths[0]);
     }
-#ifdef ROW_AHEAD
-    int64_t kp = 0;
-    c.pieces = 0;
-#endif
     for (i = 0; i < width; i++) {
         char *inputs = o->inputs + i * T * size, *targets = o->targets + i * T * size;
         ask_next(s, o, i, width);
-#ifdef ROW_AHEAD
-        for (; kp < o->segments && o->provenance[0][kp] <= i + ROW_AHEAD; kp++) {
-            prefetch_bytes(from ? from[kp] : segment_source(s, o, kp), (size_t)((lengths[kp] + 1) * size));
-        }
-#endif
         for (column = 0; column < used[i]; k++) {
             int64_t n = lengths[k], next_p = 0;
             const uint8_t *next = counting && k + 1 < o->segments ? segment_bits(s, o, k + 1, &next_p) : NULL;
