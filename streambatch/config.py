@@ -22,14 +22,6 @@ from .model.documents import Partition
 
 __all__ = ["EpochConfig", "items_of"]
 
-_KEPT_ALL = (
-    "skip_untrained=True but the windows passed keep every window; pass the source itself, or build them with skip_untrained=True"
-)
-_MIXED = (
-    "skip_untrained=True but the mixture passed mixes every item of its sources; mix parts built with "
-    "skip_untrained=True, or pass the mixture file itself"
-)
-
 
 @dataclass(frozen=True)
 class EpochConfig:
@@ -55,7 +47,8 @@ def items_of(source: Any, config: EpochConfig, seed: int | None) -> Any:
     """
     if isinstance(source, Items) and not isinstance(source, str | bytes):
         if config.skip_untrained and getattr(source, "untrained", None) is None:
-            raise ConfigError(_KEPT_ALL if not getattr(source, "orders_itself", False) else _MIXED)
+            kept: Any = source  # windows, packed rows or a mixture: each words its own message
+            raise ConfigError(f"skip_untrained=True but {kept.KEEPS_ALL}")
         check_agrees(source, context_length=config.context_length, stride=config.stride, partition=config.partition,
                      pack=config.pack)  # fmt: skip
         return source

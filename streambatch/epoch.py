@@ -129,11 +129,7 @@ class Epoch:
                 warnings.warn(NO_SEED, DeprecationWarning, stacklevel=stacklevel)
             seed = None
         if given.seed is not None and seed is not None and seed != given.seed:
-            if given.orders_itself:
-                raise ConfigError(
-                    f"seed={seed!r} but the mixture passed has seed {given.seed}; leave it out or use mixture.reseeded"
-                )
-            raise ConfigError(f"seed={seed!r} but the windows passed are already shuffled with seed {given.seed}")
+            raise ConfigError(f"seed={seed!r} but {given.SEED_TAKEN.format(seed=given.seed)}")
         self.seed = given.seed if seed is None else check_seed(seed)
         self.plan_dir = None if config.plan_dir is None else check_plan_dir(config.plan_dir)
         self.verify_plan = bool(config.verify_plan)  # read the plan file once to check it (digest, entries, repeats)
@@ -143,15 +139,12 @@ class Epoch:
         self.pack: bool = given.packed  # packed rows (sb.pack), alone or mixed
         self.partition: Partition = self.windows.partition
         if self.pack:  # refuse a batch that cannot be emitted now, not at the first batch
-            stores = [p.store for p in (given.parts if given.orders_itself else (given,))]  # a mixture: its sources'
-            widest = max((s.dtype for s in stores), key=lambda d: np.dtype(d).itemsize)
+            widest = max((s.dtype for s in given.stores), key=lambda d: np.dtype(d).itemsize)  # a mixture: its sources'
             check_emittable(min(self.batch_size, len(given)), self.context_length, widest, batch_size=self.batch_size)
 
     @property
     def store(self) -> TokenSource:
         """The store or corpus the windows read (a mixture has one per source: ``windows.parts[s].store``)."""
-        if self.windows.orders_itself:
-            raise ConfigError("a mixture has one store per source; use epoch.windows.parts[s].store")
         return self.windows.store  # type: ignore[no-any-return]
 
     @classmethod
@@ -161,10 +154,8 @@ class Epoch:
 
     def reseeded(self, seed: int | None) -> Epoch:
         """The same windows and batching over the same source, in the order of *seed*."""
-        if self.windows.orders_itself:  # a mixture's epochs: the same plan, source orders of *seed*
-            mixture = self.windows.reseeded(self.windows.seed if seed is None else seed)
-            return Epoch.from_config(mixture, replace(self.settings, seed=mixture.seed))
-        return Epoch.from_config(self.windows, replace(self.settings, seed=seed))
+        items, seed = self.windows.reseed(seed)  # a mixture's: the same plan, source orders of *seed*
+        return Epoch.from_config(items, replace(self.settings, seed=seed))
 
     @property
     def config(self) -> WindowConfig:
@@ -174,10 +165,6 @@ class Epoch:
     @property
     def index(self) -> WindowIndex:
         """The source's window numbering (window mode only; packed epochs have ``windows.packing``)."""
-        if self.windows.orders_itself:
-            raise ConfigError("a mixture has one window numbering per source; use epoch.windows.parts[s].window_index")
-        if self.pack:
-            raise ConfigError("a packed epoch has no window index; use epoch.windows.packing (the packing) instead")
         return self.windows.window_index  # type: ignore[no-any-return]
 
     @property

@@ -123,50 +123,78 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 
 # -- one class per idea: item and batch kinds are not dispatched on --------------------
-KINDS = {  # the item and batch classes (and their 0.3 aliases) an isinstance call may name
+KINDS = {  # the item, space and batch classes (and their 0.3 aliases) a dispatch may name
     "Windows", "Rows", "PackedRows", "Mixture", "PlannedItems", "Items", "Chunks", "Batches", "MixSpace",
-    "MiniBatch", "PackedBatch", "MixtureBatch", "PackedMixtureBatch",
+    "WindowSpace", "RowSpace", "MiniBatch", "PackedBatch", "MixtureBatch", "PackedMixtureBatch",
 }  # fmt: skip
 DISPATCH_LIMIT = 8
 
 
-def _names(node: ast.AST) -> set[str]:
+def _names(node: ast.AST, aliases: dict[str, str]) -> set[str]:
     if isinstance(node, ast.Name):
-        return {node.id}
+        return {aliases.get(node.id, node.id)}
     if isinstance(node, ast.Attribute):
         return {node.attr}
     if isinstance(node, ast.Tuple | ast.List):
-        return set().union(*(_names(e) for e in node.elts))
+        return set().union(*(_names(e, aliases) for e in node.elts))
     if isinstance(node, ast.BinOp):
-        return _names(node.left) | _names(node.right)
+        return _names(node.left, aliases) | _names(node.right, aliases)
     return set()
 
 
+def _is_type_of(node: ast.AST) -> bool:
+    """``type(x)`` or ``x.__class__``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "__class__"
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type"
+
+
+def _dispatch(node: ast.AST, aliases: dict[str, str]) -> bool:
+    """Whether *node* asks an object's kind: isinstance/issubclass (bare or ``builtins.``), a ``type(x)`` or
+    ``x.__class__`` compared with a kind (``is``, ``==``, ``in``), or a ``case Kind():`` pattern."""
+    if isinstance(node, ast.Call) and len(node.args) == 2:
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        return name in ("isinstance", "issubclass") and bool(_names(node.args[1], aliases) & KINDS)
+    if isinstance(node, ast.Compare):
+        sides = [node.left, *node.comparators]
+        return any(_is_type_of(side) for side in sides) and any(_names(side, aliases) & KINDS for side in sides)
+    if isinstance(node, ast.MatchClass):
+        return bool(_names(node.cls, aliases) & KINDS)
+    return False
+
+
 def kind_dispatches(root: Path, skip: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
-    """``path:line`` of each isinstance/issubclass call whose class argument names an item or batch class."""
+    """``path:line`` of each place that asks whether an object is of an item, space or batch class (`_dispatch`;
+    a name imported under another name counts as the class it names)."""
     found = []
     for path in sorted(root.rglob("*.py")):
         if path.relative_to(root).as_posix() in skip:
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id in ("isinstance", "issubclass")
-                and len(node.args) == 2
-                and _names(node.args[1]) & KINDS
-            ):
-                found.append(f"{path.relative_to(root)}:{node.lineno}")
-    return found
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases = {
+            alias.asname: alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+            if alias.asname
+        }
+        found += [f"{path.relative_to(root)}:{node.lineno}" for node in ast.walk(tree) if _dispatch(node, aliases)]
+    return sorted(set(found), key=lambda at: (at.rsplit(":", 1)[0], int(at.rsplit(":", 1)[1])))
 
 
 def test_kind_dispatches_counts_what_it_should(tmp_path: Path) -> None:
-    """The counter sees a bare name, an attribute, a tuple and a union; it skips other classes."""
+    """The counter sees a bare name, an attribute, a tuple, a union, ``builtins.isinstance``, an aliased import,
+    ``type(x) is``, ``x.__class__ ==``, ``type(x) in`` and a ``case`` pattern; it skips other classes."""
     (tmp_path / "m.py").write_text(
+        "from .w import Windows as W\n"
         "isinstance(a, Windows)\nisinstance(a, x.Rows)\nisinstance(a, (int, Mixture))\nissubclass(t, MiniBatch | int)\n"
-        "isinstance(a, int)\nisinstance(a, Corpus)\n"
+        "isinstance(a, int)\nisinstance(a, Corpus)\nbuiltins.isinstance(a, Rows)\nisinstance(a, W)\n"
+        "type(a) is Windows\na.__class__ == Rows\ntype(a) in (WindowSpace, RowSpace)\ntype(a) is int\n"
+        "match a:\n    case Mixture():\n        pass\n    case int():\n        pass\n"
     )
-    assert ["m.py:1", "m.py:2", "m.py:3", "m.py:4"] == kind_dispatches(tmp_path)
+    lines = [2, 3, 4, 5, 8, 9, 10, 11, 12, 15]
+    assert [f"m.py:{n}" for n in lines] == kind_dispatches(tmp_path)
 
 
 def test_at_most_eight_item_or_batch_dispatches() -> None:
@@ -189,7 +217,9 @@ def test_every_exception_class_lives_in_errors() -> None:
         if path.name == "errors.py" and path.parent == PACKAGE:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ClassDef) and any(n.endswith(("Error", "Exception")) for b in node.bases for n in _names(b)):
+            if isinstance(node, ast.ClassDef) and any(
+                n.endswith(("Error", "Exception")) for b in node.bases for n in _names(b, {})
+            ):
                 outside.append(f"{path.relative_to(PACKAGE)}:{node.name}")
     assert [] == outside
 

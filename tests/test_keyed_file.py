@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import io
+import itertools
 import json
 import os
 import pickle
@@ -112,16 +113,15 @@ def fresh(tmp_path: Path) -> Files:
 KINDS = ["plan", "packing", "mixplan"]
 
 
-def _meaningful(path: Path) -> list[tuple[int, int]]:
-    """``(offset, size)`` of every byte range whose change matters: the prefix and header, each section, the table."""
+def _regions(path: Path) -> list[tuple[int, int]]:
+    """``(offset, size)`` of every region of the file: the prefix and header, its padding, each section and the
+    padding after it, the table: together every byte (the paddings must be blank or zeros)."""
     head = keyed.header(path)
     table_at, blocks, _ = head["digests"]
-    length = len(json.dumps(head).encode())  # the header as written (json.dumps of the same dict)
-    return [
-        (0, len(keyed_file.MAGIC) + 8 + keyed_file.DIGEST_BYTES + length),
-        *keyed.section_bytes(path),
-        (table_at, blocks * 16),
-    ]
+    cuts = sorted({0, keyed_file._PREFIX + len(json.dumps(head).encode())} | {o for o, n in keyed.section_bytes(path)}
+                  | {o + n for o, n in keyed.section_bytes(path)} | {table_at, table_at + blocks * 16})  # fmt: skip
+    assert cuts[-1] == path.stat().st_size
+    return [(a, b - a) for a, b in itertools.pairwise(cuts) if b > a]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -129,10 +129,11 @@ def _meaningful(path: Path) -> list[tuple[int, int]]:
 def test_one_changed_byte_anywhere_is_a_data_error_naming_the_file(
     files: Files, kind: str, where: float, pick: int, flip: int
 ) -> None:
-    """Hypothesis over the byte position: header, any block of any section, or the digest table; no --verify."""
+    """Hypothesis over the byte position: header, its padding, any block of any section, a section's padding, or the
+    digest table; no --verify."""
     path = files.path(kind)
     original = path.read_bytes()
-    ranges = _meaningful(path)
+    ranges = _regions(path)
     offset, size = ranges[pick % len(ranges)]
     at = offset + int(where * size)
     changed = bytearray(original)

@@ -72,6 +72,25 @@ def test_the_segment_table_accounts_for_every_target(lengths: list[int], T: int,
                 assert batch.token_count == int(np.count_nonzero(batch.loss_mask))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["windows", "packed", "mixture", "packed mixture"]))
+def test_token_count_follows_a_new_loss_mask(seed: int, kind: str) -> None:
+    """Setting ``loss_mask`` recounts ``token_count`` (None: every target); a mask of another shape is refused and
+    changes nothing."""
+    batch = sb.materialize(sb.chunk(_kinds([9, 4, 13, 6], T=3)[kind], 4))[0]
+    mask = np.random.default_rng(seed).random(batch.shape) < 0.5
+    batch.loss_mask = mask
+    assert batch.token_count == int(mask.sum()) == batch.targets.size - batch.pad_count
+    assert np.array_equal(batch.loss_mask, mask)
+    with pytest.raises(ConfigError, match="loss_mask of shape"):
+        batch.loss_mask = mask[:, :-1]
+    assert batch.token_count == int(mask.sum())
+    assert np.array_equal(batch.loss_mask, mask)
+    batch.loss_mask = None
+    assert batch.token_count == batch.targets.size
+    assert batch.loss_mask is None
+
+
 def test_in_epoch_keeps_every_column() -> None:
     """A batch placed in another epoch is the same batch (columns, sources, provenance) but for ``epoch``."""
     for items in _kinds([9, 4, 13, 6], T=3).values():

@@ -20,7 +20,8 @@ The header, sized to its content (a key of 255 sources fits), records the kind
 (``format``, ``version``), the ``key``, the kind's own fields, ``block`` (entries
 per block, `BLOCK`), each section's name, dtype, count and offset, and the digest
 table's offset, block count and BLAKE2b-256 digest; the header's own digest
-precedes it, so no byte of the header or the table can change unnoticed.  A block's digest is its
+precedes it, and its padding must be spaces, so no byte of the header or the table can change unnoticed.  A
+section's padding to the next page must be zeros, checked with its last block.  A block's digest is its
 bytes' BLAKE2b-128, salted with its number in the file (a block copied over
 another does not match).  Files of the earlier layouts (a JSON header at byte 0)
 are refused with a message that says to plan again.
@@ -286,6 +287,12 @@ class KeyedFile:
                         raise StoreError(
                             f"{self.shown}: {where} does not match its digest: the file is damaged or was edited; {self.fix}"
                         )
+                    if number == section.first_block + section.blocks - 1:  # the last block: and the padding after it
+                        end = section.offset + section.nbytes
+                        if handle.read(-(-end // PAGE) * PAGE - end).strip(b"\0"):
+                            raise StoreError(
+                                f"{self.shown}: the padding after its {section.name} is not zeros: damaged or edited; {self.fix}"
+                            )
                     complaint = None if self.validate is None else self.validate(section.name, np.frombuffer(data, section.dtype))
                     if complaint:
                         raise StoreError(f"{self.shown}: {where}: {complaint}; the file is damaged: {self.fix}")
@@ -375,6 +382,9 @@ def open_keyed(
                 raise StoreError(f"{shown}: its header does not match its digest: damaged or edited; {fix}")
             header = decode_json(text, shown, "a keyed file header", error=StoreError)
             sections, table_at, blocks = _sections(header, shown, fix)
+            padding = handle.read((sections[0].offset if sections else table_at) - _PREFIX - length)
+            if padding.strip(b" "):
+                raise StoreError(f"{shown}: its header's padding is not blank: damaged or edited; {fix}")
             handle.seek(table_at)
             table = handle.read(blocks * DIGEST_BYTES)
     except FileNotFoundError:

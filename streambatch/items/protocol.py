@@ -67,12 +67,9 @@ def check_agrees(
     ...
     streambatch.errors.ConfigError: context_length=3 but the windows passed have context_length=2; leave it out or match it
     """
-    mixture = items.orders_itself
-    what, has, are = ("the mixture passed", "has", "is") if mixture else ("the windows passed", "have", "are")
+    what, has, are = items.PASSED
     if pack and not items.packed:
-        if mixture:
-            raise ConfigError("pack=True but the mixture passed blends windows; mix sb.pack(...) parts, or drop pack")
-        raise ConfigError("pack=True but the source passed is windows; pass the source itself, or sb.pack(source, ...)")
+        raise ConfigError(f"pack=True but {items.NOT_PACKED}")
     have = {"context_length": items.context_length, "stride": items.config.stride}
     for key, value in {"context_length": context_length, "stride": stride}.items():
         if value is not None and value != have[key]:
@@ -125,7 +122,11 @@ class PlannedItems(Sequence[int]):
     _NOUN = "items"
     KIND = "items"  # what a message calls this kind, with the call that makes it
     packed = False  # True for packed rows: their batches carry the packed columns
-    orders_itself = False  # True for a mixture: its order is its own plan, never a shuffle of it
+    # what a façade's messages call these items: given another seed, pack=True, skip_untrained=True, or other arguments
+    SEED_TAKEN = "the windows passed are already shuffled with seed {seed}"
+    NOT_PACKED = "the source passed is windows; pass the source itself, or sb.pack(source, ...)"
+    KEEPS_ALL = "the windows passed keep every window; pass the source itself, or build them with skip_untrained=True"
+    PASSED = ("the windows passed", "have", "are")
 
     def __init__(
         self,
@@ -264,6 +265,15 @@ class PlannedItems(Sequence[int]):
     def store(self) -> TokenSource:
         """The store (or corpus) the items read."""
         return self._space.store  # type: ignore[no-any-return]
+
+    @property
+    def stores(self) -> tuple[TokenSource, ...]:
+        """Every store the items read: this one (a mixture: one per source)."""
+        return (self._space.store,)
+
+    def reseed(self, seed: int | None) -> tuple[PlannedItems, int | None]:
+        """What an epoch of *seed* is made of: these items (unordered) and *seed* itself (a mixture: its own)."""
+        return self, seed
 
     @property
     def fingerprint(self) -> str:

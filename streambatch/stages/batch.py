@@ -25,6 +25,7 @@ in a run (`streambatch.Run`); a batch of a lone `Epoch` has ``epoch`` 0.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -129,11 +130,8 @@ class MiniBatch:
         target_count: int | None = None,
         build: Callable[[MiniBatch], dict[str, Any]] | None = None,
     ) -> None:
-        self.epoch = epoch
-        self.index = index
-        self.inputs = inputs
-        self.targets = targets
-        self.positions = positions
+        self.epoch, self.index = epoch, index
+        self.inputs, self.targets, self.positions = inputs, targets, positions
         self.spaces: tuple[Any, ...] = space if type(space) is tuple else (space,)  # one item space per source
         self._segments = segments  # int64 (4, n): row, document, start, length; None: one window per row, resolved on use
         if target_count is None:  # the gathers pass it; else every target, or the mask's
@@ -185,9 +183,13 @@ class MiniBatch:
         return found
 
     @loss_mask.setter
-    def loss_mask(self, mask: npt.NDArray[np.bool_] | None) -> None:
+    def loss_mask(self, mask: npt.NDArray[np.bool_] | None) -> None:  # and target_count recounted: never apart
+        found = None if mask is None else np.asarray(mask, dtype=np.bool_)
+        if found is not None and found.shape != self.targets.shape:
+            raise ConfigError(f"loss_mask of shape {found.shape} for targets of {self.targets.shape}; pass one per target")
         self._column("_loss_mask")  # any pending build runs first: its columns belong together
-        self.__dict__["_loss_mask"] = mask
+        self.__dict__["_loss_mask"] = found
+        self.target_count = int(self.targets.size if found is None else np.count_nonzero(found))
 
     @property
     def segment_ids(self) -> npt.NDArray[Any] | None:
@@ -439,9 +441,8 @@ class MiniBatch:
     def __repr__(self) -> str:
         epoch = f"epoch={self.epoch}, " if self.epoch else ""
         packed = f", target_count={self.target_count}" if self.packed else ""
-        mixed = ""
-        if self.sources is not None:
-            mixed = f", rows per source={np.bincount(self.sources, minlength=len(self.spaces)).tolist()}"
+        per = None if self.sources is None else np.bincount(self.sources, minlength=len(self.spaces)).tolist()
+        mixed = "" if per is None else f", rows per source={per}"
         return f"MiniBatch({epoch}index={self.index}, shape={self.shape}{packed}{mixed})"
 
 
@@ -458,8 +459,6 @@ _ALIASES = ("MixtureBatch", "PackedBatch", "PackedMixtureBatch")  # the 0.3 batc
 
 def __getattr__(name: str) -> Any:
     if name in _ALIASES:
-        import warnings
-
         warnings.warn(f"{name} is deprecated: every batch is a streambatch.MiniBatch", DeprecationWarning, stacklevel=2)
         return MiniBatch
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -92,7 +92,7 @@ class Batches(Sequence[MiniBatch]):
 def remote_reader(chunks: Chunks[Any]) -> Any:
     """A prefetching `streambatch.io.remote.prefetch.Reader` when *chunks* read a remote store, else False."""
     items = chunks.items
-    sources = [p.store for p in getattr(items, "parts", ())] or [getattr(items, "store", None)]
+    sources = getattr(items, "stores", ())  # the item kinds' own: a mixture's, one per source
     files = [f for source in sources for f in remote_files(source)]
     if not files:
         return False

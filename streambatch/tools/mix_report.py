@@ -110,7 +110,7 @@ def repeat_notes(names: Any, source_epochs: list[float], *, default: bool) -> li
 
 def note_repeats(source: Any, items: Any) -> None:
     """Print `repeat_notes` on stderr when *source* is a mixture file and *items* its `Mixture` (else nothing)."""
-    if isinstance(source, MixtureSource) and getattr(items, "orders_itself", False):  # a mixture file and its mixture
+    if isinstance(source, MixtureSource):  # a mixture file: *items* is its mixture (`streambatch.config.items_of`)
         for note in repeat_notes(source.spec.names, items.source_epochs(), default=source.spec.length is None):
             print(f"streambatch: note: {short_path(source.path)}: {note}", file=sys.stderr)
 

@@ -75,7 +75,34 @@ class Mixture:
     """
 
     __slots__ = ("_batch_index", "_global_count", "_hi", "_lo", "_space")
-    orders_itself = True  # its order is its plan and its sources' epochs, never one shuffle
+    # its order is its plan and its sources' epochs, never one shuffle; what a façade's messages call it:
+    SEED_TAKEN = "the mixture passed has seed {seed}; leave it out or use mixture.reseeded"
+    NOT_PACKED = "the mixture passed blends windows; mix sb.pack(...) parts, or drop pack"
+    KEEPS_ALL = (
+        "the mixture passed mixes every item of its sources; mix parts built with skip_untrained=True, or pass the "
+        "mixture file itself"
+    )
+    PASSED = ("the mixture passed", "has", "is")
+
+    @property
+    def stores(self) -> tuple[Any, ...]:
+        """Every store the mixture reads: one per source."""
+        return tuple(part.store for part in self._space.parts)
+
+    @property
+    def store(self) -> Any:
+        """Refused: a mixture reads one store per source (`stores`)."""
+        raise ConfigError("a mixture has one store per source; use epoch.windows.parts[s].store")
+
+    @property
+    def window_index(self) -> Any:
+        """Refused: each source has its own window numbering."""
+        raise ConfigError("a mixture has one window numbering per source; use epoch.windows.parts[s].window_index")
+
+    def reseed(self, seed: int | None) -> tuple[Mixture, int]:
+        """What an epoch of *seed* is made of: the same plan with the source orders of *seed* (None: its own)."""
+        mixture = self.reseeded(self.seed if seed is None else seed)
+        return mixture, mixture.seed
 
     def unordered(self) -> Mixture:
         """The mixture itself: it has no other order."""

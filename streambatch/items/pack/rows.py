@@ -73,6 +73,10 @@ class RowSpace:
         """The row numbers of a batch's rows (its ``positions`` are row numbers)."""
         return positions.astype(np.int64, copy=False)
 
+    def plan_positions(self, values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """What a gather reads for plan entries *values*: the row numbers themselves."""
+        return values
+
     def plan_dtype(self, count: int) -> Any:
         """dtype of a plan of *count* rows: uint32 row numbers below 2**32 rows, else int64."""
         return np.uint32 if count < (1 << 32) else np.int64
@@ -91,6 +95,8 @@ class Rows(PlannedItems):
     __slots__ = ()
     _NOUN = "rows"
     KIND = "packed rows (sb.pack)"
+    CALL = "sb.pack(source, context_length=T)"  # the call that makes them whole, in row order
+    EMPTY = "rows (its partition has no target)"  # what a packing without any is said to have none of
     packed = True
     _space: RowSpace
 
@@ -107,6 +113,11 @@ class Rows(PlannedItems):
     def packing(self) -> PackedRows:
         """The packing: row numbers <-> segments (document, start, targets)."""
         return self._space.packing
+
+    @property
+    def window_index(self) -> Any:
+        """Refused: packed rows are numbered by their packing, not by windows."""
+        raise ConfigError("a packed epoch has no window index; use epoch.windows.packing (the packing) instead")
 
     @property
     def report(self) -> PackReport:

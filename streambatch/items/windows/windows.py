@@ -72,6 +72,10 @@ class WindowSpace:
         """The window numbers of windows starting at first-token *positions*."""
         return self.index.windows_at(positions)
 
+    def plan_positions(self, values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """What a gather reads for plan entries *values*: first-token positions (the entries, or their windows')."""
+        return values if self.plan_holds_positions else self.index.positions(values)
+
     def plan_dtype(self, count: int) -> Any:
         """dtype of a plan of *count* windows: uint32 positions, else uint32/int64 window numbers."""
         if self.plan_holds_positions or count < (1 << 32):
@@ -98,6 +102,8 @@ class Windows(PlannedItems):
     __slots__ = ()
     _NOUN = "windows"
     KIND = "windows (sb.windows)"
+    CALL = "sb.windows(source, ...)"  # the call that makes them whole, in document order
+    EMPTY = "windows"  # what a part without any is said to have none of
     _space: WindowSpace
 
     @staticmethod
