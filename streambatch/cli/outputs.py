@@ -261,8 +261,7 @@ def warn_size(args: argparse.Namespace, run: Run, fmt: JsonLines | ArrowStream) 
 
 def _stores(run: Run) -> list[Any]:
     """The stores the run reads: its store, or each source's of a mixture."""
-    parts = getattr(run.windows, "parts", None)
-    return [run.store] if parts is None else [part.store for part in parts]
+    return list(run.windows.stores)
 
 
 def token_dtype(run: Run) -> Any:

@@ -34,7 +34,7 @@ class PackTally:
         store = epoch.store
         self.store, self.T, self.batch_size = store, epoch.context_length, epoch.batch_size
         self.code = epoch.partition.code
-        self.pad_id = int(getattr(epoch.windows.space, "pad_id", 0))
+        self.pad_id = int(epoch.windows.space.pad_id)  # one packing's (epoch.store refuses a mixture)
         included = store.partition_codes == self.code
         self.lengths: IntArray = store.lengths.astype(np.int64)
         targets = np.where(included, np.maximum(self.lengths - 1, 0), 0)
