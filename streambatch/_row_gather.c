@@ -545,6 +545,25 @@ static inline void ask_line(const void *at) {
 #endif
 }
 
+/* The two kinds of row, as every pass reads them (the batch's passes, and ask_next's hints for the next batch). */
+
+/* Whether full row r lies inside its piece's document and the tokens (fits > 0: 0 <= first <= r). */
+static inline int row_fits(const full_piece *piece, int64_t r) {
+    return piece->fits > 0 && r - piece->first < piece->fits;
+}
+
+/* Row r of the packing as a row of tails: 1 with its tails [*lo, *hi) when its offsets lie inside the tails, 0
+ * when they do not (or it has none), -1 when r is no row of tails (a full row, or out of range). */
+static inline int tail_range(const Gatherer *g, int64_t r, int64_t *lo, int64_t *hi) {
+    const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
+    if (r < g->full_rows || r >= g->full_rows + g->counts[OFFSETS] - 1) {
+        return -1;
+    }
+    *lo = offsets[r - g->full_rows];
+    *hi = offsets[r - g->full_rows + 1];
+    return *lo >= 0 && *hi > *lo && *hi <= g->counts[TAILS];
+}
+
 /* Pass 0: every row's look-ups asked for in two waves over the batch: its first link (row_piece[r], or its packed
  * row's offsets: ask_links), then the piece it names (the full piece, or the first and last of its tails' pieces:
  * count_pieces, pass 1).  Each link is a likely miss in a shuffled batch; a wave asks for one link of every row at
@@ -572,7 +591,8 @@ static int64_t count_pieces(const sources_t *s, const int64_t *rows, int64_t wid
     int64_t segments = 0, i;
     for (i = 0; i < width; i++) {
         const Gatherer *g = source_of(s, i);
-        int64_t r = rows[i], found = -1, lo, hi;
+        int64_t r = rows[i], found = -1, lo = 0, hi = 0;
+        int tails = -1;
         if (r >= 0 && r < g->full_rows) {
             uint32_t q = g->row_piece[r];
             if (q != NO_PIECE) {
@@ -580,22 +600,14 @@ static int64_t count_pieces(const sources_t *s, const int64_t *rows, int64_t wid
                 ask_line(g->pieces + q);
             }
             segments += 1;
-        } else if (r >= g->full_rows && r < g->full_rows + g->counts[OFFSETS] - 1) {
-            const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
-            lo = offsets[r - g->full_rows];
-            hi = offsets[r - g->full_rows + 1];
-            if (lo >= 0 && hi > lo && hi <= g->counts[TAILS]) {
-                found = lo;
-                ask_line(g->tail_pieces + lo);
-                ask_line(g->tail_pieces + hi - 1);
-                segments += hi - lo;
-            } else if (fail != NULL) {
-                fail->message = "a packed row without segments, or offsets outside the tails";
-                fail->row = i;
-                return -1;
-            }
+        } else if ((tails = tail_range(g, r, &lo, &hi)) > 0) {
+            found = lo;
+            ask_line(g->tail_pieces + lo);
+            ask_line(g->tail_pieces + hi - 1);
+            segments += hi - lo;
         } else if (fail != NULL) {
-            fail->message = "row number out of range for this packing";
+            fail->message = tails == 0 ? "a packed row without segments, or offsets outside the tails"
+                                       : "row number out of range for this packing";
             fail->row = i;
             return -1;
         }
@@ -625,7 +637,7 @@ static int64_t locate(const sources_t *s, const int64_t *rows, int64_t width, fa
                 fail->row = i;
                 return -1;
             }
-            if (piece->fits == 0 || r - piece->first >= piece->fits) { /* fits > 0: 0 <= first <= r */
+            if (!row_fits(piece, r)) {
                 fail->message = "a segment outside the source's tokens: the packing does not belong to it";
                 fail->row = i;
                 return -1;
@@ -922,23 +934,21 @@ static void ask_next(const sources_t *s, const outputs *o, int64_t i, int64_t wi
     }
     if (i == width - 1) { /* the stream runs on into the next batch's first segments, STREAM_AHEAD bytes of them */
         const Gatherer *g = s->gs[0];
-        const int64_t *offsets = (const int64_t *)g->views[OFFSETS].buf;
         const char *tokens = (const char *)g->views[TOKENS].buf;
-        int64_t budget = STREAM_AHEAD, size = g->itemsize, row, j;
+        int64_t budget = STREAM_AHEAD, size = g->itemsize, row, j, lo = 0, hi = 0;
         for (row = 0; row < o->next_width && budget > 0; row++) {
             int64_t r = o->next[row];
             if (r >= 0 && r < g->full_rows) {
                 uint32_t q = g->row_piece[r];
                 const full_piece *piece = q != NO_PIECE ? g->pieces + q : NULL;
-                if (piece != NULL && piece->fits > 0 && r - piece->first < piece->fits) {
+                if (piece != NULL && row_fits(piece, r)) {
                     int64_t bytes = (g->T + 1) * size;
                     prefetch_bytes(tokens + (piece->at + (r - piece->first) * g->T) * size,
                                    (size_t)(bytes < budget ? bytes : budget));
                     budget -= bytes;
                 }
-            } else if (r >= g->full_rows && r < g->full_rows + g->counts[OFFSETS] - 1) {
-                int64_t lo = offsets[r - g->full_rows], hi = offsets[r - g->full_rows + 1];
-                for (j = lo; j >= 0 && j < hi && hi <= g->counts[TAILS] && budget > 0; j++) {
+            } else if (tail_range(g, r, &lo, &hi) > 0) {
+                for (j = lo; j < hi && budget > 0; j++) {
                     const tail_piece *tail = g->tail_pieces + j;
                     int64_t bytes = (tail->targets + 1) * size;
                     if (tail->targets > 0) {
