@@ -1,7 +1,7 @@
 """Build configuration beyond pyproject.toml: the optional C extensions (shuffle, best-fit packing, packed and window gathers, mixture order).
 
 Optional: where they cannot be compiled, the install still succeeds and each
-stage falls back to numpy or exact Python: see ``streambatch.stages.shuffle.BACKEND``,
+stage falls back to numpy or exact Python: see ``streambatch.order.shuffle.BACKEND``,
 ``streambatch.items.pack.pack.BACKEND``, ``streambatch.items.pack.rows.GATHER_BACKEND``, ``streambatch.items.windows.gather.WINDOW_BACKEND`` and ``streambatch.items.mix.order.BACKEND``.
 """
 

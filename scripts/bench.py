@@ -46,7 +46,7 @@ import numpy as np
 
 import streambatch as sb
 from streambatch.io.store import StoreWriter, open_store
-from streambatch.stages.shuffle import shuffled_order
+from streambatch.order.shuffle import shuffled_order
 
 CONFIGS = [(1024, 1024, 32), (128, 64, 64), (2048, 2048, 8)]
 LOADERS = [

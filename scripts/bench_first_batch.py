@@ -44,10 +44,10 @@ from typing import Any
 import numpy as np
 
 import streambatch as sb
-import streambatch.stages.plan as planning
+import streambatch.order.plan as planning
 from streambatch.io.store import HEADER, StoreWriter, fingerprint_files, open_store
-from streambatch.stages.shuffle import shuffled_order
-from streambatch.stages.splitmix import state_after
+from streambatch.order.shuffle import shuffled_order
+from streambatch.order.splitmix import state_after
 
 DOCUMENTS = 1000
 SEED = 7

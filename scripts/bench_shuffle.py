@@ -49,7 +49,7 @@ def worker(kind: str, count: int) -> dict[str, Any]:
     """One measurement, in this (fresh) process."""
     import numpy as np
 
-    import streambatch.stages.shuffle as shuffle
+    import streambatch.order.shuffle as shuffle
 
     if kind == "streambatch-numpy":
         shuffle.BACKEND = "numpy"
@@ -84,7 +84,7 @@ def verify() -> None:
     """Before timing: both streambatch backends equal the spec loop (tests/spec.py) on a small count."""
     import numpy as np
 
-    import streambatch.stages.shuffle as shuffle
+    import streambatch.order.shuffle as shuffle
 
     sys.path.insert(0, str(ROOT))
     from tests import spec
@@ -103,7 +103,7 @@ def machine_note() -> str:
     """CPU model, cores, memory, load, Python, numpy and the shuffle backend."""
     import numpy as np
 
-    import streambatch.stages.shuffle as shuffle
+    import streambatch.order.shuffle as shuffle
 
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "?")

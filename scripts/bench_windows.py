@@ -61,7 +61,7 @@ def worker(kind: str, store: str, windows: int, context_length: int, stride: int
     import numpy as np
 
     import streambatch as sb
-    from streambatch.stages.shuffle import BACKEND
+    from streambatch.order.shuffle import BACKEND
 
     source = sb.open_store(store, verify=False)
     before = _status_mib("VmRSS")

@@ -21,6 +21,8 @@ position the checkpoint (``state_dict`` / ``load_state_dict``).
 [(2, 2), (1, 2)]
 """
 
+from .batch.minibatch import MiniBatch
+from .batch.reduce import TokenContribution, TokenMean, TokenMeanAccumulator, TokenSums, token_mean
 from .epoch import Epoch
 from .errors import AccumulationError, ConfigError, DataError, StateError, StreamBatchError
 from .io.manifest import open_corpus, write_corpus
@@ -31,18 +33,16 @@ from .items.windows.windows import Windows, windows
 from .model.corpus import Corpus
 from .model.documents import Document, Partition
 from .model.store import DocumentStore
+from .order.plan import plan_file
+from .order.shuffle import shuffle
 from .prepare import prepare_store
 from .read.formats import iter_text
 from .read.jsonl import iter_jsonl
 from .read.open import open_source
 from .run import Run
-from .stages.batch import MiniBatch
 from .stages.chunk import Chunks, chunk
 from .stages.materialize import materialize
-from .stages.plan import plan_file
-from .stages.reduce import TokenContribution, TokenMean, TokenMeanAccumulator, TokenSums, token_mean
 from .stages.share import share, split_rows
-from .stages.shuffle import shuffle
 
 __version__ = "0.4.2"
 

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._checks import check_non_negative, check_positive, check_seed
+from .batch.minibatch import MiniBatch
 from .config import EpochConfig, items_of
 from .errors import ConfigError
 from .io.keyed_file import check_plan_dir
@@ -27,13 +28,12 @@ from .items.windows.window_index import WindowConfig, WindowIndex
 from .items.windows.windows import Windows
 from .model.documents import Partition
 from .model.source import TokenSource
-from .stages.batch import MiniBatch
+from .order.plan import plan_file
+from .order.shuffle import shuffle
+from .order.splitmix import derive_seed
 from .stages.chunk import Chunks, batch_count, batch_widths, chunk
 from .stages.materialize import Batches, materialize
-from .stages.plan import plan_file
 from .stages.share import share
-from .stages.shuffle import shuffle
-from .stages.splitmix import derive_seed
 from .state import check_index
 
 __all__ = ["Epoch", "derive_seed"]

@@ -93,6 +93,10 @@ EXTRAS = {  # the optional extras of pyproject.toml and the packages each instal
     "zstd": ("zstandard>=0.21",),
     "chat": ("jinja2>=3.1",),
     "remote": ("obstore>=0.8",),
+    "transformers": ("torch>=2.1", "transformers>=4.56,<6", "accelerate>=1.0,<2"),
+    "trl": ("torch>=2.1", "transformers>=4.56,<6", "accelerate>=1.0,<2", "trl>=0.20,<2"),
+    "lightning": ("torch>=2.1", "lightning>=2.4,<3"),
+    "ray": ("ray[data]>=2.40,<3",),
 }
 
 

@@ -29,15 +29,15 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ._checks import check_non_negative, check_positive, is_integer, short_repr
+from .batch.minibatch import MiniBatch
 from .config import EpochConfig
 from .epoch import Epoch
 from .errors import ConfigError, OutOfRangeError, StateError
 from .items.windows.window_index import WindowConfig
 from .model.documents import Partition
 from .model.source import TokenSource
-from .stages.batch import MiniBatch
+from .order.splitmix import derive_seed
 from .stages.materialize import Batches
-from .stages.splitmix import derive_seed
 from .state import RUN_KEYS, check_index, check_position, check_same, decode, encode
 
 STATE_KEYS = RUN_KEYS  # the keys of Run.state_dict(), in order

@@ -16,7 +16,7 @@ import numpy.typing as npt
 from streambatch._checks import check_non_negative, check_positive, check_seed, is_integer, short_repr
 from streambatch.errors import ConfigError
 from streambatch.items.mix.plan import MixPlan, source_order
-from streambatch.stages.shuffle import IndexArray
+from streambatch.order.shuffle import IndexArray
 
 __all__ = ["EpochOrder", "plan_items", "seeded_orders", "source_items", "source_position"]
 

@@ -13,9 +13,9 @@ import streambatch as sb
 from streambatch.errors import DuplicateIdError, StoreError
 from streambatch.io.store import StoreWriter
 from streambatch.items.windows.window_index import window_counts
+from streambatch.order.shuffle import shuffled_order
 from streambatch.read.jsonl import read_records
 from streambatch.stages.chunk import batch_widths, chunked
-from streambatch.stages.shuffle import shuffled_order
 
 DOC = sb.Document("a", "train", [1, 2, 3, 4])
 

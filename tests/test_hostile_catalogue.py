@@ -22,9 +22,9 @@ from streambatch.errors import StoreError
 from streambatch.io.atomic import atomic_text
 from streambatch.io.store import INLINE_DOCUMENTS, StoreWriter, open_store, write_store
 from streambatch.items.windows.window_index import window_counts
+from streambatch.order.shuffle import shuffled_order
 from streambatch.read.jsonl import iter_jsonl, read_jsonl, read_records
 from streambatch.stages.chunk import batch_widths, chunked
-from streambatch.stages.shuffle import shuffled_order
 
 from .hostile import DEEP, EPOCH, GOOD, HUGE_INT, jsonl_file
 

@@ -69,7 +69,7 @@ def test_hostile_corpus_manifest_is_a_store_error(tmp_path: Path, text: str) -> 
 
 def test_hostile_plan_header_is_a_store_error(tmp_path: Path) -> None:
     """A plan file whose header is deeply nested JSON is refused as a StoreError."""
-    from streambatch.stages.plan import open_plan
+    from streambatch.order.plan import open_plan
 
     path = tmp_path / "x.plan"
     path.write_bytes(b"[" * 2000 + b"]" * 2000 + b" " * 96)

@@ -18,18 +18,27 @@ LAYERS = {  # a module may import its own layer and the ones below it, never one
     "_checks": 0,
     "_progress": 0,
     "_paths": 0,
+    "_signals": 0,
+    "_kernels": 0,
     "model": 1,
     "io": 2,
     "read": 2,
-    "stages": 3,
-    "items": 3,
-    "state": 4,
-    "epoch": 4,
-    "run": 4,
-    "prepare": 4,
-    "torch": 5,
-    "tools": 5,
-    "cli": 6,
+    "batch": 3,
+    "order": 4,
+    "items": 5,
+    "stages": 6,
+    "config": 7,
+    "state": 7,
+    "epoch": 7,
+    "run": 7,
+    "prepare": 7,
+    "torch": 8,
+    "tools": 8,
+    "hf": 9,
+    "lightning": 9,
+    "ray": 8,
+    "cli": 10,
+    "__main__": 11,
 }
 
 
@@ -70,6 +79,39 @@ def test_imports_run_one_way() -> None:
             if mine is not None and theirs is not None and theirs > mine:
                 upward.append(f"{name} -> {target}")
     assert [] == upward
+
+
+def test_every_module_has_a_layer() -> None:
+    """No module sits outside the layers (so the one-way rule sees every import)."""
+    assert [] == sorted(name for name in _modules() if name != "streambatch" and _layer(name) is None)
+
+
+def test_no_folder_imports_a_folder_that_imports_it() -> None:
+    """Between the package's top-level folders and modules the import graph has no cycle (folders import one way)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in _modules().items():
+        parts = name.split(".")
+        if len(parts) < 2:
+            continue
+        for target in _imports(name, path):
+            theirs = target.split(".")
+            if len(theirs) > 1 and theirs[1] != parts[1]:
+                graph.setdefault(parts[1], set()).add(theirs[1])
+    both = sorted(f"{a} <-> {b}" for a, edges in graph.items() for b in edges if a < b and a in graph.get(b, set()))
+    assert [] == both
+    state: dict[str, int] = {}
+
+    def cycle(node: str, trail: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*trail, node, nxt]
+            if nxt not in state and (found := cycle(nxt, [*trail, node])):
+                return found
+        state[node] = 2
+        return None
+
+    assert [] == [c for n in sorted(graph) if n not in state and (c := cycle(n, []))]
 
 
 def test_no_import_circle() -> None:

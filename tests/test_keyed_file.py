@@ -29,7 +29,7 @@ import streambatch as sb
 import streambatch.io.keyed_file as keyed_file
 from streambatch.cli import main
 from streambatch.errors import DataError, StoreError
-from streambatch.stages.splitmix import derive_seed
+from streambatch.order.splitmix import derive_seed
 from streambatch.tools.mix_report import audit_mixture
 
 from . import keyed

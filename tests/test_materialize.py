@@ -7,9 +7,9 @@ import pytest
 
 import streambatch as sb
 from streambatch import AccumulationError
+from streambatch.batch.minibatch import WindowProvenance
 from streambatch.errors import RowIndexError
 from streambatch.items.windows.gather import StoreGather
-from streambatch.stages.batch import WindowProvenance
 from streambatch.stages.materialize import Batches, materialize_one
 from streambatch.tools.chapter import batch_contributions, build_epoch
 

@@ -1,4 +1,4 @@
-"""Tests for streambatch/stages/batch.py: one `MiniBatch` class for windows, packed rows, mixtures and packed mixtures."""
+"""Tests for streambatch/batch/minibatch.py: one `MiniBatch` class for windows, packed rows, mixtures and packed mixtures."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from streambatch.items.mix.plan import (
     source_epoch_seed,
     tijdeman_order,
 )
-from streambatch.stages.splitmix import derive_seed
+from streambatch.order.splitmix import derive_seed
 
 from . import spec
 from .mix_reference import plan_items, seeded_orders, source_items, source_position

@@ -25,7 +25,7 @@ from streambatch.errors import ConfigError, DataError, StateError, StoreError, S
 from streambatch.items.mix.gather import source_sums
 from streambatch.items.mix.mixture import MixItem, Mixture, mix
 from streambatch.items.mix.plan import integer_weights, source_order
-from streambatch.stages.splitmix import derive_seed
+from streambatch.order.splitmix import derive_seed
 
 WEIGHT = st.one_of(
     st.sampled_from([1e-6, 1e-3, 0.1, 1 / 3, 0.6, 1.0, 7.0]),

@@ -23,12 +23,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
+from streambatch.batch.minibatch import MiniBatch
 from streambatch.errors import ConfigError, StateError
 from streambatch.items.mix.gather import source_sums
 from streambatch.items.mix.mixture import MixItem, Mixture, mix
 from streambatch.items.mix.plan import integer_weights, source_order
 from streambatch.items.pack.rows import GATHER_BACKEND
-from streambatch.stages.batch import MiniBatch
 
 from .test_mixture import WEIGHT, check_prefix_bound
 

@@ -105,7 +105,7 @@ def test_extras_match_pyproject() -> None:
     with (ROOT / "pyproject.toml").open("rb") as handle:
         declared = tomllib.load(handle)["project"]["optional-dependencies"]
     assert {k: tuple(v) for k, v in declared.items() if k in EXTRAS} == EXTRAS
-    assert set(declared) - set(EXTRAS) == {"all-formats", "test", "dev"}
+    assert set(declared) - set(EXTRAS) == {"all-formats", "integrations", "test", "dev"}
 
 
 def test_install_hint_installs_this_project_not_the_namesake() -> None:

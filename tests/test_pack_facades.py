@@ -11,7 +11,7 @@ import pytest
 
 import streambatch as sb
 from streambatch.errors import StateError, StoreError
-from streambatch.stages.plan import plan_key
+from streambatch.order.plan import plan_key
 
 
 def _docs(count: int = 30, T: int = 6) -> list[sb.Document]:

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch.stages.shuffle import shuffled_order
+from streambatch.order.shuffle import shuffled_order
 
 
 @st.composite

@@ -22,14 +22,14 @@ from hypothesis import strategies as st
 
 import streambatch as sb
 import streambatch.items.windows.windows as windowing
-import streambatch.stages.plan as planning
+import streambatch.order.plan as planning
 from streambatch import ConfigError
 from streambatch.cli import main
 from streambatch.errors import StoreError
 from streambatch.io.keyed_file import block_digest
 from streambatch.io.store import write_store
-from streambatch.stages.plan import plan_path
-from streambatch.stages.splitmix import derive_seed
+from streambatch.order.plan import plan_path
+from streambatch.order.splitmix import derive_seed
 
 from . import keyed
 from .strategies import configs, documents
@@ -173,7 +173,7 @@ def test_failure_before_rename_leaves_no_plan(tmp_path: Path, monkeypatch: pytes
 
 _KILLED_PLANNER = """
 import os, signal, sys
-import streambatch as sb, streambatch.stages.plan as planning
+import streambatch as sb, streambatch.order.plan as planning
 planning.os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # die just before the rename
 docs = [sb.Document(f"d{i}", "train", list(range(i * 3 + 5))) for i in range(12)]
 sb.plan_file(sb.windows(docs, context_length=2), 7, sys.argv[1])

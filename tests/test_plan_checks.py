@@ -28,13 +28,13 @@ from hypothesis import given
 import streambatch as sb
 import streambatch.io.atomic as atomic
 import streambatch.items.windows.windows as windowing
-import streambatch.stages.plan as planning
+import streambatch.order.plan as planning
 from streambatch.cli import main
 from streambatch.errors import DataError, StoreError
 from streambatch.io.files import short_path
 from streambatch.io.store import StoreWriter, write_store
-from streambatch.stages.plan import build_plan, plan_path
-from streambatch.stages.splitmix import derive_seed
+from streambatch.order.plan import build_plan, plan_path
+from streambatch.order.splitmix import derive_seed
 
 from . import keyed
 from .hostile import ENV
@@ -398,7 +398,7 @@ _FIFO_PLAN = """
 import os, sys
 import streambatch as sb
 from streambatch.errors import StoreError
-from streambatch.stages.plan import plan_path
+from streambatch.order.plan import plan_path
 windows = sb.windows([sb.Document("a", "train", list(range(10)))], context_length=2)
 os.mkfifo(plan_path(windows, 7, sys.argv[1]))
 try:

@@ -1,4 +1,4 @@
-"""Tests for `streambatch.stages.reduce`: raw sums, merged, divided once; failures change nothing."""
+"""Tests for `streambatch.batch.reduce`: raw sums, merged, divided once; failures change nothing."""
 
 from __future__ import annotations
 

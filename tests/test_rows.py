@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
+from streambatch.batch.minibatch import MiniBatch, SegmentProvenance
 from streambatch.errors import ConfigError, DataError, OutOfRangeError, PartitionError
 from streambatch.items.pack import rows as rows_module
-from streambatch.stages.batch import MiniBatch, SegmentProvenance
 
 DOCS = [
     sb.Document("a", "train", [0, 10, 11, 12, 13, 14, 15, 16, 17, 18, 1]),  # 11 tokens: 10 targets

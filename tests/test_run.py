@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import streambatch as sb
 import streambatch.stages.materialize as materializing
 from streambatch.errors import OutOfRangeError
+from streambatch.order.splitmix import derive_seed
 from streambatch.run import STATE_KEYS
-from streambatch.stages.splitmix import derive_seed
 
 from .strategies import configs, documents, seeds
 

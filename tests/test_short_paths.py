@@ -21,7 +21,7 @@ from streambatch._paths import LONG_PATH, short_path
 from streambatch.cli import main
 from streambatch.errors import ConfigError, StoreError
 from streambatch.io.mixture_file import open_mixture, read_mixture_file
-from streambatch.stages.plan import plan_file
+from streambatch.order.plan import plan_file
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests for `streambatch.stages.shuffle`: both backends (C and numpy) equal the plain loop bit for bit."""
+"""Tests for `streambatch.order.shuffle`: both backends (C and numpy) equal the plain loop bit for bit."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import streambatch.stages.shuffle as shuffle
+import streambatch.order.shuffle as shuffle
 from streambatch import ConfigError
-from streambatch.stages.shuffle import apply_swaps, shuffled_order, swap_targets
-from streambatch.stages.splitmix import splitmix64_draws, state_after
+from streambatch.order.shuffle import apply_swaps, shuffled_order, swap_targets
+from streambatch.order.splitmix import splitmix64_draws, state_after
 
 from . import spec
 
@@ -95,7 +95,7 @@ def test_equals_plain_loop_large(count: int, seed: int) -> None:
 
 def test_chunked_draws_cross_chunk_boundaries(monkeypatch: pytest.MonkeyPatch) -> None:
     """With tiny draw chunks the result is unchanged: chunking is invisible."""
-    import streambatch.stages.shuffle as shuffle
+    import streambatch.order.shuffle as shuffle
 
     monkeypatch.setattr(shuffle, "_CHUNK", 7)
     monkeypatch.setattr(shuffle, "_BLOCK", 3)
@@ -183,7 +183,7 @@ def test_missing_extension_falls_back_to_numpy() -> None:
     """Without the extension the module still imports, says BACKEND == "numpy", and shuffles exactly."""
     code = (
         "import sys; sys.modules['streambatch._fisher_yates'] = None\n"  # makes the import fail
-        "import streambatch.stages.shuffle as s\n"
+        "import streambatch.order.shuffle as s\n"
         "print(s.BACKEND, s.shuffled_order(5, 7)[0].tolist())"
     )
     result = subprocess.run(

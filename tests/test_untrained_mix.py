@@ -299,7 +299,7 @@ def test_a_run_of_a_filtered_mixture_resumes(tmp_path: Path) -> None:
 
 
 def test_verify_reads_a_filtered_plan_and_refuses_a_dropped_item(tmp_path: Path) -> None:
-    from streambatch.stages.plan import build_plan
+    from streambatch.order.plan import build_plan
 
     from . import keyed
 

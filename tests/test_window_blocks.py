@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import streambatch as sb
 from streambatch.items.windows import window_index
 from streambatch.items.windows.window_index import WindowConfig, WindowIndex, window_starts
-from streambatch.stages.shuffle import permute
+from streambatch.order.shuffle import permute
 
 
 def _naive(lengths: list[int], config: WindowConfig, include: list[bool] | None = None) -> list[int]:

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from .._checks import check_non_negative
+from ..batch.minibatch import MiniBatch
 from ..errors import ConfigError, OutOfRangeError, StateError
 from ..io.atomic import atomic_text, writing
 from ..io.bounded_json import read_json_header
@@ -46,7 +47,6 @@ from ..items.untrained import untrained_note
 from ..model.corpus import Corpus
 from ..model.source import Source
 from ..run import Run
-from ..stages.batch import MiniBatch
 from ..state import decode, encode
 from ..tools.mix_report import note_repeats
 from ._common import add_order, add_source, args_epoch, open_args_source

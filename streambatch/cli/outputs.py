@@ -31,11 +31,11 @@ from typing import IO, Any
 import numpy as np
 
 from .._progress import Bar, bar
+from ..batch.minibatch import MiniBatch
 from ..errors import ConfigError
 from ..io.files import short_path
 from ..read.text.tokenizers import require
 from ..run import Run
-from ..stages.batch import MiniBatch
 from .records import batch_line, batch_record, record_arrays, record_pieces
 
 FORMATS = ("jsonl", "arrow")

@@ -2,7 +2,7 @@
 
 With ``--pack`` the plan holds the packed rows' numbers in the epoch's order,
 keyed by the corpus fingerprint, ``T``, the partition and the packing algorithm
-(`streambatch.stages.plan.plan_key`); ``epoch --pack --plan-dir`` and
+(`streambatch.order.plan.plan_key`); ``epoch --pack --plan-dir`` and
 ``Epoch(..., pack=True, plan_dir=)`` map the same file.  The summary names
 ``"mode": "pack"`` and ``rows`` where a window plan has ``windows``.
 """
@@ -15,8 +15,8 @@ import time
 from typing import IO, Any
 
 from .._checks import check_non_negative
-from ..stages.plan import build_plan, plan_path
-from ..stages.splitmix import derive_seed
+from ..order.plan import build_plan, plan_path
+from ..order.splitmix import derive_seed
 from ._common import add_order, add_source, args_epoch, open_args_source
 
 

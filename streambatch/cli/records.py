@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ..batch.minibatch import MiniBatch
 from ..model.corpus import Corpus
-from ..stages.batch import MiniBatch
 
 _PIECE = 1 << 16  # numbers turned into text at a time: about a megabyte of JSON
 ARRAY_FIELDS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")

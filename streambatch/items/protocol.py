@@ -23,10 +23,11 @@ import numpy as np
 import numpy.typing as npt
 
 from .._checks import is_integer
+from ..batch.minibatch import MiniBatch
 from ..errors import ConfigError, OutOfRangeError
 from ..model.documents import Partition
 from ..model.source import TokenSource
-from ..stages.batch import MiniBatch
+from ..order.protocol import ShuffleOrder
 
 
 @runtime_checkable
@@ -93,13 +94,6 @@ def counted_targets(items: Any) -> int:
             "targets each view counts (see streambatch.items.protocol)"
         )
     return int(count())
-
-
-class ShuffleOrder(NamedTuple):
-    """A seeded order: the seed and the SplitMix64 state after its Fisher–Yates shuffle."""
-
-    seed: int
-    state_after: int
 
 
 ITER_BLOCK = 1 << 16  # item numbers made at once when iterating a view
@@ -222,7 +216,7 @@ class PlannedItems(Sequence[int]):
     ITEM = "item"  # one item, as a message names it
 
     def plan_key_fields(self) -> dict[str, Any]:
-        """What names a plan file of these items, besides the seed (`streambatch.stages.plan.plan_key`)."""
+        """What names a plan file of these items, besides the seed (`streambatch.order.plan.plan_key`)."""
         raise NotImplementedError
 
     def fill_plan(self, values: npt.NDArray[Any]) -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
+from ..batch.minibatch import MiniBatch
 from ..errors import ConfigError
 from ..io.remote.prefetch import Reader, remote_files
 from ..items.protocol import Items
-from .batch import MiniBatch
 from .chunk import Chunks
 
 

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..batch.minibatch import MiniBatch, present
 from ..items.pack.rows import gather_rows
-from ..stages.batch import MiniBatch, present
 
 __all__ = ["check_packed_rows", "check_source_targets"]
 

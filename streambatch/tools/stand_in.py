@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ..stages.reduce import TokenContribution, TokenSums
+from ..batch.reduce import TokenContribution, TokenSums
 
 CYCLE = 64  # units wrap here: losses below 8
 _CYCLE_PREFIX = np.concatenate([[0], np.cumsum(np.arange(2 * CYCLE) % CYCLE)]).astype(np.int64)

@@ -30,8 +30,8 @@ import torch.distributed as dist
 from torch import nn
 
 from .._checks import check_positive
+from ..batch.reduce import TokenSums
 from ..errors import ConfigError
-from ..stages.reduce import TokenSums
 from .tensors import IGNORE_INDEX
 
 LossSum = Callable[..., torch.Tensor]  # (model, inputs, targets, *row_inputs) -> summed loss over real targets

@@ -16,10 +16,10 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .._checks import check_non_negative, short_repr
+from ..batch.minibatch import MiniBatch
 from ..epoch import Epoch
 from ..errors import ConfigError, OutOfRangeError, StateError
 from ..run import Run
-from ..stages.batch import MiniBatch
 from ..stages.share import share
 from ..state import check_position, decode, encode
 from ._shared import SharedPosition

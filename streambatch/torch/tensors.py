@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ..stages.batch import MiniBatch
+from ..batch.minibatch import MiniBatch
 
 IGNORE_INDEX = -100
 """The target written at padding in signed (``long``) packed targets: ``cross_entropy``'s default ``ignore_index``."""
@@ -52,7 +52,7 @@ class TensorBatch:
     positions: torch.Tensor
     epoch: int = 0
     loss_mask: torch.Tensor | None = None  # packed batches, and batches of a store with a loss mask
-    # packed batches only (None in window mode): see streambatch.stages.batch
+    # packed batches only (None in window mode): see streambatch.batch.minibatch
     segment_ids: torch.Tensor | None = None
     position_ids: torch.Tensor | None = None
     cu_seqlens: torch.Tensor | None = None

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ...batch.minibatch import MiniBatch, SourceArray, present
+from ...batch.reduce import TokenSums
 from ...errors import AccumulationError, DataError
 from ...model.corpus import Corpus
 from ...model.store import DocumentStore
-from ...stages.batch import MiniBatch, SourceArray, present
-from ...stages.reduce import TokenSums
 from ..windows.gather import StoreGather, mask_counter, spanning_records
 from ..windows.windows import WindowSpace
 

@@ -51,10 +51,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._checks import check_seed, is_integer
+from ...batch.minibatch import MiniBatch, SourceArray, present
 from ...errors import ConfigError, OutOfRangeError
 from ...io.keyed_file import check_plan_dir
 from ...model.validate import check_one_tokenizer
-from ...stages.batch import MiniBatch, SourceArray, present
 from ..pack._pack_gather import check_emittable
 from ..pack.rows import row_spans
 from .gather import mixture_columns, mixture_counter, mixture_mask

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ...batch.minibatch import MiniBatch, SourceArray, present
 from ...errors import DataError
-from ...stages.batch import MiniBatch, SourceArray, present
 from ..pack._pack_gather import id_dtype
 from ..pack.packed_batch import from_kernel, mask_pieces
 from ..pack.rows import RowSpace, emit, masked_after, packed_columns, packed_gatherer

@@ -34,8 +34,8 @@ import numpy.typing as npt
 from ..._checks import check_non_negative, check_positive, check_seed, is_integer, short_repr
 from ...errors import ConfigError, DataError, OutOfRangeError
 from ...io.keyed_file import check_blocks
-from ...stages.shuffle import IndexArray, shuffled_order
-from ...stages.splitmix import splitmix64_draws
+from ...order.shuffle import IndexArray, shuffled_order
+from ...order.splitmix import splitmix64_draws
 from .order import (
     BACKEND,
     KERNEL_LIMIT,

@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from ...stages.batch import SourceArray, present
-from ...stages.plan import plan_file
-from ...stages.shuffle import shuffle
+from ...batch.minibatch import SourceArray, present
+from ...order.plan import plan_file
+from ...order.shuffle import shuffle
 from ..pack.rows import Rows, row_targets
 from ..windows.windows import Windows, window_targets
 from .gather import MixGather

@@ -12,7 +12,7 @@ What differs from a batch of windows, and why:
 - Provenance is per *segment* (a piece of one document), made with the batch
   (one pass of the C gather, or the numpy gather): ``segments``,
   ``document_indices``, ``starts``, ``document_ids``, ``provenance``
-  (`streambatch.stages.batch.SegmentProvenance`), ``segment_rows``,
+  (`streambatch.batch.minibatch.SegmentProvenance`), ``segment_rows``,
   ``segment_lengths``.  ``positions`` (``row_numbers``) hold the batch's row
   numbers in the packing.
 - ``segment_ids``, ``position_ids``, ``loss_mask``, ``cu_seqlens``,
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ...stages.batch import MiniBatch
+from ...batch.minibatch import MiniBatch
 from ._pack_gather import PackedArrays
 
 

@@ -22,14 +22,14 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._checks import check_positive, is_integer
+from ...batch.minibatch import MiniBatch, row_batch
+from ...batch.span import spanning_tokens
 from ...errors import ConfigError, DataError, OutOfRangeError
 from ...io.keyed_file import check_blocks
 from ...model.corpus import Corpus
 from ...model.documents import Partition
 from ...model.source import TokenSource, as_source, partition_documents
 from ...model.store import DocumentStore
-from ...stages.batch import MiniBatch, row_batch
-from ...stages.span import spanning_tokens
 from ..protocol import ITER_BLOCK, PlannedItems
 from ..untrained import counted_between, drop_untrained
 from ..windows.window_index import IntArray, WindowConfig
@@ -332,7 +332,7 @@ def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[MiniBa
 def _gatherer(space: RowSpace) -> Any:
     """The C gatherer of *space* (views of its tokens and packing), or False where numpy gathers.
 
-    A `Corpus` is read through one view spanning its shards (`streambatch.stages.span`), with each
+    A `Corpus` is read through one view spanning its shards (`streambatch.batch.span`), with each
     document's start moved into it; shards of mixed dtypes are gathered by numpy.
     """
     store, rows = space.store, space.packing

@@ -13,12 +13,12 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from ...batch.minibatch import MiniBatch, row_batch
+from ...batch.span import spanning_tokens
 from ...errors import ConfigError, DataError
 from ...model.corpus import Corpus
 from ...model.mask import count_reader, target_mask, target_reader
 from ...model.store import DocumentStore
-from ...stages.batch import MiniBatch, row_batch
-from ...stages.span import spanning_tokens
 
 _CWindowGatherer: Any
 try:  # the optional C extension (see setup.py): one call makes both arrays and copies each row's tokens

@@ -18,13 +18,14 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from ...batch.minibatch import MiniBatch
 from ...errors import ConfigError, DataError
 from ...io.files import short_path
 from ...io.keyed_file import check_blocks
 from ...model.documents import Partition
 from ...model.source import TokenSource, as_source, partition_documents
-from ...stages.batch import MiniBatch
-from ..protocol import PlannedItems, ShuffleOrder, from_file
+from ...order.protocol import ShuffleOrder
+from ..protocol import PlannedItems, from_file
 from ..untrained import counted_between, drop_untrained
 from .gather import gather_windows, iter_window_batches
 from .window_index import IntArray, WindowConfig, WindowIndex, in_blocks

@@ -12,9 +12,9 @@ import numpy as np
 from ..._checks import check_seed
 from ..._progress import Bar
 from ..._progress import bar as progress_bar
+from ...batch.reduce import TokenMean, TokenSums, token_mean
 from ...epoch import Epoch
 from ...errors import AccumulationError, ConfigError, StoreError
-from ...stages.reduce import TokenMean, TokenSums, token_mean
 from ..stand_in import sums_of_units, window_loss_units
 from .expected import Expected
 from .masks import MASK_CHECKS

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ...batch.reduce import TokenSums
 from ...epoch import Epoch
 from ...stages.chunk import batch_widths
-from ...stages.reduce import TokenSums
 from ..stand_in import sums_of_units, target_units
 from .masks import MaskTally, counted_units
 

@@ -36,9 +36,9 @@ import numpy as np
 
 from ..._checks import check_seed
 from ..._progress import bar as progress_bar
+from ...batch.reduce import TokenMean, TokenSums, token_mean
 from ...epoch import Epoch
 from ...errors import AccumulationError, ConfigError
-from ...stages.reduce import TokenMean, TokenSums, token_mean
 from ..stand_in import span_units, sums_of_units
 from .check import means_equal
 from .masks import MASK_CHECKS

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...stages.reduce import TokenMean
+from ...batch.reduce import TokenMean
 from .masks import MASK_CHECKS
 
 CHECKS = (  # causes before consequences: a padded row also breaks widths and the token mean

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ...stages.reduce import TokenSums
+from ...batch.reduce import TokenSums
 from ..stand_in import loss_units, sums_of_units
 from .expected import Expected, Rows, provenance
 from .masks import MaskTally

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ...batch.minibatch import MiniBatch
+from ...batch.reduce import TokenContribution, TokenMean, accumulated
 from ...epoch import Epoch
 from ...model.documents import Document, Partition
-from ...stages.batch import MiniBatch
 from ...stages.chunk import batch_widths
-from ...stages.reduce import TokenContribution, TokenMean, accumulated
 from ..audit import AuditResult, audit_batches
 from ..stand_in import stand_in_contributions
 

@@ -36,19 +36,15 @@ The vectorized pieces are public:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from .._checks import check_non_negative, check_seed
 from ..errors import ConfigError, StoreError
-from ..items.pack.rows import Rows
-from ..items.protocol import ShuffleOrder
-from ..items.windows.windows import Windows
+from .protocol import OrderedT, ShuffleOrder
 from .splitmix import splitmix64_draws, state_after
-
-OrderedT = TypeVar("OrderedT", bound=Windows | Rows)
 
 _c_shuffle: Callable[..., int] | None
 try:
@@ -254,7 +250,7 @@ def shuffled_order(count: int, seed: int, out: IndexArray | None = None) -> tupl
     if BACKEND == "c":
         if _c_shuffle is None:
             raise ConfigError(
-                "streambatch.stages.shuffle.BACKEND='c' but the extension streambatch._fisher_yates is not built; "
+                "streambatch.order.shuffle.BACKEND='c' but the extension streambatch._fisher_yates is not built; "
                 "reinstall streambatch with a C compiler present, or set BACKEND='numpy'"
             )
         draws = _c_shuffle(order, seed)
@@ -362,4 +358,4 @@ def shuffle(windows: OrderedT, seed: int) -> OrderedT:
             "and they could not be allocated; raise the memory limit (ulimit -v) or shuffle on a larger machine"
         ) from None
     state = permute(plan, seed)
-    return windows.with_plan(plan, ShuffleOrder(seed, state))  # type: ignore[return-value]
+    return windows.with_plan(plan, ShuffleOrder(seed, state))

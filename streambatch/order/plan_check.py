@@ -22,17 +22,16 @@ import numpy.typing as npt
 
 from ..errors import StoreError
 from ..io.keyed_file import KeyedFile
-from ..items.pack.rows import Rows
-from ..items.windows.windows import Windows
+from .protocol import Orderable
 
 BLOCK = 1 << 20
 
 
-def verify_plan(ordered: Windows | Rows, keyed: KeyedFile) -> None:
+def verify_plan(ordered: Orderable, keyed: KeyedFile) -> None:
     """Read the plan behind *ordered* (mapped from *keyed*) once; refuse a block, entry or duplicate that is wrong.
 
     >>> import tempfile, streambatch as sb
-    >>> from streambatch.stages.plan import build_plan
+    >>> from streambatch.order.plan import build_plan
     >>> docs = [sb.Document("a", "train", [0, 10, 11, 12, 1])]
     >>> order, _ = build_plan(sb.windows(docs, context_length=2), 7, tempfile.mkdtemp(), verify=True)
     >>> len(order)
@@ -68,16 +67,16 @@ def verify_plan(ordered: Windows | Rows, keyed: KeyedFile) -> None:
         raise StoreError(f"{shown}: {total - marked} entries repeat other {noun}s ({noun} {missing} never comes); {fix}")
 
 
-def _total(ordered: Windows | Rows) -> int:
+def _total(ordered: Orderable) -> int:
     """Items a whole plan of *ordered* holds: every window, or every packed row."""
     return ordered.whole_count
 
 
-def _noun(ordered: Windows | Rows) -> str:
+def _noun(ordered: Orderable) -> str:
     return ordered.ITEM
 
 
-def _entries(ordered: Windows | Rows, block: npt.NDArray[np.integer], total: int) -> npt.NDArray[np.int64]:
+def _entries(ordered: Orderable, block: npt.NDArray[np.integer], total: int) -> npt.NDArray[np.int64]:
     """Each entry's item number, -1 where the entry names no item (not a window start; a row past the last)."""
     return ordered.plan_entries(block, total)
 

@@ -30,7 +30,7 @@ number per row; its key has ``"mode": "pack"``, the packing ``algorithm``,
 processes exactly as a window plan is.
 
 Writing: a temporary file beside the target, the plan permuted in memory
-(`streambatch.stages.shuffle.permute`) and written once, header last, fsync,
+(`streambatch.order.shuffle.permute`) and written once, header last, fsync,
 then renamed into place: a crash leaves no plan (and its temporary file is
 removed by the next planner).  A plan that does not fit in memory is permuted
 in the file's own pages instead (slower, bounded by the disk).  Concurrent
@@ -50,14 +50,14 @@ Checks, from cheap to thorough:
   refused (`StoreError`, `DataError`), never emitted;
 - ``verify=True`` (``streambatch plan/epoch --verify``, ``audit --plan-dir``)
   reads the plan once: every block, every entry, and no window twice
-  (`streambatch.stages.plan_check`).
+  (`streambatch.order.plan_check`).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -66,9 +66,7 @@ from .._checks import check_seed
 from ..errors import ConfigError, StoreError
 from ..io.files import short_path
 from ..io.keyed_file import KeyedFile, KeyedWriter, computed_once, file_name, open_keyed, write_keyed
-from ..items.pack.rows import Rows
-from ..items.protocol import ShuffleOrder
-from ..items.windows.windows import Windows
+from .protocol import Orderable, OrderedT, ShuffleOrder
 from .shuffle import permute
 
 FORMAT = "streambatch.plan"
@@ -76,10 +74,9 @@ VERSION = 2
 SUFFIX = ".plan"
 _BLOCK = 1 << 22
 PathLike = str | os.PathLike[str]
-OrderedT = TypeVar("OrderedT", bound=Windows | Rows)
 
 
-def plan_key(windows: Windows | Rows, seed: int) -> dict[str, Any]:
+def plan_key(windows: Orderable, seed: int) -> dict[str, Any]:
     """What a plan of *windows* (or packed rows) in the order of *seed* depends on; the plan file's name hashes it.
 
     A plan of packed `Rows` holds row numbers; its key names the mode, ``T`` and
@@ -94,13 +91,13 @@ def plan_key(windows: Windows | Rows, seed: int) -> dict[str, Any]:
     return {**windows.plan_key_fields(), "seed": check_seed(seed), **_filter_key(windows)}
 
 
-def _filter_key(windows: Windows | Rows) -> dict[str, Any]:
+def _filter_key(windows: Orderable) -> dict[str, Any]:
     """What a plan of items filtered by ``skip_untrained`` adds to its key (nothing for unfiltered items: their keys,
     and so their files' names, are unchanged)."""
     return {} if windows.untrained is None else {"skip_untrained": True, "dropped": windows.untrained.dropped}
 
 
-def plan_path(windows: Windows | Rows, seed: int, plan_dir: PathLike) -> Path:
+def plan_path(windows: Orderable, seed: int, plan_dir: PathLike) -> Path:
     """Where the plan of *windows* in the order of *seed* lives in *plan_dir* (it may not exist yet)."""
     return Path(plan_dir) / _file_name(plan_key(windows, seed))
 
@@ -109,7 +106,7 @@ def _file_name(key: dict[str, Any]) -> str:
     return file_name(FORMAT, VERSION, key, SUFFIX)
 
 
-def _check_whole(windows: Windows | Rows) -> None:
+def _check_whole(windows: Orderable) -> None:
     if getattr(windows, "plan_key_fields", None) is None:  # the items a plan file orders: windows, packed rows
         raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
     if not windows.is_whole:
@@ -147,7 +144,7 @@ def build_plan(
     key = plan_key(windows, seed)
     path, created = computed_once(plan_dir, _file_name(key), "plan", lambda target: _write_plan(target, windows, key, run))
     plan, keyed = open_plan(path, key)
-    ordered: OrderedT = windows.with_plan(plan, ShuffleOrder(key["seed"], keyed.header["state_after"]))  # type: ignore[assignment]
+    ordered: OrderedT = windows.with_plan(plan, ShuffleOrder(key["seed"], keyed.header["state_after"]))
     if verify:
         from .plan_check import verify_plan  # the full read: only when asked for
 
@@ -155,7 +152,7 @@ def build_plan(
     return ordered, created
 
 
-def _write_plan(path: Path, windows: Windows | Rows, key: dict[str, Any], run: dict[str, int] | None) -> None:
+def _write_plan(path: Path, windows: Orderable, key: dict[str, Any], run: dict[str, int] | None) -> None:
     """Compute the plan into a temporary file beside *path*, then rename it into place (`write_keyed`)."""
     count, dtype = _count(key), np.dtype(key["dtype"])
     need = count * dtype.itemsize
@@ -205,7 +202,7 @@ def _count(key: dict[str, Any]) -> int:
     return int(key["rows"] if key.get("mode") == "pack" else key["windows"])
 
 
-def _fill(values: npt.NDArray[Any], windows: Windows | Rows) -> None:
+def _fill(values: npt.NDArray[Any], windows: Orderable) -> None:
     """Write every item's plan entry (document order) into *values*, in bounded blocks."""
     if windows.untrained is not None:  # the kept items of skip_untrained
         values[:] = windows.untrained.entries

@@ -20,7 +20,7 @@ from more_itertools import spy
 
 from .._checks import SIZE_LIMIT, is_integer, short_repr
 from ..errors import AccumulationError
-from .token_sums import (
+from .sums import (
     FloatArray,
     TokenContribution,
     TokenMean,

@@ -1,0 +1,93 @@
+"""What the ordering stages need of a sequence of items: a seeded order and a plan to hold it.
+
+`shuffle`, `plan_file` and the plan checks order any item kind that implements
+`Orderable` (the windows of ``sb.windows`` and packed rows both do, through
+`streambatch.items.protocol.PlannedItems`); they never ask which kind they hold,
+so this folder sits below the kinds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+
+class ShuffleOrder(NamedTuple):
+    """A seeded order: the seed and the SplitMix64 state after its Fisher–Yates shuffle."""
+
+    seed: int
+    state_after: int
+
+
+_Self = TypeVar("_Self")
+
+
+class Orderable(Protocol):
+    """A whole sequence of numbered items that a seeded plan can order (every member the order stages use)."""
+
+    ITEM: str  # one item, as a message names it ("window", "packed row")
+
+    def __len__(self) -> int: ...
+
+    @property
+    def space(self) -> Any:
+        """What every view of the sequence shares (its plan entries' dtype: ``space.plan_dtype(count)``)."""
+        ...
+
+    @property
+    def is_sequential(self) -> bool:
+        """True when no plan backs the items (natural order)."""
+        ...
+
+    @property
+    def is_whole(self) -> bool:
+        """True for every item of the space in the natural order (what a plan file orders)."""
+        ...
+
+    @property
+    def whole_count(self) -> int:
+        """Items of the whole space."""
+        ...
+
+    @property
+    def plan(self) -> npt.NDArray[Any] | None:
+        """The plan behind the items (None in the natural order)."""
+        ...
+
+    @property
+    def untrained(self) -> Any:
+        """The report of ``skip_untrained`` (its kept ``entries`` and ``dropped`` count), or None."""
+        ...
+
+    def plan_values(self) -> npt.NDArray[Any]:
+        """The plan entries of the items, fresh in the natural order (a view of the plan otherwise)."""
+        ...
+
+    def with_plan(self: _Self, plan: npt.NDArray[Any], order: ShuffleOrder | None) -> _Self:
+        """The same items in the order of *plan*."""
+        ...
+
+    def unordered(self: _Self) -> _Self:
+        """Every (kept) item in the natural order."""
+        ...
+
+    def numbers(self) -> npt.NDArray[np.int64]:
+        """Each item's number (its place in the natural order)."""
+        ...
+
+    def plan_key_fields(self) -> dict[str, Any]:
+        """What names a plan file of the items, besides the seed."""
+        ...
+
+    def fill_plan(self, values: npt.NDArray[Any]) -> None:
+        """Every item's plan entry, in the natural order, into *values*."""
+        ...
+
+    def plan_entries(self, block: npt.NDArray[np.integer], total: int) -> npt.NDArray[np.int64]:
+        """Each plan entry's item number, -1 where it names no item."""
+        ...
+
+
+OrderedT = TypeVar("OrderedT", bound=Orderable)
