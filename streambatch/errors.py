@@ -62,6 +62,12 @@ class Terminated(KeyboardInterrupt):
     """
 
 
+class OverBudget(BaseException):
+    """A time budget spent (`streambatch.read.text.budget`): raised in the working thread between bytecodes, never out of
+    `time_budget` (which turns it into a `DataError` naming the document).  A `BaseException`, so no
+    ``except Exception`` in the code it stops (a template's runtime) keeps it."""
+
+
 class NotRegularFileError(OSError):
     """A path names a FIFO, device, socket or directory where a regular file is expected (an `OSError`:
     the store and file readers turn it into a `StoreError` or `DataError` naming the path)."""

@@ -99,7 +99,7 @@ def test_chat_template_mask_equals_one_by_hand(tmp_path: Path) -> None:
 def test_a_template_that_is_not_prefix_stable_is_refused() -> None:
     """A template that rewrites earlier turns (here: only the last user turn is shown) names the document."""
     template = ChatTemplate("{% for m in messages %}{% if loop.last %}{{ m['content'] }}{% endif %}{% endfor %}")
-    with pytest.raises(sb.DataError, match=r"row 0: the chat template is not prefix-stable at messages\[1\]"):
+    with pytest.raises(sb.DataError, match=r"row 0 \(document id=.0.\): the chat template is not prefix-stable at messages\[1\]"):
         list(iter_hf([{"messages": CHAT[1:3]}], chat_template=template))
 
 

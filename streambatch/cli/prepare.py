@@ -13,6 +13,7 @@ from ..model.documents import Partition
 from ..model.store import DocumentStore
 from ..prepare import prepare_store
 from ..read.inputs import MAX_DOCUMENT_BYTES
+from ..read.text.chat import RENDER_SECONDS
 from ..read.text.tokenizers import AUTO, SpecialId
 from ._common import add_max_line, byte_size
 
@@ -67,6 +68,8 @@ def _run(args: argparse.Namespace) -> DocumentStore:
         completion_field=args.completion_field,
         chat_template=args.chat_template,
         skip_untrained_documents=args.skip_untrained_documents,
+        labels_shifted=args.labels_shifted,
+        chat_render_seconds=args.chat_render_seconds,
         include=args.include,
         exclude=args.exclude,
         part=args.part,
@@ -121,6 +124,18 @@ def register(commands: Any) -> None:
         "--skip-untrained-documents",
         action="store_true",
         help="leave out (and count) documents whose loss mask trains nothing, instead of refusing them",
+    )
+    p.add_argument(
+        "--labels-shifted",
+        action="store_true",
+        help="token rows' labels are shifted by one (labels[i] is input_ids[i+1] or -100); default: aligned, as HF's",
+    )
+    p.add_argument(
+        "--chat-render-seconds",
+        type=float,
+        default=RENDER_SECONDS,
+        metavar="S",
+        help=f"refuse a chat whose template renderings take longer than this (default {RENDER_SECONDS:g})",
     )
     p.add_argument("--include", action="append", default=[], metavar="GLOB", help="keep only matching files (repeatable)")
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="leave matching files out (repeatable)")

@@ -24,7 +24,7 @@ from ..model.documents import PARTITIONS, Document, Partition
 from ..model.mask import untrained_reason
 from ..model.validate import TOKEN_LIMIT, check_vocabulary
 from .inputs import MAX_DOCUMENT_BYTES, MAX_LINE_BYTES
-from .text.masks import ChatTemplate
+from .text.chat import RENDER_SECONDS, ChatTemplate
 from .text.tokenizers import AUTO, ByteTokenizer, SpecialId, Tokenizer, TokenizerSpec, as_tokenizer, encode_texts
 
 if TYPE_CHECKING:
@@ -136,6 +136,8 @@ class ReadOptions:
     completion_field: str | None = None
     chat_template: ChatTemplate | None = None  # rows with "messages" are chats rendered by it (assistant turns train)
     skip_untrained_documents: bool = False  # leave out (and count) documents whose mask trains nothing, else refuse them
+    labels_shifted: bool = False  # token rows' labels are shifted by one (labels[i] is the target at i + 1)
+    chat_render_seconds: float = RENDER_SECONDS  # the time budget of one chat's renderings
 
 
 class ReadKeywords(TypedDict, total=False):
@@ -154,8 +156,10 @@ class ReadKeywords(TypedDict, total=False):
     text fields of prompt/completion rows (the completion's tokens train);
     *chat_template* (a `ChatTemplate`, or a template or tokenizer_config.json file)
     renders rows' ``messages`` (the assistant turns train); token rows may carry
-    ``labels`` (-100 = not trained), ``loss_mask`` or ``assistant_masks``; a
-    document whose mask trains nothing is refused unless *skip_untrained_documents*.
+    ``labels`` (-100 = not trained; aligned with the tokens, or shifted by one
+    with *labels_shifted*), ``loss_mask`` or ``assistant_masks``; a document whose
+    mask trains nothing is refused unless *skip_untrained_documents*.
+    *chat_render_seconds* (60) bounds the time one chat's renderings may take.
     """
 
     tokenizer: TokenizerSpec
@@ -172,6 +176,8 @@ class ReadKeywords(TypedDict, total=False):
     completion_field: str | None
     chat_template: ChatTemplate | str | os.PathLike[str] | None
     skip_untrained_documents: bool
+    labels_shifted: bool
+    chat_render_seconds: float
 
 
 def read_options(**keywords: Unpack[ReadKeywords]) -> ReadOptions:
@@ -209,10 +215,14 @@ def read_options(**keywords: Unpack[ReadKeywords]) -> ReadOptions:
     template = keywords.get("chat_template")
     chat = template if template is None or isinstance(template, ChatTemplate) else ChatTemplate.from_file(template)
     skip = bool(keywords.get("skip_untrained_documents", False))
+    seconds = keywords.get("chat_render_seconds", RENDER_SECONDS)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
+        raise ConfigError(f"chat_render_seconds={seconds!r} must be a positive number of seconds")
     vocab = tok.vocab_size if named else None
     return ReadOptions(
         tok, per_line, partition, column, separator, bin_dtype, vocab, named, **limits,
         prompt_field=prompt, completion_field=completion, chat_template=chat, skip_untrained_documents=skip,
+        labels_shifted=bool(keywords.get("labels_shifted", False)), chat_render_seconds=float(seconds),
     )  # fmt: skip
 
 

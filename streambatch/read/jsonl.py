@@ -31,17 +31,21 @@ from ..model.store import DocumentStore
 from ..model.validate import check_id, check_tokens, short
 from . import inputs as _inputs
 from .blocks import Block, ReadOptions, batches, byte_limit, flat_block, partition_codes, text_block
-from .text.masks import MASK_KEYS, Segments, prompt_segments, segment_tokens, token_row_mask
+from .text.masks import MASK_KEYS, Segments, prompt_segments, row_mask, segment_tokens
 
 TOKEN_KEYS = ("tokens", "input_ids")  # streambatch's own key, then Hugging Face's
 TEXT_COLUMNS = ("text",)  # a row without tokens holds text to tokenize here (or in the column named)
 
 
-def record_document(record: Any, where: str, default_id: str, default_partition: Partition = Partition.TRAIN) -> Document:
+def record_document(
+    record: Any, where: str, default_id: str, default_partition: Partition = Partition.TRAIN, labels_shifted: bool = False
+) -> Document:
     """One row (a mapping) as a `Document`; errors name *where*.
 
     Tokens come from ``tokens`` or ``input_ids``; ``id`` defaults to *default_id*
-    and ``partition`` to *default_partition*.
+    and ``partition`` to *default_partition*; a mask from ``labels`` (aligned with
+    the tokens, or shifted by one with *labels_shifted*), ``loss_mask`` or
+    ``assistant_masks`` (`streambatch.read.text.labels`).
 
     >>> record_document({"input_ids": [3, 4]}, "row 0", "0").id
     '0'
@@ -54,7 +58,7 @@ def record_document(record: Any, where: str, default_id: str, default_partition:
     tokens, mask = record[key], None
     if any(k in record for k in MASK_KEYS):
         tokens = check_tokens(tokens, where)
-        mask = token_row_mask(record, tokens.size, where)
+        mask = row_mask(record, tokens, where, labels_shifted)
     return Document(record.get("id", default_id), record.get("partition", default_partition), tokens, mask, where=where)
 
 
@@ -78,6 +82,7 @@ def iter_records(
     default_partition: Partition | str = Partition.TRAIN,
     source: str = "record",
     skip_untrained_documents: bool = False,
+    labels_shifted: bool = False,
 ) -> Iterator[Document]:
     """Yield a `Document` per row of *records* (dicts, e.g. a Hugging Face dataset's rows).
 
@@ -86,6 +91,8 @@ def iter_records(
     partitions are skipped (after validation).  A row may carry a loss mask
     (``labels``, -100 = not trained, or ``loss_mask``/``assistant_masks``); a row
     whose mask trains nothing is refused, or skipped with *skip_untrained_documents*.
+    Labels are aligned with the tokens (HF's convention), or shifted by one with
+    *labels_shifted* (`streambatch.read.text.labels`).
 
     >>> rows = [{"id": "a", "partition": "train", "tokens": [1, 2, 3]},
     ...         {"id": "b", "partition": "test", "tokens": [4, 5]}]
@@ -95,14 +102,14 @@ def iter_records(
     if isinstance(records, (str, bytes, Mapping)) or not isinstance(records, Iterable):
         raise ConfigError(f"records={short(records)} is not an iterable of rows; pass a list of dicts or a dataset")
     keep, fallback = _keep(partition), Partition.parse(default_partition)
-    return _iter_records(records, keep, fallback, source, skip_untrained_documents)
+    return _iter_records(records, keep, fallback, source, skip_untrained_documents, labels_shifted)
 
 
 def _iter_records(
-    records: Iterable[Any], keep: Partition | None, fallback: Partition, source: str, skip: bool
+    records: Iterable[Any], keep: Partition | None, fallback: Partition, source: str, skip: bool, shifted: bool
 ) -> Iterator[Document]:
     for index, record in enumerate(records):
-        doc = record_document(record, f"{source} {index}", str(index), fallback)
+        doc = record_document(record, f"{source} {index}", str(index), fallback, shifted)
         if (keep is None or doc.partition is keep) and trained_or_refused(doc, skip):
             yield doc
 
@@ -113,13 +120,14 @@ def iter_jsonl(
     partition: Partition | str | None = None,
     max_line_bytes: int = _inputs.MAX_LINE_BYTES,
     skip_untrained_documents: bool = False,
+    labels_shifted: bool = False,
 ) -> Iterator[Document]:
     """Yield a `Document` per non-blank line of a JSONL file (``.gz``/``.zst`` too), lazily; errors name file:line.
 
     Each line is an object with ``tokens`` (or ``input_ids``) and optionally ``id``
     (default: the line number) and ``partition`` (default ``"train"``).  With
     *partition*, documents of other partitions are skipped.  A loss mask rides as in
-    `iter_records` (*skip_untrained_documents* likewise).  Lines end at ``\\n``; a
+    `iter_records` (*skip_untrained_documents* and *labels_shifted* likewise).  Lines end at ``\\n``; a
     line of more than *max_line_bytes* is a `DataError` naming it (found without holding it).
     """
     name = os.fspath(path)
@@ -128,13 +136,13 @@ def iter_jsonl(
         check_regular(name)  # fail at the call, not at the first document; a FIFO is refused, never waited on
     except OSError as err:
         raise DataError(f"cannot open {name!r}: {err.strerror}; pass a readable JSONL file") from err
-    return _iter_jsonl(name, _keep(partition), limit, skip_untrained_documents)
+    return _iter_jsonl(name, _keep(partition), limit, skip_untrained_documents, labels_shifted)
 
 
-def _iter_jsonl(name: str, keep: Partition | None, max_line: int, skip: bool) -> Iterator[Document]:
+def _iter_jsonl(name: str, keep: Partition | None, max_line: int, skip: bool, shifted: bool) -> Iterator[Document]:
     for chunk in _inputs.line_chunks(name, _inputs.LINE_CHUNK_BYTES, max_line):
         for where, number, row in jsonl_rows(chunk, name):
-            doc = record_document(row, where, str(number))
+            doc = record_document(row, where, str(number), Partition.TRAIN, shifted)
             if (keep is None or doc.partition is keep) and trained_or_refused(doc, skip):
                 yield doc
 
@@ -198,10 +206,13 @@ def rows_block(rows: Sequence[tuple[str, str, Any]], opts: ReadOptions) -> Block
     masks: list[npt.NDArray[np.bool_] | None] = []
     texts: list[Segments] = []
     text_at: list[int] = []
+    plain: list[bool] = []  # per text row: plain text (no mask of its own), or a chat / prompt-completion pair
     for where, default_id, row in rows:
-        pieces = _text_pieces(row, where, column, opts) if isinstance(row, Mapping) else None
-        if pieces is not None:
-            label = f"{where} (document id={row.get('id', default_id)!r})"
+        label = f"{where} (document id={row.get('id', default_id)!r})" if isinstance(row, Mapping) else where
+        found = _text_pieces(row, where, label, column, opts) if isinstance(row, Mapping) else None
+        if found is not None:
+            pieces, has_mask = found
+            plain.append(not has_mask)
             doc_id = check_id(row.get("id", default_id), label)
             codes.append(Partition.parse(row.get("partition", opts.partition), label).code)
             text_at.append(len(arrays))
@@ -209,7 +220,7 @@ def rows_block(rows: Sequence[tuple[str, str, Any]], opts: ReadOptions) -> Block
             arrays.append(np.zeros(0, np.uint32))  # replaced below
             masks.append(None)
         else:
-            doc = record_document(row, where, default_id, opts.partition)
+            doc = record_document(row, where, default_id, opts.partition, opts.labels_shifted)
             doc_id = doc.id
             codes.append(doc.partition.code)
             arrays.append(doc.tokens)
@@ -220,11 +231,12 @@ def rows_block(rows: Sequence[tuple[str, str, Any]], opts: ReadOptions) -> Block
     tokenized = len(texts)
     if texts:
         text_ids, text_wheres = [ids[i] for i in text_at], [wheres[i] for i in text_at]
-        if all(len(p) == 1 and not p[0][1] for p in texts):  # plain text: no mask
+        if all(plain):  # plain text rows only: no mask
             made = text_block([p[0][0] for p in texts], text_ids, text_wheres, partition_codes(len(texts), opts.partition), opts)
             made_tokens, made_lengths, made_mask = made.tokens, made.lengths, None
         else:
             _check_sizes([t for p in texts for t, _ in p], text_ids, text_wheres, opts)
+            texts = [[(p[0][0], True)] if alone else p for p, alone in zip(texts, plain, strict=True)]  # plain: all train
             made_tokens, made_lengths, made_mask = segment_tokens(
                 opts.tokenizer, texts, lambda k: f"{text_wheres[k]} (document id={text_ids[k]!r})"
             )
@@ -244,19 +256,29 @@ def rows_block(rows: Sequence[tuple[str, str, Any]], opts: ReadOptions) -> Block
     return Block(block.tokens, block.lengths, ids, block.codes, wheres, tokenized=tokenized, loss_mask=block.loss_mask)
 
 
-def _text_pieces(row: Mapping[str, Any], where: str, column: str, opts: ReadOptions) -> Segments | None:
-    """A row without token ids as text segments (see `rows_block`); None for a token row."""
+def _text_pieces(row: Mapping[str, Any], where: str, label: str, column: str, opts: ReadOptions) -> tuple[Segments, bool] | None:
+    """A row without token ids as text segments, and whether they carry a mask (see `rows_block`); None for a token
+    row.  A chat or a prompt/completion pair always carries one, even when nothing in it trains (then it is refused or
+    left out, by name, as any untrained document is)."""
     if any(k in row for k in TOKEN_KEYS):
         return None
     if opts.chat_template is not None and "messages" in row:
-        return opts.chat_template.segments(row["messages"], where)
+        pieces = opts.chat_template.segments(
+            row["messages"], label, limit=opts.max_document_bytes, seconds=opts.chat_render_seconds
+        )
+        return pieces, True
     if opts.prompt_field is not None and opts.completion_field is not None and opts.prompt_field in row:
-        return prompt_segments(row, opts.prompt_field, opts.completion_field, where)
+        return prompt_segments(row, opts.prompt_field, opts.completion_field, where), True
     if column in row:
         text = row[column]
         if not isinstance(text, str):
             raise DataError(f"{where}: {column}={short(text)} is not a string; text rows hold text to tokenize")
-        return [(text, False)]
+        return [(text, False)], False
+    if "messages" in row and opts.chat_template is None:
+        raise DataError(
+            f"{where}: a chat row (messages) but no chat template; pass --chat-template FILE (chat_template=), "
+            "a Jinja template or a tokenizer_config.json holding one"
+        )
     wanted = [f"{column!r} text to tokenize"]
     if opts.prompt_field is not None:
         wanted.append(f"{opts.prompt_field!r}/{opts.completion_field!r} text")

@@ -12,8 +12,9 @@ from ...io.files import check_regular, short_path
 from ...model.documents import Document, Partition
 from ...model.validate import short
 from ..blocks import Block, ReadOptions, read_options
-from ..inputs import is_format_error
+from ..inputs import MAX_DOCUMENT_BYTES, is_format_error
 from ..jsonl import rows_block
+from ..text.chat import RENDER_SECONDS
 from ..text.tokenizers import TokenizerSpec, require
 from .tables import TABLE_ROWS, table_block, table_error, validated
 
@@ -70,6 +71,9 @@ def iter_hf(
     completion_field: str | None = None,
     chat_template: Any = None,
     skip_untrained_documents: bool = False,
+    labels_shifted: bool = False,
+    max_document_bytes: int = MAX_DOCUMENT_BYTES,
+    chat_render_seconds: float = RENDER_SECONDS,
 ) -> Iterator[Document]:
     """One document per row of a Hugging Face ``Dataset`` or ``IterableDataset`` (or any iterable of dicts).
 
@@ -77,7 +81,8 @@ def iter_hf(
     tokenized by *tokenizer* in batches; ``id`` and ``partition`` columns are used
     when present (ids default to the row number).  Loss masks come from ``labels``,
     ``loss_mask`` or ``assistant_masks`` columns, from *prompt_field*/*completion_field*
-    text pairs, or from ``messages`` rendered by *chat_template* (see `read_options`).
+    text pairs, or from ``messages`` rendered by *chat_template*; *labels_shifted*, *max_document_bytes* and
+    *chat_render_seconds* as in `read_options`.
     """
     opts = read_options(
         tokenizer=tokenizer,
@@ -87,6 +92,9 @@ def iter_hf(
         completion_field=completion_field,
         chat_template=chat_template,
         skip_untrained_documents=skip_untrained_documents,
+        labels_shifted=labels_shifted,
+        max_document_bytes=max_document_bytes,
+        chat_render_seconds=chat_render_seconds,
     )
     if hasattr(dataset, "with_format"):
         return _iter_hf_tables(dataset.with_format("arrow").iter(batch_size=batch_size), opts)

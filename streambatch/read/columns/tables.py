@@ -18,7 +18,7 @@ from ...model.validate import check_id
 from ..blocks import Block, ReadOptions, flat_block, partition_codes, text_block
 from ..inputs import is_format_error
 from ..jsonl import TEXT_COLUMNS, TOKEN_KEYS, rows_block
-from ..text.masks import MASK_KEYS
+from ..text.labels import MASK_KEYS, agreed, mask_of_labels
 from ..text.tokenizers import require
 
 TABLE_COLUMNS = (*TOKEN_KEYS, *TEXT_COLUMNS)  # tried in this order when no column is named
@@ -60,8 +60,9 @@ def table_block(table: Any, path: str, name: str | None, first_row: int, opts: R
             doc = int(np.searchsorted(np.cumsum(lengths), at, side="right"))
             raise DataError(f"{wheres[doc]}: {column} holds a null token id; token ids must be integers")
         lengths = values.value_lengths().to_numpy(zero_copy_only=False)
-        mask = _mask_column(table, names, lengths, wheres, pa)
-        return flat_block(flat.to_numpy(zero_copy_only=False), lengths, ids, codes, wheres, opts, mask)
+        tokens = flat.to_numpy(zero_copy_only=False)
+        mask = _mask_column(table, names, tokens, lengths, wheres, pa, opts.labels_shifted)
+        return flat_block(tokens, lengths, ids, codes, wheres, opts, mask)
     raise DataError(
         f"{short_path(path)}: column {column!r} has type {kind}; it must hold token ids (a list of integers) or text (string)"
     )
@@ -90,27 +91,34 @@ def _rows_block(table: Any, names: list[str], path: str, name: str | None, first
     return rows_block(listed, opts)
 
 
-def _mask_column(table: Any, names: list[str], lengths: Any, wheres: list[str], pa: Any) -> npt.NDArray[np.bool_] | None:
-    """The flat loss mask of a token table's ``labels``/``loss_mask``/``assistant_masks`` column, or None."""
-    key = next((k for k in MASK_KEYS if k in names), None)
-    if key is None:
+def _mask_column(
+    table: Any, names: list[str], flat_tokens: Any, lengths: Any, wheres: list[str], pa: Any, shifted: bool
+) -> npt.NDArray[np.bool_] | None:
+    """The flat loss mask of a token table's ``labels``/``loss_mask``/``assistant_masks`` columns (several must agree;
+    labels as `streambatch.read.text.labels` reads them), or None."""
+    keys = [k for k in MASK_KEYS if k in names]
+    if not keys:
         return None
-    values = table.column(key).combine_chunks()
-    if values.null_count or not (pa.types.is_list(values.type) or pa.types.is_large_list(values.type)):
-        bad = int(np.argmax(values.is_null().to_numpy(zero_copy_only=False))) if values.null_count else 0
-        raise DataError(f"{wheres[bad]}: {key} must be a list per row (of ints for labels, 0/1 or bools for masks)")
-    sizes = values.value_lengths().to_numpy(zero_copy_only=False)
-    if not np.array_equal(sizes, lengths):
-        at = int(np.argmax(sizes != lengths))
-        raise DataError(
-            f"{wheres[at]}: {key} has {int(sizes[at])} entries for {int(lengths[at])} tokens; align it with the tokens"
-        )
-    flat = values.flatten().to_numpy(zero_copy_only=False)
-    ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
-    where = wheres[0] if wheres else key
-    mask = labels_mask(flat, flat.size, where) if key == "labels" else check_loss_mask(flat, flat.size, f"{where}: {key}")
-    mask[(ends - lengths)[lengths > 0]] = False
-    return mask
+    masks = {}
+    for key in keys:
+        values = table.column(key).combine_chunks()
+        if values.null_count or not (pa.types.is_list(values.type) or pa.types.is_large_list(values.type)):
+            bad = int(np.argmax(values.is_null().to_numpy(zero_copy_only=False))) if values.null_count else 0
+            raise DataError(f"{wheres[bad]}: {key} must be a list per row (of ints for labels, 0/1 or bools for masks)")
+        sizes = values.value_lengths().to_numpy(zero_copy_only=False)
+        if not np.array_equal(sizes, lengths):
+            at = int(np.argmax(sizes != lengths))
+            raise DataError(
+                f"{wheres[at]}: {key} has {int(sizes[at])} entries for {int(lengths[at])} tokens; align it with the tokens"
+            )
+        flat = values.flatten().to_numpy(zero_copy_only=False)
+        where = wheres[0] if wheres else key
+        if key == "labels":
+            labels_mask(flat, flat.size, where)  # ints, one per token
+            masks[key] = mask_of_labels(flat, flat_tokens, lengths, lambda k: wheres[k], shifted)
+        else:
+            masks[key] = check_loss_mask(flat, flat.size, f"{where}: {key}")
+    return agreed(masks, lengths, lambda k: wheres[k])
 
 
 def plain_values(values: Any, pa: Any) -> Any:
