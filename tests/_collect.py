@@ -1,8 +1,10 @@
-"""pytest plugin (loaded with ``-p tests._collect``): skip torch-only modules where torch is absent."""
+"""pytest plugin (loaded with ``-p tests._collect``): skip the torch package's modules where torch is absent."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+TORCH_PACKAGE = Path(__file__).resolve().parents[1] / "streambatch" / "torch"  # its doctests need torch
 
 
 def _has_torch() -> bool:
@@ -13,8 +15,14 @@ def _has_torch() -> bool:
     return True
 
 
+def torch_only(path: Path) -> bool:
+    """True for the torch package (`TORCH_PACKAGE`) and everything in it."""
+    found = Path(path).resolve()
+    return found == TORCH_PACKAGE or TORCH_PACKAGE in found.parents
+
+
 def pytest_ignore_collect(collection_path: Path) -> bool | None:
-    """Leave streambatch/torch.py's doctests out when torch cannot be imported (tests/torch skip themselves)."""
-    if collection_path.name == "torch.py" and collection_path.parent.name == "streambatch" and not _has_torch():
+    """Leave streambatch/torch/'s doctests out when torch cannot be imported (tests/ that need it skip themselves)."""
+    if torch_only(collection_path) and not _has_torch():
         return True
     return None

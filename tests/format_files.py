@@ -18,8 +18,9 @@ one ``<?`` per token.
 from __future__ import annotations
 
 import json
+import random
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -164,3 +165,43 @@ def memory_opener(files: dict[str, bytes], opened: dict[str, MemoryFile]):
         return opened[path]
 
     return opener
+
+
+DAMAGED_COPIES = 200  # per damage sweep: seconds in all
+READ_SHARE = 0.08  # at least this share of damaged copies must still read (a flip in a value that does not matter)
+
+
+def damage_sweep(
+    seed: int, make: Callable[[Path, random.Random], tuple[Path, Path]], read: Callable[[Path], None], root: Path
+) -> None:
+    """`DAMAGED_COPIES` seeded damages, each a fresh copy: cut somewhere (half the time), then 1-4 bytes overwritten.
+
+    *make*(folder, rng) writes a good input and returns ``(what to open, the file to damage)``; *read*(opened)
+    reads it all.  Every copy must read or raise a `DataError` naming the damaged file; at least `READ_SHARE` of them
+    read and as many are refused, so the sweep can never pass with every copy refused, or none.
+    """
+    from streambatch.errors import DataError
+
+    rng = random.Random(seed)
+    outcomes = {"read": 0, "refused": 0}
+    for n in range(DAMAGED_COPIES):
+        folder = root / f"copy-{n}"
+        folder.mkdir()
+        opened, victim = make(folder, rng)
+        raw = bytearray(victim.read_bytes())
+        if rng.random() < 0.5:
+            raw = raw[: rng.randint(0, len(raw))]
+        for _ in range(rng.randint(1, 4)):
+            if raw:
+                raw[rng.randrange(len(raw))] = rng.randrange(256)
+        victim.write_bytes(bytes(raw))
+        refusal: DataError | None = None
+        try:
+            read(opened)
+        except DataError as err:
+            refusal = err
+        outcomes["read" if refusal is None else "refused"] += 1
+        assert refusal is None or str(victim) in str(refusal), f"copy {n}: the refusal does not name {victim}: {refusal}"
+    least = int(READ_SHARE * DAMAGED_COPIES)
+    assert outcomes["read"] >= least, outcomes
+    assert outcomes["refused"] >= least, outcomes

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import pickle
+import random
 import struct
 from pathlib import Path
 
@@ -19,7 +20,15 @@ from streambatch.cli import main
 from streambatch.errors import DataError
 from streambatch.io.formats import IndexedStore, open_datatrove, write_format
 
-from .format_files import MemoryFile, assert_same_epochs, datatrove_files, memory_opener, write_datatrove, write_jsonl
+from .format_files import (
+    MemoryFile,
+    assert_same_epochs,
+    damage_sweep,
+    datatrove_files,
+    memory_opener,
+    write_datatrove,
+    write_jsonl,
+)
 
 
 def cli(*argv: str) -> tuple[int, str]:
@@ -223,27 +232,20 @@ def test_prepare_reads_ds_files_with_their_index(tmp_path: Path) -> None:
         sb.prepare_store([data / "a.ds.index"], tmp_path / "other", quiet=True)
 
 
-@given(st.data())
-def test_any_damage_is_a_data_error_or_reads(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
-    """Bytes of any of the three files overwritten or cut anywhere: the files read, or a `DataError` says why."""
-    folder = tmp_path_factory.mktemp("damage")
-    path = write_datatrove(
-        folder / "c.ds", [[1, 2, 3], [4], [5, 6]], data.draw(st.sampled_from([2, 4])), [[True] * 3, [True], [False, True]]
-    )
-    target = Path(str(path) + data.draw(st.sampled_from(["", ".index", ".loss"])))
-    raw = bytearray(target.read_bytes())
-    if data.draw(st.booleans()):
-        raw = raw[: data.draw(st.integers(0, len(raw)))]
-    for _ in range(data.draw(st.integers(1, 4))):
-        if raw:
-            raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
-    target.write_bytes(bytes(raw))
-    try:
+def test_any_damage_is_a_data_error_or_reads(tmp_path: Path) -> None:
+    """Bytes of any of the three files overwritten or cut anywhere: the files read, or a `DataError` names the file."""
+
+    def make(folder: Path, rng: random.Random) -> tuple[Path, Path]:
+        masks = [[True] * 3, [True], [False, True]]
+        path = write_datatrove(folder / "c.ds", [[1, 2, 3], [4], [5, 6]], rng.choice([2, 4]), masks)
+        return path, Path(str(path) + rng.choice(["", ".index", ".loss"]))
+
+    def read(path: Path) -> None:
         store = open_datatrove(path)
         assert [len(d) for d in store] == store.lengths.tolist()
         assert store.file_loss_mask is None or store.file_loss_mask.size == store.tokens.size
-    except DataError:
-        pass
+
+    damage_sweep(1, make, read, tmp_path)
 
 
 def test_a_mixture_file_names_megatron_and_datatrove_sources(tmp_path: Path) -> None:

@@ -58,7 +58,12 @@ def test_worked_example() -> None:
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
 @pytest.mark.parametrize("T", [1, 3, 6, 64, 1500])  # 1500: tails longer than the copy's 1 KB chunk
 def test_c_gather_equals_numpy_gather(dtype: type, T: int) -> None:
-    """The C kernel and the numpy gather give the same arrays, ids, masks, cu_seqlens and provenance."""
+    """The C kernel and the numpy gather give the same arrays, ids, masks, cu_seqlens and provenance.
+
+    The C side must be the C kernel: without the built extension this would compare numpy with numpy, so it fails.
+    """
+    if rows_module.GATHER_BACKEND != "c":
+        pytest.fail("streambatch._row_gather is not built: run `python setup.py build_ext --inplace` (.ci/run builds it)")
     store = _random_store(T=T, dtype=dtype)
     rows = sb.shuffle(sb.pack(store, context_length=T, pad_id=7), seed=3)
     slow = sb.shuffle(sb.pack(store, context_length=T, pad_id=7), seed=3)
@@ -70,8 +75,8 @@ def test_c_gather_equals_numpy_gather(dtype: type, T: int) -> None:
         assert fast.inputs.dtype == np.dtype(dtype)
         assert fast.inputs.flags.c_contiguous
         assert fast.sequence_is_pad.tolist() == reference.sequence_is_pad.tolist()  # type: ignore[union-attr]
-    if rows_module.GATHER_BACKEND == "c":
-        assert rows.space.cache["gather"] is not False
+    assert isinstance(rows.space.cache["gather"], rows_module._CGatherer)  # the fast side ran the C kernel
+    assert slow.space.cache["gather"] is False  # and the reference, numpy
 
 
 def test_rows_are_items_for_every_stage() -> None:
