@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,3 +98,30 @@ def test_bad_input_is_one_line_exit_2(
     assert message in err or __import__("re").search(message, err)
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".streambatch-")] == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["plan", "{file}", "-T", "2", "-B", "2", "--seed", "1", "-o", "s3://b/plans"], "--output"),
+        (["epoch", "{file}", "-T", "2", "-B", "2", "--seed", "1", "--plan-dir", "s3://b/plans"], "--plan-dir"),
+        (["epoch", "{file}", "-T", "2", "-B", "2", "--seed", "1", "--save-state", "gs://b/state", "-o", "{out}"], "--save-state"),
+        (["epoch", "{file}", "-T", "2", "-B", "2", "--seed", "1", "-o", "s3://b/out.jsonl"], "--output"),
+        (["audit", "{file}", "-T", "2", "-B", "2", "--seed", "1", "--plan-dir", "s3://b/plans"], "--plan-dir"),
+        (["trace", "{file}", "-T", "2", "-B", "2", "--seed", "7", "--svg", "s3://b/figure.svg"], "--svg"),
+    ],
+)
+def test_an_address_where_only_a_path_works_is_refused(
+    argv: list[str], option: str, fixture_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    """An object-storage address for an option that needs a local path: one line naming the option, exit 2, and
+    no local folder named ``s3:`` or ``gs:`` (nor any file) created."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out.jsonl"
+    status, _ = run([a.format(file=fixture_file, out=out) for a in argv])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert len(err.splitlines()) == 1
+    assert f" {option} " in err
+    assert "object-storage address is not accepted" in err
+    assert sorted(p.name for p in tmp_path.iterdir() if p != fixture_file) == []

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import streambatch as sb
-from streambatch.errors import StoreError
+from streambatch.errors import DataError, StoreError
 from streambatch.io.remote.client import STATS
 from streambatch.tools.proxy import LoopbackProxy
 
@@ -92,19 +92,68 @@ def _raw(tensor: Any, store: sb.DocumentStore) -> bytes:
     return bytes(tensor.numpy().astype(store.dtype).tobytes())
 
 
-def test_a_forked_child_is_told_to_spawn(server: int, local: sb.DocumentStore) -> None:
-    """After this process read from object storage, a forked child gets one clear line instead of a hang."""
+def test_a_forked_child_reads_through_its_helper(server: int, local: sb.DocumentStore) -> None:
+    """After this process read from object storage, a forked child (whose copy of obstore cannot run) still reads:
+    its requests go to a helper process it starts, and the answers are the parent's."""
     import os
 
     remote = sb.open_store(f"s3://{BUCKET}/faulty")
+    expected = _epoch(remote)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
-            remote.tokens.remote.client.head("tokens.bin")
-            os.write(write, b"no error")
-        except StoreError as err:
-            os.write(write, str(err).encode()[:500])
+            os.write(write, repr(_epoch(remote) == expected).encode())
+        except BaseException as err:
+            os.write(write, repr(err).encode()[:500])
         os._exit(0)
     os.waitpid(pid, 0)
-    assert "multiprocessing_context='spawn'" in os.read(read, 1000).decode()
+    assert os.read(read, 1000).decode() == "True"
+
+
+def test_forked_dataloader_workers_give_the_local_epoch(server: int, local: sb.DocumentStore) -> None:
+    """DataLoader(num_workers=2) with Linux's default start method (fork), over a store this process already
+    read: the batches are the local epoch's."""
+    torch_data = pytest.importorskip("torch.utils.data", reason="torch is not installed")
+    import streambatch.torch as sbt
+
+    remote = sb.open_store(f"s3://{BUCKET}/faulty")
+    _epoch(remote)  # obstore's runtime now runs in this process
+    epoch = sb.Epoch(remote, context_length=16, batch_size=8, stride=16, seed=2)
+    loader = torch_data.DataLoader(sbt.EpochDataset(epoch), batch_size=None, num_workers=2, multiprocessing_context="fork")
+    got = sorted((int(b.index), _raw(b.inputs, local), _raw(b.targets, local)) for b in loader)
+    assert got == sorted(_epoch(local))
+
+
+@pytest.mark.parametrize("name", ["header.json", "offsets.bin", "tokens.bin"])
+def test_a_lying_content_length_is_a_data_error(server: int, local: sb.DocumentStore, name: str) -> None:
+    """A server announcing 2**40 bytes (and sending a few) is one DataError line naming the object: nothing of
+    that size is allocated, and the process lives on."""
+    huge = b'HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\nETag: "x"\r\n'
+    huge += b"Content-Range: bytes 0-1099511627775/1099511627776\r\n\r\n"
+
+    def fault(number: int, line: str) -> bytes | None:
+        return huge + b"x" * 4096 if line.startswith("GET") and name in line else None
+
+    with LoopbackProxy(server, fault=fault) as proxy, pytest.raises(DataError) as failed:
+        _epoch(_through(proxy, retries=1))
+    assert f"faulty/{name}" in str(failed.value)
+    assert "\n" not in str(failed.value)
+
+
+def test_a_presigned_query_and_retries_are_not_printed(server: int, local: sb.DocumentStore, caplog: Any) -> None:
+    """An address with a query string (a presigned URL) is shown redacted in the error line, and the retries are
+    summarised in that line (counted), not logged one warning each."""
+    from streambatch.io.remote.location import Location, redact
+
+    signed = "https://127.0.0.1/data/faulty?X-Amz-Credential=AKIA&X-Amz-Signature=deadbeefcafe"
+    assert "deadbeefcafe" not in Location.parse(signed).url
+    assert "deadbeefcafe" not in redact(f"GET {signed} failed: token=abc123 sig=deadbeefcafe")
+    assert "abc123" not in redact("token=abc123")
+    with LoopbackProxy(server, fault=lambda n, line: "503" if line.startswith("GET") and "tokens.bin" in line else None) as proxy:
+        remote = _through(proxy, retries=3)
+        with caplog.at_level("WARNING", logger="streambatch.remote"), pytest.raises(StoreError) as failed:
+            _epoch(remote)
+    assert "after 4 attempts" in str(failed.value)
+    assert "status 503 x3" in str(failed.value)
+    assert [r for r in caplog.records if r.levelname == "WARNING"] == []

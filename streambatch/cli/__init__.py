@@ -17,8 +17,9 @@ from .. import __version__
 from .._signals import terminate_as_interrupt
 from ..errors import StreamBatchError, Terminated
 from ..io.files import short_path
+from ..io.remote.location import redact
 from ..tools import chapter
-from ._common import check_dashes
+from ._common import check_dashes, check_local_paths
 from .audit import register as register_audit
 from .epoch import register as register_epoch_command
 from .inspect import register as register_inspect
@@ -91,10 +92,11 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         with terminate_as_interrupt():  # SIGTERM cleans up as Ctrl-C does (temporaries, workers)
             args = build_parser().parse_args(argv)
             check_dashes(args)
+            check_local_paths(args)
             status = args.run(args, stream)  # None, or a status of its own (audit: 1 when a proof fails)
             stream.flush()
     except StreamBatchError as err:
-        print(f"streambatch: error: {err}", file=sys.stderr)
+        print(f"streambatch: error: {redact(str(err))}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as err:
         if isinstance(err, BrokenPipeError):
@@ -102,7 +104,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         name = getattr(err, "filename", None)
         shown = short_path(name) if isinstance(name, (str, os.PathLike)) else name or ""
         print(
-            f"streambatch: error: {err.strerror or err}: {shown}".rstrip(": "),
+            redact(f"streambatch: error: {err.strerror or err}: {shown}".rstrip(": ")),
             file=sys.stderr,
         )
         return EXIT_USAGE

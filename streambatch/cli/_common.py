@@ -8,6 +8,7 @@ from typing import Any
 from ..epoch import Epoch
 from ..errors import ConfigError
 from ..io.mixture_file import MixtureSource
+from ..io.remote.location import redact
 from ..model.documents import Partition
 from ..model.source import Source
 from ..read.inputs import MAX_LINE_BYTES
@@ -37,6 +38,32 @@ def check_dashes(args: argparse.Namespace) -> None:
             raise ConfigError(
                 f"{args.command} {option} -: '-' (standard input or output) is accepted only where a stream is written "
                 f"({streams}); name a file or folder"
+            )
+
+
+LOCAL_ONLY = {  # options naming a file or folder that is mapped, locked or renamed in place: local (or shared) paths only
+    ("epoch", "output"): "the batches are written and cut back in place",
+    ("epoch", "save_state"): "the state is replaced in place after every batch",
+    ("epoch", "resume"): "the state is replaced in place after every batch",
+    ("epoch", "plan_dir"): "plan files are memory-mapped and locked",
+    ("audit", "plan_dir"): "plan files are memory-mapped and locked",
+    ("inspect", "plan_dir"): "plan files are memory-mapped and locked",
+    ("plan", "output"): "plan files are memory-mapped and locked",
+    ("trace", "svg"): "the figure is written atomically beside itself",
+    ("trace", "html"): "the page is written atomically beside itself",
+}
+
+
+def check_local_paths(args: argparse.Namespace) -> None:
+    """An object-storage address where only a local path works is refused in one line (never a local folder
+    named ``s3:``); `LOCAL_ONLY` says which options and why.  Sources and ``prepare -o`` take addresses."""
+    for dest, value in vars(args).items():
+        why = LOCAL_ONLY.get((str(getattr(args, "command", "")), dest))
+        if why is not None and isinstance(value, str) and "://" in value:
+            option = "--" + dest.replace("_", "-")
+            raise ConfigError(
+                f"{args.command} {option} {redact(value)}: an object-storage address is not accepted here ({why}); "
+                "name a local or shared-file-system path"
             )
 
 

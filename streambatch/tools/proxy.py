@@ -5,7 +5,10 @@
 *delay* seconds after its request arrived (a link's latency).  *fault*, called
 with each request's number and first line, may answer ``"503"`` (a canned
 ``503 Slow Down``), ``"drop"`` (the connection is closed unanswered) or
-``"stall"`` (no answer until the client gives up).  Only loopback addresses.
+``"stall"`` (no answer until the client gives up), or bytes: a whole raw
+response sent instead of the server's (a hostile server: a lying
+``Content-Length``, a changed body), the connection closed after it.  Only
+loopback addresses.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 _METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
 _SLOW_DOWN = b"HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 _LENGTH = re.compile(rb"(?i)\r\ncontent-length:\s*(\d+)")
-Fault = Callable[[int, str], "str | None"]
+Fault = Callable[[int, str], "str | bytes | None"]
 
 
 class LoopbackProxy:
@@ -94,6 +97,10 @@ class LoopbackProxy:
                         await writer.drain()
                         break
                     if action == "drop":
+                        break
+                    if isinstance(action, bytes):
+                        writer.write(action)
+                        await writer.drain()
                         break
                     if action == "stall":
                         await asyncio.sleep(3600)

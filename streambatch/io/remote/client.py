@@ -3,11 +3,17 @@
 One client per location and process (the object-store handle is built again in
 a forked or spawned worker, never shared across a fork).  Timeouts, 5xx
 responses and dropped connections are retried ``retries`` times with
-exponential backoff and jitter; each retry is counted in `Stats` and logged on
-the ``streambatch.remote`` logger; the last failure is one `StoreError` line
-saying how many attempts were made.  A missing bucket, object or credentials is
-one clear line, never retried.  A ranged GET names the ETag recorded at open
+exponential backoff and jitter; each retry is counted in `Stats` (and logged at
+DEBUG level on the ``streambatch.remote`` logger, never printed one by one); the
+last failure is one `StoreError` line saying how many attempts were made and
+what the retries met.  A missing bucket, object or credentials is one clear
+line, never retried.  A ranged GET names the ETag recorded at open
 (``If-Match``): an object replaced since is a `DataError` naming it.
+
+Every response is read as a stream under a cap: a whole GET under the limit its
+caller gives (the header's own sizes), a range under its length, so a server
+announcing ``Content-Length: 2**40`` is a `DataError`, never an allocation of
+that size.  Every message is redacted (`streambatch.io.remote.location.redact`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import DataError, StoreError, missing_dependency
-from .location import Location, client_config, is_secret
+from .location import Location, client_config, is_secret, redact
 
 log = logging.getLogger("streambatch.remote")
 _STATUS = re.compile(r"status code: (\d{3})")
@@ -75,27 +81,35 @@ class ObjectClient:
         self._store: Any = None
         self._pid = -1
         self._lock = threading.Lock()
+        self._spawned: Any = None  # a forked child's request helper (made on its first request)
+        self._spawned_pid = -1
 
     def __repr__(self) -> str:
         return f"ObjectClient({self.where.url!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state.update(_store=None, _pid=-1, _lock=None)
+        state.update(_store=None, _pid=-1, _lock=None, _spawned=None, _spawned_pid=-1)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    def _forked(self) -> Any:
+        """The helper process making this client's requests when this process was forked after obstore ran in
+        its parent (`streambatch.io.remote.forked`), else None: obstore runs here."""
+        if _RUNTIME_PID in (None, os.getpid()):
+            return None
+        with self._lock:
+            if self._spawned is None or self._spawned_pid != os.getpid():
+                from .forked import Spawned
+
+                self._spawned, self._spawned_pid = Spawned(self), os.getpid()
+        return self._spawned
+
     def _handle(self) -> Any:
         global _RUNTIME_PID
-        if _RUNTIME_PID not in (None, os.getpid()):
-            raise StoreError(
-                f"{self.where.url}: this process was forked after it read from object storage, and the client "
-                "(obstore) cannot run in a forked child; start DataLoader workers with "
-                "multiprocessing_context='spawn' or 'forkserver'"
-            )
         _RUNTIME_PID = os.getpid()
         if self._pid != os.getpid():
             with self._lock:
@@ -123,26 +137,50 @@ class ObjectClient:
     # -- requests -------------------------------------------------------------------
     def head(self, name: str) -> tuple[int, str | None]:
         """``(size, etag)`` of object *name*."""
+        if (forked := self._forked()) is not None:
+            return forked.call("head", name)  # type: ignore[no-any-return]
         import obstore
 
         meta = self._retried(name, lambda: obstore.head(self._handle(), self.where.key(name)))
         self._count(1, 0, 0)
         return int(meta["size"]), meta.get("e_tag")
 
-    def get(self, name: str) -> tuple[bytes, str | None]:
-        """The whole object *name* and its ETag (one GET)."""
+    def get(self, name: str, limit: int) -> tuple[bytes, str | None]:
+        """The whole object *name* and its ETag (one GET), refused (`DataError`) past *limit* bytes."""
+        if (forked := self._forked()) is not None:
+            return forked.call("get", name, limit)  # type: ignore[no-any-return]
         import obstore
 
         def fetch() -> tuple[bytes, str | None]:
             result = obstore.get(self._handle(), self.where.key(name))
-            return bytes(result.bytes()), result.meta.get("e_tag")
+            self._within(name, int(result.meta["size"]), limit, "the whole object")
+            chunks, total = [], 0
+            for chunk in result.stream(min_chunk_size=min(limit, 8 << 20) or 1):
+                total += len(chunk)
+                self._within(name, total, limit, "the whole object")
+                chunks.append(bytes(chunk))
+            return b"".join(chunks), result.meta.get("e_tag")
 
         data, etag = self._retried(name, fetch)
         self._count(1, 0, len(data))
         return data, etag
 
+    def _within(self, name: str, size: int, limit: int, what: str) -> None:
+        if size > limit:
+            raise DataError(
+                f"{self.where.url}/{name}: the server sent {size} bytes or more for {what}, which holds at most {limit}; "
+                "the object or the server is not what the store's header describes: check the address and upload the store again"
+            )
+
     def get_range(self, name: str, start: int, end: int, etag: str | None, into: memoryview | None = None) -> bytes | None:
         """Bytes ``[start, end)`` of object *name* (into *into* when given); *etag*: the object must still be that one."""
+        if (forked := self._forked()) is not None:
+            data = forked.call("get_range", name, start, end, etag)
+            self._count(1, 1, end - start)
+            if into is None:
+                return data  # type: ignore[no-any-return]
+            into[:] = memoryview(data)
+            return None
         import obstore
 
         options: dict[str, Any] = {"range": (start, end)}
@@ -150,7 +188,13 @@ class ObjectClient:
             options["if_match"] = etag
 
         def fetch() -> Any:
-            return obstore.get(self._handle(), self.where.key(name), options=options).bytes()  # type: ignore[arg-type]
+            result = obstore.get(self._handle(), self.where.key(name), options=options)  # type: ignore[arg-type]
+            chunks, total = [], 0
+            for chunk in result.stream(min_chunk_size=max(end - start, 1)):
+                total += len(chunk)
+                self._within(name, total, end - start, f"a range of {end - start} bytes from {start}")
+                chunks.append(chunk)
+            return b"".join(bytes(c) for c in chunks) if len(chunks) != 1 else chunks[0]
 
         data = self._retried(name, fetch)
         return self._received(name, start, end, data, into)
@@ -169,6 +213,9 @@ class ObjectClient:
 
     async def get_range_async(self, name: str, start: int, end: int, etag: str | None, into: memoryview) -> None:
         """`get_range` on the running event loop: bytes ``[start, end)`` of object *name* written into *into*."""
+        if self._forked() is not None:  # a forked child: its helper process, from a thread
+            await asyncio.to_thread(self.get_range, name, start, end, etag, into)
+            return
         import obstore
 
         options: dict[str, Any] = {"range": (start, end)}
@@ -177,20 +224,27 @@ class ObjectClient:
 
         async def fetch() -> Any:
             result = await obstore.get_async(self._handle(), self.where.key(name), options=options)  # type: ignore[arg-type]
-            return await result.bytes_async()
+            chunks, total = [], 0
+            async for chunk in result.stream(min_chunk_size=max(end - start, 1)):
+                total += len(chunk)
+                self._within(name, total, end - start, f"a range of {end - start} bytes from {start}")
+                chunks.append(chunk)
+            return b"".join(bytes(c) for c in chunks) if len(chunks) != 1 else chunks[0]
 
-        attempt = 0
+        attempt, met = 0, list[str]()
         while True:
             try:
                 data = await fetch()
                 break
             except Exception as err:
                 attempt += 1
-                await asyncio.sleep(self._pause(name, err, attempt))
+                await asyncio.sleep(self._pause(name, err, attempt, met))
         self._received(name, start, end, data, into)
 
     def put(self, name: str, data: bytes | os.PathLike[str]) -> str | None:
         """Upload *data* (bytes, or a local file's path) as object *name*; its ETag."""
+        if (forked := self._forked()) is not None:
+            return forked.call("put", name, data)  # type: ignore[no-any-return]
         from pathlib import Path
 
         import obstore
@@ -204,26 +258,29 @@ class ObjectClient:
         STATS.add(requests=requests, ranges=ranges, size=size)
 
     def _retried(self, name: str, call: Any) -> Any:
-        attempt = 0
+        attempt, met = 0, list[str]()
         while True:
             try:
                 return call()
             except Exception as err:
                 attempt += 1
-                time.sleep(self._pause(name, err, attempt))
+                time.sleep(self._pause(name, err, attempt, met))
 
-    def _pause(self, name: str, err: Exception, attempt: int) -> float:
-        """Seconds to wait before retry *attempt* after *err* (counted, logged); the failure itself when it
-        is not retried or the retries are spent."""
+    def _pause(self, name: str, err: Exception, attempt: int, met: list[str]) -> float:
+        """Seconds to wait before retry *attempt* after *err* (counted, logged at DEBUG, noted in *met*); the
+        failure itself, one line summarising *met*, when it is not retried or the retries are spent."""
         status = _status(err)
         if not _retryable(err, status) or attempt > self.retries:
-            raise self._failure(name, err, status, attempt) from None
+            raise self._failure(name, err, status, attempt, met) from None
         STATS.add(retries=1)
+        met.append(f"status {status}" if status else type(err).__name__)
         pause = float(min(2.0, self.backoff * 2 ** (attempt - 1)) * (0.5 + random.random()))
-        log.warning("%s/%s: %s; retry %d of %d in %.2fs", self.where.url, name, self._short(err), attempt, self.retries, pause)
+        log.debug("%s/%s: %s; retry %d of %d in %.2fs", self.where.url, name, self._short(err), attempt, self.retries, pause)
         return pause
 
-    def _failure(self, name: str, err: Exception, status: int | None, attempts: int) -> DataError:
+    def _failure(self, name: str, err: Exception, status: int | None, attempts: int, met: list[str] | None = None) -> DataError:
+        if isinstance(err, DataError):  # a response that is not what it claims: said as it is
+            return err
         where = f"{self.where.url}/{name}"
         text = self._clean(err)
         kind = type(err).__name__
@@ -236,13 +293,16 @@ class ObjectClient:
         if isinstance(err, PermissionError) or kind in ("PermissionDeniedError", "UnauthenticatedError") or status in (401, 403):
             return StoreError(f"{where}: access denied (status {status or '?'}); check the credentials and their permissions")
         tried = f" after {attempts} attempts" if attempts > 1 else ""
-        return StoreError(f"{where}: request failed{tried} ({self._short(err)})")
+        if met:
+            counts = {m: met.count(m) for m in dict.fromkeys(met)}
+            tried += " (retries met " + ", ".join(f"{m} x{n}" if n > 1 else m for m, n in counts.items()) + ")"
+        return StoreError(f"{where}: request failed{tried}: {self._short(err)}")
 
     def _clean(self, err: Exception) -> str:
         text = str(err)
         for secret in self._secrets:
             text = text.replace(secret, "***")
-        return text
+        return redact(text)
 
     def _short(self, err: Exception) -> str:
         first = self._clean(err).splitlines()[0] if str(err) else type(err).__name__

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,22 @@ _S3_ENV = {
     "session_token": "AWS_SESSION_TOKEN",
     "endpoint": "AWS_ENDPOINT_URL",
 }
+
+
+_QUERY = re.compile(r"(?i)\b((?:s3|gs|https?)://[^\s?#'\"]*)\?[^\s#'\":;,)]*")
+_PARAMETER = re.compile(
+    r"(?i)\b([\w.-]*(?:signature|credential|token|secret|password|passwd|sig|auth|key|session)[\w.-]*)=([^&\s'\";,)]+)"
+)
+
+
+def redact(text: str) -> str:
+    """*text* as it may be shown: the query string of every address and every credential-like ``name=value``
+    replaced (a presigned URL's signature, a token in a message).
+
+    >>> redact("GET https://h/b/tokens.bin?X-Amz-Signature=abc&X-Amz-Date=1 failed; sig=xyz")
+    'GET https://h/b/tokens.bin?<redacted> failed; sig=***'
+    """
+    return _PARAMETER.sub(r"\1=***", _QUERY.sub(r"\1?<redacted>", text))
 
 
 def is_remote(path: object) -> bool:
@@ -78,8 +95,8 @@ class Location:
 
     @property
     def url(self) -> str:
-        """The address as given (normalised, never with credentials)."""
-        return f"{self.scheme}://{self.bucket}/{self.prefix}" if self.prefix else f"{self.scheme}://{self.bucket}"
+        """The address as given (normalised, never with credentials; a query string is shown redacted)."""
+        return redact(f"{self.scheme}://{self.bucket}/{self.prefix}" if self.prefix else f"{self.scheme}://{self.bucket}")
 
     @property
     def writable(self) -> bool:

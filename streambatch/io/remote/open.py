@@ -20,7 +20,8 @@ import numpy as np
 from ...errors import DataError, StoreError
 from ...model.store import DocumentStore
 from ...model.validate import check_offsets
-from ..store_header import HEADER, OFFSETS, TOKENS, header_tokenizer, listed_files, read_header
+from ..bounded_json import HEADER_LIMIT
+from ..store_header import HEADER, OFFSETS, PARTITIONS_FILE, TOKENS, header_tokenizer, listed_files, read_header
 from ..store_mask import LOSS_MASK, mask_bytes, mask_entry
 from .client import ObjectClient
 from .location import Location
@@ -74,14 +75,14 @@ def _cache(cache_dir: Any, cache_bytes: int | None) -> Any:
 def open_at(client: ObjectClient, *, prefetch: int | None = None, cache: Any = None) -> DocumentStore:
     """Open the store *client* reaches (see `open_remote_store`)."""
     root = RemotePath(client.where.url)
-    with _spooled(client, HEADER) as (handle, _):
+    with _spooled(client, HEADER, HEADER_LIMIT) as (handle, _):
         header, dtype, tokens_count, docs_count, fingerprint = read_header(handle, root / HEADER)  # type: ignore[arg-type]
     found = header.get(OBJECTS)
     recorded: dict[str, Any] = found if isinstance(found, dict) else {}
     tokens_size, tokens_etag = client.head(TOKENS)
     _check(root / TOKENS, tokens_size, tokens_count * dtype.itemsize, f"{tokens_count} tokens of {dtype.name}")
     _check_recorded(root / TOKENS, recorded.get(TOKENS), tokens_size, tokens_etag)
-    with _spooled(client, OFFSETS) as (handle, etag):
+    with _spooled(client, OFFSETS, (docs_count + 1) * 8) as (handle, etag):
         size = len(handle.read())
         _check(root / OFFSETS, size, (docs_count + 1) * 8, f"{docs_count + 1} int64 offsets")
         _check_recorded(root / OFFSETS, recorded.get(OFFSETS), size, etag)
@@ -94,7 +95,7 @@ def open_at(client: ObjectClient, *, prefetch: int | None = None, cache: Any = N
     from ..store_reader import _read_documents
 
     listed = listed_files(header, root / HEADER)  # type: ignore[arg-type]
-    spooled = [_spooled(client, name) for name in listed]
+    spooled = [_spooled(client, name, _limit(name, docs_count, recorded.get(name))) for name in listed]
     handles = [s.__enter__() for s in spooled]
     try:
         for name, (handle, etag) in zip(listed, handles, strict=True):
@@ -117,7 +118,7 @@ def _mask_bits(client: ObjectClient, root: RemotePath, header: dict[str, Any], c
     token (1/16 of a uint16 store's token bytes), held in memory like the offsets."""
     if mask_entry(header, root / HEADER, count) is None:  # type: ignore[arg-type]
         return None
-    with _spooled(client, LOSS_MASK) as (handle, etag):
+    with _spooled(client, LOSS_MASK, mask_bytes(count)) as (handle, etag):
         size = _size(handle)
         _check(root / LOSS_MASK, size, mask_bytes(count), f"a loss mask of {count} bits")
         _check_recorded(root / LOSS_MASK, recorded.get(LOSS_MASK), size, etag)
@@ -134,20 +135,32 @@ def open_remote_manifest(url: str, remote: Mapping[str, Any]) -> tuple[Any, Any]
     folder = where.parent()
     client = ObjectClient(folder, retries=remote.get("retries", 5), timeout=remote.get("timeout", 30.0))
     name = where.prefix.rpartition("/")[2]
-    with _spooled(client, name) as (handle, _):
+    with _spooled(client, name, HEADER_LIMIT) as (handle, _):
         manifest = read_json_header(handle, where.url, "corpus manifest", "write it again", error=StoreError)
     return manifest, lambda relative: folder.child(relative).url
 
 
-class _spooled:
-    """A small object fetched once into an anonymous temporary file (the local readers take files)."""
+ID_BYTES = 4096  # bytes of ids.jsonl per document, at most, where the uploader recorded no size
 
-    def __init__(self, client: ObjectClient, name: str) -> None:
-        self.client, self.name = client, name
+
+def _limit(name: str, documents: int, record: Any) -> int:
+    """The most bytes object *name* (ids or partitions) may hold: its recorded size, else what the header's
+    document count allows."""
+    if isinstance(record, dict) and isinstance(record.get("size"), int):
+        return int(record["size"])
+    return documents if name == PARTITIONS_FILE else documents * ID_BYTES + (64 << 10)
+
+
+class _spooled:
+    """A small object fetched once into an anonymous temporary file (the local readers take files), refused
+    past *limit* bytes (read as a stream: a lying ``Content-Length`` allocates nothing)."""
+
+    def __init__(self, client: ObjectClient, name: str, limit: int) -> None:
+        self.client, self.name, self.limit = client, name, limit
         self.handle: IO[bytes] | None = None
 
     def __enter__(self) -> tuple[IO[bytes], str | None]:
-        data, etag = self.client.get(self.name)
+        data, etag = self.client.get(self.name, self.limit)
         self.handle = tempfile.TemporaryFile()
         self.handle.write(data)
         self.handle.flush()
