@@ -201,7 +201,7 @@ API_CASES: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
         "writer-block-negative-token",
         lambda t: StoreWriter(t / "s").add_block(np.array([-1, 2]), [2], ["a"], "train"),
         sb.DataError,
-        r"add_block: token\[0\]=-1 is outside",
+        r"/s: token\[0\]=-1 is outside",
     ),
     # 4. outputs
     ("output-directory", lambda t: atomic_text(t).__enter__(), sb.ConfigError, r"output '.*' is a directory; pass a file path"),

@@ -99,6 +99,7 @@ class StoreWriter:
         self.header = dict(header or {})
         target = Path(path)
         self.path = Path(os.path.realpath(target)) if target.is_symlink() else target
+        self._where = short_path(self.path)  # what errors name: the store being written
         _check_target(self.path, overwrite)
         self._fixed = None if dtype is None else np.dtype(dtype)
         if self._fixed is not None and self._fixed.name not in DTYPES:
@@ -165,28 +166,28 @@ class StoreWriter:
         try:
             sizes = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths), dtype=np.int64)
         except (TypeError, ValueError, OverflowError) as err:
-            raise DataError(f"add_block: lengths are not integers in int64 ({err}); pass one length per document") from None
+            raise DataError(f"{self._where}: lengths are not integers in int64 ({err}); pass one length per document") from None
         names = list(ids)
-        array = _valid_tokens(tokens, "add_block")
+        array = _valid_tokens(tokens, self._where)
         if wheres is not None and len(wheres) != len(names):
-            raise DataError(f"add_block: {len(wheres)} wheres for {len(names)} ids; pass one where per document")
+            raise DataError(f"{self._where}: {len(wheres)} wheres for {len(names)} ids; pass one where per document")
         if sizes.ndim != 1 or sizes.size != len(names) or (sizes.size and int(sizes.min()) < 0) or int(sizes.sum()) != array.size:
-            raise DataError("add_block: lengths, ids and tokens disagree; pass one length >= 0 and one id per document")
+            raise DataError(f"{self._where}: lengths, ids and tokens disagree; pass one length >= 0 and one id per document")
         labels = (
-            [f"{w} (document id={i!r})" for i, w in zip(names, wheres, strict=True)] if wheres else ["add_block"] * len(names)
+            [f"{w} (document id={i!r})" for i, w in zip(names, wheres, strict=True)] if wheres else [self._where] * len(names)
         )
         if isinstance(partition, np.ndarray):
             if partition.shape != (len(names),) or (partition.size and int(partition.max()) >= len(PARTITIONS)):
-                raise DataError("add_block: partition codes must be one of 0, 1, 2 per document")
+                raise DataError(f"{self._where}: partition codes must be one of 0, 1, 2 per document")
             codes = partition.astype(np.uint8).tobytes()
         else:
             codes = bytes([Partition.parse(partition).code]) * len(names)
         for name, label in zip(names, labels, strict=True):
             _check_storable_id(name, label)
         hashes = self._log.check(names, labels)
-        mask = None if loss_mask is None else check_loss_mask(loss_mask, array.size, "add_block")
+        mask = None if loss_mask is None else check_loss_mask(loss_mask, array.size, self._where)
         self._check_vocabulary(array, sizes, labels)
-        self._write(array, "add_block")
+        self._write(array, self._where)
         with self._writing():
             self._mask.add(mask, array.size, self._log.tokens)
             self._log.append(names, labels, codes, sizes, hashes)

@@ -22,7 +22,11 @@ from .jsonl import read_jsonl
 
 
 def open_source(
-    path: str | os.PathLike[str], *, verify: bool = True, max_line_bytes: int = MAX_LINE_BYTES
+    path: str | os.PathLike[str],
+    *,
+    verify: bool = True,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    format: str | None = None,  # noqa: A002
 ) -> Source | MixtureSource:
     """Open a store directory (memory-mapped, checked), a corpus manifest or a mixture file (``*.json``), or a JSONL file.
 
@@ -34,6 +38,8 @@ def open_source(
     Megatron-LM's datasets (a prefix, or its ``.bin`` or ``.idx`` path) and datatrove's
     tokenized files (a ``.ds`` file; a folder of either is read as one corpus) are
     memory-mapped too (`streambatch.io.formats`); their arrays are checked at first use.
+    A folder holding both kinds is refused unless *format* (``"megatron"`` or
+    ``"datatrove"``) names the one to read.
 
     A JSONL line may hold at most *max_line_bytes* (`streambatch.read.jsonl.iter_jsonl`).
 
@@ -49,7 +55,7 @@ def open_source(
         if name.lower().endswith(".json"):
             return Source(name, "corpus", open_corpus(name), verified=False)
         return Source(name, "store", open_store(name), verified=False)
-    other = open_format(name)  # Megatron-LM's .bin + .idx, datatrove's .ds, or a folder of either
+    other = open_format(name, format)  # Megatron-LM's .bin + .idx, datatrove's .ds, or a folder of either
     if other is not None:
         return Source(name, other[0], other[1])
     if not os.path.lexists(name) and os.path.isfile(name + ".bin"):  # a Megatron prefix whose .idx is missing

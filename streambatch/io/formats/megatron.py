@@ -14,7 +14,11 @@ The ``.idx`` file, all little-endian::
 Megatron document ``d`` (sequences ``doc_idx[d]`` to ``doc_idx[d + 1]``) is
 streambatch document ``d`` (id ``"d"``), so no window crosses it.  Its
 sequences must be contiguous in ``.bin`` (what ``IndexedDatasetBuilder``
-writes), so its tokens are one range of the mapped file.  uint16 tokens are
+writes), so its tokens are one range of the mapped file; and the index must
+cover the ``.bin`` exactly (the builder writes each sequence right after the
+one before, and the index once the data is complete): a gap or uncovered bytes
+mean the two files do not belong together.  Pointers are checked against the
+file's size before any sum, so none can wrap.  uint16 tokens are
 mapped as they are and int32 ones viewed as uint32 (checked once for negative
 ids, when the tokens are first used); uint8, int8, int16 and int64 tokens are
 read into memory as uint16/uint32.  Float dtypes are refused.
@@ -224,6 +228,8 @@ def _documents(
         _check_sequences(name, data, dtype, lengths, pointers, lo, hi, opens, previous_end, sizes[lo:hi])
         np.right_shift(pointers[lo:hi], shift, out=firsts[lo:hi])
         previous_end = int(pointers[hi - 1]) + (int(sizes[hi - 1]) << shift)
+    if previous_end != data.size:
+        raise DataError(_uncovered(name, data, f"its sequences end at byte {previous_end} of {data.size}"))
     if single:
         return firsts, sizes
     first, last = doc_index[:-1], doc_index[1:]
@@ -248,7 +254,7 @@ def _check_sequences(
     previous_end: int,
     sizes: npt.NDArray[np.int64],
 ) -> None:
-    """Check sequences *lo*..*hi* (lengths >= 0, pointers aligned, monotone, in range, contiguous within documents).
+    """Check sequences *lo*..*hi* (lengths >= 0, pointers aligned, monotone, in range, each right after the one before).
 
     Their lengths are left in *sizes*; *previous_end* is where sequence ``lo - 1`` ends.
     """
@@ -264,23 +270,41 @@ def _check_sequences(
     if behind or (where.size > 1 and bool((where[1:] < where[:-1]).any())):
         bad = lo + (0 if behind else int(np.argmax(where[1:] < where[:-1])) + 1)
         raise DataError(f"{name}: pointers are not monotone (sequence {bad} starts before sequence {bad - 1})")
-    ends = where + sizes * itemsize
+    if int(where.max()) > data.size:  # before any sum: a pointer near 2**63 would wrap int64
+        bad = lo + int(np.argmax(where > data.size))
+        raise DataError(
+            f"{name}: pointer {int(pointers[bad])} of sequence {bad} is past the end of {data.name} ({data.size} bytes): "
+            "out of range"
+        )
+    ends = where + sizes * itemsize  # each term below 2**62: no overflow
     if int(ends.max()) > data.size:
         bad = lo + int(np.argmax(ends > data.size))
         raise DataError(
             f"{name}: sequence {bad} ends at byte {int(ends[bad - lo])}, past the end of {data.name} "
             f"({data.size} bytes): out of range"
         )
-    if opens is None:  # every sequence is a document of its own
+    follows = np.empty_like(where)  # where each sequence must start: right after the one before (the builder's layout)
+    follows[0] = previous_end
+    follows[1:] = ends[:-1]
+    gap = where != follows
+    if not gap.any():
         return
-    gap = where[1:] != ends[:-1]
-    gap &= ~opens[lo + 1 : hi]
-    bad = lo if lo and not opens[lo] and int(where[0]) != previous_end else lo + 1 + int(np.argmax(gap)) if gap.any() else -1
-    if bad >= 0:
+    bad = lo + int(np.argmax(gap))
+    if bad and opens is not None and not opens[bad]:
         raise DataError(
             f"{name}: sequence {bad} does not start where sequence {bad - 1} of the same document ends; "
             "a document's sequences must be contiguous in .bin"
         )
+    raise DataError(_uncovered(name, data, f"sequence {bad} starts at byte {int(where[bad - lo])}, not at byte "
+                               f"{int(follows[bad - lo])} where the one before ends"))  # fmt: skip
+
+
+def _uncovered(name: str, data: ByteSource, how: str) -> str:
+    return (
+        f"{name} does not cover {data.name} exactly ({how}); Megatron's builder writes every sequence right after the "
+        "one before and the index to the end of the data, so these two files do not belong together: pair the .bin "
+        "with its own .idx"
+    )
 
 
 def _tokens(data: ByteSource, dtype: np.dtype[Any]) -> npt.NDArray[Any]:

@@ -89,6 +89,7 @@ class FormatWriter:
     ) -> None:
         self.format = format
         self.paths = output_paths(path, format)
+        self._where = short_path(self.paths[0])  # what errors name: the file being written
         self.tokenizer: dict[str, Any] | None = None
         self._lengths: list[npt.NDArray[np.int64]] = []
         if masked and format != "datatrove":
@@ -156,9 +157,9 @@ class FormatWriter:
         names = list(ids)
         sizes = np.asarray(lengths if isinstance(lengths, np.ndarray) else list(lengths), dtype=np.int64)
         small = isinstance(tokens, np.ndarray) and tokens.ndim == 1 and tokens.dtype.kind == "u" and tokens.dtype.itemsize <= 4
-        array = tokens if small else check_tokens(tokens, "add_block")  # uint8/16/32 arrays are valid as they are
+        array = tokens if small else check_tokens(tokens, self._where)  # uint8/16/32 arrays are valid as they are
         if sizes.ndim != 1 or sizes.size != len(names) or (sizes.size and int(sizes.min()) < 0) or int(sizes.sum()) != array.size:
-            raise DataError("add_block: lengths, ids and tokens disagree; pass one length >= 0 and one id per document")
+            raise DataError(f"{self._where}: lengths, ids and tokens disagree; pass one length >= 0 and one id per document")
         labels = [
             f"{w} (document id={i!r})" if wheres else f"document id={i!r}" for i, w in zip(names, wheres or names, strict=True)
         ]
@@ -182,7 +183,7 @@ class FormatWriter:
                 f"{labels[document]}: token id {top} does not fit {self.format}'s widest dtype (ids <= {_LIMITS[self.format]})"
             )
         if self._fixed and top > np.iinfo(self._stage).max:
-            raise DataError(f"add_block: token id {top} does not fit {self._stage.name} (vocab_size={self._vocab})")
+            raise DataError(f"{self._where}: token id {top} does not fit {self._stage.name} (vocab_size={self._vocab})")
         with self._writing():
             if not self._fixed and self._dtype_for(max(top, self._max)) != self._stage:
                 self._restage(self._dtype_for(max(top, self._max)))
@@ -198,14 +199,14 @@ class FormatWriter:
     def _check_mask(self, loss_mask: Any, count: int) -> None:
         if loss_mask is None:
             if self._masks is not None:
-                raise DataError("add_block: this block has no loss mask but earlier ones had; pass one for every block")
+                raise DataError(f"{self._where}: this block has no loss mask but earlier ones had; pass one for every block")
             return
         if self.format != "datatrove":
-            raise DataError(f"add_block: {self.format} files hold no loss mask; write datatrove files to keep it")
+            raise DataError(f"{self._where}: {self.format} files hold no loss mask; write datatrove files to keep it")
         if self._documents and self._masks is None:
-            raise DataError("add_block: this block has a loss mask but earlier ones had none; pass one for every block")
+            raise DataError(f"{self._where}: this block has a loss mask but earlier ones had none; pass one for every block")
         if np.shape(loss_mask) != (count,):
-            raise DataError(f"add_block: loss_mask has shape {np.shape(loss_mask)}; pass one bool per token ({count})")
+            raise DataError(f"{self._where}: loss_mask has shape {np.shape(loss_mask)}; pass one bool per token ({count})")
 
     def mark(self) -> tuple[int, int, int, int]:
         """A point to `rollback` to (e.g. the start of an input file)."""
