@@ -63,14 +63,23 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
     `streambatch.share` takes shares of it.
     """
 
-    __slots__ = ("batch_size", "batches", "items", "rank", "world_size")
+    __slots__ = ("batch_size", "batches", "items", "part", "parts", "rank", "world_size")
 
-    def __init__(self, items: ItemsT, batch_size: int, batches: range, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self, items: ItemsT, batch_size: int, batches: range, rank: int = 0, world_size: int = 1, part: int = 0, parts: int = 1
+    ) -> None:
         self.items = items
         self.batch_size = batch_size
         self.batches = batches
         self.rank = rank
         self.world_size = world_size
+        self.part = part  # micro-batch *part* of *parts* of the rank's rows (gradient accumulation)
+        self.parts = parts
+
+    @property
+    def split(self) -> bool:
+        """True when each chunk is a share of its batch's rows (a rank's, or a micro-batch of one)."""
+        return self.world_size > 1 or self.parts > 1
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -87,7 +96,7 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
     def __getitem__(self, item: int | slice) -> ItemsT | Chunks[ItemsT]:
         if isinstance(item, slice):
             try:
-                return Chunks(self.items, self.batch_size, self.batches[item], self.rank, self.world_size)
+                return Chunks(self.items, self.batch_size, self.batches[item], self.rank, self.world_size, self.part, self.parts)
             except (TypeError, ValueError) as err:
                 raise OutOfRangeError(f"slice {item!r} is not a slice of ints with a non-zero step ({err})") from None
         if not is_integer(item):
@@ -99,8 +108,9 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
     def _chunk(self, batch: int) -> ItemsT:
         first = batch * self.batch_size
         last = min(first + self.batch_size, len(self.items))
-        if self.world_size > 1:
-            return rank_view(self.items.view(first, last), self.rank, self.world_size, batch)  # type: ignore[return-value]
+        if self.split:
+            whole = self.items.view(first, last)
+            return rank_view(whole, self.rank, self.world_size, batch, self.part, self.parts)  # type: ignore[return-value]
         return self.items.view(first, last, batch_index=batch)  # type: ignore[return-value]
 
     def __iter__(self) -> Iterator[ItemsT]:
@@ -110,12 +120,13 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
     def widths(self) -> list[int]:
         """Rows of every chunk, without building them."""
         whole = [min(self.batch_size, len(self.items) - b * self.batch_size) for b in self.batches]
-        if self.world_size == 1:
+        if not self.split:
             return whole
-        return [hi - lo for lo, hi in (row_share(w, self.rank, self.world_size) for w in whole)]
+        return [hi - lo for lo, hi in (part_share(w, self.rank, self.world_size, self.part, self.parts) for w in whole)]
 
     def __repr__(self) -> str:
         share = f", rank={self.rank}/{self.world_size}" if self.world_size > 1 else ""
+        share += f", part={self.part}/{self.parts}" if self.parts > 1 else ""
         return f"Chunks({len(self)} of batch_size={self.batch_size}, batches={self.batches}{share})"
 
 
@@ -133,15 +144,30 @@ def chunk(windows: ItemsT, batch_size: int) -> Chunks[ItemsT]:
     return Chunks(windows, size, range(batch_count(len(windows), size)))
 
 
-def rank_view(whole: Items, rank: int, world_size: int, batch_index: int | None) -> Items:
-    """*rank*'s rows of the batch *whole* (`row_share`), carrying the whole batch's counted targets.
+def rank_view(whole: Items, rank: int, world_size: int, batch_index: int | None, part: int = 0, parts: int = 1) -> Items:
+    """*rank*'s rows of the batch *whole* (`row_share`), or micro-batch *part* of *parts* of them (`part_share`),
+    carrying the whole batch's counted targets.
 
     The count comes from the plan alone (`counted_targets`), the same on every
-    rank, so each rank knows the token mean's global denominator with no
-    collective; a rank with no rows still gets it.
+    rank and every micro-batch, so each knows the token mean's global
+    denominator (the whole step's) with no collective; a share with no rows still gets it.
     """
-    lo, hi = row_share(len(whole), rank, world_size)
+    lo, hi = part_share(len(whole), rank, world_size, part, parts)
     return whole.view(lo, hi, batch_index=batch_index, global_count=counted_targets(whole))  # type: ignore[call-arg]
+
+
+def part_share(width: int, rank: int, world_size: int, part: int = 0, parts: int = 1) -> tuple[int, int]:
+    """``(start, stop)`` of micro-batch *part* of *parts* of *rank*'s rows: `row_share` of the rank's `row_share`.
+
+    The rank's rows are the same for any *parts* (gradient accumulation splits a
+    rank's share, never the batch again).
+
+    >>> part_share(7, 0, 2, 0, 2), part_share(7, 0, 2, 1, 2), part_share(7, 1, 2, 1, 2)
+    ((0, 2), (2, 4), (6, 7))
+    """
+    lo, hi = row_share(width, rank, world_size)
+    first, last = row_share(hi - lo, part, parts)
+    return lo + first, lo + last
 
 
 def row_share(width: int, rank: int, world_size: int) -> tuple[int, int]:

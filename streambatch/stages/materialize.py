@@ -71,10 +71,10 @@ class Batches(Sequence[MiniBatch]):
         if self._reader is None:
             self._reader = remote_reader(chunks)
         if self._reader:  # batch by batch, each one's ranges fetched ahead
-            if chunks.world_size > 1:
+            if chunks.split:
                 return (self[i] for i in range(len(self)))
             return self._fetched(chunks.items.gather_batches(chunks.batch_size, chunks.batches))
-        if chunks.world_size > 1:  # each rank's rows of every batch: batch by batch
+        if chunks.split:  # each rank's (or micro-batch's) rows of every batch: batch by batch
             return map(materialize_one, chunks)
         return chunks.items.gather_batches(chunks.batch_size, chunks.batches)  # type: ignore[no-any-return]
 
@@ -103,7 +103,7 @@ def token_spans(chunks: Chunks[Any], batches: Sequence[int]) -> list[Any]:
     """The token spans of batches *batches* (indexes into *chunks*): consecutive batches of one rank are one
     view of the items (one vectorized look-up), others are asked one by one."""
     order = chunks.batches
-    if len(batches) > 1 and chunks.world_size == 1 and order.step == 1 and batches[-1] - batches[0] == len(batches) - 1:
+    if len(batches) > 1 and not chunks.split and order.step == 1 and batches[-1] - batches[0] == len(batches) - 1:
         first = order[batches[0]] * chunks.batch_size
         last = min((order[batches[-1]] + 1) * chunks.batch_size, len(chunks.items))
         return chunks.items.view(first, last).token_spans()  # type: ignore[no-any-return]

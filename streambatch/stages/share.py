@@ -34,15 +34,29 @@ def _check_share(index: Any, count: Any, names: tuple[str, str]) -> tuple[int, i
 
 
 @overload
-def share(chunks: Chunks[ItemsT], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Chunks[ItemsT]: ...
-@overload
-def share(chunks: range, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> range: ...
-@overload
-def share(chunks: Iterable[Any], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Iterator[Any]: ...
 def share(
-    chunks: Iterable[Any], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1
+    chunks: Chunks[ItemsT],
+    *,
+    worker: int = 0,
+    workers: int = 1,
+    rank: int = 0,
+    world_size: int = 1,
+    part: int = 0,
+    parts: int = 1,
+) -> Chunks[ItemsT]: ...
+@overload
+def share(
+    chunks: range, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1, part: int = 0, parts: int = 1
+) -> range: ...
+@overload
+def share(
+    chunks: Iterable[Any], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1, part: int = 0, parts: int = 1
+) -> Iterator[Any]: ...
+def share(
+    chunks: Iterable[Any], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1, part: int = 0, parts: int = 1
 ) -> Chunks[Any] | range | Iterator[Any]:
-    """Worker *worker* of *workers*' batches, and rank *rank* of *world_size*'s rows of each.
+    """Worker *worker* of *workers*' batches, and rank *rank* of *world_size*'s rows of each (micro-batch *part*
+    of *parts* of those rows: gradient accumulation, `streambatch.stages.chunk.part_share`).
 
     On `Chunks` the share is lazy slicing (batches in between are never built);
     on a ``range`` of a run's global step numbers it is the range's slice; on any
@@ -59,21 +73,26 @@ def share(
     """
     start, step = _check_share(worker, workers, ("worker", "workers"))
     at, world = _check_share(rank, world_size, ("rank", "world_size"))
+    piece, pieces = _check_share(part, parts, ("part", "parts"))
     if isinstance(chunks, Chunks):
-        if world > 1 and chunks.world_size != 1:
-            raise ConfigError("these chunks are already split over ranks; take a rank share once")
-        split = Chunks(chunks.items, chunks.batch_size, chunks.batches, at, world) if world > 1 else chunks
+        if (world > 1 or pieces > 1) and chunks.split:
+            raise ConfigError("these chunks are already split over ranks or micro-batches; take a rank share once")
+        split = (
+            Chunks(chunks.items, chunks.batch_size, chunks.batches, at, world, piece, pieces)
+            if world > 1 or pieces > 1
+            else chunks
+        )
         return split[start::step] if step > 1 else split
     if not isinstance(chunks, Iterable):
         raise ConfigError(f"chunks={chunks!r} is not an iterable of chunks; pass sb.chunk(windows, batch_size)")
-    if isinstance(chunks, range) and world == 1:  # a run's global step numbers: the same share, as a range
+    if isinstance(chunks, range) and world == 1 and pieces == 1:  # a run's global step numbers: the same share, as a range
         return chunks[start::step]
     picked = itertools.islice(chunks, start, None, step) if step > 1 else iter(chunks)
-    return (_rows(c, at, world) for c in picked) if world > 1 else picked
+    return (_rows(c, at, world, piece, pieces) for c in picked) if world > 1 or pieces > 1 else picked
 
 
-def _rows(chunk: Windows, rank: int, world: int) -> Windows:
-    return rank_view(chunk, rank, world, chunk.batch_index)  # type: ignore[return-value]
+def _rows(chunk: Windows, rank: int, world: int, part: int, parts: int) -> Windows:
+    return rank_view(chunk, rank, world, chunk.batch_index, part, parts)  # type: ignore[return-value]
 
 
 @overload

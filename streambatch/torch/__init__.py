@@ -33,11 +33,13 @@ from .backward import StepResult, cross_entropy_sum, micro_batches, token_mean_b
 from .datasets import BatchesDataset, EpochDataset, RunDataset
 from .loader import StatefulDataLoader, loader_position
 from .loss import step_token_count, token_mean_loss
+from .rank_loader import RankLoader
 from .tensors import TensorBatch, as_tensors, mark_batch_dynamic, tensor_batch
 
 __all__ = [
     "BatchesDataset",
     "EpochDataset",
+    "RankLoader",
     "RunDataset",
     "StatefulDataLoader",
     "StepResult",
