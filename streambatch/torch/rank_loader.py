@@ -31,10 +31,10 @@ from typing import Any, Literal
 import torch
 
 from .._checks import check_non_negative, check_positive, short_repr
+from ..batch.minibatch import MiniBatch
 from ..errors import ConfigError
 from ..items.protocol import counted_targets
 from ..run import Run
-from ..stages.batch import MiniBatch
 from ..stages.chunk import Chunks
 from ..stages.materialize import Batches, materialize
 from ..stages.share import share
