@@ -1,112 +1,69 @@
-"""Build a token store from the files corpora come in, on several cores and several machines.
+"""Build token stores from the files corpora come in: `prepare_store`, the door to one store or a corpus folder.
 
-Inputs are files and folders, selected by `streambatch.read.select.select_inputs`
-(include/exclude globs, then ``part=(i, n)``: the i-th of n contiguous runs of
-the file list, so that the n stores (the shards of one corpus), read in order, hold exactly the
-documents of the whole); each file is read by its format's module
-(`streambatch.read.formats` lists them).
-
-The work is cut into tasks (`streambatch.read.tasks`: 1 MiB of lines, a
-Parquet row group, rows of a saved dataset, a file), run in order, in this
-process or, with ``workers > 1``, small ones grouped and sent to a pool of
-spawned processes whose results are written in input order: the store is the
-same either way.
+One store (or the part ``part="i/n"`` of the inputs) is `streambatch.parts.one`'s
+run: tasks read in this process or a pool of worker processes.  With *executor*
+or *parts*, `streambatch.parts.corpus` writes a corpus folder of the n parts,
+run here or as Ray tasks (`streambatch.parts.on_ray`); `iter_files` yields the
+documents a run writes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
-import tempfile
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, overload
 
 from ._checks import check_positive
-from ._progress import FileProgress
-from .errors import ConfigError, DataError
-from .io.files import short_path
-from .io.formats import FORMATS, FormatWriter
-from .io.remote.location import is_remote
-from .io.store import StoreWriter
-from .model.documents import Document
+from .errors import ConfigError
+from .io.formats import FORMATS
 from .model.store import DocumentStore
-from .model.validate import check_vocabulary, short
-from .read.bin import check_bin_separator
-from .read.blocks import Block, ReadKeywords, ReadOptions, documents, read_options
-from .read.select import InputFile, Selected, parse_part, select_inputs
-from .read.tasks import Task, file_tasks, run_task
-from .read.workers import Outcome, check_main_guard, check_shareable, plan_workers, run_tasks
+from .model.validate import short
+from .parts.corpus import prepare_corpus
+from .parts.one import Prepared, iter_files, prepare_with, refuse_renamed, report
+from .read.blocks import ReadKeywords, read_options
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-# --- the store -----------------------------------------------------------------------------------
+__all__ = ["Prepared", "iter_files", "prepare_store", "prepare_with"]
 
 
-def iter_files(
+@overload
+def prepare_store(
     inputs: Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
     *,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
     part: str | tuple[int, int] | None = None,
+    skip_bad: bool = False,
+    workers: int = 1,
+    quiet: bool = False,
+    format: str = "streambatch",
+    executor: None = None,
+    parts: None = None,
+    ray_address: str | None = None,
     **read: Unpack[ReadKeywords],
-) -> Iterator[Document]:
-    """The documents `prepare_store` writes, lazily, in order (one process; the first bad file raises).
-
-    *read*: the reading keywords (tokenizer, eos_id, bos_id, per_line, partition,
-    column, bin_separator, bin_dtype; `streambatch.read.blocks.ReadKeywords`).
-
-    >>> import tempfile, pathlib
-    >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (folder / "a.txt").write_text("hi")
-    >>> _ = (folder / "b.jsonl").write_text('{"tokens": [7, 8]}\\n')
-    >>> [(d.id, d.tokens.tolist()) for d in iter_files([folder], eos_id=256)]
-    [('a.txt', [104, 105, 256]), ('b.jsonl:1', [7, 8])]
-    """
-    _refuse_renamed(read)
-    opts = read_options(**read)
-    files = _selected(inputs, include, exclude, part, opts)
-    return _iter_files(files, opts)
+) -> DocumentStore: ...
 
 
-def _refuse_renamed(read: Any) -> None:
-    """0.3's ``shard=`` (``--shard``) is ``part=``: a shard is one store of a corpus, a part this machine's inputs."""
-    if "shard" in read:
-        raise ConfigError(
-            f"shard={read['shard']!r} is now part={read['shard']!r}: pass part='I/N' (a shard is one store of a corpus)"
-        )
-
-
-def _selected(
+@overload
+def prepare_store(
     inputs: Sequence[str | os.PathLike[str]],
-    include: Sequence[str],
-    exclude: Sequence[str],
-    part: str | tuple[int, int] | None,
-    opts: ReadOptions,
-) -> Selected:
-    files = select_inputs(inputs, include=include, exclude=exclude, part=part)
-    first_bin = next((f for f in files if f.kind == "bin"), None)
-    if first_bin is not None:  # before any work, not at the first .bin
-        check_bin_separator(str(first_bin.path), opts)
-    return files
-
-
-def _iter_files(files: list[InputFile], opts: ReadOptions) -> Iterator[Document]:
-    for index, file in enumerate(files):
-        for task in file_tasks(index, file, opts):
-            yield from documents(run_task(task, opts))
-
-
-@dataclass
-class _FileCount:
-    documents: int = 0
-    tokens: int = 0
-    tokenized: bool = False
-    outside: str | None = None  # the first token input beyond the byte tokenizer's vocabulary
-    untrained: int = 0  # documents left out because their loss mask trains nothing
+    output: str | os.PathLike[str],
+    *,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    part: str | tuple[int, int] | None = None,
+    skip_bad: bool = False,
+    workers: int = 1,
+    quiet: bool = False,
+    format: str = "streambatch",
+    executor: str | None = None,
+    parts: int | None = None,
+    ray_address: str | None = None,
+    **read: Unpack[ReadKeywords],
+) -> Any: ...
 
 
 def prepare_store(
@@ -120,8 +77,11 @@ def prepare_store(
     workers: int = 1,
     quiet: bool = False,
     format: str = "streambatch",  # noqa: A002 - the CLI's --format
+    executor: str | None = None,
+    parts: int | None = None,
+    ray_address: str | None = None,
     **read: Unpack[ReadKeywords],
-) -> DocumentStore:
+) -> Any:
     """Read *inputs* (files, folders; every format of `streambatch.read.formats`) into a new store at *output*.
 
     *format* ``"megatron"`` writes Megatron-LM's ``OUTPUT.bin`` + ``OUTPUT.idx``
@@ -137,158 +97,43 @@ def prepare_store(
     or when text was tokenized, and every token must fit its vocabulary.  With
     *skip_bad*, a file that cannot be read or holds bad documents is left out
     (listed on stderr) instead of stopping the run.  *workers* > 1 tokenizes in that
-    many processes; the store is identical.  Written atomically; returns it opened.
+    many processes; the store is identical.  *part* ``"i/n"`` prepares the i-th of
+    n parts of the inputs (`streambatch.read.parts`: a large file is cut at line or
+    row-group boundaries).  Written atomically; returns it opened.
     A progress bar (tqdm) runs on stderr when it is a terminal, and a summary line
     is printed there, unless *quiet*.
+
+    *executor* (``"ray"``, or ``"local"``: in this process) or *parts* writes a
+    corpus folder at *output* instead: the *parts* parts of the plan, each a store
+    ``part-00000``, ..., the same bytes as ``part="i/parts"``, then ``corpus.json``;
+    returns the `Corpus` (`streambatch.parts.corpus.prepare_corpus`; *ray_address*:
+    the cluster, default a local one).
     """
     if not isinstance(output, (str, os.PathLike)):
         raise ConfigError(
             f"output={short(output)} is not a path; the order is prepare_store(inputs, output) "
             "(write_store takes (path, documents))"
         )
-    _refuse_renamed(read)
+    refuse_renamed(read)
     if format != "streambatch" and format not in FORMATS:
         raise ConfigError(f"format={short(format)} is not one of streambatch, {', '.join(FORMATS)}; pass one of them")
-    if is_remote(os.fspath(output)):  # prepared here, then uploaded with the header last (no reader sees a partial store)
-        if format != "streambatch":
-            raise ConfigError(
-                f"format={format!r} writes local files; an address ({short_path(os.fspath(output))}) takes a streambatch "
-                "store: write the files to a local path and copy them, or leave format out"
-            )
-        from .io.remote.upload import check_writable, upload_store
-
-        check_writable(os.fspath(output))
-        with tempfile.TemporaryDirectory(prefix="streambatch-upload-") as folder:
-            local = Path(folder) / "store"
-            prepare_store(
-                inputs,
-                local,
-                include=include,
-                exclude=exclude,
-                part=part,
-                skip_bad=skip_bad,
-                workers=workers,
-                quiet=quiet,
-                **read,
-            )
-            return upload_store(local, os.fspath(output))
+    if executor is not None or parts is not None:
+        if part is not None:
+            raise ConfigError(f"part={part!r} with executor={executor!r}: a corpus run prepares every part; pass one of them")
+        return prepare_corpus(
+            inputs, output, executor=executor or "local", parts=parts, include=include, exclude=exclude,
+            skip_bad=skip_bad, quiet=quiet, format=format, opts=read_options(**read), runner=_runner(executor, ray_address),
+        )  # fmt: skip
     workers = check_positive(workers, "workers", "the number of processes that tokenize (1: this one)")
-    opts = read_options(**read)
-    if workers > 1:  # what was asked for is checked, then capped: a script that fails elsewhere fails here too
-        check_main_guard(workers)
-        check_shareable(opts, workers)
-    split = plan_workers(workers, opts.tokenizer, quiet)
-    files = _selected(inputs, include, exclude, part, opts)
-    share = parse_part(part)
-    header = {"shard": {"index": share[0], "count": share[1]}} if share else {}  # the store format's name
-    tasks = (task for index, file in enumerate(files) for task in file_tasks(index, file, opts))
-    progress = FileProgress(len(files), desc="prepare", progress=False if quiet else None)
-    skipped: list[tuple[str, str]] = []
-    try:
-        named = opts.tokenizer if opts.named_tokenizer else None
-        writer: StoreWriter | FormatWriter = (
-            StoreWriter(output, tokenizer=named, header=header)
-            if format == "streambatch"
-            else FormatWriter(output, format, tokenizer=named)
-        )
-        with writer:
-            with contextlib.closing(
-                run_tasks(tasks, opts, split.processes, split.threads)
-            ) as outcomes:  # closing stops the workers
-                totals = _write(outcomes, files, writer, opts, skip_bad, skipped, progress)
-            if not opts.named_tokenizer and totals.tokenized:
-                if totals.outside:
-                    raise DataError(totals.outside)
-                writer.set_tokenizer(opts.tokenizer)
-            if totals.untrained and isinstance(writer, StoreWriter):  # recorded: `inspect` shows how many the mask left out
-                writer.header["untrained_documents_skipped"] = totals.untrained
-            store = writer.commit()
-            untrained = f"{_count_of(totals.untrained, 'untrained document')} left out, " if totals.untrained else ""
-    finally:
-        progress.close()
-    for path, reason in skipped:
-        shown = short_path(path)
-        print(f"prepare: skipped {reason if reason.startswith(shown) else f'{shown}: {reason}'}", file=sys.stderr)
-    if not quiet:
-        seconds = progress.seconds()
-        print(
-            f"prepare: {_count_of(len(files) - len(skipped), 'file')}, {_count_of(len(store), 'document')}, "
-            f"{store.token_count:,} tokens, "
-            f"{len(skipped)} skipped, {untrained}{_left_out(files)}{split}, "
-            f"{seconds:.2f} s ({store.token_count / max(seconds, 1e-9):,.0f} tokens/s)",
-            file=sys.stderr,
-        )
-    return store
+    done = prepare_with(inputs, output, read_options(**read), include, exclude, part, skip_bad, workers, quiet, format)
+    report(done, quiet)
+    return done.store
 
 
-def _left_out(files: Selected) -> str:
-    """The summary's note of binary files a folder walk passed over (none: nothing)."""
-    if not files.left_out:
-        return ""
-    return f"{_count_of(len(files.left_out), 'binary file')} in folders left out (e.g. {short_path(files.left_out[0])}), "
+def _runner(executor: str | None, address: str | None) -> Any:
+    """Where the parts run: a maker of Ray tasks' runner (``"ray"``, imported only then), else None (this process)."""
+    if executor == "ray":
+        from .parts.on_ray import RayRunner
 
-
-def _count_of(count: int, noun: str) -> str:
-    return f"{count:,} {noun}{'' if count == 1 else 's'}"
-
-
-def _write(
-    outcomes: Iterable[tuple[Task, Outcome]],
-    files: list[InputFile],
-    writer: StoreWriter | FormatWriter,
-    opts: ReadOptions,
-    skip_bad: bool,
-    skipped: list[tuple[str, str]],
-    progress: FileProgress,
-) -> _FileCount:
-    totals, count = _FileCount(), _FileCount()
-    mark: Any  # the writer's own kind of mark
-    current, mark, failed = -1, writer.mark(), False
-    for task, outcome in outcomes:
-        if task.file != current:
-            if current >= 0 and not failed:
-                _merge(totals, count)
-            progress.file_done(current >= 0)
-            current, mark, failed, count = task.file, writer.mark(), False, _FileCount()
-        if failed:
-            continue
-        try:
-            if isinstance(outcome, str):
-                raise DataError(outcome)
-            for block in outcome:
-                writer.add_block(
-                    block.tokens, block.lengths, block.ids, block.codes, wheres=block.wheres, loss_mask=block.loss_mask
-                )
-                _count(count, block, opts)
-                progress.add(len(block), int(block.tokens.size))
-        except DataError as err:
-            if not skip_bad:
-                raise
-            writer.rollback(mark)
-            failed = True
-            skipped.append((str(files[current].path), str(err)))
-            progress.add(-count.documents, -count.tokens)
-    if current >= 0 and not failed:
-        _merge(totals, count)
-    progress.file_done(current >= 0)
-    return totals
-
-
-def _count(count: _FileCount, block: Block, opts: ReadOptions) -> None:
-    count.documents += len(block)
-    count.tokens += int(block.tokens.size)
-    count.untrained += block.untrained
-    count.tokenized = count.tokenized or block.tokenized > 0
-    if count.outside is None and block.tokenized < len(block):
-        try:  # without a tokenizer named, token inputs may not exceed the byte tokenizer's vocabulary if text is tokenized too
-            check_vocabulary(block.tokens, block.lengths, block.label, opts.tokenizer.vocab_size, opts.tokenizer.name)
-        except DataError as err:
-            count.outside = f"{err} (the text inputs are tokenized by {opts.tokenizer.name!r}: name the tokenizer of both)"
-
-
-def _merge(totals: _FileCount, count: _FileCount) -> None:
-    totals.documents += count.documents
-    totals.tokens += count.tokens
-    totals.untrained += count.untrained
-    totals.tokenized = totals.tokenized or count.tokenized
-    totals.outside = totals.outside or count.outside
+        return lambda: RayRunner(address)
+    return None

@@ -32,6 +32,7 @@ LAYERS = {  # a module may import its own layer and the ones below it, never one
     "epoch": 7,
     "run": 7,
     "prepare": 7,
+    "parts": 7,
     "torch": 8,
     "tools": 8,
     "hf": 9,

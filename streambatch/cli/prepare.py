@@ -10,7 +10,6 @@ from ..errors import ConfigError, WorkerLostError
 from ..io.files import short_path
 from ..io.formats import FORMATS, output_paths
 from ..model.documents import Partition
-from ..model.store import DocumentStore
 from ..prepare import prepare_store
 from ..read.inputs import MAX_DOCUMENT_BYTES
 from ..read.text.chat import RENDER_SECONDS
@@ -40,17 +39,26 @@ def _prepare(args: argparse.Namespace, out: IO[str]) -> int:
     if not args.quiet:
         written = (
             short_path(args.output)
-            if args.format == "streambatch"
+            if args.format == "streambatch" or _corpus_run(args)
             else " + ".join(short_path(p) for p in output_paths(args.output, args.format)[:2])
         )
         out.write(
-            f"wrote {written}: {len(store)} documents, {store.tokens.size} tokens ({store.tokens.dtype.name}), "
+            f"wrote {written}: {len(store)} documents, {store.token_count} tokens ({store.dtype.name}), "
             f"{store.fingerprint or args.format}\n"
         )
     return 0
 
 
-def _run(args: argparse.Namespace) -> DocumentStore:
+def _corpus_run(args: argparse.Namespace) -> bool:
+    return args.executor is not None or args.parts is not None
+
+
+def _run(args: argparse.Namespace) -> Any:
+    if _corpus_run(args) and args.workers != 1:
+        raise ConfigError(
+            f"--workers {args.workers} with --executor/--parts: each part runs on one CPU of the cluster; drop --workers"
+        )
+    extra = {"executor": args.executor, "parts": args.parts, "ray_address": args.ray_address} if _corpus_run(args) else {}
     return prepare_store(
         args.inputs,
         args.output,
@@ -77,6 +85,7 @@ def _run(args: argparse.Namespace) -> DocumentStore:
         workers=args.workers,
         quiet=args.quiet,
         format=args.format,
+        **extra,
     )
 
 
@@ -141,7 +150,16 @@ def register(commands: Any) -> None:
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB", help="leave matching files out (repeatable)")
     p.add_argument("--skip-bad", action="store_true", help="leave out files that cannot be read, listing them on stderr")
     p.add_argument("--workers", type=int, default=1, help="tokenizing processes (default 1, at most the CPUs); same store")
-    p.add_argument("--part", metavar="I/N", help="prepare only the I-th of N contiguous parts of the file list")
+    p.add_argument(
+        "--part", metavar="I/N", help="prepare only the I-th of N parts of the inputs (cut by bytes, at lines/row groups)"
+    )
+    p.add_argument(
+        "--executor",
+        choices=["ray", "local"],
+        help="write a corpus folder OUTPUT (part-00000, ..., corpus.json), each part a Ray task (ray) or here (local)",
+    )
+    p.add_argument("--parts", type=int, metavar="N", help="with --executor: how many parts (default: enough for the cluster)")
+    p.add_argument("--ray-address", metavar="ADDRESS", help="with --executor ray: the cluster (default: a local one)")
     p.add_argument("--shard", dest="old_shard", help=argparse.SUPPRESS)  # 0.3's name of --part: refused, with the new one
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or summary")
     p.set_defaults(run=_prepare)

@@ -31,7 +31,7 @@ PathLike = str | os.PathLike[str]
 
 
 def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify: bool = True, **remote: Any) -> Corpus:
-    """Open a corpus: a manifest file (``corpus.json``) or a list of stores and/or store paths.
+    """Open a corpus: a manifest file (``corpus.json``), a folder holding one, or a list of stores and/or store paths.
 
     Stores named by path are opened with `open_store` (*verify* checks their
     fingerprints: one read of every byte).  A manifest that records fingerprints
@@ -45,7 +45,8 @@ def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify
     if is_remote(source):  # a manifest in object storage: its shards are beside it there
         return _open_manifest(source, verify, remote)  # type: ignore[arg-type]
     if isinstance(source, (str, os.PathLike)):
-        return _open_manifest(Path(source), verify, remote)
+        path = Path(source)
+        return _open_manifest(path / CORPUS_MANIFEST if is_corpus_folder(path) else path, verify, remote)
     items: Any = source
     if isinstance(items, DocumentStore):
         raise ConfigError("source=DocumentStore(...) is one store; pass a list of stores, or the store itself to the stages")
@@ -63,6 +64,14 @@ def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify
             shards.append(open_store(item, verify=verify, **remote))
             paths.append(os.fspath(item))
     return Corpus(shards, paths=paths)
+
+
+CORPUS_MANIFEST = "corpus.json"  # a corpus folder's manifest (`streambatch.parts.corpus`)
+
+
+def is_corpus_folder(path: PathLike) -> bool:
+    """Whether *path* is a folder holding a ``corpus.json`` and no store header: a corpus folder, read through it."""
+    return os.path.isfile(os.path.join(path, CORPUS_MANIFEST)) and not os.path.exists(os.path.join(path, "header.json"))
 
 
 def shard_limit() -> int:

@@ -186,16 +186,23 @@ class LineChunk:
     first_line: int
 
 
-def line_chunks(path: str | os.PathLike[str], size: int, max_line: int = MAX_LINE_BYTES) -> Iterator[LineChunk]:
+def line_chunks(
+    path: str | os.PathLike[str], size: int, max_line: int = MAX_LINE_BYTES, span: tuple[int, int] | None = None
+) -> Iterator[LineChunk]:
     """Cut a (decompressed) file into chunks of about *size* bytes that end at a ``\\n`` (the last may not).
 
     A line of more than *max_line* bytes (without its ``\\n``) is a `DataError` naming
     the file and line, raised as soon as it is seen: at most about ``max(size,
-    max_line)`` + `READ_SIZE` bytes are held, whatever the file holds.
+    max_line)`` + `READ_SIZE` bytes are held, whatever the file holds.  *span*
+    ``(lo, hi)`` (an uncompressed file) keeps the lines that start in bytes
+    ``[lo, hi)``, numbered as in the whole file (`span_bytes`).
     """
     parts: list[bytes] = []
     held, offset, line, tail = 0, 0, 1, 0  # tail: bytes held after the last \n (the line being read)
-    for piece in iter_bytes(path, min(size, READ_SIZE)):
+    pieces = iter_bytes(path, min(size, READ_SIZE))
+    if span is not None:
+        offset, line, pieces = span_bytes(path, span, min(size, READ_SIZE))
+    for piece in pieces:
         parts.append(piece)
         held += len(piece)
         newline = piece.rfind(b"\n")
@@ -218,6 +225,55 @@ def line_chunks(path: str | os.PathLike[str], size: int, max_line: int = MAX_LIN
         pending = b"".join(parts)
         _check_lines(pending, len(pending), path, line, max_line)
         yield LineChunk(pending, offset, line)
+
+
+def span_bytes(path: str | os.PathLike[str], span: tuple[int, int], size: int = READ_SIZE) -> tuple[int, int, Iterator[bytes]]:
+    """The lines of an uncompressed file that start in bytes ``[lo, hi)``: their first byte, its line number, their bytes.
+
+    A line starting before *lo* belongs to the part before (its rest is passed
+    over); the last line starting before *hi* is read to its end.  The line number
+    counts the ``\\n`` before the first line (one read of the bytes before *lo*).
+    """
+    lo, hi = span
+    try:
+        handle = open_regular(path)
+        line, at, last = 1, 0, b"\n"
+        while at < lo and (piece := handle.read(min(size, lo - at))):
+            line, at, last = line + piece.count(b"\n"), at + len(piece), piece[-1:]
+        while last != b"\n" and (piece := handle.read(size)):  # the rest of a line that started before lo
+            cut = piece.find(b"\n")
+            at, last = at + (len(piece) if cut < 0 else cut + 1), b"" if cut < 0 else b"\n"
+            if cut >= 0:
+                line += 1
+                handle.seek(at)
+    except Exception as err:
+        if is_read_error(err):
+            raise read_error(path, err) from err
+        raise
+    return at, line, _lines_until(handle, path, at, hi, size)
+
+
+def _lines_until(handle: Any, path: str | os.PathLike[str], at: int, hi: int, size: int) -> Iterator[bytes]:
+    """The bytes from *at* to the end of the line holding byte ``hi - 1`` (nothing when *at* >= *hi*)."""
+    began = at < hi
+    try:
+        with handle:
+            while at < hi and (piece := handle.read(size)):
+                if at + len(piece) >= hi and (cut := piece.find(b"\n", hi - 1 - at)) >= 0:
+                    yield piece[: cut + 1]
+                    return
+                yield piece
+                at += len(piece)
+            if began and at >= hi:  # the last line runs on past hi: to its end
+                while piece := handle.read(size):
+                    cut = piece.find(b"\n")
+                    yield piece if cut < 0 else piece[: cut + 1]
+                    if cut >= 0:
+                        return
+    except Exception as err:
+        if is_read_error(err):
+            raise read_error(path, err) from err
+        raise
 
 
 def _check_lines(data: bytes, end: int, path: str | os.PathLike[str], first_line: int, max_line: int) -> None:

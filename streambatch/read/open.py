@@ -11,7 +11,7 @@ import os
 from .._paths import short_path
 from ..errors import DataError, StoreError
 from ..io.formats import open_format
-from ..io.manifest import open_corpus
+from ..io.manifest import CORPUS_MANIFEST, is_corpus_folder, open_corpus
 from ..io.mixture_file import MixtureSource, is_mixture_file, open_mixture
 from ..io.remote.location import is_remote
 from ..io.store import open_store
@@ -29,6 +29,8 @@ def open_source(
     format: str | None = None,  # noqa: A002
 ) -> Source | MixtureSource:
     """Open a store directory (memory-mapped, checked), a corpus manifest or a mixture file (``*.json``), or a JSONL file.
+
+    A corpus folder (``prepare --executor ray``: ``part-00000``, ... and ``corpus.json``) opens as its manifest.
 
     An address (``s3://``, ``gs://``, ``https://``) opens a store or a corpus manifest in object storage.
 
@@ -51,10 +53,16 @@ def open_source(
     ('jsonl', ('a',))
     """
     name = os.fspath(path)
-    if is_remote(name):  # in object storage: a corpus manifest (*.json) or a store
+    if is_remote(name):  # in object storage: a corpus manifest (*.json), a store, or a corpus folder (its corpus.json)
         if name.lower().endswith(".json"):
             return Source(name, "corpus", open_corpus(name), verified=False)
-        return Source(name, "store", open_store(name), verified=False)
+        try:
+            return Source(name, "store", open_store(name), verified=False)
+        except DataError:
+            manifest = f"{name.rstrip('/')}/{CORPUS_MANIFEST}"
+            if not _remote_exists(manifest):
+                raise
+            return Source(name, "corpus", open_corpus(manifest), verified=False)
     other = open_format(name, format)  # Megatron-LM's .bin + .idx, datatrove's .ds, or a folder of either
     if other is not None:
         return Source(name, other[0], other[1])
@@ -66,6 +74,8 @@ def open_source(
             f"{shown}: no such store folder (a SOURCE is a store folder, a Megatron-LM prefix, a corpus manifest or "
             f"mixture file ending in .json, or a JSONL file); prepare the store with `streambatch prepare INPUT -o {shown}`"
         )
+    if is_corpus_folder(name):  # a corpus folder (`prepare --executor ray`): its parts, read through its corpus.json
+        return Source(name, "corpus", open_corpus(name, verify=verify), verified=verify)
     if os.path.isdir(name):  # a store prepared by `streambatch prepare`
         return Source(name, "store", open_store(name, verify=verify), verified=verify)
     if is_mixture_file(name):  # sources and their weights: a blend
@@ -89,3 +99,15 @@ def _missing_store(name: str) -> bool:
     """Whether *name* is a store folder's bare name (no suffix such as ``.jsonl``, no ``s3://``) that does not exist."""
     named_as_file = "." in os.path.basename(name.rstrip(os.sep)).lstrip(".")
     return not named_as_file and "://" not in name and not os.path.lexists(name)
+
+
+def _remote_exists(url: str) -> bool:
+    from ..io.remote.client import ObjectClient
+    from ..io.remote.location import Location
+
+    where = Location.parse(url)
+    try:
+        ObjectClient(where.parent(), retries=0).head(where.prefix.rpartition("/")[2])
+    except DataError:
+        return False
+    return True

@@ -84,7 +84,6 @@ def select_inputs(
     *,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
-    part: str | tuple[int, int] | None = None,
 ) -> Selected:
     """The input files, in order: inputs as given, each folder's files sorted by relative path (hidden
     entries skipped; a folder saved by ``datasets`` is one input; ``X.offsets.npy`` goes with ``X.npy``).
@@ -92,8 +91,7 @@ def select_inputs(
     *include*/*exclude* globs (`fnmatch`, case-sensitive, ``*`` also crosses ``/``)
     match each file's path relative to its input folder (a file given directly:
     its name); a file is kept if it matches some include (when any) and no
-    exclude.  *part* ``"i/n"`` then keeps files ``[i*F//n, (i+1)*F//n)`` of the F
-    left: contiguous runs, so the shards in order are the whole.  A file's
+    exclude (a part of them, ``--part I/N``: `streambatch.read.parts`).  A file's
     ``name`` (its documents' id) is its path relative to its input folder,
     prefixed with the folder's name when several inputs are given; a file given
     directly keeps the path as given.  A folder walk skips hidden entries and
@@ -126,10 +124,6 @@ def select_inputs(
         if (not include or any(fnmatch.fnmatchcase(f.relative, g) for g in include))
         and not any(fnmatch.fnmatchcase(f.relative, g) for g in exclude)
     ]
-    share = parse_part(part)
-    if share is not None:
-        index, count = share
-        kept = kept[index * len(kept) // count : (index + 1) * len(kept) // count]
     selected = Selected(kept)
     selected.left_out = tuple(left_out)
     return selected

@@ -22,9 +22,10 @@ from .bin import bin_blocks, indexed_blocks
 from .blocks import Block, ReadOptions
 from .columns.arrow import arrow_blocks
 from .columns.hf import dataset_rows_blocks, load_dataset_folder
-from .columns.parquet import parquet_blocks, parquet_row_groups
+from .columns.parquet import parquet_blocks, parquet_row_group_starts, parquet_row_groups
 from .jsonl import jsonl_blocks
 from .npy import npy_blocks
+from .parts import file_size, offsets_in, rows_in
 from .select import InputFile
 from .text.text import text_file_block, text_lines_blocks
 from .text.tokenizers import ByteTokenizer
@@ -53,28 +54,34 @@ class Task:
         )
 
 
-def file_tasks(index: int, file: InputFile, opts: ReadOptions) -> Iterator[Task]:
-    """The tasks of one file, in order; a file that cannot be read ends with a ``failed`` task."""
+def file_tasks(index: int, file: InputFile, opts: ReadOptions, span: tuple[int, int] | None = None) -> Iterator[Task]:
+    """The tasks of one file, in order; a file that cannot be read ends with a ``failed`` task.
+
+    *span* (a piece of a part, `streambatch.read.parts`): only the lines, row groups
+    or dataset rows that start in those bytes of the file.
+    """
     path, kind = str(file.path), file.kind
     try:
         if kind != "dataset":  # a folder; its files are checked where it is loaded
             _inputs.check_input(path)  # one check for every format: a FIFO or device is never opened by a reader
         if kind == "jsonl" or (kind == "text" and opts.per_line):
             lines = "jsonl" if kind == "jsonl" else "lines"
-            chunks = _inputs.line_chunks(path, _inputs.LINE_CHUNK_BYTES, opts.max_line_bytes)
+            chunks = _inputs.line_chunks(path, _inputs.LINE_CHUNK_BYTES, opts.max_line_bytes, span)
             for chunk in _first_or(chunks, _inputs.LineChunk(b"", 0, 1)):
                 yield Task(index, lines, path, file.name, chunk, size=len(chunk.data))
         elif kind == "parquet":
             groups = parquet_row_groups(path)
-            firsts = itertools.accumulate(groups[:-1], initial=0) if groups else ()
-            for group, first in enumerate(firsts):
-                yield Task(index, kind, path, file.name, part=(group, first))
-            if not groups:
+            firsts = list(itertools.accumulate(groups[:-1], initial=0)) if groups else []
+            chosen = range(len(groups)) if span is None else list(offsets_in(span, parquet_row_group_starts(path)))
+            for group in chosen:
+                yield Task(index, kind, path, file.name, part=(group, firsts[group]))
+            if not chosen:
                 yield Task(index, "empty", path, file.name)
         elif kind == "dataset":
             rows = load_dataset_folder(path).num_rows
-            for lo in range(0, max(rows, 1), DATASET_TASK_ROWS):
-                yield Task(index, kind, path, file.name, part=(lo, min(rows, lo + DATASET_TASK_ROWS)))
+            first, stop = (0, rows) if span is None else rows_in(span, rows, file_size(file))
+            for lo in range(first, max(stop, first + 1), DATASET_TASK_ROWS):
+                yield Task(index, kind, path, file.name, part=(lo, min(stop, lo + DATASET_TASK_ROWS)))
         elif kind == "unsupported":
             suffix = Path(_inputs.base_name(path)).suffix
             yield Task(

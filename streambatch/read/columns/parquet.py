@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ...model.documents import Document, Partition
 from .. import inputs as _inputs
@@ -15,14 +16,34 @@ from .tables import TABLE_ROWS, table_block, table_error
 
 def parquet_row_groups(path: str) -> list[int]:
     """The number of rows of each row group of a Parquet file."""
+    meta = _metadata(path)
+    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+
+
+def parquet_row_group_starts(path: str) -> list[int]:
+    """The first byte of each row group of a Parquet file (its first column chunk's first page): where a part cuts."""
+    meta = _metadata(path)
+    starts = []
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        pages = [
+            page
+            for k in range(group.num_columns)
+            for page in (group.column(k).dictionary_page_offset, group.column(k).data_page_offset)
+            if page is not None and page > 0  # a writer may record 0 for no dictionary page
+        ]
+        starts.append(min(pages, default=4))
+    return starts
+
+
+def _metadata(path: str) -> Any:
     pq = require("pyarrow.parquet", "arrow", "reading Parquet files")
     try:
-        meta = pq.ParquetFile(path).metadata
+        return pq.ParquetFile(path).metadata
     except Exception as err:
         if _inputs.is_format_error(err):
             raise table_error(path, "Parquet", err) from err
         raise
-    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
 
 
 def parquet_blocks(path: str, name: str, group: int, first_row: int, opts: ReadOptions) -> Iterator[Block]:
