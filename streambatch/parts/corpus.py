@@ -190,7 +190,7 @@ def _read_marker(path: str) -> Any:
             from ..io.remote.location import Location
 
             where = Location.parse(path)
-            data = ObjectClient(where.parent(), retries=0).get(where.prefix.rpartition("/")[2])[0]
+            data = ObjectClient(where.parent(), retries=0).get(where.prefix.rpartition("/")[2], 1 << 20)[0]
         else:
             data = Path(path).read_bytes()
         return json.loads(data)
