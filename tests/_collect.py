@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 TORCH_PACKAGE = Path(__file__).resolve().parents[1] / "streambatch" / "torch"  # its doctests need torch
+HF_PACKAGE = TORCH_PACKAGE.parent / "hf"  # its doctests need transformers and accelerate (sft.py: trl too)
 
 
 def _has_torch() -> bool:
@@ -15,6 +16,12 @@ def _has_torch() -> bool:
     return True
 
 
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
 def torch_only(path: Path) -> bool:
     """True for the torch package (`TORCH_PACKAGE`) and everything in it."""
     found = Path(path).resolve()
@@ -22,7 +29,12 @@ def torch_only(path: Path) -> bool:
 
 
 def pytest_ignore_collect(collection_path: Path) -> bool | None:
-    """Leave streambatch/torch/'s doctests out when torch cannot be imported (tests/ that need it skip themselves)."""
+    """Leave streambatch/torch/'s doctests out when torch cannot be imported (tests/ that need it skip themselves);
+    streambatch/hf/'s where transformers (or, for its TRL module, trl) is not installed."""
     if torch_only(collection_path) and not _has_torch():
         return True
+    found = Path(collection_path).resolve()
+    if found == HF_PACKAGE or HF_PACKAGE in found.parents:
+        needed = ["torch", "transformers", "accelerate"] + (["trl"] if found.name == "sft.py" else [])
+        return True if not all(_has(m) for m in needed) else None
     return None
