@@ -339,7 +339,14 @@ class Run:
         found = decode(state, "run", where)
         ours = {"mode": "pack" if self.pack else "window", "skip_untrained": self._filtered, **self._key()}
         check_same(found, ours, where)
-        return check_position(found["epoch"], found["batch"], self._batches, where=f"{where} ", error=StateError)
+        position = check_position(found["epoch"], found["batch"], self._batches, where=f"{where} ", error=StateError)
+        if self._epochs is not None and position > (self._epochs, 0):
+            raise StateError(
+                f"{where}: position (epoch {position[0]}, batch {position[1]}) is past the end of this run of "
+                f"{self._epochs} epoch(s) ({self._batches} batches each); pass a state this run saved, or a run with "
+                "more epochs"
+            )
+        return position
 
     def load_state_dict(self, state: Any) -> None:
         """Go straight to the position *state* records (`check_state` first: a refused state changes nothing)."""

@@ -312,8 +312,13 @@ def _write_saving_state(
             f"{short_path(state_path)}: the state's output is {state['output'].get('format', 'jsonl')}, not --format {fmt.name}; "
             "resume with the format it was written in"
         )
-    try:
-        fd = os.open(output, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    try:  # a resume opens the output it continues, never creates one: a refused resume leaves no file behind
+        fd = os.open(output, os.O_RDWR | os.O_CLOEXEC | (0 if state is not None else os.O_CREAT), 0o666)
+    except FileNotFoundError:
+        raise StateError(
+            f"{short_path(state_path)}: output {short_path(output)} is missing (removed since the state was saved); "
+            "start again without --resume"
+        ) from None
     except OSError as err:
         raise ConfigError(
             f"output {short_path(output)!r}: cannot create a file in its folder ({err.strerror}); pass a writable path"

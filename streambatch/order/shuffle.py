@@ -347,6 +347,9 @@ def shuffle(windows: OrderedT, seed: int) -> OrderedT:
     ([4, 1, 3, 0, 2], True)
     """
     seed = check_seed(seed)
+    own = getattr(windows, "ORDERS_ITSELF", None)  # a kind whose order is its own (a mixture): no plan to permute
+    if own is not None:
+        raise ConfigError(f"sb.shuffle: {own}")
     try:
         values = windows.plan_values()  # fresh in document order; a view of the plan otherwise
         plan = values if windows.is_sequential else values.copy()

@@ -83,6 +83,10 @@ class Mixture:
         "mixture file itself"
     )
     PASSED = ("the mixture passed", "has", "is")
+    ORDERS_ITSELF = (
+        "a mixture orders itself (its plan and each source's seeded epochs); give the seed to sb.mix(..., seed=N), "
+        "or use mixture.reseeded(N), instead of shuffling it"
+    )
 
     @property
     def stores(self) -> tuple[Any, ...]:

@@ -76,7 +76,8 @@ class PackedMixGather:
             made = gather(numbers, kinds, self.gatherers)
         except ValueError as err:
             raise DataError(
-                f"{err}; the rows do not belong to their sources' packings (remove the plan files and plan again)"
+                f"{err}; the rows do not belong to their sources' packings: build the mixture again from its parts "
+                "(where a packing or mixture plan file was used, it is stale: remove it and plan again)"
             ) from None
         *arrays, cu_seqlens, provenance, count, longest = made
         if lean:

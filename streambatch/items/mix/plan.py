@@ -158,9 +158,10 @@ class MixPlan:
         ids = self.ids(lo, hi)
         before, after = self.counts(lo), self.counts(hi)
         if not np.array_equal(np.bincount(ids, minlength=self.source_count), after - before):
+            fix = "remove it and plan again" if self.origin else "build the mixture again"
             raise DataError(
-                f"{self.origin or 'the mixture plan'}: the source ids of items {lo}..{hi - 1} do not agree with its "
-                f"checkpoint counts; the plan is damaged: remove it and plan again"
+                f"{self.origin or 'the mixture plan (in memory)'}: the source ids of items {lo}..{hi - 1} do not agree "
+                f"with its checkpoint counts; the plan is damaged: {fix}"
             )
         return ids, before.tolist(), after.tolist()
 
