@@ -121,6 +121,7 @@ class Epoch:
         return epoch
 
     def _open(self, source: Any, config: EpochConfig, stacklevel: int) -> None:
+        self._closed = False
         self.batch_size = check_positive(config.batch_size, "batch_size", "the number of windows per batch")
         seed = config.seed
         given = items_of(source, config, None if isinstance(seed, _Unset) else seed)
@@ -233,6 +234,8 @@ class Epoch:
 
     def batches(self, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1) -> Batches:
         """``materialize(share(chunks, ...))``: a lazy sequence of this worker's batches, this rank's rows of each."""
+        if self.closed:
+            raise ConfigError("this epoch was closed (epoch.close()); build it again (sb.Epoch) to read its batches")
         return materialize(share(self.chunks(), worker=worker, workers=workers, rank=rank, world_size=world_size))  # type: ignore[no-any-return]
 
     def window_order(self) -> npt.NDArray[np.integer[Any]]:
@@ -271,6 +274,33 @@ class Epoch:
 
     def __iter__(self) -> Iterator[MiniBatch]:
         return iter(self.batches())
+
+    # -- closing ----------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called (or a store it reads was closed): its batches are then refused."""
+        return self._closed or any(store.closed for store in self.windows.stores)
+
+    def close(self) -> None:
+        """Close the stores the epoch reads (a store shared with another epoch is closed for it too): a remote
+        store's requests in flight are waited for and its memory given back; the batches are refused from now on.
+
+        >>> import streambatch as sb
+        >>> with sb.Epoch([sb.Document("a", "train", range(6))], context_length=2, batch_size=2, seed=1) as epoch:
+        ...     len(list(epoch))
+        2
+        >>> epoch.closed
+        True
+        """
+        self._closed = True
+        for store in self.windows.stores:
+            store.close()
+
+    def __enter__(self) -> Epoch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Epoch):

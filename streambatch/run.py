@@ -98,6 +98,7 @@ class Run:
         self._batches = first.batch_count
         self._position = (0, 0)
         self._fingerprint: str | None = None
+        self._closed = False
 
     @classmethod
     def from_epoch(cls, epoch: Epoch, *, epochs: int | None = None) -> Run:
@@ -249,12 +250,22 @@ class Run:
         return self._batches_at(steps, rank, world_size)
 
     def _batches_at(self, steps: Iterable[int], rank: int, world_size: int) -> Iterator[MiniBatch]:
-        held: tuple[int, Batches] | None = None
-        for at in steps if self._batches else ():
-            epoch, index = divmod(at, self._batches)
-            if held is None or held[0] != epoch:
-                held = (epoch, self.epoch(epoch).batches(rank=rank, world_size=world_size))
-            yield held[1][index].in_epoch(epoch)
+        """A range of steps goes to the fast road epoch by epoch (`Batches.road`: block positions, the next batch's
+        hint, a remote store's prefetch along the step); other steps are indexed one by one."""
+        self._check_open()
+        if not self._batches:
+            return
+        if not isinstance(steps, range):
+            held: tuple[int, Batches] | None = None
+            for at in steps:
+                epoch, index = divmod(at, self._batches)
+                if held is None or held[0] != epoch:
+                    held = (epoch, self.epoch(epoch).batches(rank=rank, world_size=world_size))
+                yield held[1][index].in_epoch(epoch)
+            return
+        for epoch, local in epoch_ranges(steps, self._batches):
+            for batch in self.epoch(epoch).batches(rank=rank, world_size=world_size).road(local):
+                yield batch.in_epoch(epoch)
 
     # -- consuming: the position moves as batches are handed out -----------------------
     def iter_batches(self, *, rank: int = 0, world_size: int = 1) -> Iterator[MiniBatch]:
@@ -267,13 +278,20 @@ class Run:
         return self._consume(rank, world_size)
 
     def _consume(self, rank: int, world_size: int) -> Iterator[MiniBatch]:
+        """From the position on, an epoch at a time through the fast road; a position moved meanwhile
+        (`set_position`, `load_state_dict`) starts the road again there."""
+        self._check_open()
         while self._batches:
             epoch, index = self._position
             if self._epochs is not None and epoch >= self._epochs:
                 return
-            batch = self.batch(epoch, index, rank=rank, world_size=world_size)
-            self._position = self._after(epoch, index)
-            yield batch
+            road = self.epoch(epoch).batches(rank=rank, world_size=world_size).road(range(index, self._batches))
+            for batch in road:
+                if self._position != (epoch, index):  # moved while the last batch was out: go on from there
+                    break
+                self._position = self._after(epoch, index)
+                yield batch.in_epoch(epoch)
+                index += 1
 
     def __iter__(self) -> Iterator[MiniBatch]:
         return self.iter_batches()
@@ -352,6 +370,23 @@ class Run:
         """Go straight to the position *state* records (`check_state` first: a refused state changes nothing)."""
         self._position = self.check_state(state)
 
+    # -- closing ----------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the run and the stores its epochs read (`Epoch.close`: a remote store's requests in flight are
+        waited for); its batches are refused from now on.  Closing again does nothing."""
+        self._closed = True
+        self._current[1].close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError("this run was closed (run.close()); build it again (sb.Run) and load its state to go on")
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         epochs = "endless" if self._epochs is None else f"epochs={self._epochs}"
         order = "sequential" if self._seed is None else f"seed={self._seed}"
@@ -362,3 +397,18 @@ class Run:
             f"batches_per_epoch={self._batches}, context_length={self.config.context_length}, stride={self.config.stride}, "
             f"batch_size={self.batch_size}, {order}, partition={self.partition.value!r})"
         )
+
+
+def epoch_ranges(steps: range, per_epoch: int) -> Iterator[tuple[int, range]]:
+    """``(epoch, batches)`` for increasing global *steps*: each epoch's part as a range of its batch indexes.
+
+    >>> [(e, list(r)) for e, r in epoch_ranges(range(1, 9, 2), 3)]
+    [(0, [1]), (1, [0, 2]), (2, [1])]
+    """
+    rest = steps
+    while len(rest):
+        epoch = rest[0] // per_epoch
+        end = (epoch + 1) * per_epoch
+        count = len(range(rest.start, min(end, rest.stop), rest.step)) if rest.start < end else 0
+        part, rest = rest[:count], rest[count:]
+        yield epoch, range(part[0] - epoch * per_epoch, part[-1] - epoch * per_epoch + 1, part.step)

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
-import streambatch.stages.materialize as materializing
+import streambatch.items.windows.windows as windows_module
 from streambatch.errors import OutOfRangeError
 from streambatch.order.splitmix import derive_seed
 from streambatch.run import STATE_KEYS
@@ -185,14 +185,15 @@ def test_resume_indexes_instead_of_replaying(monkeypatch: pytest.MonkeyPatch) ->
     """Loading a state near the end gathers exactly the batches yielded afterwards, no others."""
     run = _run(epochs=2)
     target = run.state_dict_after(run.batch(1, run.batches_per_epoch - 2))
-    calls = []
-    real = materializing.materialize_one
+    calls: list[int] = []
+    real = windows_module.iter_window_batches
 
-    def counted(windows: sb.Windows, index: int | None = None) -> sb.MiniBatch:
-        calls.append(windows.batch_index)
-        return real(windows, index)
+    def counted(windows: sb.Windows, size: int, batches: range) -> Any:
+        for batch in real(windows, size, batches):  # the windows' one batch loop: every road ends in it
+            calls.append(batch.index)
+            yield batch
 
-    monkeypatch.setattr(materializing, "materialize_one", counted)
+    monkeypatch.setattr(windows_module, "iter_window_batches", counted)
     resumed = _run(epochs=2)
     resumed.load_state_dict(target)
     assert [] == calls

@@ -73,6 +73,7 @@ class Corpus:
     """
 
     __slots__ = (
+        "_closed",
         "_content",
         "bases",
         "document_bases",
@@ -113,6 +114,24 @@ class Corpus:
         # like a store's: known when every shard has one (opened from disk), else None (see content_fingerprint)
         self.fingerprint: str | None = corpus_fingerprint(recorded) if len(recorded) == len(stores) else None
         self._content: str | None = self.fingerprint
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called (or a shard was closed): its batches are then refused (`ConfigError`)."""
+        return self._closed or any(shard.closed for shard in self.shards)
+
+    def close(self) -> None:
+        """Close every shard (`DocumentStore.close`: a remote shard's requests in flight are waited for)."""
+        self._closed = True
+        for shard in self.shards:
+            shard.close()
+
+    def __enter__(self) -> Corpus:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _check_unique_ids(self) -> None:
         if len(set(self.ids)) == len(self.ids):

@@ -229,6 +229,33 @@ class DocumentStore:
         """Size of the flat token space that window positions index (``tokens.size``)."""
         return int(self.tokens.size)
 
+    # -- closing ------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called: every road to its batches then refuses (`ConfigError`)."""
+        return bool(self.__dict__.get("_closed", False))
+
+    def close(self) -> None:
+        """Close the store: a remote store's requests in flight are waited for and its memory is given back (see
+        `streambatch.io.remote.tokens`); its batches are refused from now on.  Closing again does nothing.
+
+        >>> with DocumentStore.from_arrays([0, 10, 11, 1], [0, 4]) as store:
+        ...     store.closed
+        False
+        >>> store.closed
+        True
+        """
+        object.__setattr__(self, "_closed", True)  # a state, not a field (a view or a pickle is open)
+        remote = getattr(self.tokens, "close", None)  # remote tokens close their file; local arrays have nothing to
+        if callable(remote):
+            remote()
+
+    def __enter__(self) -> DocumentStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def has_loss_mask(self) -> bool:
         """Whether this store carries a loss mask (without one, every target trains)."""

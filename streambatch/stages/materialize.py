@@ -12,14 +12,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
 from ..batch.minibatch import MiniBatch
-from ..errors import ConfigError
+from ..errors import ConfigError, OutOfRangeError
 from ..io.remote.prefetch import Reader, remote_files
 from ..items.protocol import Items
+from ..items.road import BatchReader, Renumbered, gather_one
 from .chunk import Chunks
 
 
-def materialize_one(chunk: Items, index: int | None = None) -> MiniBatch:
-    """Gather one chunk of items into a `MiniBatch` (*index* defaults to the chunk's batch index).
+def materialize_one(chunk: Items, index: int | None = None, reader: BatchReader | None = None) -> MiniBatch:
+    """Gather one chunk of items into a `MiniBatch` (*index* defaults to the chunk's batch index): its kind's one
+    road (`streambatch.items.road`), fetched first from a remote store (*reader*: a `Batches`' own, numbering
+    this chunk 0).
 
     >>> import streambatch as sb
     >>> w = sb.windows([sb.Document("a", "train", [0, 10, 11, 12, 1])], context_length=2)
@@ -29,7 +32,8 @@ def materialize_one(chunk: Items, index: int | None = None) -> MiniBatch:
     gather = getattr(chunk, "gather", None)
     if gather is None or not callable(gather):
         raise ConfigError(f"chunk={chunk!r} is not a streambatch.Windows; chunk windows with sb.chunk(windows, batch_size)")
-    batch: MiniBatch = gather((chunk.batch_index or 0) if index is None else index)
+    number = (chunk.batch_index or 0) if index is None else index
+    batch: MiniBatch = gather(number) if reader is None else gather_one(chunk, number, reader)
     shared = getattr(chunk, "global_count", None)  # a rank's share: the whole batch's count, from the plan
     if shared is not None:
         batch.global_token_count = shared
@@ -40,7 +44,12 @@ class Batches(Sequence[MiniBatch]):
     """A lazy, sized, indexable sequence of batches: ``materialize`` over `Chunks`.
 
     Nothing is gathered until a batch is asked for; ``batches[i]`` gathers batch
-    *i* alone, so DataLoader workers and resumed runs index straight into it.
+    *i* alone, so resumed runs index straight into it, and `road` walks a range
+    of them (what `Run` and the torch datasets take: a DataLoader worker's
+    strided share).  Every way in is the item kind's one road
+    (`streambatch.items.road`); over a remote store one prefetching reader,
+    kept across calls, fetches each batch's token ranges first and the next
+    ones ahead.
     """
 
     __slots__ = ("_reader", "chunks")
@@ -59,31 +68,32 @@ class Batches(Sequence[MiniBatch]):
     def __getitem__(self, item: int | slice) -> MiniBatch | Batches:
         if isinstance(item, slice):
             return Batches(self.chunks[item])
-        if self._reader is None:
-            self._reader = remote_reader(self.chunks)
-        if self._reader:  # a remote store: the batch's token ranges are fetched (and the next ones started) first
-            index = int(item) + len(self) if int(item) < 0 else int(item)
-            return self._reader.get(index, lambda: materialize_one(self.chunks[index]))  # type: ignore[no-any-return]
-        return materialize_one(self.chunks[item])
+        self.chunks[item]  # the index checks and their messages (OutOfRangeError)
+        index = int(item) + len(self) if int(item) < 0 else int(item)
+        return next(self.road(range(index, index + 1)))
 
     def __iter__(self) -> Iterator[MiniBatch]:
+        return self.road(range(len(self)))
+
+    def road(self, steps: range) -> Iterator[MiniBatch]:
+        """Batches *steps* (increasing indexes into this sequence; a worker's share is strided), through the kind's
+        one batch loop with block positions and the next batch's hint, each fetched first from a remote store."""
+        if steps.step < 1 or (len(steps) and not 0 <= steps[0] <= steps[-1] < len(self)):
+            raise OutOfRangeError(f"steps={steps!r} are not increasing batch indexes in [0, {len(self)})")
         chunks = self.chunks
         if self._reader is None:
             self._reader = remote_reader(chunks)
-        if self._reader:  # batch by batch, each one's ranges fetched ahead
-            if chunks.split:
-                return (self[i] for i in range(len(self)))
-            return self._fetched(chunks.items.gather_batches(chunks.batch_size, chunks.batches))
+        reader = self._reader or None
         if chunks.split:  # each rank's (or micro-batch's) rows of every batch: batch by batch
-            return map(materialize_one, chunks)
-        return chunks.items.gather_batches(chunks.batch_size, chunks.batches)  # type: ignore[no-any-return]
+            return self._ranked(steps, reader)
+        numbers = chunks.batches
+        via = None if reader is None else Renumbered(reader, numbers.index, numbers.step)
+        return chunks.items.gather_batches(chunks.batch_size, numbers[steps.start : steps.stop : steps.step], reader=via)  # type: ignore[no-any-return]
 
-    def _fetched(self, batches: Iterator[MiniBatch]) -> Iterator[MiniBatch]:
-        """The item kind's own loop over every batch (its positions a block at a time), each batch gathered only
-        once the reader has its token ranges in memory (a kind's loop reads a batch's tokens as it makes it)."""
-        reader = self._reader
-        for i in range(len(self)):
-            yield reader.get(i, lambda: next(batches), along=1)
+    def _ranked(self, steps: range, reader: Any) -> Iterator[MiniBatch]:
+        for j in steps:
+            via = None if reader is None else Renumbered(reader, lambda _: j)  # noqa: B023 - used at once
+            yield materialize_one(self.chunks[j], reader=via)
 
     def __repr__(self) -> str:
         return f"Batches({self.chunks!r})"

@@ -20,6 +20,7 @@ from ..batch.minibatch import MiniBatch
 from ..epoch import Epoch
 from ..errors import ConfigError, OutOfRangeError, StateError
 from ..run import Run
+from ..stages.materialize import Batches
 from ..stages.share import share
 from ..state import check_position, decode, encode
 from ._shared import SharedPosition
@@ -93,6 +94,17 @@ class _RunShare(IterableDataset[TensorBatch]):
         steps = _after(share(range(origin, self.run.steps_stop(stop)), worker=worker, workers=workers), last)
         batches = self.run.batches_at(steps, rank=self.rank, world_size=self.world_size)
         return self._tensors(batches)
+
+    def close(self) -> None:
+        """Close the run and the stores it reads (`streambatch.Run.close`: a remote store's requests in flight are
+        waited for); iterating again is refused.  Workers close theirs as they exit."""
+        self.run.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _tensors(self, batches: Iterator[MiniBatch]) -> Iterator[TensorBatch]:
         for batch in batches:
@@ -196,6 +208,7 @@ class BatchesDataset(IterableDataset[TensorBatch]):
         self._begin: int | None = None  # set by resume_at: where the next iteration starts (the start_batch otherwise)
         self._began: int | None = None  # where the current iteration began
         self._share = (0, 1)
+        self._closed = False
 
     def __len__(self) -> int:
         return len(self.batches) - self.start_batch
@@ -212,10 +225,26 @@ class BatchesDataset(IterableDataset[TensorBatch]):
         self._begin, self._restored = index, None
 
     def _iter(self, steps: range) -> Iterator[TensorBatch]:
-        for index in steps:
-            batch = self.batches[index]
+        if self._closed:
+            raise ConfigError("this dataset was closed (dataset.close()); build it again to read its batches")
+        source = self.batches
+        made = source.road(steps) if isinstance(source, Batches) else (source[i] for i in steps)  # the fast road
+        for index, batch in zip(steps, made, strict=False):
             self._last = index  # before yielding: the state counts it
             yield tensor_batch(batch, dtype=self.dtype)
+
+    def close(self) -> None:
+        """Close the dataset, and the stores of a `streambatch.Batches` source; iterating again is refused."""
+        self._closed = True
+        if isinstance(self.batches, Batches):
+            for store in self.batches.chunks.items.stores:
+                store.close()
+
+    def __enter__(self) -> BatchesDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def state_dict(self) -> dict[str, Any]:
         """This worker's place for ``StatefulDataLoader``: a `streambatch.state` of kind ``batches``."""

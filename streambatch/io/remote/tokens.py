@@ -1,19 +1,40 @@
-"""A remote store's token array: the whole ``tokens.bin`` as virtual memory, filled by range requests on demand.
+"""A remote store's token array: the whole ``tokens.bin`` as virtual memory, readable only where it is held.
 
 `RemoteTokens` is a read-only numpy array over a private anonymous mapping of
 the object's full size (``MAP_NORESERVE``: address space only), so every gather
-runs unchanged on it.  `TokenFile.fill` writes the byte ranges a batch needs
-into the mapping before the batch is gathered (`streambatch.io.remote.prefetch`
-decides which and when); each range is held while some scheduled batch needs
-it and its memory is returned with ``madvise(MADV_DONTNEED)`` once none does,
-so a process holds only the batches in flight.  A pickled `RemoteTokens` (a
-spawned DataLoader worker) travels as its address and ETag, never as bytes;
-a forked one starts with nothing held.
+runs unchanged on it.  The guarantee that no road reads bytes that were not
+fetched is structural: the mapping is ``PROT_NONE`` except where some caller
+*holds* a range.  `TokenFile.hold` makes a range's slots readable (and
+writable, for the GETs that fill them), `TokenFile.fetch` fills them, and
+`TokenFile.release` gives their memory back (``madvise(MADV_DONTNEED)``) and
+makes them unreadable again once nothing holds them.  Every gather reaches the
+tokens through `streambatch.io.remote.prefetch.fetched` (each kind's
+``gather_batches``, of which ``gather(i)`` is the one-batch case), which holds
+and fetches the spans of a batch before the batch is gathered; indexing the
+array (``tokens[a:b]``, what ``store.document(i)`` and the tools do) holds and
+fetches what it reads, then and there.  A road that forgot to would read an
+unreadable page: the process stops with a fault, never with the zeros of an
+unfetched range.  (Where ``mprotect`` is missing, not Linux or macOS, the
+mapping stays readable and the holds alone order the reads.)
+
+Requests run on one thread per process (`requests_loop`).  `TokenFile.close`
+(what ``store.close()`` calls) waits for the file's GETs in flight and gives
+its memory back; a closed file refuses to hold or fetch.  At interpreter exit
+(`shutdown`, an ``atexit`` hook) no new GET starts, the ones in flight are
+waited for, and the loop stops before the interpreter is finalised: a GET
+begun ahead by the prefetcher never completes into a finalised process.  A
+pickled `RemoteTokens` (a spawned DataLoader worker) travels as its address and
+ETag, never as bytes; a forked one starts with nothing held (and nothing
+readable).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import ctypes
+import ctypes.util
 import mmap
 import os
 import threading
@@ -25,26 +46,61 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ...errors import ConfigError, StoreError
 from .client import STATS, ObjectClient
 
 SLOT = 1 << 16  # bytes per hold count: memory is returned in runs of whole slots no batch in flight touches
 PART = 8 << 20  # the largest single ranged GET (larger ranges are split: parallel requests)
 WORKERS = 64  # ranged GETs in flight per process, at most
-_LOOPS: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}
+DRAIN_SECONDS = 60.0  # at exit (or close), how long GETs in flight are waited for, at most
+_LOOPS: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore, threading.Thread]] = {}
 _LOOPS_LOCK = threading.Lock()
+_CLOSING: set[int] = set()  # processes whose request loop is shutting down: no new GET starts
 
 
 def requests_loop() -> tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]:
     """This process's request thread: an event loop running every ranged GET, and the gate bounding them
-    (`WORKERS` at once); made again in a new process."""
+    (`WORKERS` at once); made again in a new process.  Refused (`StoreError`) once `shutdown` began."""
     pid = os.getpid()
     with _LOOPS_LOCK:
+        if pid in _CLOSING:
+            raise StoreError("the interpreter is exiting: no new object-store request is started")
         found = _LOOPS.get(pid)
         if found is None:
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="streambatch-fetch", daemon=True).start()
-            found = _LOOPS[pid] = (loop, asyncio.Semaphore(WORKERS))
-        return found
+            thread = threading.Thread(target=loop.run_forever, name="streambatch-fetch", daemon=True)
+            thread.start()
+            found = _LOOPS[pid] = (loop, asyncio.Semaphore(WORKERS), thread)
+        return found[0], found[1]
+
+
+def shutdown(timeout: float = DRAIN_SECONDS) -> None:
+    """Stop this process's request loop: no new GET starts, those in flight are waited for (at most *timeout*
+    seconds), then the loop stops and its thread is joined.  Registered with `atexit`, so a GET the prefetcher
+    began ahead never completes after the interpreter was finalised (that crashed the process at exit)."""
+    pid = os.getpid()
+    with _LOOPS_LOCK:
+        found = _LOOPS.pop(pid, None)
+        _CLOSING.add(pid)
+    if found is None:
+        return
+    loop, _, thread = found
+
+    async def drain() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:  # tasks started by calls queued before the flag: waited for too
+            tasks = asyncio.all_tasks() - {asyncio.current_task()}
+            if not tasks:
+                return
+            await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
+
+    with contextlib.suppress(Exception):  # at exit: a GET that outlived the drain is not waited for again
+        asyncio.run_coroutine_threadsafe(drain(), loop).result(timeout + 1)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5)
+
+
+atexit.register(shutdown)
 
 
 class Link:
@@ -60,6 +116,21 @@ class Link:
 LINK = Link()
 
 
+def _mprotect() -> Any:
+    """libc's ``mprotect`` (None where there is none: the mapping then stays readable)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        call = libc.mprotect
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    call.restype = ctypes.c_int
+    return call
+
+
+_PROTECT = _mprotect() if hasattr(mmap, "PROT_READ") else None
+
+
 class TokenFile:
     """One remote ``tokens.bin``: its client, size, ETag, the mapping it is read into, and the holds on it."""
 
@@ -70,10 +141,13 @@ class TokenFile:
         self.nbytes = count * dtype.itemsize
         self.settings = settings  # prefetch depth, cache: read by the prefetcher
         self.cache: Any = settings.get("cache")
+        self.closed = False
         self._map: mmap.mmap | None = None
+        self._address = 0
         self._pid = -1
         self._holds = np.zeros(0, dtype=np.int32)
         self._lock = threading.Lock()
+        self._flying: set[Future[None]] = set()  # this file's GETs in flight (waited for by close)
 
     def __repr__(self) -> str:
         return f"TokenFile({self.client.where.url}/{self.name}, {self.nbytes} bytes)"
@@ -97,44 +171,94 @@ class TokenFile:
         if self._map is None:
             flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_NORESERVE", 0)
             self._map = mmap.mmap(-1, max(self.nbytes, 1), flags=flags)
+            self._address = int(np.frombuffer(self._map, dtype=np.uint8).ctypes.data)
             self._holds = np.zeros(-(-self.nbytes // SLOT) or 1, dtype=np.int32)
             self._pid = os.getpid()
-        elif self._pid != os.getpid():  # a forked child: nothing it inherited is held for it
+            self._protect(0, len(self._map), readable=False)  # nothing is readable before it is held
+        elif self._pid != os.getpid():  # a forked child: nothing it inherited is held (or readable) for it
+            self._lock = threading.Lock()  # the parent's may have been taken when it forked
             with self._lock:
                 self._holds[:] = 0
+                self._flying = set()
                 self._pid = os.getpid()
+                self._map.madvise(mmap.MADV_DONTNEED, 0, len(self._map))
+                self._protect(0, len(self._map), readable=False)
         return self._map
+
+    def _protect(self, lo: int, hi: int, *, readable: bool) -> None:
+        """Make bytes ``[lo, hi)`` of the mapping readable and writable, or neither."""
+        if _PROTECT is None or hi <= lo:
+            return
+        prot = (mmap.PROT_READ | mmap.PROT_WRITE) if readable else getattr(mmap, "PROT_NONE", 0)
+        if _PROTECT(self._address + lo, hi - lo, prot) != 0:
+            err = ctypes.get_errno()
+            raise StoreError(f"{self!r}: mprotect failed ({os.strerror(err)}); the mapping cannot be guarded")
+
+    def _slot_runs(self, slots: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
+        """Byte ranges ``[lo, hi)`` of the runs of consecutive sorted, distinct *slots* (within the mapping)."""
+        mapping = self._map
+        assert mapping is not None
+        cuts = np.flatnonzero(np.diff(slots) != 1) + 1
+        return [(int(run[0]) * SLOT, min((int(run[-1]) + 1) * SLOT, len(mapping))) for run in np.split(slots, cuts) if run.size]
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ConfigError(
+                f"{self.client.where.url} was closed (store.close()); open the store again to read it "
+                "(sb.open_store, or leave its `with` block later)"
+            )
 
     # -- holds ---------------------------------------------------------------------------
     def hold(self, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """Hold the slots of byte ranges ``[starts, ends)`` (none released until `release`); the slots held."""
+        """Hold the slots of byte ranges ``[starts, ends)``: readable from now on, none released until `release`;
+        the slots held.  A closed file refuses (`ConfigError`)."""
+        self._check_open()
         self._mapping()
         slots = _slots(starts, ends)
         with self._lock:
+            distinct = _distinct(slots)
+            fresh = distinct[self._holds[distinct] == 0]
             np.add.at(self._holds, slots, 1)
+            for lo, hi in self._slot_runs(fresh):
+                self._protect(lo, hi, readable=True)
         return slots
 
     def release(self, slots: npt.NDArray[np.int64]) -> None:
-        """Drop the holds of *slots*; return the memory of every slot no longer held."""
-        if not slots.size:
+        """Drop the holds of *slots*; return the memory of every slot no longer held (unreadable again)."""
+        if not slots.size or self.closed:
             return
         with self._lock:
+            if self._pid != os.getpid():  # holds taken in the parent: not this process's
+                return
             np.subtract.at(self._holds, slots, 1)
             free = slots[self._holds[slots] == 0]
             if free.size:
-                free = np.sort(free)  # (np.unique's first call imports numpy.ma: 40 ms in the middle of an epoch)
-                free = free[np.concatenate(([True], free[1:] != free[:-1]))]
-                cuts = np.flatnonzero(np.diff(free) != 1) + 1
                 mapping = self._map
                 assert mapping is not None
-                for run in np.split(free, cuts):
-                    lo = int(run[0]) * SLOT
-                    hi = min((int(run[-1]) + 1) * SLOT, len(mapping))
+                for lo, hi in self._slot_runs(_distinct(free)):
                     mapping.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+                    self._protect(lo, hi, readable=False)
 
     def held_bytes(self) -> int:
         """Bytes of the mapping held now (slots some scheduled batch needs)."""
         return int(np.count_nonzero(self._holds)) * SLOT
+
+    def close(self, timeout: float = DRAIN_SECONDS) -> None:
+        """Wait for this file's GETs in flight (at most *timeout* seconds), give its memory back and make it
+        unreadable; holding or fetching afterwards is a `ConfigError`.  Closing again does nothing."""
+        if self.closed:
+            return
+        self.closed = True
+        deadline = time.monotonic() + timeout
+        for future in list(self._flying):
+            with contextlib.suppress(Exception):  # a failed or cancelled GET: nothing to wait for
+                future.result(max(0.0, deadline - time.monotonic()))
+        mapping = self._map
+        if mapping is not None and self._pid == os.getpid():
+            with self._lock:
+                self._holds[:] = 0
+                mapping.madvise(mmap.MADV_DONTNEED, 0, len(mapping))
+                self._protect(0, len(mapping), readable=False)
 
     # -- fetching ------------------------------------------------------------------------
     def fetch(
@@ -142,11 +266,16 @@ class TokenFile:
     ) -> list[Future[None]]:
         """Start fetching byte ranges ``[starts, ends)`` into the mapping (held by the caller), ranges longer
         than `PART` split; one future per GET, in the order of *starts*."""
+        self._check_open()
         mapping = memoryview(self._mapping())
         lo, hi = parts(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), PART)
         pieces = list(zip(lo.tolist(), hi.tolist(), strict=True))
         futures: list[Future[None]] = [Future() for _ in pieces]
         loop, gate = requests_loop()
+        flying = self._flying
+        for future in futures:
+            flying.add(future)
+            future.add_done_callback(flying.discard)
 
         def start() -> None:  # on the request thread: one task per GET, in order
             for (a, b), future in zip(pieces, futures, strict=True):
@@ -162,6 +291,8 @@ class TokenFile:
                 future.set_result(None)
                 return
             async with gate:
+                if os.getpid() in _CLOSING or self.closed:  # shutting down: GETs not yet begun never begin
+                    raise StoreError(f"{self.client.where.url}/{self.name}: closed before this range was fetched")
                 STATS.flight(1)
                 began = time.perf_counter()
                 try:
@@ -175,6 +306,13 @@ class TokenFile:
             future.set_exception(err)
         else:
             future.set_result(None)
+
+
+def _distinct(slots: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Sorted distinct *slots* (np.unique's first call imports numpy.ma: 40 ms in the middle of an epoch)."""
+    ordered = np.sort(slots)
+    found: npt.NDArray[np.int64] = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
+    return found
 
 
 class RemoteTokens(np.ndarray):
@@ -225,9 +363,9 @@ class RemoteTokens(np.ndarray):
         items), then return ``take()`` while they are held (released afterwards)."""
         remote = self.remote
         assert remote is not None
-        base = np.frombuffer(remote._mapping(), dtype=np.uint8).ctypes.data
+        remote._mapping()
         size = plain.itemsize
-        first = (plain.ctypes.data - base) // size  # this view's first token within the file
+        first = (plain.ctypes.data - remote._address) // size  # this view's first token within the file
         lo = (np.asarray(starts, dtype=np.int64) + first) * size
         hi = (np.asarray(ends, dtype=np.int64) + first) * size
         slots = remote.hold(lo, hi)
@@ -242,8 +380,20 @@ class RemoteTokens(np.ndarray):
         remote = self.remote
         if remote is not None and self.size == remote.count and self.ndim == 1:
             return (_reopen, (remote,))
-        plain: tuple[Any, ...] = np.asarray(self).__reduce__()  # type: ignore[assignment]
+        plain: tuple[Any, ...] = np.asarray(self[...] if remote is None else self[:]).__reduce__()  # type: ignore[assignment]
         return plain
+
+    def close(self) -> None:
+        """Close the file behind these tokens (`TokenFile.close`; what ``store.close()`` calls)."""
+        if self.remote is not None:
+            self.remote.close()
+
+    def __repr__(self) -> str:  # never reads a token (most of them are unreadable until held)
+        remote = self.remote
+        where = "" if remote is None else f" of {remote.client.where.url}/{remote.name}"
+        return f"RemoteTokens({self.size} {self.dtype.name} tokens{where})"
+
+    __str__ = __repr__
 
 
 def _reopen(remote: TokenFile) -> RemoteTokens:

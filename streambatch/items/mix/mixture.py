@@ -57,6 +57,7 @@ from ...io.keyed_file import check_plan_dir
 from ...model.validate import check_one_tokenizer
 from ..pack._pack_gather import check_emittable
 from ..pack.rows import row_spans
+from ..road import BatchReader, fetched, gather_one
 from .gather import mixture_columns, mixture_counter, mixture_mask
 from .parts import Part, check_names, check_parts
 from .plan import MixPlan, integer_weights, plan_mix
@@ -301,27 +302,23 @@ class Mixture:
         return spans
 
     def gather(self, index: int) -> MiniBatch:
-        """Gather this view's rows into a `MiniBatch` with ``sources`` (packed parts: a packed one) numbered *index*."""
-        if self._space.packed:
-            sources, numbers = self._space.numbers(self._lo, self._hi)
-            return self._space.packed_gather()(sources, numbers, index)
-        sources, positions, rows = self._space.window_rows(self._lo, self._hi)
-        inputs, targets = self._space.gather().take(rows)
-        spaces = self._space.spaces
-        return _window_batch(index, inputs, targets, positions, spaces, sources, self._space.names, mixture_counter(spaces))
+        """Gather this view's rows into a `MiniBatch` with ``sources`` (packed parts: a packed one) numbered *index*:
+        the one-batch case of `gather_batches`."""
+        return gather_one(self, index)
 
-    def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
-        """Batches *batches* of this mixture chunked by *batch_size*, consecutive ones located and checked a block at a time.
+    def gather_batches(self, batch_size: int, batches: range, *, reader: BatchReader | None = None) -> Iterator[MiniBatch]:
+        """Batches *batches* of this mixture chunked by *batch_size*, consecutive ones located and checked a block at a
+        time, each fetched first from remote stores (`streambatch.items.road.fetched`; *reader*: a `streambatch.Batches`'
+        own).  A strided share (workers) takes one batch per block."""
+        return fetched(self, batch_size, batches, lambda todo: self._batches(batch_size, todo), reader)
 
-        What ``iter(sb.materialize(chunks))`` runs: per batch only the gather remains,
-        as for one source (`streambatch.stages.materialize`).  A strided share (workers)
-        gathers batch by batch.
-        """
-        size, space = batch_size, self._space
+    def _batches(self, size: int, batches: range) -> Iterator[MiniBatch]:
+        """The mixture's one batch loop: per batch only the gather remains, as for one source."""
         if batches.step != 1:
             for b in batches:
-                yield self.view(b * size, min((b + 1) * size, len(self)), batch_index=b).gather(b)
+                yield from self._batches(size, range(b, b + 1))
             return
+        space = self._space
         if space.packed:
             yield from self._packed_chunks(size, batches)
             return

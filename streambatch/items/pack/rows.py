@@ -31,6 +31,7 @@ from ...model.documents import Partition
 from ...model.source import TokenSource, as_source, partition_documents
 from ...model.store import DocumentStore
 from ..protocol import ITER_BLOCK, PlannedItems
+from ..road import BatchReader, fetched, gather_one
 from ..untrained import counted_between, drop_untrained
 from ..windows.window_index import IntArray, WindowConfig
 from ._pack_gather import PackedArrays, batch_bytes, check_emittable, gather_segments
@@ -165,12 +166,13 @@ class Rows(PlannedItems):
         return row_item_targets(self._space, self.numbers())
 
     def gather(self, index: int) -> MiniBatch:
-        """Gather this view into a packed `MiniBatch` numbered *index* (what `sb.materialize` calls)."""
-        return emit(self._space, self.numbers(), index)
+        """Gather this view into a packed `MiniBatch` numbered *index*: the one-batch case of `gather_batches`."""
+        return gather_one(self, index)
 
-    def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
-        """Batches *batches* of these rows chunked by *batch_size*, a block of row numbers at a time."""
-        return iter_batches(self, batch_size, batches)
+    def gather_batches(self, batch_size: int, batches: range, *, reader: BatchReader | None = None) -> Iterator[MiniBatch]:
+        """Batches *batches* of these rows chunked by *batch_size*, a block of row numbers at a time, each fetched
+        first from a remote store (`streambatch.items.road.fetched`; *reader*: a `streambatch.Batches`' own)."""
+        return fetched(self, batch_size, batches, lambda todo: iter_batches(self, batch_size, todo), reader)
 
     def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
         return self.numbers()[start:stop:step].astype(self._space.plan_dtype(len(self._space.packing)))
@@ -315,7 +317,7 @@ def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[MiniBa
         group = batches[head : head + per]
         base = group[0] * batch_size
         numbers = rows[base : min((group[-1] + 1) * batch_size, total)].numbers()
-        for at, batch in zip(range(0, numbers.size, batch_size), group, strict=True):
+        for at, batch in zip(range(0, len(group) * batch_size, batch_size), group, strict=True):
             here = numbers[at : at + batch_size]
             if tokens is None:
                 yield emit(space, here, batch)

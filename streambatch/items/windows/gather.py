@@ -379,18 +379,6 @@ def _counted(gather: Gather, unpack: MaskReader | None) -> bool:
     return unpack is not None and isinstance(gather, StoreGather) and gather.counted
 
 
-def gather_windows(windows: Any, index: int) -> MiniBatch:
-    """The batch numbered *index* of the windows of view *windows* (a `streambatch.Windows`)."""
-    positions = windows.positions()
-    space = windows.space
-    gather, unpack = window_gather(space), mask_reader(space)
-    if _counted(gather, unpack):
-        inputs, targets, count = gather.take_counted(positions)  # type: ignore[union-attr]
-        return MiniBatch(index, inputs, targets, positions, space, target_count=count, build=window_columns)
-    inputs, targets = gather(positions)
-    return window_batch(index, inputs, targets, positions, space, (unpack, mask_counter(space)))
-
-
 _BLOCK_WINDOWS = 2048  # consecutive batches whose positions are computed (and cast to intp) at once
 
 

@@ -26,8 +26,9 @@ from ...model.documents import Partition
 from ...model.source import TokenSource, as_source, partition_documents
 from ...order.protocol import ShuffleOrder
 from ..protocol import PlannedItems, from_file
+from ..road import BatchReader, fetched, gather_one
 from ..untrained import counted_between, drop_untrained
-from .gather import gather_windows, iter_window_batches
+from .gather import iter_window_batches
 from .window_index import IntArray, WindowConfig, WindowIndex, in_blocks
 
 __all__ = ["POSITION_LIMIT", "ShuffleOrder", "WindowSpace", "Windows", "windows"]
@@ -222,12 +223,13 @@ class Windows(PlannedItems):
         return window_item_targets(self._space, self.positions())
 
     def gather(self, index: int) -> MiniBatch:
-        """Gather this view into a `MiniBatch` numbered *index* (what `sb.materialize` calls)."""
-        return gather_windows(self, index)
+        """Gather this view into a `MiniBatch` numbered *index*: the one-batch case of `gather_batches`."""
+        return gather_one(self, index)
 
-    def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
-        """Batches *batches* of these windows chunked by *batch_size*, a block of positions at a time."""
-        return iter_window_batches(self, batch_size, batches)
+    def gather_batches(self, batch_size: int, batches: range, *, reader: BatchReader | None = None) -> Iterator[MiniBatch]:
+        """Batches *batches* of these windows chunked by *batch_size*, a block of positions at a time, each fetched
+        first from a remote store (`streambatch.items.road.fetched`; *reader*: a `streambatch.Batches`' own)."""
+        return fetched(self, batch_size, batches, lambda todo: iter_window_batches(self, batch_size, todo), reader)
 
     def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
         if self._plan is not None:
