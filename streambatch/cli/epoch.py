@@ -48,7 +48,7 @@ from ..model.corpus import Corpus
 from ..model.source import Source
 from ..run import Run
 from ..state import decode, encode
-from ..tools.mix_report import note_repeats
+from ..tools.mix_report import note_repeats, targets_note
 from ._common import add_order, add_source, args_epoch, open_args_source
 from .outputs import FORMATS, ArrowStream, JsonLines, Shown, counted, format_of, output_format, token_dtype, warn_size, write_all
 from .records import record_pieces
@@ -78,6 +78,13 @@ def _run(args: argparse.Namespace, source: Source | MixtureSource, epoch: int) -
             file=sys.stderr,
         )
     note_repeats(source, first.windows)  # a mixture's repeated source is never silent
+    if isinstance(source, MixtureSource):  # what each source trains, whatever the weighting
+        weighting = f" (weight_by={source.spec.weight_by})"
+        print(
+            f"streambatch: note: {short_path(source.path)}: counted targets per source{weighting}: "
+            f"{targets_note(source.spec.names, first.windows)}",
+            file=sys.stderr,
+        )
     dropped = untrained_note(first.windows)
     if dropped is not None:  # what --skip-untrained left out: counted, never silent
         print(f"streambatch: note: {dropped}", file=sys.stderr)

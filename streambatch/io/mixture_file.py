@@ -42,7 +42,7 @@ PathLike = str | os.PathLike[str]
 LIMIT = 1 << 20
 _PEEK = 1 << 16  # bytes of a .json file read to tell a mixture file from a corpus manifest
 MAX_SOURCES = 255
-_TOP = ("sources", "length")
+_TOP = ("sources", "length", "weight_by")
 _ENTRY = ("name", "path", "weight")
 
 
@@ -55,6 +55,7 @@ class MixtureSpec:
     paths: tuple[str, ...]
     weights: tuple[int | float, ...]
     length: int | None
+    weight_by: str = "items"  # the weights are shares of items, or ("targets") of counted targets
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,13 @@ def read_mixture_file(path: PathLike) -> MixtureSpec:
     length = data.get("length")
     if length is not None and (isinstance(length, bool) or not isinstance(length, int) or not 0 < length < 1 << 48):
         raise ConfigError(f"{shown}: length={length!r} must be a positive int below 2**48, or null for one pass")
-    return MixtureSpec(where, tuple(names), tuple(paths), tuple(weights), length)
+    weight_by = data.get("weight_by", "items")
+    if weight_by not in ("items", "targets"):
+        raise ConfigError(
+            f'{shown}: weight_by={weight_by!r} must be "items" (weights are shares of items, the default) or '
+            '"targets" (shares of counted targets)'
+        )
+    return MixtureSpec(where, tuple(names), tuple(paths), tuple(weights), length, weight_by)
 
 
 def _check_keys(found: dict[str, Any], allowed: tuple[str, ...], at: str, fix: str, required: tuple[str, ...] = ()) -> None:

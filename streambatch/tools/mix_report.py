@@ -30,6 +30,7 @@ from ..io.files import short_path
 from ..io.mixture_file import MixtureSource
 from ..items.mix.plan import plan_mix, source_order
 from ..items.mix.source import as_mixture
+from ..items.mix.targets import source_targets
 from .inspect import format_count
 from .mix_audit_rows import check_packed_rows, check_source_targets
 
@@ -67,6 +68,8 @@ def inspect_mixture(
     assert mixture is not None
     reports = mixture.untrained or (None,) * len(rows)
     counts = mixture.counts().tolist()
+    for row, share in zip(rows, target_shares(mixture), strict=True):  # what trains, whatever the weighting (seed 0)
+        row.update(share)
     every = zip(rows, counts, mixture.sizes, mixture.source_epochs(), mixture.parts, reports, strict=True)
     for row, count, size, epochs, part, kept in every:
         row.update(windows=size, items=count, effective_share=count / len(mixture), source_epochs=epochs)
@@ -87,6 +90,19 @@ def inspect_mixture(
     if batch_size is not None:
         summary.update(batch_size=batch_size, batches=-(-len(mixture) // batch_size))
     return summary
+
+
+def target_shares(mixture: Any) -> list[dict[str, Any]]:
+    """Each source's counted targets in *mixture* (`source_targets`) and its share of them."""
+    counted = source_targets(mixture)
+    total = max(sum(counted), 1)
+    return [{"counted_targets": c, "target_share": c / total} for c in counted]
+
+
+def targets_note(names: Any, mixture: Any) -> str:
+    """One line: each source's counted targets in *mixture* and its share, e.g. ``web 1,200 (60.0%), code 800 (40.0%)``."""
+    shares = target_shares(mixture)
+    return ", ".join(f"{n} {s['counted_targets']:,} ({s['target_share']:.1%})" for n, s in zip(names, shares, strict=True))
 
 
 def repeat_notes(names: Any, source_epochs: list[float], *, default: bool) -> list[str]:
@@ -127,7 +143,7 @@ def format_mixture(summary: dict[str, Any]) -> str:
     head = ["source", "weight", "share", "documents", "tokens"]
     if "items" in summary:
         head += (["rows", "targets", "pad share"] if packed else ["windows"]) + ["items", "effective", "source epochs"]
-        head += ["item positions" if packed else "item tokens"]
+        head += ["item positions" if packed else "item tokens", "counted targets", "target share"]
     filtered = summary.get("skip_untrained", False)
     if filtered:
         head += ["dropped pieces" if packed else "dropped windows"]
@@ -137,6 +153,7 @@ def format_mixture(summary: dict[str, Any]) -> str:
         if "items" in row:
             cells += [str(row["rows"]), str(row["targets"]), f"{row['pad_share']:.4%}"] if packed else [str(row["windows"])]
             cells += [str(row["items"]), f"{row['effective_share']:.4f}", f"{row['source_epochs']:.3f}", str(row["item_tokens"])]
+            cells += [str(row["counted_targets"]), f"{row['target_share']:.4f}"]
             if filtered:
                 cells.append(str(row["dropped_pieces" if packed else "dropped_windows"]))
         table.append(cells)
@@ -157,6 +174,7 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
     windows = np.empty(length, dtype=np.uint32 if max(mixture.sizes) < 1 << 32 else np.int64)
     seen = np.zeros(length, dtype=np.uint8)  # 1 byte per item: a count of 256 or more shows as "not 1" too
     targets = np.zeros(length if mixture.packed else 0, dtype=np.uint32)  # packed: each row's real targets
+    counted = np.zeros(k, dtype=np.int64)  # each source's counted targets, from the batches handed out
     failures: dict[str, str] = {}
     for rank in range(world_size):
         for worker in range(workers):
@@ -168,6 +186,9 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
                 else:
                     _check_tokens(batch, failures)
                 sources[rows], windows[rows] = batch.sources, batch.item_numbers  # type: ignore[assignment]
+                mask = batch.loss_mask
+                per_row = np.full(batch.width, batch.context_length) if mask is None else np.count_nonzero(mask, axis=1)
+                counted += np.bincount(sources[rows], weights=per_row, minlength=k).astype(np.int64)
                 seen[rows] += 1
     covered, duplicates = int(np.count_nonzero(seen == 1)), int(np.count_nonzero(seen > 1))
     if (seen != 1).any():
@@ -179,6 +200,11 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
     _check_order(mixture, sources, windows, failures)
     if mixture.packed:
         check_source_targets(mixture, sources, targets, failures)
+    expected = source_targets(mixture)
+    if counted.tolist() != expected:
+        s = int(np.argmax(counted != np.array(expected)))
+        why = f"source {s}'s batches counted {int(counted[s])} targets; its items hold {expected[s]}"
+        failures.setdefault("tokens", why)
     result = {
         **({"mode": "pack"} if mixture.packed else {}),
         "items": length,
@@ -189,6 +215,8 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
         "source_epochs": [round(e, 6) for e in mixture.source_epochs()],
         "bound": f"1 - 1/{2 * k - 2}" if k > 1 else "0",
         "names": list(mixture.names),
+        "counted_targets": counted.tolist(),
+        "target_shares": [round(c / max(int(counted.sum()), 1), 6) for c in counted.tolist()],
         "workers": workers,
         "world_size": world_size,
         **({"untrained": [r.summary() for r in mixture.untrained]} if mixture.untrained is not None else {}),
@@ -290,6 +318,8 @@ def format_mixture_audit(result: dict[str, Any]) -> str:
     )
     epochs = ", ".join(f"{n} {e:g}" for n, e in zip(result["names"], result["source_epochs"], strict=True))
     lines.append(f"sources: source epochs {epochs}; prefix bound |c_s(n) - w_s n| <= {result['bound']} at every batch")
+    shares = zip(result["names"], result["counted_targets"], result["target_shares"], strict=True)
+    lines.append("targets: " + ", ".join(f"{n} {format_count(c)} ({share:.1%})" for n, c, share in shares))
     if "untrained" in result:  # skip_untrained: what each source dropped before mixing
         each = zip(result["names"], result["untrained"], strict=True)
         dropped = "; ".join(f"{n} {', '.join(f'{k}={v}' for k, v in r.items())}" for n, r in each)

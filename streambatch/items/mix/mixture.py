@@ -60,8 +60,9 @@ from ..pack.rows import row_spans
 from ..road import BatchReader, fetched, gather_one
 from .gather import mixture_columns, mixture_counter, mixture_mask
 from .parts import Part, check_names, check_parts
-from .plan import MixPlan, integer_weights, plan_mix
+from .plan import MixPlan, plan_mix
 from .space import MixItem, MixSpace, counted_targets
+from .targets import item_weights
 
 IntArray = npt.NDArray[np.int64]
 FORMAT = "streambatch.mixture"
@@ -448,17 +449,16 @@ def mix(
     length: int | None = None,
     names: Sequence[str] | None = None,
     plan_dir: str | os.PathLike[str] | None = None,
+    weight_by: str = "items",
 ) -> Mixture:
     """Blend *parts* (one `Windows` per source, or one packed `Rows` per source) at *weights* into a `Mixture`.
 
-    The mixture holds *length* items (windows, or rows).
-    *weights* are positive finite numbers (normalised to sum 1, exactly);
-    ``length=None`` passes the largest source once at its weight.  With
-    *plan_dir* the plan and every source epoch's order are plan files shared by
-    every process (see `streambatch.items.mix.plan_file`).
+    It holds *length* items (``None``: the largest source once at its weight).  *weights* are positive finite
+    numbers (normalised to sum 1, exactly): shares of items, or with ``weight_by="targets"`` of counted targets
+    (`streambatch.items.mix.targets`).  With *plan_dir* the plan and each source epoch's order are plan files.
     """
     found = check_parts(parts)
-    ints = integer_weights(weights)
+    ints = item_weights(found, weights, weight_by, names)
     if len(ints) != len(found):
         raise ConfigError(f"weights has {len(ints)} entries for {len(found)} parts; pass one weight per source")
     seed = check_seed(seed)

@@ -65,6 +65,8 @@ def as_mixture(
         parts = [windows(s, context_length=context_length, stride=step, **each) for s in source.stores]
     spec = source.spec
     try:
-        return mix(parts, spec.weights, seed=seed, length=spec.length, names=spec.names, plan_dir=plan_dir)
+        return mix(
+            parts, spec.weights, seed=seed, length=spec.length, names=spec.names, plan_dir=plan_dir, weight_by=spec.weight_by
+        )
     except StreamBatchError as err:  # what the file asks for cannot be mixed: name the file
         raise type(err)(f"{short_path(source.path)}: {err}") from None
