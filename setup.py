@@ -1,8 +1,12 @@
 """Build configuration beyond pyproject.toml: the optional C extensions (shuffle, best-fit packing, packed and window gathers, mixture order).
 
 Optional: where they cannot be compiled, the install still succeeds and each
-stage falls back to numpy or exact Python: see ``streambatch.order.shuffle.BACKEND``,
-``streambatch.items.pack.pack.BACKEND``, ``streambatch.items.pack.rows.GATHER_BACKEND``, ``streambatch.items.windows.gather.WINDOW_BACKEND`` and ``streambatch.items.mix.order.BACKEND``.
+kernel runs its numpy or exact Python path instead, with the same results.
+``streambatch._kernels`` is the one door to them: ``available()`` says which were
+built, ``use(kernel, "python")`` / ``set_backend`` switch one kernel, and
+``STREAMBATCH_DISABLE_CPU_FEATURES`` turns off the gathers' AVX2, AVX-512,
+POPCNT and FSRM loops.  ``streambatch._row_gather`` is one extension compiled
+from four files (``ROW_GATHER``) sharing ``_gather.h``.
 """
 
 from setuptools import Extension, setup
@@ -15,6 +19,7 @@ except ImportError:  # no numpy at build time: that extension fails to build and
     NUMPY_INCLUDE = []
 
 HEADERS = ["streambatch/_buffers.h"]  # the buffer checks every kernel shares (also shipped as package data)
+ROW_GATHER = ["_row_gather.c", "_gather_packed.c", "_gather_windows.c", "_mask_bits.c"]  # the module first
 
 setup(
     ext_modules=[
@@ -23,8 +28,8 @@ setup(
         Extension("streambatch._mix_order", sources=["streambatch/_mix_order.c"], depends=HEADERS, optional=True),
         Extension(
             "streambatch._row_gather",
-            sources=["streambatch/_row_gather.c"],
-            depends=HEADERS,
+            sources=[f"streambatch/{name}" for name in ROW_GATHER],
+            depends=[*HEADERS, "streambatch/_gather.h"],
             include_dirs=NUMPY_INCLUDE,
             optional=True,
         ),

@@ -52,7 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's streambatch, not an installed one
 
 import streambatch as sb
-from streambatch.items.mix import order as _mix_order
+from streambatch import _kernels
 from streambatch.items.mix.mixture import mix
 from streambatch.items.mix.plan import integer_weights, plan_mix
 
@@ -117,7 +117,7 @@ def worst_drift(weights: list[float], sources: np.ndarray) -> float:
 
 def part_one(length: int) -> None:
     sizes, weights = [10**6, 3 * 10**6, 10**7], [0.6, 0.3, 0.1]
-    print(f"backend: {_mix_order.BACKEND}; sources {sizes} at weights {weights}, {length:.3g} items")
+    print(f"backend: {_kernels.backend('mix_order')}; sources {sizes} at weights {weights}, {length:.3g} items")
     rss_before = _status_kb("VmRSS")
     start = time.perf_counter()
     plan = plan_mix(weights, length=length)

@@ -33,7 +33,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's streambatch, and
 from bench import synthetic_lengths  # noqa: E402 - the corpus of scripts/bench.py
 
 import streambatch as sb  # noqa: E402
-from streambatch.items.pack.rows import GATHER_BACKEND  # noqa: E402
+from streambatch import _kernels  # noqa: E402
 
 TOKENS = [10**6, 3 * 10**6, 10**7]
 WEIGHTS = [0.6, 0.3, 0.1]
@@ -69,7 +69,8 @@ def main() -> None:
     parts = [sb.pack(s, context_length=T) for s in stores]
     mixture = sb.mix(parts, WEIGHTS, seed=7, names=["small", "medium", "large"])
     print(
-        f"packed gather: {GATHER_BACKEND}; T={T}, B={B}; rows per source {[len(p) for p in parts]}; mixture {len(mixture)} rows"
+        f"packed gather: {_kernels.backend('packed_gather')}; T={T}, B={B}; "
+        f"rows per source {[len(p) for p in parts]}; mixture {len(mixture)} rows"
     )
     print(
         f"rows per source in the mixture {mixture.counts().tolist()}, "

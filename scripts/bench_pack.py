@@ -42,7 +42,7 @@ tail row is about two such segments).
 are two segments from random places, split in equal halves or at a random column, against the window gather
 on rows of T and on rows of T/2 from the same places (N interleaved repeats).
 ``--resolve D``: seconds to make a packed C gatherer (it resolves the packing
-once: ``resolve_packing`` in ``_row_gather.c``) of D synthetic documents of 3
+once: ``resolve_packing`` in ``_gather_packed.c``) of D synthetic documents of 3
 full rows and a tail each, and the bytes its tables take.
 """
 
@@ -64,8 +64,8 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's streambatch, and
 from bench import synthetic_lengths  # noqa: E402 - the corpus of scripts/bench.py
 
 import streambatch as sb  # noqa: E402
+from streambatch import _kernels  # noqa: E402
 from streambatch.items.pack import pack  # noqa: E402
-from streambatch.items.pack.rows import GATHER_BACKEND  # noqa: E402
 
 
 def next_fit_rows(lengths: np.ndarray, T: int) -> int:
@@ -155,7 +155,7 @@ def emit_epoch(epoch: sb.Epoch) -> tuple[float, float, int]:
 
 def emission(store: sb.DocumentStore, configs: list[tuple[int, int]], reps: int) -> None:
     """Window vs packed emission per position, same run, repeats interleaved; medians and their ratio."""
-    print(f"emission, same process, median of {reps} interleaved repeats (packed gather: {GATHER_BACKEND})")
+    print(f"emission, same process, median of {reps} interleaved repeats (packed gather: {_kernels.backend('packed_gather')})")
     print("(Mpos/s by the wall clock; the ratio also by this process's CPU time, which other load does not inflate)")
     header = f"{'T':>5} | {'B':>3} | {'window Mpos/s':>13} | {'packed Mpos/s':>13} | {'packed / window':>15} | {'(CPU time)':>10}"
     print(header)
@@ -177,7 +177,7 @@ def emission(store: sb.DocumentStore, configs: list[tuple[int, int]], reps: int)
 
 def kernels(store: sb.DocumentStore, T: int, B: int, reps: int) -> None:
     """ns per position of each C gather on 300 batches of each kind, repeats interleaved; medians and vs windows."""
-    from streambatch._row_gather import WindowGatherer
+    WindowGatherer = _kernels.built("window_gather").WindowGatherer
     from streambatch.items.pack.rows import packed_gatherer
 
     window = sb.Epoch(store, context_length=T, stride=T, batch_size=B, seed=7)
@@ -233,7 +233,7 @@ def splits(T: int, B: int, reps: int, tokens_count: int = 50_000_000, rows: int 
     tokens (a document of n + 1 tokens is a tail of n targets), so the rows hold the same bytes from the same
     places in every kind; only the split differs.
     """
-    from streambatch._row_gather import Gatherer, WindowGatherer
+    Gatherer, WindowGatherer = _kernels.built("packed_gather").Gatherer, _kernels.built("window_gather").WindowGatherer
 
     tokens = np.random.default_rng(1).integers(0, 50_257, tokens_count, dtype=np.uint16)
     rng = np.random.default_rng(5)
@@ -262,7 +262,7 @@ def splits(T: int, B: int, reps: int, tokens_count: int = 50_000_000, rows: int 
 
 def resolve_cost(documents: int, T: int = 1024, runs: int = 3) -> None:
     """Seconds to make a packed C gatherer of *documents* documents of 3 full rows and a tail each."""
-    from streambatch._row_gather import Gatherer
+    Gatherer = _kernels.built("packed_gather").Gatherer
 
     lengths = np.full(documents, 3 * T + T // 2, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
@@ -313,7 +313,7 @@ def main() -> None:
     if args.emission_only:
         emission(emission_store(int(args.emit_tokens)), configs, args.emit_reps)
         return
-    print(f"backend: {pack.BACKEND}")
+    print(f"backend: {_kernels.backend('best_fit')}")
 
     lengths = synthetic_lengths(int(args.tokens))
     print(f"corpus: {lengths.size:,} documents, {int(lengths.sum()):,} tokens, median length {int(np.median(lengths))}")

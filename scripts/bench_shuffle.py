@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SEED = 7
 KINDS = {
     "streambatch": "streambatch.shuffled_order (default backend)",
-    "streambatch-numpy": "streambatch.shuffled_order, BACKEND='numpy'",
+    "streambatch-numpy": "streambatch.shuffled_order, the numpy path (_kernels.use('shuffle', 'python'))",
     "numpy-permutation": "numpy.random.default_rng(0).permutation",
 }
 
@@ -50,9 +50,10 @@ def worker(kind: str, count: int) -> dict[str, Any]:
     import numpy as np
 
     import streambatch.order.shuffle as shuffle
+    from streambatch import _kernels
 
     if kind == "streambatch-numpy":
-        shuffle.BACKEND = "numpy"
+        _kernels.set_backend("shuffle", "python")
     before = _status_mb("VmRSS")
     start = time.perf_counter()
     if kind == "numpy-permutation":
@@ -68,7 +69,7 @@ def worker(kind: str, count: int) -> dict[str, Any]:
         "scratch_mb": peak - before - order.nbytes / 2**20,
         "output_mb": order.nbytes / 2**20,
         "dtype": str(order.dtype),
-        "backend": shuffle.BACKEND if kind != "numpy-permutation" else "-",
+        "backend": _kernels.backend("shuffle") if kind != "numpy-permutation" else "-",
         "head": order[:3].tolist(),
     }
 
@@ -85,25 +86,24 @@ def verify() -> None:
     import numpy as np
 
     import streambatch.order.shuffle as shuffle
+    from streambatch import _kernels
 
     sys.path.insert(0, str(ROOT))
     from tests import spec
 
     expected = spec.fisher_yates(5000, SEED)
-    default = shuffle.BACKEND
-    for backend in dict.fromkeys([default, "numpy"]):
-        shuffle.BACKEND = backend  # type: ignore[assignment]
-        order, state = shuffle.shuffled_order(5000, SEED)
+    for backend in dict.fromkeys([_kernels.backend("shuffle"), "python"]):
+        with _kernels.use("shuffle", backend):
+            order, state = shuffle.shuffled_order(5000, SEED)
         assert expected == (order.tolist(), state), f"backend {backend} differs from tests/spec.py"
         assert np.uint32 == order.dtype
-    shuffle.BACKEND = default
 
 
 def machine_note() -> str:
     """CPU model, cores, memory, load, Python, numpy and the shuffle backend."""
     import numpy as np
 
-    import streambatch.order.shuffle as shuffle
+    from streambatch import _kernels
 
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "?")
@@ -111,7 +111,7 @@ def machine_note() -> str:
     load = "/".join(f"{value:.2f}" for value in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     return (
         f"{model}, {os.cpu_count()} cores, {int(meminfo[1]) / 2**20:.0f} GiB RAM, load {load}; "
-        f"Python {platform.python_version()}, numpy {np.__version__}, streambatch backend {shuffle.BACKEND!r}"
+        f"Python {platform.python_version()}, numpy {np.__version__}, streambatch backend {_kernels.backend('shuffle')!r}"
     )
 
 

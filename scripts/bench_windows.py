@@ -61,7 +61,7 @@ def worker(kind: str, store: str, windows: int, context_length: int, stride: int
     import numpy as np
 
     import streambatch as sb
-    from streambatch.order.shuffle import BACKEND
+    from streambatch import _kernels
 
     source = sb.open_store(store, verify=False)
     before = _status_mib("VmRSS")
@@ -82,7 +82,7 @@ def worker(kind: str, store: str, windows: int, context_length: int, stride: int
         "peak_rss_mib": peak,
         "before_mib": before,
         "output_mib": nbytes / 2**20,
-        "backend": BACKEND if kind == "stages" else "-",
+        "backend": _kernels.backend("shuffle") if kind == "stages" else "-",
         "head": head,
     }
 

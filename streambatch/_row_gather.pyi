@@ -1,4 +1,5 @@
-"""Type stub of the C extension built from ``_row_gather.c``: the packed and window modes' one-pass gathers."""
+"""Type stub of the C extension built from ``_row_gather.c``, ``_gather_packed.c``, ``_gather_windows.c`` and
+``_mask_bits.c``: the packed and window modes' one-pass gathers."""
 
 from typing import Any
 
@@ -77,6 +78,10 @@ class Gatherer:
     def use_row_counts(self, counts: ReadableBuffer | None, /) -> None:
         """Hold *counts* (uint32, `row_counts` of every row of the packing, in row order; None drops them):
         `gather_tokens` then sums its rows' entries, and its token pass reads no mask bit."""
+
+def cpu_features() -> dict[str, bool]:
+    """Each CPU feature the loops dispatch on (AVX2, AVX512F, AVX512BW, BMI2, POPCNT, FSRM): True where it is in use
+    (the CPU has it and ``STREAMBATCH_DISABLE_CPU_FEATURES`` leaves it on, read at import)."""
 
 def window_counts(bits: ReadableBuffer, context_length: int, positions: ReadableBuffer, /) -> int:
     """The set mask bits ``positions[i] + 1 .. positions[i] + T`` over every row (the window mask's sum)."""

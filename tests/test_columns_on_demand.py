@@ -14,10 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch.items.pack.rows import GATHER_BACKEND, packed_gatherer
+from streambatch import _kernels
+from streambatch.items.pack.rows import packed_gatherer
 from streambatch.model.mask import count_reader, pack_mask, target_mask_numpy
 
-needs_kernel = pytest.mark.skipif(GATHER_BACKEND != "c", reason="the C gather is not built")
+needs_kernel = pytest.mark.skipif(not _kernels.available()["packed_gather"], reason="the C gather is not built")
 LAZY = ("_loss_mask", "_segment_ids", "_position_ids")
 
 
@@ -32,6 +33,7 @@ def _documents(lengths: list[int], seed: int, masked: bool) -> list[sb.Document]
     return docs
 
 
+@pytest.mark.kernels
 @needs_kernel
 @settings(max_examples=40, deadline=None)
 @given(
@@ -59,6 +61,7 @@ def test_packed_columns_on_demand_equal_the_eager_gather(lengths: list[int], T: 
             assert one.target_count == int(one.loss_mask.sum())  # type: ignore[union-attr]
 
 
+@pytest.mark.kernels
 @settings(max_examples=40, deadline=None)
 @given(
     lengths=st.lists(st.integers(2, 60), min_size=1, max_size=10),
@@ -81,6 +84,7 @@ def test_masked_windows_count_in_the_bits_and_make_the_mask_on_use(lengths: list
         assert twin.epoch == 3
 
 
+@pytest.mark.kernels
 def test_count_reader_counts_every_ragged_range() -> None:
     rng = np.random.default_rng(5)
     flat = rng.random(3000) < 0.5
@@ -108,6 +112,7 @@ def _guarded(raw: bytes) -> tuple[np.ndarray, object]:
     return array, (region, anchor)
 
 
+@pytest.mark.kernels
 @pytest.mark.skipif(sys.platform != "linux", reason="the guard page uses Linux's mprotect")
 @settings(max_examples=300, deadline=None)
 @given(data=st.data(), size=st.integers(2, 700))

@@ -20,6 +20,7 @@ from streambatch import ConfigError
 from streambatch.cli import main
 from streambatch.errors import DuplicateIdError, StoreError
 from streambatch.io.store import write_store
+from streambatch.items.windows.gather import window_gather
 from streambatch.model.corpus import corpus_fingerprint
 
 from .strategies import configs, documents, seeds
@@ -216,10 +217,10 @@ def test_per_shard_gather_equals_the_spanning_view(monkeypatch: pytest.MonkeyPat
     shards = [write_store(tmp_path / f"s{k}", part) for k, part in enumerate(_split(docs, [5, 6, 20]))]
     kwargs: dict[str, Any] = {"context_length": 4, "stride": 2, "batch_size": 16, "seed": 6}
     spanning = sb.Epoch(sb.open_corpus(shards), **kwargs)
-    assert spanning.batch(0).space.cache["gather"]._span is not None
+    assert window_gather(spanning.batch(0).space)._span is not None  # type: ignore[union-attr]
     monkeypatch.setattr(materializing, "spanning_records", lambda *args: None)
     per_shard = sb.Epoch(sb.open_corpus(shards), **kwargs)
-    assert per_shard.batch(0).space.cache["gather"]._span is None
+    assert window_gather(per_shard.batch(0).space)._span is None  # type: ignore[union-attr]
     assert _rows(sb.Epoch(docs, **kwargs)) == _rows(spanning) == _rows(per_shard)
 
 

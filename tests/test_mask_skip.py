@@ -13,10 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
+from streambatch import _kernels
 from streambatch.cli import main
 from streambatch.errors import ConfigError
 from streambatch.items.pack import rows as rows_module
 from streambatch.model.mask import pack_mask, target_mask, target_mask_numpy
+
+needs_c = pytest.mark.skipif(not _kernels.available()["mask_bits"], reason="the C mask kernel is not built")
 
 
 @st.composite
@@ -138,6 +141,8 @@ def test_inspect_shows_the_mask(tmp_path: Path) -> None:
     assert "counted targets" in out.getvalue()
 
 
+@needs_c
+@pytest.mark.kernels
 @settings(max_examples=80, deadline=None)
 @given(
     mask=st.lists(st.booleans(), min_size=2, max_size=300),
@@ -150,7 +155,9 @@ def test_window_kernel_equals_numpy(mask: list[bool], T: int, picks: list[float]
     if room < 0:
         return
     positions = np.array([int(p * room) for p in picks], dtype=np.int64)
-    fast, slow = target_mask(bits, positions, T), target_mask_numpy(bits, positions.astype(np.intp), T)
+    with _kernels.use("mask_bits", "c"):
+        fast = target_mask(bits, positions, T)
+    slow = target_mask_numpy(bits, positions.astype(np.intp), T)
     assert fast.dtype == np.bool_
     assert fast.shape == slow.shape == (positions.size, T)
     assert np.array_equal(fast, slow)
@@ -158,19 +165,20 @@ def test_window_kernel_equals_numpy(mask: list[bool], T: int, picks: list[float]
         assert fast[row].tolist() == mask[p + 1 : p + T + 1]
 
 
+@pytest.mark.kernels
 @settings(max_examples=30, deadline=None)
 @given(docs=sparse_corpora(), T=st.integers(1, 48), size=st.integers(1, 6))
 def test_packed_kernel_reads_the_bits_as_numpy_does(docs: list[sb.Document], T: int, size: int) -> None:
     store = sb.DocumentStore.from_documents(docs)
     fast = list(sb.materialize(sb.chunk(sb.pack(store, context_length=T), size)))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(rows_module, "_CGatherer", None)  # the numpy gather, then mask_pieces
+    with _kernels.use("packed_gather", "python"):  # the numpy gather, then mask_pieces
         slow = list(sb.materialize(sb.chunk(sb.pack(store, context_length=T), size)))
     for a, b in zip(fast, slow, strict=True):
         assert np.array_equal(a.loss_mask, b.loss_mask)
         assert a.target_count == b.target_count == int(a.loss_mask.sum())
 
 
+@pytest.mark.kernels
 @settings(max_examples=30, deadline=None)
 @given(docs=sparse_corpora(), T=st.integers(1, 48), size=st.integers(1, 6), seed=st.integers(0, 99))
 def test_the_row_count_table_is_the_counting_rule(docs: list[sb.Document], T: int, size: int, seed: int) -> None:

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
+from streambatch import _kernels
 from streambatch.batch import minibatch as batch_module
 from streambatch.batch.minibatch import MiniBatch, SegmentProvenance, WindowProvenance
 from streambatch.errors import AccumulationError, ConfigError, DataError, RowIndexError
-from streambatch.items.pack.rows import GATHER_BACKEND
 
 PACKED = ("loss_mask", "segment_ids", "position_ids", "cu_seqlens", "max_seqlen")
 
@@ -120,17 +120,16 @@ def test_window_and_row_numbers_mean_one_thing() -> None:
 @pytest.mark.parametrize("backend", ["numpy", "c"])
 def test_a_damaged_packed_plan_is_a_data_error_on_both_paths(backend: str) -> None:
     """One rule for packed batches: a row number outside the packing is a DataError by index and by iteration."""
-    if backend == "c" and GATHER_BACKEND != "c":
+    if backend == "c" and not _kernels.available()["packed_gather"]:
         pytest.skip("the C gather is not built")
     rows = sb.pack(_docs([9, 4, 13, 6]), context_length=3)
     damaged = rows.with_plan(np.array([0, 1, 10**6, 2][: len(rows)] + [3] * (len(rows) - 4), dtype=np.uint32), None)
-    if backend == "numpy":
-        damaged.space.cache["gather"] = False
-    batches = sb.materialize(sb.chunk(damaged, 4))
-    with pytest.raises(DataError, match="do not belong to this packing"):
-        _ = batches[0]
-    with pytest.raises(DataError, match="do not belong to this packing"):
-        list(batches)
+    with _kernels.use("packed_gather", "python" if backend == "numpy" else "c"):
+        batches = sb.materialize(sb.chunk(damaged, 4))
+        with pytest.raises(DataError, match="do not belong to this packing"):
+            _ = batches[0]
+        with pytest.raises(DataError, match="do not belong to this packing"):
+            list(batches)
 
 
 @pytest.mark.parametrize("name", ["PackedBatch", "MixtureBatch", "PackedMixtureBatch"])

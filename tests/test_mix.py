@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import streambatch.items.mix.order as mix_order
+from streambatch import _kernels
 from streambatch.errors import ConfigError, OutOfRangeError, StreamBatchError
 from streambatch.items.mix.plan import (
     MixPlan,
@@ -32,12 +32,7 @@ from streambatch.order.splitmix import derive_seed
 from . import spec
 from .mix_reference import plan_items, seeded_orders, source_items, source_position
 
-try:
-    from streambatch import _mix_order
-except ImportError:  # no compiler at install time: the C tests skip
-    _mix_order = None  # type: ignore[assignment]
-
-needs_c = pytest.mark.skipif(_mix_order is None, reason="streambatch._mix_order is not built")
+needs_c = pytest.mark.skipif(not _kernels.available()["mix_order"], reason="streambatch._mix_order is not built")
 BACKENDS = [pytest.param("c", marks=needs_c), "python"]
 
 # tiny (1e-6) to dominant, as floats, ints and Fractions
@@ -53,13 +48,9 @@ SEEDS = st.integers(min_value=0, max_value=2**64 - 1)
 
 @contextlib.contextmanager
 def backend_of(name: str) -> Iterator[None]:
-    """`tijdeman_order` runs on backend *name* inside."""
-    saved = mix_order.BACKEND
-    mix_order.BACKEND = name  # type: ignore[assignment]
-    try:
+    """`tijdeman_order` runs on path *name* inside."""
+    with _kernels.use("mix_order", name):
         yield
-    finally:
-        mix_order.BACKEND = saved
 
 
 def exact_weights(weights: Sequence[Any]) -> list[Fraction]:

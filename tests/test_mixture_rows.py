@@ -23,14 +23,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
+from streambatch import _kernels
 from streambatch.batch.minibatch import MiniBatch
 from streambatch.errors import ConfigError, StateError
 from streambatch.items.mix.gather import source_sums
 from streambatch.items.mix.mixture import MixItem, Mixture, mix
 from streambatch.items.mix.plan import integer_weights, source_order
-from streambatch.items.pack.rows import GATHER_BACKEND
 
 from .test_mixture import WEIGHT, check_prefix_bound
+
+HAVE_C = _kernels.available()["packed_gather"]
 
 LENGTHS = st.lists(st.integers(min_value=1, max_value=30), min_size=1, max_size=5)
 
@@ -219,14 +221,15 @@ def expected_provenance(mixture: Mixture, batch: MiniBatch) -> tuple[Any, ...]:
     return tuple(found)
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("one_pass", [True, False])
 def test_the_one_pass_gather_and_the_gather_by_source_agree(one_pass: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The C kernel's one pass over every source, and each source's own gather placed row by row, give those rows."""
     parts = [packed_source(s, lengths, T=5) for s, lengths in enumerate([[13, 2, 27, 6], [9, 1, 4], [31, 3]])]
     mixture = mix(parts, [3, 2, 1], seed=5, length=60)
     gather = mixture.space.packed_gather()
-    assert gather.one_pass == (GATHER_BACKEND == "c")
-    if one_pass and GATHER_BACKEND != "c":
+    assert gather.one_pass == HAVE_C
+    if one_pass and not HAVE_C:
         pytest.skip("the C gather is not built")
     monkeypatch.setattr(gather, "one_pass", one_pass)
     batches = list(sb.materialize(sb.chunk(mixture, 7)))
@@ -245,6 +248,7 @@ def test_the_one_pass_gather_and_the_gather_by_source_agree(one_pass: bool, monk
         assert batch.provenance == expected_provenance(mixture, batch)
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize(("T", "dtype"), [(5, np.uint16), (5, np.uint32), (40_000, np.uint32)])
 def test_the_numpy_gather_gives_the_same_batches(T: int, dtype: Any) -> None:
     """Every source gathered by numpy (no C kernel): the same batches, dtypes (int16 ids below T = 2**15, else int32)
@@ -252,18 +256,14 @@ def test_the_numpy_gather_gives_the_same_batches(T: int, dtype: Any) -> None:
     scale = max(1, T // 5)
     lengths = [[13 * scale, 2, 27 * scale, 6], [9 * scale, 1, 4 * scale], [31 * scale, 3]]
 
-    def mixture(numpy: bool) -> Mixture:
-        parts = [packed_source(s, n, T=T, dtype=dtype) for s, n in enumerate(lengths)]
-        if numpy:
-            for part in parts:
-                part.space.cache["gather"] = False
-        return mix(parts, [3, 2, 1], seed=5, length=40)
-
-    fast, slow = mixture(False), mixture(True)
-    assert not slow.space.packed_gather().one_pass
-    assert fast.space.packed_gather().one_pass == (GATHER_BACKEND == "c")
+    parts = [packed_source(s, n, T=T, dtype=dtype) for s, n in enumerate(lengths)]
+    mixture = mix(parts, [3, 2, 1], seed=5, length=40)
+    with _kernels.use("packed_gather", "python"):
+        assert not mixture.space.packed_gather().one_pass
+        slow = list(sb.materialize(sb.chunk(mixture, 7)))
+    assert mixture.space.packed_gather().one_pass == HAVE_C
     ids = np.int16 if T < 1 << 15 else np.int32
-    for a, b in zip(sb.materialize(sb.chunk(fast, 7)), sb.materialize(sb.chunk(slow, 7)), strict=True):
+    for a, b in zip(sb.materialize(sb.chunk(mixture, 7)), slow, strict=True):
         assert a == b
         assert a.provenance == b.provenance
         for name in ("inputs", "targets", "segment_ids", "position_ids", "loss_mask", "cu_seqlens", "sources"):
@@ -285,7 +285,7 @@ def test_mixed_dtypes_and_corpora_are_widened() -> None:
         seen.update(batch.targets[mask].tolist())
     assert seen == Counter([*range(70_001, 70_011), *range(80_001, 80_004)])
     same = mix([packed_source(0, [9, 5], T=3), corpus], [1, 1], seed=2)  # one dtype: the one-pass gather over a corpus
-    assert same.space.packed_gather().one_pass == (GATHER_BACKEND == "c")
+    assert same.space.packed_gather().one_pass == HAVE_C
     for batch in sb.materialize(sb.chunk(same, 4)):
         assert isinstance(batch, MiniBatch)
         assert batch.packed
@@ -355,7 +355,7 @@ def test_plan_files_of_a_packed_mixture_are_shared(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.skipif(GATHER_BACKEND != "c", reason="the C gather is not built")
+@pytest.mark.skipif(not HAVE_C, reason="the C gather is not built")
 def test_the_kernel_refuses_bad_kinds_and_unlike_sources() -> None:
     parts = [packed_source(s, [9, 5], T=3) for s in range(2)]
     gather = mix(parts, [1, 1], seed=1).space.packed_gather()

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streambatch import _kernels
 from streambatch.errors import ConfigError, DataError, OutOfRangeError
-from streambatch.items.pack import pack
 from streambatch.items.pack._pack_gather import id_dtype
 from streambatch.items.pack.pack import PackedArrays, PieceIndex, best_fit_decreasing, gather_segments, pack_lengths
 from streambatch.items.windows.window_index import WindowConfig, WindowIndex
 
-needs_c = pytest.mark.skipif(pack.BACKEND != "c", reason="the C extension streambatch._best_fit is not built")
+needs_c = pytest.mark.skipif(not _kernels.available()["best_fit"], reason="streambatch._best_fit is not built")
 BACKENDS = ["python", pytest.param("c", marks=needs_c)]
 
 

@@ -15,16 +15,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
+from streambatch import _kernels
 from streambatch.cli import batch_record, main, records
 from streambatch.cli.records import record_pieces
 from streambatch.errors import ConfigError
-from streambatch.items.pack import pack
 from streambatch.items.pack.pack import best_fit_decreasing
 
 from .hostile import ENV, PEAK_RSS
 from .pack_reference import old_best_fit
 
-needs_c = pytest.mark.skipif(pack.BACKEND != "c", reason="the C extension streambatch._best_fit is not built")
+needs_c = pytest.mark.skipif(not _kernels.available()["best_fit"], reason="streambatch._best_fit is not built")
 BACKENDS = ["python", pytest.param("c", marks=needs_c)]
 SHORT = [sb.Document(f"d{i}", "train", np.arange(3 + i % 40) % 50) for i in range(100)]
 

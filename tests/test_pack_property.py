@@ -9,6 +9,7 @@ over batches equals the direct mean over all targets.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -17,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch as sb
+from streambatch import _kernels
 from streambatch.order.shuffle import shuffled_order
 
 
@@ -52,18 +54,18 @@ def test_packed_epoch_covers_every_target_once(
 ) -> None:
     docs, T = corpus
     rows = sb.pack(docs, context_length=T)
-    if numpy_gather:
-        rows.space.cache["gather"] = False  # the numpy gather: the same batches
+    switch = _kernels.use("packed_gather", "python") if numpy_gather else contextlib.nullcontext()  # the same batches
     ordered = rows if seed is None else sb.shuffle(rows, seed)
     chunks = sb.chunk(ordered, batch_size)
     seen: Counter[tuple[int, int]] = Counter()
     per_batch: dict[int, list[tuple[float, int]]] = {}
     loss_of = {i: np.asarray(d.tokens, dtype=np.float64) * 1e-6 for i, d in enumerate(docs)}  # a "loss" per target
-    for worker in range(workers):
-        for rank in range(world):
-            for batch in sb.materialize(sb.share(chunks, worker=worker, workers=workers, rank=rank, world_size=world)):
-                _check_batch(batch, docs, T, seen)
-                per_batch.setdefault(batch.index, []).append(_loss_sum(batch, loss_of))
+    with switch:
+        for worker in range(workers):
+            for rank in range(world):
+                for batch in sb.materialize(sb.share(chunks, worker=worker, workers=workers, rank=rank, world_size=world)):
+                    _check_batch(batch, docs, T, seen)
+                    per_batch.setdefault(batch.index, []).append(_loss_sum(batch, loss_of))
     expected = Counter((d, p) for d, doc in enumerate(docs) for p in range(1, len(doc)))
     assert seen == expected  # every (document, target position) exactly once
     assert sorted(per_batch) == list(range(len(chunks)))

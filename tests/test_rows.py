@@ -11,9 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
+from streambatch import _kernels
 from streambatch.batch.minibatch import MiniBatch, SegmentProvenance
 from streambatch.errors import ConfigError, DataError, OutOfRangeError, PartitionError
 from streambatch.items.pack import rows as rows_module
+
+needs_c = pytest.mark.skipif(not _kernels.available()["packed_gather"], reason="the C packed gather is not built")
 
 DOCS = [
     sb.Document("a", "train", [0, 10, 11, 12, 13, 14, 15, 16, 17, 18, 1]),  # 11 tokens: 10 targets
@@ -55,6 +58,7 @@ def test_worked_example() -> None:
     assert batch.document_ids == ["a", "a", "c", "a", "f"]
 
 
+@pytest.mark.kernels
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
 @pytest.mark.parametrize("T", [1, 3, 6, 64, 1500])  # 1500: tails longer than the copy's 1 KB chunk
 def test_c_gather_equals_numpy_gather(dtype: type, T: int) -> None:
@@ -62,21 +66,21 @@ def test_c_gather_equals_numpy_gather(dtype: type, T: int) -> None:
 
     The C side must be the C kernel: without the built extension this would compare numpy with numpy, so it fails.
     """
-    if rows_module.GATHER_BACKEND != "c":
+    if not _kernels.available()["packed_gather"]:
         pytest.fail("streambatch._row_gather is not built: run `python setup.py build_ext --inplace` (.ci/run builds it)")
     store = _random_store(T=T, dtype=dtype)
     rows = sb.shuffle(sb.pack(store, context_length=T, pad_id=7), seed=3)
-    slow = sb.shuffle(sb.pack(store, context_length=T, pad_id=7), seed=3)
-    slow.space.cache["gather"] = False
-    fast_batches, slow_batches = list(sb.materialize(sb.chunk(rows, 5))), list(sb.materialize(sb.chunk(slow, 5)))
+    with _kernels.use("packed_gather", "python"):
+        slow_batches = list(sb.materialize(sb.chunk(rows, 5)))
+    with _kernels.use("packed_gather", "c"):
+        fast_batches = list(sb.materialize(sb.chunk(rows, 5)))
     assert len(fast_batches) == len(slow_batches) > 0
     for fast, reference in zip(fast_batches, slow_batches, strict=True):
         assert fast == reference
         assert fast.inputs.dtype == np.dtype(dtype)
         assert fast.inputs.flags.c_contiguous
         assert fast.sequence_is_pad.tolist() == reference.sequence_is_pad.tolist()  # type: ignore[union-attr]
-    assert isinstance(rows.space.cache["gather"], rows_module._CGatherer)  # the fast side ran the C kernel
-    assert slow.space.cache["gather"] is False  # and the reference, numpy
+    assert isinstance(rows_module.packed_gatherer(rows.space), _kernels.built("packed_gather").Gatherer)  # C ran
 
 
 def test_rows_are_items_for_every_stage() -> None:
@@ -167,6 +171,8 @@ def test_average_token_contributions_counts_real_targets_only() -> None:
         batch.average_token_contributions([*contributions, contributions[0]])
 
 
+@needs_c
+@pytest.mark.kernels
 @pytest.mark.parametrize("mixed", [False, True])
 def test_corpus_gather_equals_numpy(mixed: bool) -> None:
     """A corpus of shards: the C gather reads one span over them (mixed dtypes: numpy); the same batches."""
@@ -178,24 +184,24 @@ def test_corpus_gather_equals_numpy(mixed: bool) -> None:
         for k, s in enumerate(stores)
     ]
     corpus = sb.Corpus(shards)
-    fast = sb.shuffle(sb.pack(corpus, context_length=4), seed=6)
-    slow = sb.shuffle(sb.pack(corpus, context_length=4), seed=6)
-    slow.space.cache["gather"] = False
-    assert list(sb.materialize(sb.chunk(fast, 3))) == list(sb.materialize(sb.chunk(slow, 3)))
-    uses_c = fast.space.cache["gather"] is not False
-    assert uses_c == (rows_module.GATHER_BACKEND == "c" and not mixed)
+    rows = sb.shuffle(sb.pack(corpus, context_length=4), seed=6)
+    with _kernels.use("packed_gather", "python"):
+        slow = list(sb.materialize(sb.chunk(rows, 3)))
+    assert list(sb.materialize(sb.chunk(rows, 3))) == slow
+    assert (rows_module.packed_gatherer(rows.space) is not False) == (not mixed)  # mixed dtypes: numpy
 
 
 def test_numpy_gather_refuses_foreign_rows_as_the_c_gather_does() -> None:
     """A row number past the packing is a DataError on either gather backend."""
     rows = sb.pack(DOCS, context_length=4)
-    rows.space.cache["gather"] = False  # the numpy gather, as without the C extension
-    with pytest.raises(DataError, match="do not belong to this packing"):
-        rows_module.emit(rows.space, np.array([0, 9], dtype=np.int64), 0)
-    assert rows_module.emit(rows.space, np.array([0], dtype=np.int64), 0).target_count > 0
+    with _kernels.use("packed_gather", "python"):  # the numpy gather, as without the C extension
+        with pytest.raises(DataError, match="do not belong to this packing"):
+            rows_module.emit(rows.space, np.array([0, 9], dtype=np.int64), 0)
+        assert rows_module.emit(rows.space, np.array([0], dtype=np.int64), 0).target_count > 0
 
 
-@pytest.mark.skipif(rows_module.GATHER_BACKEND != "c", reason="the C gather is not built")
+@needs_c
+@pytest.mark.kernels
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), T=st.integers(2, 9), keep=st.floats(0.0, 1.0))
 def test_the_c_gather_refuses_exactly_the_rows_reaching_past_its_tokens(seed: int, T: int, keep: float) -> None:
@@ -208,7 +214,7 @@ def test_the_c_gather_refuses_exactly_the_rows_reaching_past_its_tokens(seed: in
     packing, cut = rows.packing, int(store.tokens.size * keep)
     full_docs, full_ends = packing.index.full_pieces()
     args = (store.tokens[:cut], store.starts, packing.index.lengths, full_docs, full_ends, packing.offsets, packing.tails)
-    short = rows_module._CGatherer(*(np.ascontiguousarray(a) for a in args), T, packing.full_rows, 0, None)
+    short = _kernels.built("packed_gather").Gatherer(*(np.ascontiguousarray(a) for a in args), T, packing.full_rows, 0, None)
     for r in range(len(rows)):
         number = np.array([r], dtype=np.int64)
         expected = whole.gather(number)
@@ -226,7 +232,8 @@ def test_the_c_gather_refuses_exactly_the_rows_reaching_past_its_tokens(seed: in
                 short.gather_tokens(np.array([r, 0], dtype=np.int64) if len(rows) > 1 else number)
 
 
-@pytest.mark.skipif(rows_module.GATHER_BACKEND != "c", reason="the C packed gather is not built")
+@needs_c
+@pytest.mark.kernels
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), T=st.integers(1, 40), data=st.data())
 def test_the_next_batch_hint_changes_nothing(seed: int, T: int, data: st.DataObject) -> None:

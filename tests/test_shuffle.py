@@ -1,4 +1,4 @@
-"""Tests for `streambatch.order.shuffle`: both backends (C and numpy) equal the plain loop bit for bit."""
+"""Tests for `streambatch.order.shuffle`: both paths of the ``shuffle`` kernel (C and numpy) equal the plain loop bit for bit."""
 
 from __future__ import annotations
 
@@ -17,22 +17,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import streambatch.order.shuffle as shuffle
-from streambatch import ConfigError
+from streambatch import ConfigError, _kernels
 from streambatch.order.shuffle import apply_swaps, shuffled_order, swap_targets
 from streambatch.order.splitmix import splitmix64_draws, state_after
 
 from . import spec
 
-try:
-    from streambatch import _fisher_yates
-except ImportError:  # no compiler at install time: the C tests skip (see test_c_extension_is_built)
-    _fisher_yates = None  # type: ignore[assignment]
-
-BACKENDS = [
-    pytest.param("c", marks=pytest.mark.skipif(_fisher_yates is None, reason="streambatch._fisher_yates is not built")),
-    "numpy",
-]
+_fisher_yates = _kernels.built("shuffle")  # None without a compiler at install time (see test_c_extension_is_built)
 needs_c = pytest.mark.skipif(_fisher_yates is None, reason="streambatch._fisher_yates is not built")
+BACKENDS = [pytest.param("c", marks=needs_c), "python"]
 SEEDS = st.integers(min_value=0, max_value=2**64 - 1)
 # 0, 1, 2, small, and the C loop's look-ahead edges (it draws 32 steps ahead)
 EDGE_COUNTS = st.sampled_from([0, 1, 2, 3, 4, 31, 32, 33, 34, 63, 64, 65, 97])
@@ -41,14 +34,14 @@ COUNTS = st.one_of(EDGE_COUNTS, st.integers(min_value=0, max_value=300))
 
 @contextlib.contextmanager
 def backend_of(name: str, chunk: int | None = None) -> Iterator[None]:
-    """`shuffled_order` runs on backend *name* (and the numpy backend in blocks of *chunk* steps) inside."""
-    saved = shuffle.BACKEND, shuffle._CHUNK
-    shuffle.BACKEND = name  # type: ignore[assignment]
+    """`shuffled_order` runs on path *name* (and the numpy path in blocks of *chunk* steps) inside."""
+    saved = shuffle._CHUNK
     shuffle._CHUNK = chunk or shuffle._CHUNK
     try:
-        yield
+        with _kernels.use("shuffle", name):
+            yield
     finally:
-        shuffle.BACKEND, shuffle._CHUNK = saved
+        shuffle._CHUNK = saved
 
 
 def test_chapter_seed_7_order() -> None:
@@ -163,8 +156,8 @@ def test_bad_seeds_are_rejected(seed: object) -> None:
 
 
 def test_backend_names_the_built_extension() -> None:
-    """BACKEND is "c" exactly when the extension imports, else the numpy fallback."""
-    assert ("c" if _fisher_yates is not None else "numpy") == shuffle.BACKEND
+    """The shuffle kernel runs C exactly when the extension imports, else the numpy fallback."""
+    assert ("c" if _fisher_yates is not None else "python") == _kernels.backend("shuffle")
 
 
 def test_c_extension_is_built() -> None:
@@ -180,24 +173,26 @@ def test_c_extension_is_built() -> None:
 
 @pytest.mark.slow
 def test_missing_extension_falls_back_to_numpy() -> None:
-    """Without the extension the module still imports, says BACKEND == "numpy", and shuffles exactly."""
+    """Without the extension the module still imports, the switch says "python", and it shuffles exactly."""
     code = (
         "import sys; sys.modules['streambatch._fisher_yates'] = None\n"  # makes the import fail
         "import streambatch.order.shuffle as s\n"
-        "print(s.BACKEND, s.shuffled_order(5, 7)[0].tolist())"
+        "from streambatch import _kernels\n"
+        "print(_kernels.backend('shuffle'), s.shuffled_order(5, 7)[0].tolist())"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
     )
-    assert "numpy [4, 1, 3, 0, 2]" == result.stdout.strip()
+    assert "python [4, 1, 3, 0, 2]" == result.stdout.strip()
 
 
 def test_c_backend_without_extension_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Forcing BACKEND = "c" where the extension is missing says how to get it."""
-    monkeypatch.setattr(shuffle, "_c_shuffle", None)
-    monkeypatch.setattr(shuffle, "BACKEND", "c")
-    with pytest.raises(ConfigError, match=r"_fisher_yates is not built.*BACKEND='numpy'"):
-        shuffled_order(5, 7)
+    """Switching the shuffle to "c" where the extension is missing says how to get it, and switches nothing."""
+    monkeypatch.setitem(_kernels._MODULES, "_fisher_yates", None)  # as a build without a C compiler imports it
+    before = _kernels.backend("shuffle")
+    with pytest.raises(ConfigError, match=r"_fisher_yates is not built.*or use 'python'"), _kernels.use("shuffle", "c"):
+        pass
+    assert before == _kernels.backend("shuffle")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -213,7 +208,7 @@ def test_backend_equals_plain_loop(backend: str, count: int, seed: int) -> None:
 @given(count=st.integers(min_value=0, max_value=120), seed=SEEDS, chunk=st.sampled_from([1, 2, 3, 7, 32, 64]))
 def test_numpy_backend_block_edges(count: int, seed: int, chunk: int) -> None:
     """The numpy backend in tiny blocks: block edges anywhere, still the spec loop."""
-    with backend_of("numpy", chunk):
+    with backend_of("python", chunk):
         order, state = shuffled_order(count, seed)
     assert spec.fisher_yates(count, seed) == (order.tolist(), state)
 
@@ -293,7 +288,7 @@ def test_c_int64_variant_equals_plain_loop(count: int, seed: int) -> None:
 def test_numpy_int64_variant_equals_plain_loop(count: int, seed: int, chunk: int) -> None:
     """The numpy backend on an int64 order (from 2**32 windows on) on small counts."""
     values = np.full(count, -1, dtype=np.int64)
-    with backend_of("numpy", chunk):
+    with backend_of("python", chunk):
         draws = shuffle._shuffle_blocked(values, seed)
     assert spec.fisher_yates(count, seed) == (values.tolist(), state_after(seed, draws))
 

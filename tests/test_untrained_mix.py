@@ -19,9 +19,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
+from streambatch import _kernels
 from streambatch.cli import main
 from streambatch.errors import ConfigError, StoreError
-from streambatch.items.pack import rows as rows_module
 from streambatch.tools.mix_report import audit_mixture
 
 
@@ -120,13 +120,13 @@ def test_packed_pieces_with_no_counted_target_are_left_out(docs: list[sb.Documen
     assert sb.Epoch(store, context_length=T, batch_size=size, seed=seed, pack=True).windows.untrained is None
 
 
+@pytest.mark.kernels
 @settings(max_examples=30, deadline=None)
 @given(docs=masked_corpora(), T=st.integers(1, 12), size=st.integers(1, 6))
 def test_c_and_numpy_gathers_agree_on_kept_pieces(docs: list[sb.Document], T: int, size: int) -> None:
     store = sb.DocumentStore.from_documents(docs)
     fast = list(sb.materialize(sb.chunk(sb.pack(store, context_length=T, skip_untrained=True), size)))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(rows_module, "_CGatherer", None)  # the numpy gather, then mask_pieces
+    with _kernels.use("packed_gather", "python"):  # the numpy gather, then mask_pieces
         slow = list(sb.materialize(sb.chunk(sb.pack(store, context_length=T, skip_untrained=True), size)))
     assert len(fast) == len(slow)
     for a, b in zip(fast, slow, strict=True):

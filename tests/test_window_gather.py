@@ -10,10 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
-from streambatch.items.windows import gather as gather_module
+from streambatch import _kernels
 from streambatch.items.windows.gather import ShardedGather, StoreGather
 
-needs_c = pytest.mark.skipif(gather_module.WINDOW_BACKEND != "c", reason="the C window gather is not built")
+needs_c = pytest.mark.skipif(not _kernels.available()["window_gather"], reason="the C window gather is not built")
+pytestmark = pytest.mark.kernels  # C against numpy: .ci/run runs these again with the CPU features off
+WindowGatherer: Any = getattr(_kernels.built("window_gather"), "WindowGatherer", None)
 
 
 def _tokens(size: int, dtype: Any, seed: int) -> np.ndarray:
@@ -67,7 +69,7 @@ def test_out_of_range_is_the_same_data_error() -> None:
 def test_kernel_rows_and_refusals(dtype: Any) -> None:
     """Row i is tokens[p : p + T] and tokens[p + 1 : p + T + 1]; positions outside [0, len - T) raise IndexError."""
     tokens = _tokens(50, dtype, 1)
-    kernel = gather_module._CWindowGatherer(tokens, 7)
+    kernel = WindowGatherer(tokens, 7)
     rows = np.array([0, 42, 3, 3, 20], dtype=np.int64)
     inputs, targets = kernel.gather(rows)
     assert inputs.dtype == targets.dtype == np.dtype(dtype)
@@ -80,9 +82,9 @@ def test_kernel_rows_and_refusals(dtype: Any) -> None:
     with pytest.raises(TypeError, match="rows must be int64"):
         kernel.gather(np.array([0], dtype=np.int32))
     with pytest.raises(TypeError, match="uint16 or uint32"):
-        gather_module._CWindowGatherer(tokens.astype(np.float32), 7)
+        WindowGatherer(tokens.astype(np.float32), 7)
     with pytest.raises(ValueError, match="positive"):
-        gather_module._CWindowGatherer(tokens, 0)
+        WindowGatherer(tokens, 0)
 
 
 @needs_c
@@ -128,7 +130,7 @@ def test_the_next_batch_hint_changes_nothing(size: int, context_length: int, see
     any next (in range, out of range, negative, empty, None; rows long and short of the stream's 1 KB chunk)."""
     T = min(context_length, size - 1)
     tokens = _tokens(size, np.uint16, seed)
-    kernel = gather_module._CWindowGatherer(tokens, T)
+    kernel = WindowGatherer(tokens, T)
     rows = np.array(data.draw(st.lists(st.integers(0, size - T - 1), max_size=40)), dtype=np.int64)
     hint = data.draw(st.one_of(st.none(), st.lists(st.integers(-(2**62), 2**62), max_size=40)))
     next_rows = None if hint is None else np.array(hint, dtype=np.int64)

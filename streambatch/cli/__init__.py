@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import IO, Any, NoReturn
 
 from .. import __version__
+from .._kernels import describe
 from .._signals import terminate_as_interrupt
 from ..errors import StreamBatchError, Terminated
 from ..io.files import short_path
@@ -42,6 +43,18 @@ class _Parser(argparse.ArgumentParser):
         raise StreamBatchError(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)")
 
 
+class _Version(argparse.Action):
+    """``--version``: the version, then a line saying which path each kernel runs (`streambatch._kernels.describe`)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show the version and the kernels in use, and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        sys.stdout.write(f"streambatch {__version__}\n{describe()}\n")
+        parser.exit()
+
+
 def _demo(args: argparse.Namespace, out: IO[str]) -> None:
     evidence = chapter.learner_evidence()
     figure = args.svg is not None or args.html is not None
@@ -62,7 +75,7 @@ def _demo(args: argparse.Namespace, out: IO[str]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used by ``--help``)."""
     parser = _Parser(prog="streambatch", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--version", action="version", version=f"streambatch {__version__}")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = commands.add_parser("demo", help="print the chapter's worked epoch (report, or --trace)")

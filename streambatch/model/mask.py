@@ -20,17 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._kernels import extension
 from ..errors import DataError
-
-_c_window_mask: Any
-_c_window_counts: Any
-try:
-    from .. import _row_gather
-
-    _c_window_mask = _row_gather.window_mask
-    _c_window_counts = _row_gather.window_counts
-except ImportError:  # built without a C compiler: numpy unpacks (the same arrays)
-    _c_window_mask = _c_window_counts = None
 
 BoolArray = npt.NDArray[np.bool_]
 BitArray = npt.NDArray[np.uint8]
@@ -139,13 +130,14 @@ def unpack_range(bits: BitArray | None, start: int, length: int) -> BoolArray:
 def target_mask(bits: BitArray, positions: npt.NDArray[Any], length: int) -> BoolArray:
     """``(n, length)`` mask bits of the targets of rows starting at flat *positions* (tokens ``p + 1 .. p + length``).
 
-    The C kernel (``streambatch._row_gather.window_mask``) unpacks each row's
+    The C kernel (``streambatch._row_gather.window_mask``, the ``mask_bits`` kernel) unpacks each row's
     bits straight into the row; `target_mask_numpy` makes the same array.
     """
     rows = np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
-    if _c_window_mask is None or not isinstance(bits, np.ndarray) or bits.dtype != np.uint8:
+    kernel = extension("mask_bits")
+    if kernel is None or not isinstance(bits, np.ndarray) or bits.dtype != np.uint8:
         return target_mask_numpy(bits, rows, length)
-    found: BoolArray = _c_window_mask(bits, length, rows)
+    found: BoolArray = kernel.window_mask(bits, length, rows)
     return found
 
 
@@ -156,8 +148,9 @@ def target_reader(bits: BitArray, length: int) -> Callable[[npt.NDArray[np.intp]
     >>> target_reader(pack_mask(np.array([0, 1, 0, 1], dtype=bool)), 2)(np.array([1, 0])).astype(int).tolist()
     [[0, 1], [1, 0]]
     """
-    if _c_window_mask is not None and isinstance(bits, np.ndarray) and bits.dtype == np.uint8 and bits.flags.c_contiguous:
-        return partial(_c_window_mask, bits, length)
+    kernel = extension("mask_bits")
+    if kernel is not None and isinstance(bits, np.ndarray) and bits.dtype == np.uint8 and bits.flags.c_contiguous:
+        return partial(kernel.window_mask, bits, length)
     return lambda positions: target_mask(bits, positions, length)
 
 
@@ -169,8 +162,9 @@ def count_reader(bits: BitArray, length: int) -> Callable[[npt.NDArray[np.intp]]
     >>> count is None or count(np.array([1, 0, 2])) == 4
     True
     """
-    if _c_window_counts is not None and isinstance(bits, np.ndarray) and bits.dtype == np.uint8 and bits.flags.c_contiguous:
-        return partial(_c_window_counts, bits, length)
+    kernel = extension("mask_bits")
+    if kernel is not None and isinstance(bits, np.ndarray) and bits.dtype == np.uint8 and bits.flags.c_contiguous:
+        return partial(kernel.window_counts, bits, length)
     return None
 
 

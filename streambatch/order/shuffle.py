@@ -5,7 +5,8 @@ The specification is a plain loop: SplitMix64 (state = seed; each draw adds
 to 1, drawing each swap target below ``upper + 1`` by rejection (threshold
 ``2**64 mod bound``; redraw while ``draw < threshold``; then ``draw % bound``).
 
-`shuffled_order` runs it on one of two backends, named by `BACKEND`:
+`shuffled_order` runs it on one of two paths, the ``shuffle`` kernel's switch
+(`streambatch._kernels`: ``backend("shuffle")``, ``use("shuffle", "python")``):
 
 ``"c"``
     The compiled extension ``streambatch._fisher_yates`` (built by ``pip install``
@@ -13,8 +14,8 @@ to 1, drawing each swap target below ``upper + 1`` by rejection (threshold
     array, with the GIL released.  Scratch memory: a few hundred bytes.  About a
     quarter to a half of ``numpy.random.default_rng().permutation``'s time
     (``scripts/bench_shuffle.py``).
-``"numpy"``
-    The fallback when the extension is missing (no compiler at install time):
+``"python"``
+    numpy, the fallback when the extension is missing (no compiler at install time):
     exact too, but several times slower than numpy's permutation.  The steps are
     taken in blocks of ``_CHUNK``; each block's swap chain is resolved vectorized
     on just the positions it touches (`apply_swaps`), so scratch memory stays
@@ -36,31 +37,24 @@ The vectorized pieces are public:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from .._checks import check_non_negative, check_seed
+from .._kernels import extension, legacy_switch
 from ..errors import ConfigError, StoreError
 from .protocol import OrderedT, ShuffleOrder
 from .splitmix import splitmix64_draws, state_after
-
-_c_shuffle: Callable[..., int] | None
-try:
-    from .._fisher_yates import shuffle as _c_shuffle
-except ImportError:  # built without a C compiler: the numpy fallback
-    _c_shuffle = None
 
 _CHUNK = 1 << 19  # steps per block: the numpy backend peaks near 128 bytes per step of scratch
 _BLOCK = 1 << 15
 _U32_LIMIT = (1 << 32) - 1
 
 IndexArray = npt.NDArray[np.uint32] | npt.NDArray[np.int64]
-Backend = Literal["c", "numpy"]
 
-BACKEND: Backend = "c" if _c_shuffle is not None else "numpy"
-"""The backend `shuffled_order` uses: ``"c"`` when the extension was built, else ``"numpy"``."""
+legacy_switch(__name__, "BACKEND", "shuffle", "numpy")  # the old switch ("c" or "numpy"), for one release
 
 
 def index_dtype(count: int) -> type[np.unsignedinteger[Any]] | type[np.signedinteger[Any]]:
@@ -236,7 +230,7 @@ def shuffled_order(count: int, seed: int, out: IndexArray | None = None) -> tupl
     `index_dtype`.  Pass *out*, a writable contiguous 1-D array of that dtype and
     length *count* (a writable `numpy.memmap` of a plan file, say), to have the
     order written straight into it; it is then returned as *order*.  Beyond *order*
-    itself the shuffle needs only bounded scratch memory, on either `BACKEND`.
+    itself the shuffle needs only bounded scratch memory, on either path.
 
     >>> order, state = shuffled_order(5, seed=7)
     >>> order.tolist()
@@ -247,15 +241,8 @@ def shuffled_order(count: int, seed: int, out: IndexArray | None = None) -> tupl
     count = check_non_negative(count, "count", "the number of items to shuffle")
     seed = check_seed(seed)
     order = np.empty(count, dtype=index_dtype(count)) if out is None else _check_out(out, count)
-    if BACKEND == "c":
-        if _c_shuffle is None:
-            raise ConfigError(
-                "streambatch.order.shuffle.BACKEND='c' but the extension streambatch._fisher_yates is not built; "
-                "reinstall streambatch with a C compiler present, or set BACKEND='numpy'"
-            )
-        draws = _c_shuffle(order, seed)
-    else:
-        draws = _shuffle_blocked(order, seed)
+    kernel = extension("shuffle")
+    draws = _shuffle_blocked(order, seed) if kernel is None else kernel.shuffle(order, seed)
     return order, state_after(seed, draws)
 
 
@@ -326,10 +313,8 @@ def permute(values: npt.NDArray[Any], seed: int) -> int:
         raise ConfigError("values must be C-contiguous and writable; pass a fresh copy (np.array(values))")
     if values.dtype == np.uint32 and values.size > _U32_LIMIT + 1:
         raise ConfigError(f"values has {values.size} uint32 entries; more than 2**32 need int64")
-    if BACKEND == "c" and _c_shuffle is not None:
-        draws = _c_shuffle(values, seed, False)
-    else:
-        draws = _shuffle_blocked(values, seed, fill=False)
+    kernel = extension("shuffle")
+    draws = _shuffle_blocked(values, seed, fill=False) if kernel is None else kernel.shuffle(values, seed, False)
     return state_after(seed, draws)
 
 

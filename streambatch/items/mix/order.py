@@ -5,7 +5,8 @@ rational, so `integer_weights` turns them into exact integers ``a`` with no
 common factor (``w = a / sum(a)``), and every comparison of the rule is made in
 integer arithmetic; nothing is ever rounded.
 
-`tijdeman_order` runs the rule on one of two backends, named by `BACKEND`:
+`tijdeman_order` runs the rule on one of two paths, the ``mix_order`` kernel's
+switch (`streambatch._kernels`: ``backend("mix_order")``, ``use("mix_order", "python")``):
 
 ``"c"``
     The compiled extension ``streambatch._mix_order`` (built by ``pip install``
@@ -21,25 +22,18 @@ integer arithmetic; nothing is ever rounded.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from math import gcd, lcm
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..._checks import check_non_negative, is_integer, short_repr
+from ..._kernels import extension, legacy_switch
 from ...errors import ConfigError
 
-_c_tijdeman: Callable[..., None] | None
-try:
-    from ..._mix_order import tijdeman as _c_tijdeman
-except ImportError:  # built without a C compiler: the exact Python loop
-    _c_tijdeman = None
-
-Backend = Literal["c", "python"]
-BACKEND: Backend = "c" if _c_tijdeman is not None else "python"
-"""The backend `tijdeman_order` uses: ``"c"`` when the extension was built, else ``"python"``."""
+legacy_switch(__name__, "BACKEND", "mix_order", "python")  # the old switch ("c" or "python"), for one release
 
 MAX_SOURCES = 255
 """Most sources in one mixture: a source id is one uint8."""
@@ -144,13 +138,9 @@ def tijdeman_order(weights: Any, length: int, block: int | None = None) -> tuple
     if len(ints) == 1:  # one source takes every item
         checkpoints[:, 0] = np.arange(checkpoints.shape[0], dtype=np.int64) * block
         return sources, checkpoints
-    if BACKEND == "c" and _c_tijdeman is not None and sum(ints) < KERNEL_LIMIT:
-        _c_tijdeman(sources, checkpoints, block, b"".join(value.to_bytes(16, "little") for value in ints))
-    elif BACKEND == "c" and _c_tijdeman is None:
-        raise ConfigError(
-            "streambatch.items.mix.order.BACKEND='c' but the extension streambatch._mix_order is not built; "
-            "reinstall streambatch with a C compiler present, or set BACKEND='python'"
-        )
+    kernel = extension("mix_order")
+    if kernel is not None and sum(ints) < KERNEL_LIMIT:
+        kernel.tijdeman(sources, checkpoints, block, b"".join(value.to_bytes(16, "little") for value in ints))
     else:
         _python_order(ints, sources)
         _fill_checkpoints(sources, checkpoints, block)

@@ -32,12 +32,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._checks import check_non_negative, check_positive, check_seed, is_integer, short_repr
+from ..._kernels import legacy_switch
 from ...errors import ConfigError, DataError, OutOfRangeError
 from ...io.keyed_file import check_blocks
 from ...order.shuffle import IndexArray, shuffled_order
 from ...order.splitmix import splitmix64_draws
 from .order import (
-    BACKEND,
     KERNEL_LIMIT,
     MAX_SOURCES,
     CountArray,
@@ -49,7 +49,6 @@ from .order import (
 )
 
 __all__ = [
-    "BACKEND",
     "KERNEL_LIMIT",
     "MAX_SOURCES",
     "MixPlan",
@@ -63,6 +62,8 @@ __all__ = [
     "source_order",
     "tijdeman_order",
 ]
+
+legacy_switch(__name__, "BACKEND", "mix_order", "python")  # the old switch ("c" or "python"), for one release
 
 IntArray = npt.NDArray[np.int64]
 _GATHER = 1 << 20  # bytes of block gathered per locate chunk: bounded scratch memory

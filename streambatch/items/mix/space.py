@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from ..._kernels import cache_key
 from ...batch.minibatch import SourceArray, present
 from ...order.plan import plan_file
 from ...order.shuffle import shuffle
@@ -101,16 +102,18 @@ class MixSpace:
 
     def gather(self) -> MixGather:
         """The row gather over every source's stores (built once)."""
-        gather: MixGather | None = self.cache.get("gather")
+        key = cache_key("gather", "window_gather")
+        gather: MixGather | None = self.cache.get(key)
         if gather is None:
-            gather = self.cache["gather"] = MixGather(self.spaces)
+            gather = self.cache[key] = MixGather(self.spaces)
         return gather
 
     def packed_gather(self) -> PackedMixGather:
         """The gather of a mixture of packed rows (built once)."""
-        gather: PackedMixGather | None = self.cache.get("packed gather")
+        key = cache_key("packed gather", "packed_gather")
+        gather: PackedMixGather | None = self.cache.get(key)
         if gather is None:
-            gather = self.cache["packed gather"] = PackedMixGather(self.spaces, self.names)
+            gather = self.cache[key] = PackedMixGather(self.spaces, self.names)
         return gather
 
     def stream(self, source: int, first: int, stop: int) -> npt.NDArray[Any]:

@@ -8,26 +8,20 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from ..._checks import check_positive
+from ..._kernels import backend as kernel_backend
+from ..._kernels import built, legacy_switch
 from ...errors import ConfigError
-
-_c_best_fit: Callable[[Any, int], tuple[bytearray, bytearray]] | None
-try:
-    from ..._best_fit import best_fit_decreasing as _c_best_fit
-except ImportError:  # built without a C compiler: the Python fallback
-    _c_best_fit = None
 
 IntArray = npt.NDArray[np.int64]
 Backend = Literal["c", "python"]
 
-BACKEND: Backend = "c" if _c_best_fit is not None else "python"
-"""The backend `best_fit_decreasing` uses by default: ``"c"`` when the extension was built, else ``"python"``."""
+legacy_switch(__name__, "BACKEND", "best_fit", "python")  # the old switch ("c" or "python"), for one release
 
 _U32 = 1 << 32
 
@@ -55,11 +49,12 @@ def best_fit_decreasing(
         raise ConfigError(f"sizes must lie in [0, capacity={cap}]; got [{int(values.min())}, {int(values.max())}]")
     if values.size >= _U32 or cap >= _U32:
         raise ConfigError(f"best_fit_decreasing packs fewer than 2**32 sizes of capacity below 2**32; got {values.size}, {cap}")
-    chosen = BACKEND if backend is None else backend
+    chosen = kernel_backend("best_fit") if backend is None else backend
     if chosen == "c":
-        if _c_best_fit is None:
+        kernel = built("best_fit")
+        if kernel is None:
             raise ConfigError("backend='c' needs the compiled extension streambatch._best_fit; build it or pass backend='python'")
-        offset_bytes, item_bytes = _c_best_fit(np.ascontiguousarray(values, dtype=np.uint32), cap)
+        offset_bytes, item_bytes = kernel.best_fit_decreasing(np.ascontiguousarray(values, dtype=np.uint32), cap)
         return np.frombuffer(offset_bytes, dtype=np.int64), np.frombuffer(item_bytes, dtype=np.uint32)
     if chosen != "python":
         raise ConfigError(f"backend={backend!r} is not 'c' or 'python'")

@@ -28,8 +28,8 @@ Rows (`PackedRows`, built by `pack_lengths`)
     (a document has at most one tail, so its index names the piece): one uint32
     per tail plus one int64 per packed row.  One call packs fewer than 2**32 documents.
 
-The packing kernel is the C extension ``streambatch._best_fit`` (`BACKEND`
-``"c"``), O(n log n) time and O(n) memory for n tails, nothing sized by ``T``;
+The packing kernel is the C extension ``streambatch._best_fit`` (the ``best_fit``
+kernel of `streambatch._kernels`), O(n log n) time and O(n) memory for n tails, nothing sized by ``T``;
 without a compiler a pure Python fallback (``"python"``)
 gives identical rows, slowly.  Gathering tokens for rows: `gather_segments`.
 """
@@ -43,15 +43,15 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._checks import check_positive
+from ..._kernels import legacy_switch
 from ...errors import ConfigError, DataError, OutOfRangeError
-from ._pack_fit import BACKEND, Backend, best_fit_decreasing
+from ._pack_fit import Backend, best_fit_decreasing
 from ._pack_gather import PackedArrays, check_emittable, gather_segments
 
 IntArray = npt.NDArray[np.int64]
 _U32 = 1 << 32
 
 __all__ = [
-    "BACKEND",
     "PackReport",
     "PackedArrays",
     "PackedRows",
@@ -63,6 +63,8 @@ __all__ = [
     "pack_lengths",
     "packed_rows",
 ]
+
+legacy_switch(__name__, "BACKEND", "best_fit", "python")  # the old switch ("c" or "python"), for one release
 
 
 class PieceIndex:

@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..._checks import check_positive, is_integer
+from ..._kernels import built, extension, legacy_switch
 from ...batch.minibatch import MiniBatch, row_batch
 from ...batch.span import spanning_tokens
 from ...errors import ConfigError, DataError, OutOfRangeError
@@ -39,14 +40,7 @@ from .pack import PackedRows, PackReport, PieceIndex, pack_lengths
 from .pack_file import ALGORITHM, packing_file
 from .packed_batch import from_arrays, from_kernel, mask_pieces
 
-_CGatherer: Any
-try:
-    from ..._row_gather import Gatherer as _CGatherer
-except ImportError:  # built without a C compiler: the numpy gather
-    _CGatherer = None
-
-GATHER_BACKEND: Literal["c", "numpy"] = "c" if _CGatherer is not None else "numpy"
-"""How packed batches are gathered: the C extension ``streambatch._row_gather`` (one pass), else numpy (same arrays)."""
+legacy_switch(__name__, "GATHER_BACKEND", "packed_gather", "numpy")  # the old switch ("c" or "numpy"), one release
 
 
 class RowSpace:
@@ -273,18 +267,23 @@ def emit(space: RowSpace, numbers: IntArray, index: int) -> MiniBatch:
         ) from None
 
 
-def packed_gatherer(space: RowSpace) -> Any:
-    """The C gatherer of *space*, built once and cached on it; False where numpy gathers."""
+def packed_gatherer(space: RowSpace, *, made: bool = False) -> Any:
+    """The C gatherer of *space*, built once and cached on it; False where numpy gathers (the ``packed_gather``
+    kernel switched to ``"python"``, or a source the kernel does not read).  *made*: for a batch the C gatherer
+    made (its columns on demand), whatever the switch says now."""
+    kernel = built("packed_gather") if made else extension("packed_gather")
+    if kernel is None:
+        return False
     gatherer = space.cache.get("gather")
     if gatherer is None:
-        gatherer = space.cache["gather"] = _gatherer(space)
+        gatherer = space.cache["gather"] = _gatherer(space, kernel)
     return gatherer
 
 
 def packed_columns(batch: MiniBatch) -> dict[str, Any]:
     """The segment and position ids and the loss mask of a packed *batch* gathered by ``gather_tokens``: the same
     kernel's pass 5 over the batch's rows (no token read), for one source or a mixture's (``batch.sources``)."""
-    gatherers = tuple(packed_gatherer(space) for space in batch.spaces)
+    gatherers = tuple(packed_gatherer(space, made=True) for space in batch.spaces)
     numbers = np.ascontiguousarray(batch.positions, dtype=np.int64)
     if batch.sources is None:
         outputs = gatherers[0].columns(numbers)
@@ -331,14 +330,15 @@ def iter_batches(rows: Rows, batch_size: int, batches: range) -> Iterator[MiniBa
             yield row_batch(batch, inputs, targets, here, spaces, count, packed_columns, (cu_seqlens, longest, segments))
 
 
-def _gatherer(space: RowSpace) -> Any:
-    """The C gatherer of *space* (views of its tokens and packing), or False where numpy gathers.
+def _gatherer(space: RowSpace, kernel: Any) -> Any:
+    """The C gatherer of *space* (views of its tokens and packing; *kernel*: the extension), or False where numpy
+    gathers.
 
     A `Corpus` is read through one view spanning its shards (`streambatch.batch.span`), with each
     document's start moved into it; shards of mixed dtypes are gathered by numpy.
     """
     store, rows = space.store, space.packing
-    if _CGatherer is None or rows.context_length >= 1 << 31:
+    if rows.context_length >= 1 << 31:
         return False
     if isinstance(store, DocumentStore):
         tokens, starts = store.tokens, store.starts
@@ -353,7 +353,7 @@ def _gatherer(space: RowSpace) -> Any:
     full_docs, full_ends = rows.index.full_pieces()
     args = (tokens, starts, rows.index.lengths, full_docs, full_ends, rows.offsets, rows.tails)  # the partition's lengths
     bits = kernel_bits(store)
-    gatherer = _CGatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id, bits)
+    gatherer = kernel.Gatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id, bits)
     if bits is not None:  # a masked store: every row's count once, in row order; a batch's count is then a sum
         gatherer.use_row_counts(row_counts(gatherer, len(rows)))
     return gatherer

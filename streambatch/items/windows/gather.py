@@ -8,11 +8,12 @@ overlapping ``T``-token records, giving C-contiguous ``inputs[w, T]`` and
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ..._kernels import cache_key, extension, legacy_switch
 from ...batch.minibatch import MiniBatch, row_batch
 from ...batch.span import spanning_tokens
 from ...errors import ConfigError, DataError
@@ -20,14 +21,7 @@ from ...model.corpus import Corpus
 from ...model.mask import count_reader, target_mask, target_reader
 from ...model.store import DocumentStore
 
-_CWindowGatherer: Any
-try:  # the optional C extension (see setup.py): one call makes both arrays and copies each row's tokens
-    from ..._row_gather import WindowGatherer as _CWindowGatherer
-except ImportError:  # built without a C compiler: numpy gathers the same arrays
-    _CWindowGatherer = None
-
-WINDOW_BACKEND: Literal["c", "numpy"] = "c" if _CWindowGatherer is not None else "numpy"
-"""How window batches are gathered: the C extension ``streambatch._row_gather`` (uint16 or uint32 tokens), else numpy."""
+legacy_switch(__name__, "WINDOW_BACKEND", "window_gather", "numpy")  # the old switch ("c" or "numpy"), one release
 
 _OUTSIDE = (
     "a row starts at a position outside the store's {size} tokens; "
@@ -36,15 +30,17 @@ _OUTSIDE = (
 
 
 def c_window_gather(tokens: npt.NDArray[Any], length: int, bits: npt.NDArray[np.uint8] | None = None) -> Any:
-    """The C window gatherer of *tokens* for context length *length*, or None (not built, another dtype, no window);
-    with *bits* (the store's loss mask) its ``gather_counted`` also counts the rows' trained targets."""
-    if _CWindowGatherer is None or tokens.dtype not in (np.uint16, np.uint32) or tokens.size < length + 1:
+    """The C window gatherer of *tokens* for context length *length*, or None (not built or switched off: the
+    ``window_gather`` kernel; another dtype; no window); with *bits* (the store's loss mask) its ``gather_counted``
+    also counts the rows' trained targets."""
+    kernel = extension("window_gather")
+    if kernel is None or tokens.dtype not in (np.uint16, np.uint32) or tokens.size < length + 1:
         return None
     if not tokens.flags.c_contiguous:
         return None
     if bits is not None and (bits.dtype != np.uint8 or not bits.flags.c_contiguous or bits.size * 8 < tokens.size):
         bits = None
-    return _CWindowGatherer(tokens, length) if bits is None else _CWindowGatherer(tokens, length, bits)
+    return kernel.WindowGatherer(tokens, length) if bits is None else kernel.WindowGatherer(tokens, length, bits)
 
 
 class StoreGather:
@@ -307,8 +303,10 @@ Gather = StoreGather | ShardedGather
 
 
 def window_gather(space: Any) -> Gather:
-    """The space's gather, built once and cached on it: `StoreGather` for a store, `ShardedGather` for a corpus."""
-    gather: Gather | None = space.cache.get("gather")
+    """The space's gather, built once (per switch of the ``window_gather`` kernel) and cached on it: `StoreGather`
+    for a store, `ShardedGather` for a corpus."""
+    key = cache_key("gather", "window_gather")
+    gather: Gather | None = space.cache.get(key)
     if gather is None:
         store, length = space.store, space.config.context_length
         if isinstance(store, DocumentStore):
@@ -317,7 +315,7 @@ def window_gather(space: Any) -> Gather:
             gather = ShardedGather(store, length)
         else:
             raise ConfigError(f"source={store!r} has no gather; pass a DocumentStore or a Corpus to sb.windows")
-        space.cache["gather"] = gather
+        space.cache[key] = gather
     return gather
 
 
@@ -328,8 +326,9 @@ def mask_reader(space: Any) -> MaskReader | None:
     """What makes the ``(w, T)`` loss mask of window rows at positions of *space*'s store, cached on the space:
     a store's bits bound to the C kernel (`streambatch.model.mask.target_reader`), a corpus's per-shard read, or
     None without a mask (the batch then stores no ``loss_mask``: every target counts)."""
-    if "mask" in space.cache:
-        found: MaskReader | None = space.cache["mask"]
+    key = cache_key("mask", "mask_bits")
+    if key in space.cache:
+        found: MaskReader | None = space.cache[key]
         return found
     store, length = space.store, space.config.context_length
     reader: MaskReader | None = None
@@ -338,7 +337,7 @@ def mask_reader(space: Any) -> MaskReader | None:
             reader = target_reader(store.loss_bits, length)
         else:
             reader = lambda positions: store.target_mask(positions, length)  # noqa: E731
-    space.cache["mask"] = reader
+    space.cache[key] = reader
     return reader
 
 
@@ -347,13 +346,14 @@ def mask_counter(space: Any) -> Callable[[npt.NDArray[Any]], int] | None:
     (`streambatch.model.mask.count_reader`), cached on the space; None without a mask, or where the mask is made
     with the batch (a corpus's shards, no C kernel).  A store's own batches count in the gather's copy loop
     (`StoreGather.take_counted`); a mixture's count here."""
-    if "count" in space.cache:
-        found: Callable[[npt.NDArray[Any]], int] | None = space.cache["count"]
+    key = cache_key("count", "mask_bits")
+    if key in space.cache:
+        found: Callable[[npt.NDArray[Any]], int] | None = space.cache[key]
         return found
     store, counter = space.store, None
     if mask_reader(space) is not None and isinstance(store, DocumentStore) and store.loss_bits is not None:
         counter = count_reader(store.loss_bits, space.config.context_length)
-    space.cache["count"] = counter
+    space.cache[key] = counter
     return counter
 
 
