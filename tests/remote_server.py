@@ -95,6 +95,17 @@ def documents(count: int = 24, seed: int = 0, high: int = 50_000, prefix: str = 
     return [sb.Document(f"{prefix}{i}", "train", rng.integers(0, high, int(rng.integers(8, 400)))) for i in range(count)]
 
 
+def current_version(url: str) -> str:
+    """The address of the version the store pointer at *url* names (where that store's objects are)."""
+    from streambatch.io.remote.client import ObjectClient
+    from streambatch.io.remote.location import Location
+    from streambatch.io.remote.open import read_pointer
+
+    pointer = read_pointer(ObjectClient(Location.parse(url)))
+    assert pointer is not None, f"no store pointer at {url}"
+    return f"{url}/{pointer['current']}"
+
+
 def uploaded(tmp: Path, name: str, docs: list[sb.Document], **options: Any) -> tuple[sb.DocumentStore, sb.DocumentStore]:
     """``(local, remote)``: *docs* written to a local store and uploaded to ``s3://BUCKET/name``."""
     from streambatch.io.remote.upload import upload_store

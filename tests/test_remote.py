@@ -17,7 +17,7 @@ from streambatch.io.remote.client import STATS
 from streambatch.io.remote.tokens import coalesce
 from streambatch.items.mix.mixture import mix
 
-from .remote_server import BUCKET, SECRET, documents, environment, moto_server, uploaded
+from .remote_server import BUCKET, SECRET, current_version, documents, environment, moto_server, uploaded
 
 
 @pytest.fixture(scope="module")
@@ -174,13 +174,14 @@ def test_a_replaced_object_is_a_data_error_naming_it(stores: dict[str, Any]) -> 
     tmp: Path = stores["tmp"]
     _, remote = uploaded(tmp, "changing", documents(6, seed=7))
     size = remote.tokens.nbytes
-    ObjectClient(Location.parse(f"s3://{BUCKET}/changing")).put("tokens.bin", bytes(size))
-    with pytest.raises(DataError, match=r"changing/tokens\.bin.*changed"):
+    version = current_version(f"s3://{BUCKET}/changing")  # the objects the pointer names
+    ObjectClient(Location.parse(version)).put("tokens.bin", bytes(size))
+    with pytest.raises(DataError, match=r"changing/v/[0-9a-f-]+/tokens\.bin.*changed"):
         list(sb.Epoch(remote, context_length=4, batch_size=4, seed=1))
-    with pytest.raises(DataError, match=r"changing/tokens\.bin: ETag"):
+    with pytest.raises(DataError, match=r"changing/v/[0-9a-f-]+/tokens\.bin: ETag"):
         sb.open_store(f"s3://{BUCKET}/changing")
-    ObjectClient(Location.parse(f"s3://{BUCKET}/changing")).put("tokens.bin", bytes(size + 2))
-    with pytest.raises(DataError, match=r"changing/tokens\.bin: size"):
+    ObjectClient(Location.parse(version)).put("tokens.bin", bytes(size + 2))
+    with pytest.raises(DataError, match=r"changing/v/[0-9a-f-]+/tokens\.bin: size"):
         sb.open_store(f"s3://{BUCKET}/changing")
 
 
@@ -233,7 +234,8 @@ def test_a_cache_folder_must_be_a_cache(stores: dict[str, Any], tmp_path: Path) 
 
 
 def test_prepare_uploads_a_store_with_its_header_last(server: int, tmp_path: Path) -> None:
-    """`prepare -o s3://...`: the data parts go up before the header, and the store reads back whole."""
+    """`prepare -o s3://...`: the data parts go up before the header, the pointer switches to them last, and the
+    store reads back whole."""
     from streambatch.cli import main
 
     source = tmp_path / "docs.jsonl"
@@ -252,8 +254,8 @@ def test_prepare_uploads_a_store_with_its_header_last(server: int, tmp_path: Pat
         assert main(["prepare", str(source), "-o", f"s3://{BUCKET}/prepared", "--quiet"]) == 0
     finally:
         client_module.ObjectClient.put = put  # type: ignore[method-assign]
-    assert order[-1] == "header.json"
-    assert set(order[:-1]) == {"tokens.bin", "offsets.bin"}
+    assert order[-2:] == ["header.json", "current.json"]
+    assert set(order[:-2]) == {"tokens.bin", "offsets.bin"}
     local = sb.open_store(
         sb.write_store(tmp_path / "local", sb.open_source(str(source)).store).fingerprint and tmp_path / "local"
     )
@@ -285,7 +287,7 @@ def test_a_masked_store_keeps_its_mask_in_object_storage(stores: dict[str, Any])
     from streambatch.io.remote.client import ObjectClient
     from streambatch.io.remote.location import Location
 
-    ObjectClient(Location.parse(f"s3://{BUCKET}/masked")).put("loss_mask.bin", b"\x00")
+    ObjectClient(Location.parse(current_version(f"s3://{BUCKET}/masked"))).put("loss_mask.bin", b"\x00")
     with pytest.raises(DataError, match=r"loss_mask\.bin"):
         sb.open_store(f"s3://{BUCKET}/masked")
 

@@ -64,6 +64,10 @@ class Stats:
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
 
 
+class MissingObject(StoreError):
+    """No object of that name (a 404 that is not a missing bucket): what `ObjectClient.get_optional` answers None for."""
+
+
 STATS = Stats()  # this process's, over every remote store
 _RUNTIME_PID: int | None = None  # the process whose object-store runtime is running (not a forked child's)
 
@@ -164,6 +168,49 @@ class ObjectClient:
         data, etag = self._retried(name, fetch)
         self._count(1, 0, len(data))
         return data, etag
+
+    def get_optional(self, name: str, limit: int) -> tuple[bytes, str | None] | None:
+        """`get`, or None when there is no object *name*."""
+        try:
+            return self.get(name, limit)
+        except MissingObject:
+            return None
+
+    def exists(self, name: str) -> bool:
+        """Whether there is an object *name* (one HEAD)."""
+        try:
+            self.head(name)
+        except MissingObject:
+            return False
+        return True
+
+    def listing(self, folder: str) -> list[tuple[str, float]]:
+        """``(name, last modified, seconds since the epoch)`` of every object in *folder* and below (names relative
+        to this location; ``""``: everything under it)."""
+        if (forked := self._forked()) is not None:
+            return forked.call("listing", folder)  # type: ignore[no-any-return]
+        import obstore
+
+        root = self.where.key("")
+        found = []
+        prefix = self.where.key(folder.strip("/"))
+        for chunk in self._retried(folder or ".", lambda: list(obstore.list(self._handle(), prefix))):
+            for meta in chunk:
+                found.append((str(meta["path"])[len(root) :], meta["last_modified"].timestamp()))
+        self._count(1, 0, 0)
+        return found
+
+    def delete(self, names: list[str]) -> None:
+        """Delete objects *names* (bulk where the store can)."""
+        if (forked := self._forked()) is not None:
+            forked.call("delete", names)
+            return
+        if not names:
+            return
+        import obstore
+
+        self._retried(names[0], lambda: obstore.delete(self._handle(), [self.where.key(n) for n in names]))
+        self._count(1, 0, 0)
 
     def _within(self, name: str, size: int, limit: int, what: str) -> None:
         if size > limit:
@@ -289,7 +336,7 @@ class ObjectClient:
         if isinstance(err, FileNotFoundError) or kind == "NotFoundError" or status == 404:
             if "NoSuchBucket" in text:
                 return StoreError(f"{self.where.scheme}://{self.where.bucket}: no such bucket; check the address")
-            return StoreError(f"{where}: no such object; check the address (is a store there?)")
+            return MissingObject(f"{where}: no such object; check the address (is a store there?)")
         if isinstance(err, PermissionError) or kind in ("PermissionDeniedError", "UnauthenticatedError") or status in (401, 403):
             return StoreError(f"{where}: access denied (status {status or '?'}); check the credentials and their permissions")
         tried = f" after {attempts} attempts" if attempts > 1 else ""

@@ -28,6 +28,11 @@ from .location import Location
 from .tokens import TokenFile
 
 OBJECTS = "objects"  # header key: {name: {"size": int, "etag": str}} of each uploaded object
+POINTER = "current.json"  # which version of the store at an address is current (`streambatch.io.remote.upload`)
+POINTER_FORMAT = "streambatch.store-pointer"
+POINTER_LIMIT = 1 << 20
+VERSIONS = "v"  # the folder of the versions beside the pointer
+STORE_FILES = (HEADER, TOKENS, OFFSETS, "ids.jsonl", PARTITIONS_FILE, LOSS_MASK)  # a store's own files
 
 
 class RemotePath(str):
@@ -59,7 +64,39 @@ def open_remote_store(
     """
     where = Location.parse(url, options)
     client = ObjectClient(where, retries=retries, timeout=timeout)
+    pointer = read_pointer(client)
+    if pointer is not None:  # a versioned store: the version the pointer names, whole
+        client = ObjectClient(where.child(pointer["current"]), retries=retries, timeout=timeout)
     return open_at(client, prefetch=prefetch, cache=_cache(cache_dir, cache_bytes))
+
+
+def read_pointer(client: ObjectClient) -> dict[str, Any] | None:
+    """The store pointer at *client*'s address (None: no pointer, a store from before versions or none), checked."""
+    from ..bounded_json import read_json_header
+
+    found = client.get_optional(POINTER, POINTER_LIMIT)
+    if found is None:
+        return None
+    where = f"{client.where.url}/{POINTER}"
+    with tempfile.TemporaryFile() as handle:
+        handle.write(found[0])
+        handle.seek(0)
+        pointer = read_json_header(handle, where, "store pointer", "upload the store again", error=DataError)
+    current = pointer.get("current") if isinstance(pointer, dict) else None
+    if (
+        not isinstance(pointer, dict)
+        or pointer.get("format") != POINTER_FORMAT
+        or pointer.get("version") != 1
+        or not isinstance(current, str)
+        or not current.startswith(f"{VERSIONS}/")
+        or ".." in current.split("/")
+        or not isinstance(pointer.get("retired", []), list)
+    ):
+        raise DataError(
+            f"{where}: not a store pointer of this streambatch (format {POINTER_FORMAT!r}, version 1, "
+            f"current 'v/...'); upload the store again"
+        )
+    return pointer
 
 
 def _cache(cache_dir: Any, cache_bytes: int | None) -> Any:

@@ -1,17 +1,29 @@
 """Write a store (or a corpus manifest) to object storage so that no reader ever sees a partial one.
 
-The data parts go up first (``tokens.bin``, ``offsets.bin``, ``ids.jsonl``,
-``partitions.bin``), then the header, with each part's size and ETag recorded
-under ``objects``: a reader finds either no header (no store yet), the old
-header (whose recorded ETags no longer match: a `DataError` naming the object,
-never mixed tokens) or the complete new store.  A corpus's shards go up before
-its manifest; the manifest records each shard's fingerprint.
+Replacing is atomic.  Each upload writes a new *version*, under a fresh prefix
+``ADDRESS/v/<fingerprint>-<time>/``: the data parts first (``tokens.bin``,
+``offsets.bin``, ``ids.jsonl``, ``partitions.bin``, ``loss_mask.bin``), then
+its header, with each part's size and ETag recorded under ``objects``.  Then
+one small pointer object, ``ADDRESS/current.json``, is switched to it: a single
+PUT, which object stores make visible whole.  A reader resolves the pointer
+first (`streambatch.io.remote.open`), so it sees the old store or the complete
+new one, never neither, whenever the upload stops.  A store written before
+versions (its objects at ``ADDRESS/`` itself) is read as it is until it is
+replaced.
+
+The old version is retired, not removed, at the switch (the pointer lists it
+with the time); an upload removes the versions retired more than *grace*
+seconds ago (`GRACE`, a day, by default: readers that opened the old store keep
+reading it meanwhile), and the leftovers of an upload killed before its switch
+once they are that old.  A corpus's shards go up before its manifest (one PUT);
+the manifest records each shard's fingerprint.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,11 +36,16 @@ from ..store_header import HEADER, OFFSETS, TOKENS, listed_files
 from ..store_mask import LOSS_MASK, mask_entry
 from .client import ObjectClient
 from .location import Location
-from .open import OBJECTS, open_remote_store
+from .open import OBJECTS, POINTER, POINTER_FORMAT, STORE_FILES, VERSIONS, open_remote_store, read_pointer
+
+GRACE = 24 * 3600.0  # seconds a retired version is kept for the readers that opened it
 
 
-def upload_store(local: str | os.PathLike[str], url: str, *, options: Mapping[str, Any] | None = None) -> DocumentStore:
-    """Upload the local store directory *local* to *url*, header last; return the remote store, opened."""
+def upload_store(
+    local: str | os.PathLike[str], url: str, *, options: Mapping[str, Any] | None = None, grace: float = GRACE
+) -> DocumentStore:
+    """Upload the local store directory *local* to *url* as a new version, switch the pointer to it last, and
+    remove versions retired more than *grace* seconds ago; return the remote store, opened."""
     from ..store_reader import open_store
 
     where = _writable(url, options)
@@ -37,16 +54,59 @@ def upload_store(local: str | os.PathLike[str], url: str, *, options: Mapping[st
     with open(folder / HEADER, "rb") as handle:
         header = json.loads(handle.read())
     client = ObjectClient(where)
+    pointer = read_pointer(client)  # before anything goes up: a damaged pointer is refused now
+    version = f"{VERSIONS}/{(opened.fingerprint or 'store').rpartition(':')[2][:16]}-{time.time_ns():x}"
+    target = ObjectClient(where.child(version))
     objects: dict[str, dict[str, Any]] = {}
     mask = [] if mask_entry(header, folder / HEADER, len(opened.tokens)) is None else [LOSS_MASK]
     for name in [TOKENS, OFFSETS, *listed_files(header, folder / HEADER), *mask]:
         path = folder / name
-        etag = client.put(name, path)
+        etag = target.put(name, path)
         objects[name] = {"size": path.stat().st_size, "etag": etag}
     header[OBJECTS] = objects
-    client.put(HEADER, json.dumps(header, indent=1).encode() + b"\n")
+    target.put(HEADER, json.dumps(header, indent=1).encode() + b"\n")
     del opened
+    now = time.time()
+    retired = [r for r in (pointer or {}).get("retired", []) if isinstance(r, dict)]
+    legacy = pointer is None and client.exists(HEADER)  # a store from before versions
+    previous = pointer.get("current") if pointer is not None else ("" if legacy else None)
+    if isinstance(previous, str):
+        retired.append({"path": previous, "at": now})
+    switched = {"format": POINTER_FORMAT, "version": 1, "current": version, "retired": retired}
+    client.put(POINTER, json.dumps(switched, indent=1).encode() + b"\n")  # the switch: one PUT
+    _remove_old(client, switched, now, grace)
     return open_remote_store(url, options=options)
+
+
+def _remove_old(client: ObjectClient, pointer: dict[str, Any], now: float, grace: float) -> None:
+    """Remove the versions retired more than *grace* seconds ago, and the leftovers of killed uploads (versions the
+    pointer never named) once every object of theirs is that old; the pointer keeps listing the rest."""
+    current = pointer["current"]
+    kept, gone = [], []
+    for record in pointer["retired"]:
+        path, at = record.get("path"), record.get("at")
+        if not isinstance(path, str) or path == current:
+            continue
+        if isinstance(at, (int, float)) and now - at >= grace:
+            gone.append(path)
+        else:
+            kept.append(record)
+    named = {current, *(r["path"] for r in kept)}
+    versions: dict[str, float] = {}
+    for name, modified in client.listing(VERSIONS):
+        folder = "/".join(name.split("/")[:2])
+        versions[folder] = max(versions.get(folder, 0.0), modified)
+    gone += [v for v, modified in versions.items() if v not in named and now - modified >= grace]
+    names = []
+    for path in dict.fromkeys(gone):
+        if path == "":  # a store from before versions: its own files at the address, nothing else
+            names += [n for n, _ in client.listing("") if n in STORE_FILES]
+        else:
+            names += [n for n, _ in client.listing(path)]
+    client.delete(names)
+    if len(kept) != len(pointer["retired"]):
+        pointer = {**pointer, "retired": kept}
+        client.put(POINTER, json.dumps(pointer, indent=1).encode() + b"\n")
 
 
 def write_remote_corpus(url: str, shards: Sequence[str], *, options: Mapping[str, Any] | None = None) -> Any:
