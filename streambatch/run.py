@@ -34,6 +34,7 @@ from .config import EpochConfig
 from .epoch import Epoch
 from .errors import ConfigError, OutOfRangeError, StateError
 from .items.windows.window_index import WindowConfig
+from .model.contract import contract_key, contract_of
 from .model.documents import Partition
 from .model.source import TokenSource
 from .order.splitmix import derive_seed
@@ -345,7 +346,10 @@ class Run:
             "fingerprint": self.fingerprint,
         }
         key = {**key, "mode": "pack"} if self.pack else key  # window states stay as they were
-        return {**key, "skip_untrained": True} if self._filtered else key  # so do unfiltered ones
+        key = {**key, "skip_untrained": True} if self._filtered else key  # so do unfiltered ones
+        contracts = [contract_of(getattr(store, "tokenizer", None)) for store in self.windows.stores]
+        found = next((contract_key(c) for c in contracts if c is not None), "")
+        return {**key, "contract": found} if found else key  # and those of stores without a data contract
 
     def check_state(self, state: Any, where: str = "state") -> tuple[int, int]:
         """The position ``(epoch, batch)`` *state* records, after checking that it belongs to this run.

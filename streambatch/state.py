@@ -59,6 +59,7 @@ class _Run(_State):
     fingerprint: str
     mode: Literal["window", "pack"] = "window"  # written only by packed runs: window states are unchanged
     skip_untrained: bool = False  # written only by runs of skip_untrained: other states are unchanged
+    contract: str = ""  # written only for stores that record a data contract (`streambatch.model.contract`)
 
 
 class _Worker(_State):
@@ -95,7 +96,7 @@ class _Command(_State):
 
 
 _KINDS: dict[str, type[_State]] = {"run": _Run, "worker": _Worker, "batches": _Batches, "epoch-command": _Command}
-RUN_KEYS = tuple(k for k in _Run.__struct_fields__ if k not in ("mode", "skip_untrained"))
+RUN_KEYS = tuple(k for k in _Run.__struct_fields__ if k not in ("mode", "skip_untrained", "contract"))
 """The keys of a window run's state, in order (a packed run's adds ``mode``, one of ``skip_untrained`` that)."""
 
 

@@ -329,8 +329,9 @@ def test_cli_audit_prints_the_proof_line(fixture_file: Path) -> None:
     assert CHAPTER_PROOF == lines[0]
     assert "epoch: 5 windows of T=2 (stride 1, partition train) in 2 batches [3] x 1 + [2], seed 7" == lines[1]
     assert "token mean: 0.787500 folded from batch raw sums, 0.787500 direct over 10 target tokens" == lines[2]
-    assert re.fullmatch(r"time: \d+\.\d\d s, [\d.]+( [kMG])? windows/s", lines[3])
-    assert 4 == len(lines)
+    assert "tokens: in 9 = out 9 + left out 0 (documents shorter than T + 1: 0, tails and stride gaps: 0)" == lines[3]
+    assert re.fullmatch(r"time: \d+\.\d\d s, [\d.]+( [kMG])? windows/s", lines[4])
+    assert 5 == len(lines)
 
 
 def test_cli_audit_shares_sequential_and_json(fixture_file: Path) -> None:

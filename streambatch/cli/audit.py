@@ -99,6 +99,13 @@ def format_audit(result: AuditResult, epoch: Epoch, workers: int = 1, world_size
             f"token mean: {result.folded_mean.mean_loss:.6f} folded from batch raw sums, "
             f"{result.direct_mean.mean_loss:.6f} direct over {format_count(result.direct_mean.token_count)} target tokens"
         )
+    if result.tokens:
+        t = result.tokens
+        lines.append(
+            f"tokens: in {format_count(t['in'])} = out {format_count(t['out'])} + left out {format_count(t['left_out'])} "
+            f"(documents shorter than T + 1: {format_count(t['short_documents'])}, tails and stride gaps: "
+            f"{format_count(t['tails_and_gaps'])}){'' if t['balanced'] else ' -- NOT BALANCED'}"
+        )
     rate = result.expected_windows / result.seconds if result.seconds > 0 else 0.0
     lines.append(f"time: {result.seconds:.2f} s, {format_count(int(rate))} windows/s")
     return "\n".join(lines) + "\n"

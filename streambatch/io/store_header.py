@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from .._checks import short_repr
 from ..errors import StoreError
+from ..model.contract import contract_of
 from ..model.documents import PARTITIONS
 from ..model.store import content_fingerprint
 from .bounded_json import read_json_header
@@ -55,6 +56,7 @@ def new_header(
     }
     if tokenizer is not None:
         header["tokenizer"] = tokenizer
+        header["contract"] = contract_of(tokenizer)  # an optional field of version 1: older stores derive theirs
     header.update({k: v for k, v in extra.items() if k not in header})
     if ids_inline(ids):
         header["ids"] = list(ids)
@@ -94,11 +96,17 @@ def read_header(handle: IO[bytes], header_path: Path) -> tuple[dict[str, Any], n
 
 
 def header_tokenizer(header: dict[str, Any], header_path: Path) -> dict[str, Any] | None:
-    """The header's tokenizer description, or None."""
+    """The header's tokenizer description, or None; a ``contract`` recorded beside it must be that tokenizer's."""
     tokenizer = header.get("tokenizer")
     if tokenizer is not None and not isinstance(tokenizer, dict):
         raise StoreError(
             f"{short_path(header_path)}: tokenizer={short_repr(tokenizer)} must be an object (name, vocab_size, ...) or absent"
+        )
+    recorded = header.get("contract")
+    if recorded is not None and recorded != contract_of(tokenizer):
+        raise StoreError(
+            f"{short_path(header_path)}: contract={short_repr(recorded)} is not the contract of its tokenizer entry "
+            f"({short_repr(contract_of(tokenizer))}); the header was edited: prepare the store again"
         )
     return tokenizer
 

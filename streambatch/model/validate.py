@@ -190,7 +190,8 @@ def _tokenizer_key(tokenizer: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def check_one_tokenizer(labels: Sequence[str], tokenizers: Sequence[dict[str, Any] | None], what: str) -> None:
-    """Refuse parts (shards of a corpus, sources of a mixture) whose headers record different tokenizers.
+    """Refuse parts (shards of a corpus, sources of a mixture) whose headers record different tokenizers, or one
+    tokenizer with different BOS/EOS ids (the data contract, `streambatch.model.contract`).
 
     A part that records no tokenizer (written from token ids) agrees with any.
 
@@ -212,3 +213,13 @@ def check_one_tokenizer(labels: Sequence[str], tokenizers: Sequence[dict[str, An
                 f"{label} was tokenized by {tokenizer_label(tokenizer)} but {first[0]} by {tokenizer_label(first[1])}; "
                 f"{what} mixes the token ids of one tokenizer: prepare every part with the same --tokenizer"
             )
+        elif _policy(tokenizer) != _policy(first[1]):  # one tokenizer, another BOS/EOS policy: the data contract
+            raise DataError(
+                f"{label} wraps each text document in bos_id={tokenizer.get('bos_id')}, eos_id={tokenizer.get('eos_id')} "
+                f"but {first[0]} in bos_id={first[1].get('bos_id')}, eos_id={first[1].get('eos_id')}; {what} mixes "
+                "documents of one BOS/EOS policy: prepare every part with the same --bos-id/--eos-id"
+            )
+
+
+def _policy(tokenizer: dict[str, Any]) -> tuple[Any, Any]:
+    return tokenizer.get("bos_id"), tokenizer.get("eos_id")

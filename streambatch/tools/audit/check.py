@@ -17,6 +17,7 @@ from ...epoch import Epoch
 from ...errors import AccumulationError, ConfigError, StoreError
 from ..stand_in import sums_of_units, window_loss_units
 from .expected import Expected
+from .ledger import ledger
 from .masks import MASK_CHECKS
 from .order import OrderPass
 from .result import CHECKS, RELATIVE_TOLERANCE, AuditResult
@@ -135,6 +136,9 @@ def audit_batches(
             different = "changed"
 
     duplicates = tally.valid_rows - covered
+    tokens = ledger(ex, tally.stamps != 0)
+    if not tokens["balanced"]:
+        tally.note("coverage", f"tokens in {tokens['in']} != out {tokens['out']} + left out {tokens['left_out']}")
     failures = {check: tally.first[check] for check in CHECKS if check in tally.first}
     failures.update((check, tally.masks.first[check]) for check in MASK_CHECKS if check in tally.masks.first)
     return AuditResult(
@@ -157,6 +161,7 @@ def audit_batches(
         seconds=time.perf_counter() - started,
         mask=tally.masks.fields(),
         mask_proof=tally.masks.proof_fields(),
+        tokens=tokens,
     )
 
 

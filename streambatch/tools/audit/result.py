@@ -62,6 +62,7 @@ class AuditResult(Checked):
     seconds: float = 0.0
     mask: dict[str, Any] = field(default_factory=dict)  # the loss-mask checks' counts (streambatch.tools.audit.masks)
     mask_proof: str = ""  # their PROOF fields: empty for a store without a loss mask
+    tokens: dict[str, Any] = field(default_factory=dict)  # tokens in = out + left out (streambatch.tools.audit.ledger)
 
     @property
     def replay_matches(self) -> bool:
@@ -119,4 +120,5 @@ class AuditResult(Checked):
             "failures": dict(self.failures),
             "seconds": self.seconds,
             **({"loss_mask": dict(self.mask)} if self.mask.get("masked") else {}),
+            **({"tokens": dict(self.tokens)} if self.tokens else {}),
         }
