@@ -6,7 +6,7 @@
 
 Builds the bench corpus (lognormal lengths, median ~1,500 tokens) as a uint16
 store in a temporary directory, then in a fresh process runs ``streambatch audit
---pack`` on it (every check of `streambatch.tools.audit.packed`: tiling of every
+--pack`` on it (every packed check of `streambatch.tools.audit`: tiling of every
 target, segment and position ids, padding, content against the store, replay and
 the other seed from row chunks, the stand-in token mean), and reports wall
 time, targets/s and peak RSS (VmHWM).  The store is deleted at the end.  Not run in CI.

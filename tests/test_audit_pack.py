@@ -1,4 +1,4 @@
-"""``streambatch audit --pack`` and `streambatch.tools.audit.packed`: the packed proof holds, and each tampering fails it."""
+"""``streambatch audit --pack`` and `streambatch.tools.audit` of packed rows: the proof holds, each tampering fails it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import streambatch as sb
 from streambatch.cli import main
 from streambatch.errors import ConfigError
 from streambatch.read.jsonl import read_jsonl
-from streambatch.tools.audit.packed import audit_packed_epoch
+from streambatch.tools.audit import audit_packed_epoch
 from streambatch.tools.audit.shares import epoch_shares
 
 

@@ -1,4 +1,4 @@
-"""``streambatch inspect --pack`` and `streambatch.tools.inspect_pack`: both modes side by side, checked by enumeration."""
+"""``streambatch inspect --pack`` and `streambatch.tools.inspect.mode_summaries`: both modes side by side, by enumeration."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streambatch.cli import main
-from streambatch.tools.inspect_pack import mode_summaries
+from streambatch.tools.inspect import mode_summaries
 
 
 def run(argv: list[str]) -> tuple[int, str]:

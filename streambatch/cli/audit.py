@@ -9,8 +9,7 @@ from typing import IO, Any
 
 from ..epoch import Epoch
 from ..io.mixture_file import MixtureSource
-from ..tools.audit import AuditResult, audit_epoch
-from ..tools.audit.packed import PackAuditResult, audit_packed_epoch
+from ..tools.audit import AuditResult, PackAuditResult, audit_epoch
 from ..tools.inspect import format_count
 from ..tools.mix_report import audit_mixture, format_mixture_audit
 from ._common import add_order, add_source, args_epoch, open_args_source, seed_type
@@ -27,8 +26,8 @@ def _audit(args: argparse.Namespace, out: IO[str]) -> int:
         if mixed["failures"]:
             print(f"streambatch: audit failed: {next(iter(mixed['failures'].items()))}", file=sys.stderr)
         return EXIT_FAILED if mixed["failures"] else 0
-    audit, report = (audit_packed_epoch, format_packed_audit) if epoch.pack else (audit_epoch, format_audit)
-    result = audit(
+    report = format_packed_audit if epoch.pack else format_audit  # one audit; a packed epoch has its own PROOF line
+    result = audit_epoch(
         epoch,
         other_seed=args.other_seed,
         workers=args.workers,
@@ -38,7 +37,7 @@ def _audit(args: argparse.Namespace, out: IO[str]) -> int:
     if args.json:
         out.write(json.dumps(result.to_dict(), indent=1) + "\n")
     else:
-        out.write(report(result, epoch, args.workers, args.world_size))  # type: ignore[arg-type]
+        out.write(report(result, epoch, args.workers, args.world_size))
     failed = result.first_failure
     if failed is None:
         return 0

@@ -13,8 +13,7 @@ from typing import IO, Any
 from ..errors import ConfigError
 from ..io.files import short_path
 from ..io.mixture_file import MixtureSource
-from ..tools.audit import audit_epoch
-from ..tools.audit.packed import audit_packed_epoch
+from ..tools.audit import audit_epoch, audit_packed_epoch
 from ..tools.figure import MAX_WINDOWS, write_figure
 from ..tools.figure.mixture import write_mixture_figure
 from ..tools.figure.packed import MAX_ROWS, write_packed_figure

@@ -2,6 +2,14 @@
 
 `inspect_source` computes everything per document with numpy (nothing per
 window) and returns plain JSON-ready data; ``streambatch inspect`` only formats it.
+With ``pack``, `mode_summaries` puts the item kinds side by side (`MODES`: windows
+at stride ``T`` and packed rows), each counted by the same questions: target
+tokens covered (and their share of all the partition's targets, ``sum(L - 1)``),
+documents seen (at least one target trained on), rows and the pad share of their
+positions.  The window mode is counted at stride ``T`` (each target at most once
+per epoch, the stride packing cuts its pieces at); packing covers every target
+of every document of two tokens or more, by the real packing
+(`streambatch.items.pack.pack.pack_lengths`, best-fit decreasing), never an estimate.
 """
 
 from __future__ import annotations
@@ -9,9 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .._checks import check_positive
 from ..errors import ConfigError
+from ..items.pack.pack import pack_lengths
 from ..items.windows.window_index import window_counts, window_tails
 from ..items.windows.windows import POSITION_LIMIT
 from ..model.corpus import Corpus
@@ -19,7 +29,8 @@ from ..model.documents import Partition
 from ..model.source import Source, as_source
 from ..stages.chunk import batch_count
 from .inspect_mask import mask_rows, mask_summary
-from .inspect_pack import MODES, mode_summaries
+
+MODES = ("windows", "packed")  # the item kinds `mode_summaries` counts, in the order of its table
 
 
 def plan_bytes(window_count: int, token_count: int) -> int:
@@ -50,7 +61,7 @@ def inspect_source(
     width, actual denominator (``width * T``) and capacity (``B * T``).  With
     *pack* (needs *context_length*, and stride ``T`` or none): per partition,
     ``modes`` holds the window mode at stride ``T`` and packing side by side
-    (`streambatch.tools.inspect_pack`).  A store with a loss mask adds, per
+    (`mode_summaries`).  A store with a loss mask adds, per
     partition, ``loss_mask`` (`streambatch.tools.inspect_mask`); with
     *skip_untrained* it also counts the windows and rows an epoch then keeps.
 
@@ -110,6 +121,41 @@ def inspect_source(
             parts[part.value]["loss_mask"] = mask_summary(store, part, T, s, pack, skip_untrained)
     summary["partitions"] = parts
     return summary
+
+
+def mode_summaries(lengths: npt.NDArray[Any], T: int, B: int | None) -> dict[str, dict[str, Any]]:
+    """Each item kind of `MODES` over documents of *lengths* at ``T`` (and batch size *B*): see the module docstring.
+
+    >>> s = mode_summaries(np.array([5, 1, 4, 2]), 2, 2)
+    >>> [(s[m]["covered_targets"], s[m]["documents_seen"], s[m]["rows"], s[m]["pad_positions"]) for m in MODES]
+    [(6, 2, 3, 0), (8, 3, 4, 0)]
+    """
+    sizes = np.asarray(lengths, dtype=np.int64)
+    targets = int(np.maximum(sizes - 1, 0).sum())
+    windows = window_counts(sizes, T, T)
+    packed = pack_lengths(sizes, T).report
+    out = {  # per kind: (targets covered, documents seen, rows)
+        "windows": _mode(targets, int(windows.sum()) * T, int(np.count_nonzero(windows)), int(windows.sum()), T, B),
+        "packed": _mode(targets, packed.targets, int(np.count_nonzero(sizes > 1)), packed.rows, T, B),
+    }
+    out["packed"].update(skipped_one_token_documents=packed.skipped_pieces, row_lower_bound=packed.lower_bound)
+    return out
+
+
+def _mode(targets: int, covered: int, seen: int, rows: int, T: int, B: int | None) -> dict[str, Any]:
+    positions = rows * T
+    out: dict[str, Any] = {
+        "covered_targets": covered,
+        "coverage": covered / targets if targets else 1.0,
+        "documents_seen": seen,
+        "rows": rows,
+        "positions": positions,
+        "pad_positions": positions - covered,
+        "pad_share": (positions - covered) / positions if positions else 0.0,
+    }
+    if B is not None:
+        out["batches"] = batch_count(rows, B)
+    return out
 
 
 def _partition_summary(lengths: Any, T: int | None, B: int | None, stride: int, store_tokens: int) -> dict[str, Any]:

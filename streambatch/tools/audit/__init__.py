@@ -21,8 +21,19 @@ batch-like objects, so a test can hand it tampered batches and watch it fail.
 from __future__ import annotations
 
 from ..stand_in import stand_in_losses
-from .check import audit_batches, audit_epoch
-from .result import CHECKS, RELATIVE_TOLERANCE, AuditResult
+from .check import audit_batches, audit_epoch, audit_packed_epoch
+from .result import CHECKS, PACK_CHECKS, RELATIVE_TOLERANCE, AuditResult, PackAuditResult
 from .shares import epoch_shares
 
-__all__ = ["CHECKS", "RELATIVE_TOLERANCE", "AuditResult", "audit_batches", "audit_epoch", "epoch_shares", "stand_in_losses"]
+__all__ = [
+    "CHECKS",
+    "PACK_CHECKS",
+    "RELATIVE_TOLERANCE",
+    "AuditResult",
+    "PackAuditResult",
+    "audit_batches",
+    "audit_epoch",
+    "audit_packed_epoch",
+    "epoch_shares",
+    "stand_in_losses",
+]

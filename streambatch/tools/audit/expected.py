@@ -1,8 +1,16 @@
-"""The epoch's windows recomputed from the store alone, and each row classified against them."""
+"""The epoch recomputed from the store alone, and each batch's provenance read as segments.
+
+`Expected` holds what every audit compares against: the store, ``T``, the
+partition, the batch widths ``[B] * k + [r]`` over the epoch's items, and the
+counted targets of those items.  `Segments` is what the audit reads of a batch:
+its provenance as one entry per segment (row, document, start, targets); a
+window row is one segment of ``T`` targets, so a batch of windows and a batch of
+packed rows are read alike (`streambatch.batch.minibatch.MiniBatch.segments`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -10,84 +18,82 @@ import numpy.typing as npt
 from ...epoch import Epoch
 from ...errors import ConfigError
 from ...items.untrained import item_targets
-from ...items.windows.window_index import window_counts
 from ...items.windows.windows import windows
 from ...stages.chunk import batch_widths
 
-
-class Rows:
-    """One piece's rows classified against the store: which are windows of the epoch, and why not."""
-
-    __slots__ = ("cross_document", "cross_partition", "documents", "foreign", "inside", "numbers", "starts", "window")
-
-    def __init__(self, expected: Expected, documents: npt.NDArray[np.int64], starts: npt.NDArray[np.int64]) -> None:
-        store = expected.store
-        self.documents, self.starts = documents, starts
-        known = (documents >= 0) & (documents < len(store))
-        safe = np.where(known, documents, 0)
-        length = store.lengths[safe]
-        self.cross_partition = known & (store.partition_codes[safe] != expected.code)
-        # all T + 1 tokens inside the row's own document; compare, never add: starts may be anything
-        self.inside = known & (starts >= 0) & (starts <= length - expected.source_length)
-        self.cross_document = known & ~self.inside
-        on_grid = starts % expected.stride == 0
-        self.window = self.inside & ~self.cross_partition & on_grid
-        self.foreign = ~known | (self.inside & ~self.cross_partition & ~on_grid)
-        self.numbers = expected.first[safe] + starts // expected.stride  # valid where `window`
+IntArray = npt.NDArray[np.int64]
 
 
 class Expected:
-    """The epoch's windows computed from the store alone: per-document counts and first window numbers."""
+    """The epoch's store, ``T``, partition and batch widths, and the counted targets of its items."""
 
     def __init__(self, epoch: Epoch) -> None:
-        self.store = epoch.store
+        items: Any = epoch.windows
+        self.epoch = epoch
+        self.store = store = epoch.store
         self.context_length = epoch.context_length
-        self.source_length = self.context_length + 1
         self.stride = epoch.stride
         self.code = epoch.partition.code
         self.batch_size = epoch.batch_size
-        included = self.store.partition_codes == self.code
-        self.counts = np.where(included, window_counts(self.store.lengths, self.context_length, self.stride), 0)
-        self.cumulative = np.cumsum(self.counts)
-        self.first = self.cumulative - self.counts
-        self.window_count = int(self.cumulative[-1]) if self.cumulative.size else 0
-        self.kept: npt.NDArray[np.bool_] | None = None  # skip_untrained: the windows with a counted target
-        self.counted_targets = self.window_count * self.context_length
-        untrained = getattr(epoch.windows, "untrained", None)  # a mixture's epoch is audited elsewhere
-        if getattr(self.store, "has_loss_mask", False) or untrained is not None:
-            every = windows(
-                self.store, context_length=self.context_length, stride=self.stride, partition=epoch.partition,
-                keep_partition=True,
-            )  # fmt: skip
-            per = item_targets(every)  # counted targets of each window, from the store's bits
-            self.counted_targets = int(per.sum())
-            if untrained is not None:
-                self.kept = per > 0
-        self.item_count = self.window_count if self.kept is None else int(np.count_nonzero(self.kept))
+        self.packed = bool(items.packed)  # items are packed rows: their batches carry the packed columns
+        self.masked = bool(getattr(store, "has_loss_mask", False))
+        self.lengths: IntArray = store.lengths.astype(np.int64)
+        self.included = store.partition_codes == self.code
+        self.untrained = items.untrained  # skip_untrained's report (None: every item kept)
+        self.item_count = len(items)  # the epoch's items (the kept ones under skip_untrained)
         self.widths = np.asarray(batch_widths(self.item_count, self.batch_size), dtype=np.int64)
 
-    def numbers(self, lo: int, hi: int) -> npt.NDArray[np.int64]:
-        """Window numbers ``lo:hi`` of the epoch's items in document order (the kept ones under skip_untrained)."""
-        if self.kept is None:
-            return np.arange(lo, hi, dtype=np.int64)
-        return np.flatnonzero(self.kept)[lo:hi].astype(np.int64)
-
-    def locate(self, numbers: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        documents = np.searchsorted(self.cumulative, numbers, side="right")
-        return documents, (numbers - self.first[documents]) * self.stride
-
     def origin(self, document: int, start: int) -> str:
+        """``id@start (document index d)``: where a row or segment says it comes from."""
         name = self.store.ids[document] if 0 <= document < len(self.store) else f"<no document {document}>"
         return f"{name}@{start} (document index {document})"
 
+    def all_windows(self) -> Any:
+        """Every window of the partition (stride and ``T`` of the epoch), none dropped: what a window epoch holds."""
+        return windows(
+            self.store, context_length=self.context_length, stride=self.stride, partition=self.epoch.partition,
+            keep_partition=True,
+        )  # fmt: skip
 
-def provenance(piece: Any) -> tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """``(batch index, document indices, starts)`` of a batch-like object or a `Windows` chunk."""
+    def window_targets(self) -> IntArray:
+        """Counted targets of every window of the partition, from the store's bits."""
+        return item_targets(self.all_windows())
+
+
+class Segments(NamedTuple):
+    """One batch's provenance per segment (int64), and the rows it claims: what every check reads."""
+
+    batch: int  # the batch's index
+    width: int  # rows the provenance claims
+    rows: IntArray  # each segment's row
+    documents: IntArray
+    starts: IntArray
+    lengths: IntArray  # targets of each segment
+    whole: bool  # one segment of T targets per row, in row order: rows of windows (no packed columns needed)
+
+
+def segments(piece: Any, context_length: int) -> Segments:
+    """The `Segments` of a batch (or a batch-like object; or a chunk of items, not yet gathered).
+
+    A batch with packed columns says where each segment lies (``segment_rows``,
+    ``segment_lengths``); any other is one segment of ``T`` targets per row.
+    """
     if not hasattr(piece, "document_indices"):  # a chunk of windows, not yet gathered
-        documents, starts = piece.locate()
-        return (piece.batch_index or 0), documents.astype(np.int64, copy=False), starts.astype(np.int64, copy=False)
+        documents, starts = (a.astype(np.int64, copy=False) for a in piece.locate())
+        return _whole(piece.batch_index or 0, documents, starts, context_length)
+    index = int(piece.index)
     documents = np.asarray(piece.document_indices, dtype=np.int64).reshape(-1)
     starts = np.asarray(piece.starts, dtype=np.int64).reshape(-1)
     if documents.size != starts.size:
-        raise ConfigError(f"batch {piece.index}: {documents.size} document indices but {starts.size} starts; one of each per row")
-    return int(piece.index), documents, starts
+        raise ConfigError(f"batch {index}: {documents.size} document indices but {starts.size} starts; one of each per row")
+    if getattr(piece, "segment_ids", None) is None:  # rows of windows: one segment per row
+        return _whole(index, documents, starts, context_length)
+    width = int(np.asarray(piece.row_numbers).size)
+    rows = np.asarray(piece.segment_rows, dtype=np.int64).reshape(-1)
+    lengths = np.asarray(piece.segment_lengths, dtype=np.int64).reshape(-1)
+    return Segments(index, width, rows, documents, starts, lengths, False)
+
+
+def _whole(index: int, documents: IntArray, starts: IntArray, T: int) -> Segments:
+    count = documents.size
+    return Segments(index, count, np.arange(count, dtype=np.int64), documents, starts, np.full(count, T, np.int64), True)

@@ -30,15 +30,15 @@ def spans_union(starts: npt.NDArray[np.int64], documents: npt.NDArray[np.int64],
     return int(held.sum()) + width
 
 
-def _held(expected: Any, flags: npt.NDArray[np.bool_]) -> int:
+def _held(windows: Any, flags: npt.NDArray[np.bool_]) -> int:
     """`spans_union` of the windows whose *flags* are set, located block by block."""
-    width, total = expected.source_length, 0
+    width, total = windows.expected.context_length + 1, 0
     pending: tuple[int, int] | None = None  # the last window of the blocks before: its share waits for the next one
     for lo in range(0, flags.size, _BLOCK):
         picked = lo + np.flatnonzero(flags[lo : lo + _BLOCK])
         if not picked.size:
             continue
-        documents, starts = expected.locate(picked.astype(np.int64))
+        documents, starts = windows.locate(picked.astype(np.int64))
         if pending is not None:
             total += min(width, int(starts[0]) - pending[1]) if int(documents[0]) == pending[0] else width
         total += spans_union(starts, documents, width) - width  # every window of the block but its last
@@ -46,17 +46,16 @@ def _held(expected: Any, flags: npt.NDArray[np.bool_]) -> int:
     return total + (width if pending is not None else 0)
 
 
-def ledger(expected: Any, shown: npt.NDArray[np.bool_]) -> dict[str, int | bool]:
+def ledger(windows: Any, shown: npt.NDArray[np.bool_]) -> dict[str, Any]:
     """``in``, ``out``, ``left_out`` (``short_documents`` and ``tails_and_gaps``) and whether ``in == out + left_out``,
-    for the windows *shown* (one flag per window number of *expected*) against *expected*'s own windows."""
-    store = expected.store
-    included = store.partition_codes == expected.code
-    lengths = np.asarray(store.lengths, dtype=np.int64)
+    for the windows *shown* (one flag per window number of *windows*, a
+    `streambatch.tools.audit.coverage.WindowCoverage`) against the epoch's own windows."""
+    included, lengths = windows.expected.included, windows.expected.lengths
     tokens_in = int(lengths[included].sum())
-    wanted = np.ones(expected.window_count, dtype=np.bool_) if expected.kept is None else expected.kept
-    out = _held(expected, shown)
-    short = int(lengths[included & (expected.counts == 0)].sum())
-    left_out = tokens_in - _held(expected, wanted)
+    wanted = np.ones(windows.window_count, dtype=np.bool_) if windows.kept is None else windows.kept
+    out = _held(windows, shown)
+    short = int(lengths[included & (windows.counts == 0)].sum())
+    left_out = tokens_in - _held(windows, wanted)
     return {
         "in": tokens_in,
         "out": out,

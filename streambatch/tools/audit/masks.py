@@ -30,10 +30,9 @@ MASK_CHECKS = ("loss_mask", "denominator", "counted_once", "global_count")
 class MaskTally:
     """The mask checks of one audit pass over the pieces of an epoch whose store is *store*."""
 
-    def __init__(self, store: Any, context_length: int, expected_counted: int) -> None:
-        self.store = store
+    def __init__(self, masked: bool, context_length: int, expected_counted: int) -> None:
         self.context_length = context_length
-        self.masked = bool(getattr(store, "has_loss_mask", False))
+        self.masked = masked
         self.expected_counted = expected_counted  # counted targets of every item of the epoch
         self.counted = 0  # counted targets the pieces' loss masks hold (recomputed, at valid rows)
         self.mask_errors = self.denominator_errors = 0
@@ -43,33 +42,25 @@ class MaskTally:
     def note(self, check: str, message: str) -> None:
         self.first.setdefault(check, message)
 
-    def windows(self, index: int, piece: Any, positions: npt.NDArray[np.int64], rows: npt.NDArray[np.intp]) -> None:
-        """Check the window rows *rows* of *piece* (starting at flat *positions*) against the store's bits."""
-        if not self.masked:  # every target counts: the window checks' denominators are the batch's targets
-            if getattr(piece, "global_token_count", None) is not None:
-                self.global_count(index, piece, int(np.size(piece.targets)))
-            return
+    def check(self, index: int, piece: Any, expected: Any, rows: npt.NDArray[np.intp]) -> None:
+        """Check *piece*'s ``loss_mask`` (None: every target counts) at rows *rows* against *expected*, a callable
+        giving the store's bits there (``[rows, T]``: False at padding), made only for a store with a loss mask."""
         T = self.context_length
-        expected = self.store.target_mask(positions, T) if self.masked else np.ones((positions.size, T), np.bool_)
         given = getattr(piece, "loss_mask", None)
         width = int(np.shape(piece.targets)[0]) if np.ndim(piece.targets) == 2 else 0
+        if not self.masked:  # every target counts: the other checks prove padding out of the denominators
+            if getattr(piece, "global_token_count", None) is not None:
+                counted = int(np.size(piece.targets)) if given is None else int(np.count_nonzero(given))
+                self.global_count(index, piece, counted)
+            return
         mask = np.ones((width, T), np.bool_) if given is None else np.asarray(given, dtype=np.bool_)
         if mask.shape != (width, T):
             self.mask_errors += 1
             self.note("loss_mask", f"batch {index}: loss_mask has shape {list(mask.shape)}, not [{width}, {T}]")
             return
-        self._compare(index, mask[rows], expected, rows)
-        self.counted += int(np.count_nonzero(expected))
-        self._denominator(index, piece, int(np.count_nonzero(mask)))
-
-    def packed(self, index: int, piece: Any, mask: npt.NDArray[np.bool_], expected: npt.NDArray[np.bool_]) -> None:
-        """Check a packed piece's ``loss_mask`` against *expected* (the store's bits at its real targets)."""
-        if not self.masked:  # the packed checks prove padding masked and the real targets counted
-            if getattr(piece, "global_token_count", None) is not None:
-                self.global_count(index, piece, int(np.count_nonzero(mask)))
-            return
-        self._compare(index, mask, expected, np.arange(mask.shape[0]))
-        self.counted += int(np.count_nonzero(expected))
+        bits = expected()
+        self._compare(index, mask[rows], bits, rows)
+        self.counted += int(np.count_nonzero(bits))
         self._denominator(index, piece, int(np.count_nonzero(mask)))
 
     def _compare(

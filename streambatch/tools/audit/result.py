@@ -1,4 +1,5 @@
-"""What an audit found: `CHECKS` in report order and `AuditResult`, with the chapter's PROOF line."""
+"""What an audit found, in the two PROOF lines: `AuditResult` (windows: the chapter's line) and `PackAuditResult`
+(packed rows: ``PROOF|mode=pack|...``), each with its checks in report order (`CHECKS`, `PACK_CHECKS`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,21 @@ CHECKS = (  # causes before consequences: a padded row also breaks widths and th
     "different_seed",
     *MASK_CHECKS,  # loss masks and denominators (`streambatch.tools.audit.masks`), run for every store
 )
+PACK_CHECKS = (
+    "segments",
+    "positions",
+    "padding",
+    "content",
+    "cross_document",
+    "cross_partition",
+    "duplicates",
+    "coverage",
+    "widths",
+    "accumulation",
+    "replay",
+    "different_seed",
+    *MASK_CHECKS,
+)
 RELATIVE_TOLERANCE = 1e-12
 
 
@@ -37,6 +53,11 @@ class Checked:
     def first_failure(self) -> tuple[str, str] | None:
         """``(check, message)`` of the first failed check, in the order the checks run, or None."""
         return next(iter(self.failures.items()), None)
+
+
+def _mean(value: TokenMean | None) -> Any:
+    """A token mean as JSON: ``[token_count, mean_loss, mean_gradient]``."""
+    return None if value is None else [value.token_count, value.mean_loss, value.mean_gradient.tolist()]
 
 
 @dataclass(frozen=True)
@@ -95,10 +116,6 @@ class AuditResult(Checked):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields (means as ``[token_count, mean_loss, mean_gradient]``)."""
-
-        def mean(value: TokenMean | None) -> Any:
-            return None if value is None else [value.token_count, value.mean_loss, value.mean_gradient.tolist()]
-
         return {
             "ok": self.ok,
             "proof": self.proof_line(),
@@ -114,11 +131,69 @@ class AuditResult(Checked):
             "width_errors": self.width_errors,
             "replay": self.replay,
             "different_seed": self.different_seed,
-            "folded_mean": mean(self.folded_mean),
-            "direct_mean": mean(self.direct_mean),
+            "folded_mean": _mean(self.folded_mean),
+            "direct_mean": _mean(self.direct_mean),
             "token_count": self.token_count,
             "failures": dict(self.failures),
             "seconds": self.seconds,
             **({"loss_mask": dict(self.mask)} if self.mask.get("masked") else {}),
             **({"tokens": dict(self.tokens)} if self.tokens else {}),
+        }
+
+
+@dataclass(frozen=True)
+class PackAuditResult(Checked):
+    """Every check of one packed audit, its counts, and the first offending place of each failed check."""
+
+    targets: int
+    covered_targets: int
+    repeated_targets: int
+    rows: int
+    expected_rows: int
+    batches: int
+    counts: dict[str, int]
+    replay: str
+    different_seed: str
+    folded_mean: TokenMean | None
+    direct_mean: TokenMean | None
+    real_positions: int
+    denominator: int
+    failures: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    mask: dict[str, Any] = field(default_factory=dict)  # the loss-mask checks' counts (streambatch.tools.audit.masks)
+    mask_proof: str = ""  # their PROOF fields: empty for a store without a loss mask
+
+    def proof_line(self) -> str:
+        """``PROOF|mode=pack|targets=N/N|duplicates=0|...``: the packed counterpart of the chapter's line."""
+        c = self.counts
+        return (
+            f"PROOF|mode=pack|targets={self.covered_targets}/{self.targets}"
+            f"|duplicates={self.repeated_targets + c['duplicate_rows']}|cross_document={c['cross_document']}"
+            f"|cross_partition={c['cross_partition']}|content={c['content']}|segments={c['segments']}"
+            f"|positions={c['positions']}|padding={c['padding']}|replay={self.replay}|different_seed={self.different_seed}"
+            f"|accumulation={'different' if 'accumulation' in self.failures else 'equal'}{self.mask_proof}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (means as ``[token_count, mean_loss, mean_gradient]``)."""
+        return {
+            "ok": self.ok,
+            "proof": self.proof_line(),
+            "mode": "pack",
+            "targets": self.targets,
+            "covered_targets": self.covered_targets,
+            "repeated_targets": self.repeated_targets,
+            "rows": self.rows,
+            "expected_rows": self.expected_rows,
+            "batches": self.batches,
+            **self.counts,
+            "replay": self.replay,
+            "different_seed": self.different_seed,
+            "folded_mean": _mean(self.folded_mean),
+            "direct_mean": _mean(self.direct_mean),
+            "real_positions": self.real_positions,
+            "denominator": self.denominator,
+            "failures": dict(self.failures),
+            "seconds": self.seconds,
+            **({"loss_mask": dict(self.mask)} if self.mask.get("masked") else {}),
         }

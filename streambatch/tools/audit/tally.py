@@ -1,4 +1,25 @@
-"""The audit's primary pass: every check on each batch, vectorized, with the first offending place of each."""
+"""The audit's primary pass: every check on each batch, vectorized, with the first offending place of each.
+
+One pass for every item kind.  A batch is read as segments (`Segments`: a window
+row is one segment of ``T`` targets) and checked against the store alone:
+
+- shape: rows of windows are ``[width, T]`` with no id beyond the rows
+  (``padding``, ``widths``); a batch with packed columns must lay its segments
+  out in ``width`` rows of ``T`` (``segments``);
+- where: every segment's targets inside its own document (``cross_document``)
+  of the epoch's partition (``cross_partition``);
+- content: inputs and targets are the document's own tokens, read from the
+  store apart from the gather (a whole-row batch compares rows of ``T + 1``
+  tokens, any other the pairs at each real position);
+- the packed columns, when the batch has them: segment ids 0, 1, ... by segment
+  within a row and -1 at padding, position ids restarting at 0 at each segment,
+  padding the pad id with ``loss_mask`` False and in no ``token_count``;
+- the loss mask and the denominators (`streambatch.tools.audit.masks`);
+- the items once (`streambatch.tools.audit.coverage`), and the batch widths.
+
+It returns each batch's stand-in raw sums (`streambatch.tools.stand_in`) for the
+accumulation check.
+"""
 
 from __future__ import annotations
 
@@ -8,161 +29,236 @@ import numpy as np
 import numpy.typing as npt
 
 from ...batch.reduce import TokenSums
-from ..stand_in import loss_units, sums_of_units
-from .expected import Expected, Rows, provenance
+from ..stand_in import loss_units, sums_of_units, target_units
+from .coverage import Coverage, Order
+from .expected import Expected, Segments, segments
 from .masks import MaskTally
-from .order import OrderPass
 
-_STAMP_BLOCK = (1 << 16) - 1  # rows per stamp block: stamps 1..65535 fit uint16, 0 means "never seen"
+COUNTS = ("padding", "content", "segments", "positions", "cross_document", "cross_partition", "foreign", "duplicates", "widths")
 
 
 class Tally:
-    """The primary pass: every check per piece, vectorized; first offending place per check."""
+    """Every check per batch; ``first`` holds the first offending place of each failed check."""
 
-    def __init__(self, expected: Expected) -> None:
-        self.expected = expected
-        self.masks = MaskTally(expected.store, expected.context_length, expected.counted_targets)
-        self.stamps = np.zeros(expected.window_count, dtype=np.uint16)
+    def __init__(self, expected: Expected, coverage: Coverage) -> None:
+        self.expected, self.coverage = expected, coverage
+        self.masks = MaskTally(expected.masked, expected.context_length, coverage.counted_targets)
         self.rows_per_batch = np.zeros(expected.widths.size, dtype=np.int64)
-        self.order = OrderPass(expected, membership=False)
-        self.pieces = self.rows = self.valid_rows = 0
-        self.padding = self.cross_document = self.cross_partition = self.foreign = self.width_errors = 0
-        self.token_count = 0
+        self.order = Order()
+        self.counts = dict.fromkeys(COUNTS, 0)
+        self.pieces = self.rows = self.token_count = self.real_positions = self.denominator = 0
         self.first: dict[str, str] = {}
+        if expected.packed:
+            self.pad_id = int(expected.epoch.windows.space.pad_id)  # one packing's (epoch.store refuses a mixture)
 
     def note(self, check: str, message: str) -> None:
         self.first.setdefault(check, message)
 
+    def count_at(self, check: str, key: str, seg: Segments, bad: npt.NDArray[np.bool_], why: str) -> None:
+        """Count the segments *bad* under *key*; note the first under *check* (a row of windows, or a segment)."""
+        count = int(np.count_nonzero(bad))
+        if count:
+            self.counts[key] += count
+            at = int(np.argmax(bad))
+            where = self.expected.origin(int(seg.documents[at]), int(seg.starts[at]))
+            self.note(check, f"batch {seg.batch} {'row' if seg.whole else 'segment'} {at}: {where}: {why}")
+
+    # -- one batch ------------------------------------------------------------------------------
     def piece(self, piece: Any) -> TokenSums:
+        """Check one batch (or batch-like object); return its stand-in raw sums over its own denominator."""
         ex = self.expected
-        index, documents, starts = provenance(piece)
-        rows = Rows(ex, documents, starts)
-        width = documents.size
+        seg = segments(piece, ex.context_length)
         self.pieces += 1
-        self.rows += width
-        self.order.add(index, documents, starts, rows)
+        self.rows += seg.width
+        index, keys = self.coverage.key(piece, seg)
+        self.order.add(index, keys)
         inputs, targets = np.asarray(piece.inputs), np.asarray(piece.targets)
-        self._shape(index, width, inputs, targets)
-        self._where(index, rows)
-        self._content(index, rows, inputs, targets)
-        self._masks(index, piece, rows, inputs)
-        self._stamp(index, rows)
-        units = int(loss_units(documents, starts, ex.context_length).sum())
+        self._batch_rows(seg, inputs.shape[0] if seg.whole and inputs.ndim == 2 else seg.width)
+        self.coverage.rows(self, seg, piece)
+        if not seg.whole:
+            columns = self._packed_shape(seg, piece, inputs, targets)
+            if columns is None:
+                return sums_of_units(0, int(piece.token_count))
+            inside, other = self._where(seg)
+            self.coverage.primary(self, seg, inside & ~other)
+            return self._packed(seg, piece, inside & ~other, columns)
+        shaped = self._window_shape(seg, inputs, targets)
+        inside, other = self._where(seg)
+        window = self.coverage.primary(self, seg, inside & ~other)  # the rows that are windows of the epoch
+        if shaped:
+            self._content(seg, np.flatnonzero(inside), inputs, targets)
+            self.masks.check(seg.batch, piece, lambda: self._window_bits(seg, window), np.flatnonzero(window))
         self.token_count += int(targets.size)
+        units = int(loss_units(seg.documents, seg.starts, ex.context_length).sum())
         return sums_of_units(units, int(targets.size))  # the batch's real denominator: its target ids
 
-    def _shape(self, index: int, width: int, inputs: npt.NDArray[Any], targets: npt.NDArray[Any]) -> None:
-        T = self.expected.context_length
+    def _batch_rows(self, seg: Segments, shown: int) -> None:
+        if 0 <= seg.batch < self.rows_per_batch.size:
+            self.rows_per_batch[seg.batch] += shown
+        else:
+            self.counts["widths"] += 1
+            self.note("widths", f"batch index {seg.batch} is outside the epoch's {self.rows_per_batch.size} batches")
+
+    def _where(self, seg: Segments) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """``(inside, other)``: segments whose targets lie inside their own document, and those of a document of
+        another partition (counts and notes ``cross_document`` and ``cross_partition``)."""
+        ex = self.expected
+        known = (seg.documents >= 0) & (seg.documents < ex.lengths.size)
+        safe = np.where(known, seg.documents, 0)
+        other = known & ~ex.included[safe]
+        # every target of the segment inside its document: start >= 0 and start + length <= L - 1 (compare, never add)
+        inside = known & (seg.starts >= 0) & (seg.starts <= ex.lengths[safe] - 1 - seg.lengths)
+        if seg.whole:  # a row naming no document is no window of the epoch (coverage), not a crossing
+            self.count_at("cross_document", "cross_document", seg, known & ~inside, "its T + 1 tokens leave the document")
+        else:
+            self.count_at("cross_document", "cross_document", seg, ~inside, "its targets leave the document")
+        self.count_at("cross_partition", "cross_partition", seg, other, "the document is in another partition")
+        return inside, other
+
+    # -- rows of windows -------------------------------------------------------------------------
+    def _window_shape(self, seg: Segments, inputs: npt.NDArray[Any], targets: npt.NDArray[Any]) -> bool:
+        T, width = self.expected.context_length, seg.width
         extra = max(0, inputs.size - width * T) + max(0, targets.size - width * T)
         if extra:
-            self.padding += extra
-            self.note("padding", f"batch {index}: {extra} ids beyond its {width} rows of {T} (shape {list(inputs.shape)})")
-        shown = inputs.shape[0] if inputs.ndim == 2 else width  # rows the model is fed
+            self.counts["padding"] += extra
+            self.note("padding", f"batch {seg.batch}: {extra} ids beyond its {width} rows of {T} (shape {list(inputs.shape)})")
         if inputs.ndim != 2 or inputs.shape != targets.shape or inputs.shape[1] != T:
-            self.width_errors += 1
+            self.counts["widths"] += 1
             self.note(
-                "widths", f"batch {index}: inputs {list(inputs.shape)} and targets {list(targets.shape)} are not [width, {T}]"
+                "widths", f"batch {seg.batch}: inputs {list(inputs.shape)} and targets {list(targets.shape)} are not [width, {T}]"
             )
-        if 0 <= index < self.rows_per_batch.size:
-            self.rows_per_batch[index] += shown
-        else:
-            self.width_errors += 1
-            self.note("widths", f"batch index {index} is outside the epoch's {self.rows_per_batch.size} batches")
+        return inputs.ndim == 2 and targets.shape == inputs.shape and inputs.shape[0] >= width and inputs.shape[1] == T
 
-    def _where(self, index: int, rows: Rows) -> None:
-        ex = self.expected
-        self.cross_document += self._count(
-            "cross_document", index, rows, rows.cross_document, "its T + 1 tokens leave the document"
-        )
-        self.cross_partition += self._count(
-            "cross_partition", index, rows, rows.cross_partition, "the document is in another partition"
-        )
-        self.foreign += self._count(
-            "coverage", index, rows, rows.foreign, f"no such window (no such document, or off the stride-{ex.stride} grid)"
-        )
+    def _window_bits(self, seg: Segments, valid: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+        picked = np.flatnonzero(valid)
+        positions = self.expected.store.starts[seg.documents[picked]] + seg.starts[picked]
+        store: Any = self.expected.store  # a store or a corpus with a loss mask
+        bits: npt.NDArray[np.bool_] = store.target_mask(positions.astype(np.int64), self.expected.context_length)
+        return bits
 
-    def _count(self, check: str, index: int, rows: Rows, mask: npt.NDArray[np.bool_], why: str) -> int:
-        count = int(np.count_nonzero(mask))
-        if count:
-            at = int(np.argmax(mask))
-            self.note(
-                check, f"batch {index} row {at}: {self.expected.origin(int(rows.documents[at]), int(rows.starts[at]))}: {why}"
-            )
-        return count
-
-    def _content(self, index: int, rows: Rows, inputs: npt.NDArray[Any], targets: npt.NDArray[Any]) -> None:
-        ex = self.expected
-        T = ex.context_length
-        width = rows.documents.size
-        if inputs.ndim != 2 or targets.shape != inputs.shape or inputs.shape[0] < width or inputs.shape[1] != T:
-            return  # reported under widths
-        inside = np.flatnonzero(rows.inside)
+    def _content(self, seg: Segments, inside: npt.NDArray[np.intp], inputs: npt.NDArray[Any], targets: npt.NDArray[Any]) -> None:
+        """Rows of windows: each inside row's ``T + 1`` tokens read from the store, apart from the epoch."""
         if not inside.size:
             return
-        positions = ex.store.starts[rows.documents[inside]] + rows.starts[inside]
-        window = ex.store.window_tokens(positions, T + 1)  # gathered independently of the epoch
+        ex = self.expected
+        T = ex.context_length
+        positions = ex.store.starts[seg.documents[inside]] + seg.starts[inside]
+        window = ex.store.window_tokens(positions, T + 1)
         wrong = (inputs[inside] != window[:, :T]).sum(axis=1) + (targets[inside] != window[:, 1:]).sum(axis=1)
         bad = int(wrong.sum())
         if bad:
-            self.padding += bad
+            self.counts["padding"] += bad
             at = int(inside[np.argmax(wrong > 0)])
-            origin = ex.origin(int(rows.documents[at]), int(rows.starts[at]))
+            origin = ex.origin(int(seg.documents[at]), int(seg.starts[at]))
             self.note(
-                "padding", f"batch {index} row {at}: {origin}: ids differ from the document's tokens (padding or altered ids)"
+                "padding", f"batch {seg.batch} row {at}: {origin}: ids differ from the document's tokens (padding or altered ids)"
             )
 
-    def _masks(self, index: int, piece: Any, rows: Rows, inputs: npt.NDArray[Any]) -> None:
-        """The loss-mask checks at the rows that are windows (`streambatch.tools.audit.masks`)."""
-        ex = self.expected
-        if inputs.ndim != 2 or inputs.shape[0] < rows.documents.size or inputs.shape[1] != ex.context_length:
-            return  # reported under widths
-        picked = np.flatnonzero(rows.window)
-        positions = ex.store.starts[rows.documents[picked]] + rows.starts[picked]
-        self.masks.windows(index, piece, positions.astype(np.int64), picked)
+    # -- packed rows ------------------------------------------------------------------------------
+    def _packed_shape(
+        self, seg: Segments, piece: Any, inputs: npt.NDArray[Any], targets: npt.NDArray[Any]
+    ) -> tuple[npt.NDArray[Any], ...] | None:
+        """The packed columns, when they and the provenance form ``width`` rows of ``T`` (else None, noted)."""
+        T, width, rows, lengths = self.expected.context_length, seg.width, seg.rows, seg.lengths
+        arrays = (inputs, targets, *(np.asarray(a) for a in (piece.segment_ids, piece.position_ids, piece.loss_mask)))
+        if width == 0 and seg.documents.size == 0 and all(a.shape == (0, T) for a in arrays):  # a rank's empty share
+            if int(piece.token_count):
+                self.counts["padding"] += 1
+                self.note("padding", f"batch {seg.batch}: an empty share claims {int(piece.token_count)} targets")
+            return None
+        fill = np.bincount(rows, weights=lengths, minlength=width) if rows.size else np.zeros(width)
+        if (
+            any(a.shape != (width, T) for a in arrays)
+            or seg.documents.size == 0
+            or rows.size != seg.documents.size
+            or np.any(np.diff(rows) < 0)
+            or int(rows.min()) < 0
+            or int(rows.max()) >= width
+            or int(lengths.min()) < 1
+            or np.any(fill > T)
+            or np.any(np.bincount(rows, minlength=width) == 0)
+        ):
+            self.counts["segments"] += 1
+            shapes = [list(a.shape) for a in arrays]
+            self.note("segments", f"batch {seg.batch}: arrays {shapes} and segment provenance do not form {width} rows of T={T}")
+            return None
+        return arrays
 
-    def _stamp(self, index: int, rows: Rows) -> None:
-        picked = np.flatnonzero(rows.window)
-        self.valid_rows += picked.size
-        for lo in range(0, picked.size, _STAMP_BLOCK):
-            block = picked[lo : lo + _STAMP_BLOCK]
-            numbers = rows.numbers[block]
-            mine = np.arange(1, block.size + 1, dtype=np.uint16)
-            earlier = self.stamps[numbers] != 0  # seen in an earlier block
-            # two rows of one window: only one stamp survives, so the other row reads a stamp not its own
-            # (written back to front so that, as numpy stores the last write, the first row keeps its stamp
-            # and the message names the repeat; the count is exact either way)
-            self.stamps[numbers[::-1]] = mine[::-1]
-            again = earlier | (self.stamps[numbers] != mine)
-            if again.any():
-                at = int(block[np.argmax(again)])
-                origin = self.expected.origin(int(rows.documents[at]), int(rows.starts[at]))
-                self.note("duplicates", f"batch {index} row {at}: window {origin} appears more than once")
-
-    def finish_coverage(self) -> int:
+    def _packed(self, seg: Segments, piece: Any, inside: npt.NDArray[np.bool_], arrays: Any) -> TokenSums:
+        """The packed columns, content and mask of a batch that lays out its segments; its stand-in sums."""
         ex = self.expected
-        if ex.kept is not None:  # skip_untrained: a dropped window must never appear, and counts as not expected
-            shown = self.stamps != 0
-            emitted = shown & ~ex.kept
-            if emitted.any():
-                documents, starts = ex.locate(np.flatnonzero(emitted)[:1].astype(np.int64))
-                origin = ex.origin(int(documents[0]), int(starts[0]))
-                self.note("coverage", f"window {origin} has no counted target but appears (skip_untrained dropped it)")
-            self.stamps[~ex.kept] = 0
-            self.foreign += int(np.count_nonzero(emitted))
-        covered = int(np.count_nonzero(self.stamps))
+        T, width, index = ex.context_length, seg.width, seg.batch
+        inputs, targets, segment_ids, position_ids, loss_mask = (a.reshape(-1) for a in arrays)
+        loss_mask = loss_mask.astype(np.bool_)
+        docs, starts, lengths, rows = seg.documents, seg.starts, seg.lengths, seg.rows
+        # where each segment lies: its row's segments laid left to right from column 0
+        before = np.cumsum(lengths) - lengths
+        row_first = np.searchsorted(rows, np.arange(width))  # first segment of each row
+        column = before - before[row_first][rows]
+        owner = np.repeat(np.arange(docs.size), lengths)  # segment of each real position
+        offset = np.arange(owner.size) - before[owner]
+        flat = rows[owner] * T + column[owner] + offset
+        expected_ids = np.full(width * T, -1, dtype=np.int64)
+        expected_ids[flat] = (np.arange(docs.size) - row_first[rows])[owner]
+        real = expected_ids >= 0
+        self._flag("segments", segment_ids != expected_ids, f"batch {index} position {{at}}: segment id is not the expected one")
+        self._flag(
+            "positions",
+            position_ids[flat] != offset,
+            f"batch {index} real position {{at}}: position id does not restart at 0 at its segment and count up by 1",
+        )
+        pad_wrong = ~real & (loss_mask | (inputs != self.pad_id) | (targets != self.pad_id))
+        if not ex.masked:  # no mask: every real target counts (a masked store's are the mask checks')
+            pad_wrong |= real & ~loss_mask
+        self._flag("padding", pad_wrong, f"batch {index} position {{at}}: loss_mask or pad id wrong (padding is pad_id, masked)")
+        claimed = int(piece.token_count)
+        ok = inside[owner]
+        source = ex.store.starts[docs[owner[ok]]] + starts[owner[ok]] + offset[ok]  # each real input's flat position
+        trained = real.copy()  # the store's bit at each real target (recomputed from the provenance)
+        if ex.masked and ok.any():
+            store: Any = ex.store  # a store or a corpus with a loss mask
+            trained[flat[ok]] = store.mask_at(source + 1)
+        if not ex.masked:
+            counted = int(np.count_nonzero(trained))
+            if claimed != counted or int(getattr(piece, "target_count", claimed)) != counted:
+                self.counts["padding"] += 1
+                self.note("padding", f"batch {index}: denominator {claimed} but {counted} counted targets; padding never counts")
+        self.masks.check(index, piece, lambda: trained.reshape(width, T), np.arange(width))
+        if ok.any():
+            pair = ex.store.window_tokens(source, 2)  # input and target token, read from the store independently
+            wrong = (inputs[flat[ok]] != pair[:, 0]) | (targets[flat[ok]] != pair[:, 1])
+            if wrong.any():
+                self.counts["content"] += int(np.count_nonzero(wrong))
+                s = int(owner[np.flatnonzero(ok)[int(np.argmax(wrong))]])
+                origin = ex.origin(int(docs[s]), int(starts[s]))
+                self.note("content", f"batch {index}: segment {origin}: ids differ from the document's tokens")
+        # stand-in loss at every position, masked by the batch's own loss_mask: a pad counted would change the sum
+        units = np.full(width * T, 1, dtype=np.int64)
+        units[flat] = target_units(docs[owner], starts[owner] + offset)
+        self.real_positions += owner.size
+        self.denominator += claimed
+        self.token_count += claimed
+        return sums_of_units(int(units[loss_mask].sum()), claimed)
+
+    def _flag(self, check: str, bad: npt.NDArray[np.bool_], message: str) -> None:
+        count = int(np.count_nonzero(bad))
+        if count:
+            self.counts[check] += count
+            self.note(check, message.format(at=int(np.argmax(bad))))
+
+    # -- the end of the pass ------------------------------------------------------------------------
+    def finish(self) -> tuple[int, int]:
+        """``(covered, repeated)`` items of the coverage; notes coverage, the epoch-wide mask checks and widths."""
+        covered, repeated = self.coverage.finish(self)
         self.masks.finish()
-        if covered < ex.item_count:
-            missing = np.flatnonzero((self.stamps == 0) if ex.kept is None else (self.stamps == 0) & ex.kept)
-            documents, starts = ex.locate(missing[:1].astype(np.int64))
-            origin = ex.origin(int(documents[0]), int(starts[0]))
-            self.note("coverage", f"{missing.size} of {ex.item_count} windows never appeared; the first is {origin}")
+        ex = self.expected
         wrong = np.flatnonzero(self.rows_per_batch != ex.widths)
         if wrong.size:
-            self.width_errors += int(wrong.size)
+            self.counts["widths"] += int(wrong.size)
             at = int(wrong[0])
             self.note(
                 "widths",
                 f"batch {at} has {int(self.rows_per_batch[at])} rows; expected {int(ex.widths[at])} "
                 f"(batch_size={ex.batch_size}, widths [B] * k + [r])",
             )
-        return covered
+        return covered, repeated
