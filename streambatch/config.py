@@ -27,7 +27,7 @@ __all__ = ["EpochConfig", "items_of"]
 class EpochConfig:
     """What an epoch reads besides its source: the keywords of `streambatch.Epoch` (and of `streambatch.Run`)."""
 
-    batch_size: int
+    batch_size: Any  # an int, or a batch-size schedule (streambatch.stages.schedule)
     seed: Any = None  # an int, None (document order), or `streambatch.epoch.UNSET` (not passed)
     context_length: int | None = None
     stride: int | None = None

@@ -31,8 +31,9 @@ from .model.source import TokenSource
 from .order.plan import plan_file
 from .order.shuffle import shuffle
 from .order.splitmix import derive_seed
-from .stages.chunk import Chunks, batch_count, batch_widths, chunk
+from .stages.chunk import BatchSize, Chunks, batch_count, batch_widths, bind_batch_size, check_batch_size, chunk, largest_batch
 from .stages.materialize import Batches, materialize
+from .stages.schedule import BatchSizeArg
 from .stages.share import share
 from .state import check_index
 
@@ -92,7 +93,7 @@ class Epoch:
         source: Any = None,
         *,
         context_length: int | None = None,
-        batch_size: int,
+        batch_size: BatchSizeArg,
         stride: int | None = None,
         seed: int | _Unset | None = UNSET,
         partition: Partition | str | None = None,
@@ -122,7 +123,7 @@ class Epoch:
 
     def _open(self, source: Any, config: EpochConfig, stacklevel: int) -> None:
         self._closed = False
-        self.batch_size = check_positive(config.batch_size, "batch_size", "the number of windows per batch")
+        size = check_batch_size(config.batch_size)  # an int, or a schedule (bound to T below)
         seed = config.seed
         given = items_of(source, config, None if isinstance(seed, _Unset) else seed)
         if isinstance(seed, _Unset):
@@ -137,11 +138,13 @@ class Epoch:
         self.settings = replace(config, seed=self.seed, plan_dir=self.plan_dir, verify_plan=self.verify_plan)
         self._order: Any = given if given.order is not None or self.seed is None else None
         self.windows: Any = given if given.order is None else given.unordered()  # a mixture is its own order
+        self.batch_size: BatchSize = bind_batch_size(size, given)
         self.pack: bool = given.packed  # packed rows (sb.pack), alone or mixed
         self.partition: Partition = self.windows.partition
         if self.pack:  # refuse a batch that cannot be emitted now, not at the first batch
             widest = max((s.dtype for s in given.stores), key=lambda d: np.dtype(d).itemsize)  # a mixture: its sources'
-            check_emittable(min(self.batch_size, len(given)), self.context_length, widest, batch_size=self.batch_size)
+            largest = largest_batch(self.batch_size)
+            check_emittable(min(largest, len(given)), self.context_length, widest, batch_size=largest)
 
     @property
     def store(self) -> TokenSource:

@@ -38,7 +38,9 @@ from .model.contract import contract_key, contract_of
 from .model.documents import Partition
 from .model.source import TokenSource
 from .order.splitmix import derive_seed
+from .stages.chunk import BatchSize
 from .stages.materialize import Batches
+from .stages.schedule import BatchSizeArg, items_before, state_batch_size
 from .state import RUN_KEYS, check_index, check_position, check_same, decode, encode
 
 STATE_KEYS = RUN_KEYS  # the keys of Run.state_dict(), in order
@@ -73,7 +75,7 @@ class Run:
         source: Any = None,
         *,
         context_length: int | None = None,
-        batch_size: int,
+        batch_size: BatchSizeArg,
         stride: int | None = None,
         seed: int | None,
         partition: Partition | str | None = None,
@@ -132,7 +134,7 @@ class Run:
         return self._current[1].config
 
     @property
-    def batch_size(self) -> int:
+    def batch_size(self) -> BatchSize:
         """``B``: windows per batch (the last batch of each epoch may be smaller)."""
         return self._current[1].batch_size
 
@@ -314,7 +316,13 @@ class Run:
         ``fingerprint``.
         """
         epoch, batch = self._position if position is None else check_position(*position, self._batches, error=OutOfRangeError)
-        return encode("run", epoch=epoch, batch=batch, **self._key())
+        return encode("run", epoch=epoch, batch=batch, **self._key(), **self._consumed(batch))
+
+    def _consumed(self, batch: int) -> dict[str, int]:
+        """``{"items": n}``, the items consumed before *batch* of its epoch, for a batch-size schedule (whose widths
+        vary); nothing for a fixed size (``batch * batch_size``), so those states stay as they were."""
+        consumed = items_before(self.batch_size, batch, self.item_count)
+        return {} if consumed is None else {"items": consumed}
 
     def state_dict_after(self, batch: Any) -> dict[str, Any]:
         """The state right after *batch* (anything with ``.epoch`` and ``.index``: a batch this run made).
@@ -341,7 +349,7 @@ class Run:
             "seed": self._seed,
             "context_length": self.config.context_length,
             "stride": self.config.stride,
-            "batch_size": self.batch_size,
+            "batch_size": state_batch_size(self.batch_size),
             "partition": self.partition.value,
             "fingerprint": self.fingerprint,
         }
@@ -367,6 +375,12 @@ class Run:
                 f"{where}: position (epoch {position[0]}, batch {position[1]}) is past the end of this run of "
                 f"{self._epochs} epoch(s) ({self._batches} batches each); pass a state this run saved, or a run with "
                 "more epochs"
+            )
+        wanted = self._consumed(position[1] if position[0] == found["epoch"] else self._batches)
+        if found.get("items") is not None and {"items": found["items"]} != wanted:
+            raise StateError(
+                f"{where} items={found['items']!r} but batch {found['batch']} of this run's schedule follows "
+                f"{wanted.get('items', 'batch * batch_size')} items; pass a state_dict() of this run unchanged"
             )
         return position
 

@@ -7,7 +7,8 @@ the refusals:
 - ``run``: a run's position (``epoch``, ``batch`` consumed in it) plus what the
   order depends on (``seed``, ``context_length``, ``stride``, ``batch_size``,
   ``partition``, corpus ``fingerprint``, and ``mode``: ``"pack"`` for packed
-  rows, absent (``"window"``) for the chapter's windows; ``skip_untrained``:
+  rows, absent (``"window"``) for the chapter's windows; ``items``: the items consumed in the epoch, written only
+  under a batch-size schedule; ``skip_untrained``:
   true for a run that drops items with no counted target, else absent):
   `streambatch.Run.state_dict`;
 - ``worker``: a DataLoader worker's place in a run (``run``, ``stop``,
@@ -54,12 +55,13 @@ class _Run(_State):
     batch: Count
     context_length: Size
     stride: Size
-    batch_size: Size
+    batch_size: Size | str  # a batch-size schedule's text ("0:2 64:4"): streambatch.stages.schedule
     partition: str
     fingerprint: str
     mode: Literal["window", "pack"] = "window"  # written only by packed runs: window states are unchanged
     skip_untrained: bool = False  # written only by runs of skip_untrained: other states are unchanged
     contract: str = ""  # written only for stores that record a data contract (`streambatch.model.contract`)
+    items: Count | None = None  # written only under a batch-size schedule: the items consumed in the epoch
 
 
 class _Worker(_State):
@@ -96,7 +98,7 @@ class _Command(_State):
 
 
 _KINDS: dict[str, type[_State]] = {"run": _Run, "worker": _Worker, "batches": _Batches, "epoch-command": _Command}
-RUN_KEYS = tuple(k for k in _Run.__struct_fields__ if k not in ("mode", "skip_untrained", "contract"))
+RUN_KEYS = tuple(k for k in _Run.__struct_fields__ if k not in ("mode", "skip_untrained", "contract", "items"))
 """The keys of a window run's state, in order (a packed run's adds ``mode``, one of ``skip_untrained`` that)."""
 
 

@@ -13,6 +13,7 @@ from ..model.documents import Partition
 from ..model.source import Source
 from ..read.inputs import MAX_LINE_BYTES
 from ..read.open import open_source
+from ..stages.schedule import BatchSchedule
 
 STDIO = "-"
 STREAMS = {("epoch", "output"), ("trace", "svg"), ("trace", "html"), ("demo", "svg"), ("demo", "html")}
@@ -99,12 +100,23 @@ def add_max_line(parser: Any) -> None:
     )
 
 
+def batch_size_arg(text: str) -> int | BatchSchedule:
+    """``--batch-size``: an int, or a batch-size schedule (`streambatch.stages.schedule`)."""
+    try:
+        return BatchSchedule.parse(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def add_source(parser: Any, *, required_window: bool, stride_default: int | None = None) -> None:
     """SOURCE, -T, -B, --stride, --partition, --keep-partition, --no-verify and --max-line-bytes."""
     parser.add_argument("source", help=SOURCE_HELP)
     need = "required" if required_window else "optional"
     parser.add_argument("--context-length", "-T", type=int, required=required_window, help=f"tokens per input row ({need})")
-    parser.add_argument("--batch-size", "-B", type=int, required=required_window, help=f"windows per batch ({need})")
+    parser.add_argument(
+        "--batch-size", "-B", type=batch_size_arg, required=required_window,
+        help=f"windows per batch, or a schedule by consumed tokens such as '0:2 64:4 200:3' ({need})",
+    )  # fmt: skip
     parser.add_argument("--stride", type=int, default=stride_default, help="distance between window starts (default 1)")
     parser.add_argument("--partition", choices=[p.value for p in Partition], default=None, help="the partition (default train)")
     parser.add_argument(

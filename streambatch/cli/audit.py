@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from typing import IO, Any
@@ -79,10 +80,14 @@ def format_audit(result: AuditResult, epoch: Epoch, workers: int = 1, world_size
     """The PROOF line, one ``FAIL|check=...`` line per failed check, then the summary."""
     lines = [result.proof_line()]
     lines += [f"FAIL|check={check}|{message}" for check, message in result.failures.items()]
-    widths = epoch.batch_widths
-    shape = "none" if not widths else f"[{epoch.batch_size}] x {format_count(epoch.item_count // epoch.batch_size)}"
-    if widths and widths[-1] != epoch.batch_size:
-        shape = f"[{widths[-1]}]" if len(widths) == 1 else f"{shape} + [{widths[-1]}]"
+    widths, size = epoch.batch_widths, epoch.batch_size
+    if not isinstance(size, int):  # a schedule: each run of equal widths, in order
+        runs = [(w, len(list(group))) for w, group in itertools.groupby(widths)]
+        shape = " + ".join(f"[{w}] x {format_count(n)}" for w, n in runs) or "none"
+    else:
+        shape = "none" if not widths else f"[{size}] x {format_count(epoch.item_count // size)}"
+        if widths and widths[-1] != size:
+            shape = f"[{widths[-1]}]" if len(widths) == 1 else f"{shape} + [{widths[-1]}]"
     order = "sequential" if epoch.seed is None else f"seed {epoch.seed}"
     lines.append(
         f"epoch: {format_count(epoch.item_count)} windows of T={epoch.context_length} (stride {epoch.stride}, "

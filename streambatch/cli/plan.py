@@ -17,6 +17,7 @@ from typing import IO, Any
 from .._checks import check_non_negative
 from ..order.plan import build_plan, plan_path
 from ..order.splitmix import derive_seed
+from ..stages.chunk import batch_count, bind_batch_size
 from ._common import add_order, add_source, args_epoch, open_args_source
 
 
@@ -59,7 +60,7 @@ def _plan_mixture(mixture: Any, seed: int, args: argparse.Namespace) -> dict[str
         "source_plans": [p.plan_path for p in plans],
         "seconds": round(time.perf_counter() - started, 3),
         "items": len(mixture),
-        "batches": -(-len(mixture) // args.batch_size),
+        "batches": batch_count(len(mixture), bind_batch_size(args.batch_size, mixture)),
         "bytes": mixture.plan_nbytes,
         "seed": args.seed,
         "epoch": args.epoch,

@@ -18,27 +18,34 @@ from more_itertools import sliced
 from .._checks import check_non_negative, check_positive, is_integer
 from ..errors import ConfigError, OutOfRangeError
 from ..items.protocol import Items, counted_targets
+from .schedule import BatchSchedule
+
+BatchSize = int | BatchSchedule  # a fixed size, or a schedule bound to its items' T (`streambatch.stages.schedule`)
 
 ItemsT = TypeVar("ItemsT", bound=Items)
 
 
-def batch_count(window_count: int, batch_size: int) -> int:
-    """Number of batches: ``ceil(window_count / batch_size)``; 0 for an empty epoch.
+def batch_count(window_count: int, batch_size: BatchSize) -> int:
+    """Number of batches: ``ceil(window_count / batch_size)``; 0 for an empty epoch (a schedule: its own count).
 
     >>> batch_count(5, 3), batch_count(0, 3)
     (2, 0)
     """
     check_non_negative(window_count, "window_count", "the number of windows in the epoch")
+    if isinstance(batch_size, BatchSchedule):
+        return batch_size.count(window_count)
     check_positive(batch_size, "batch_size", "the number of windows per batch")
     return -(-window_count // batch_size)
 
 
-def batch_widths(window_count: int, batch_size: int) -> list[int]:
-    """Widths ``[B] * k + [r]``: full batches, then the smaller final one (if any).
+def batch_widths(window_count: int, batch_size: BatchSize) -> list[int]:
+    """Widths ``[B] * k + [r]``: full batches, then the smaller final one (if any); a schedule's follow it.
 
     >>> batch_widths(5, 1), batch_widths(5, 3), batch_widths(5, 5), batch_widths(0, 3)
     ([1, 1, 1, 1, 1], [3, 2], [5], [])
     """
+    if isinstance(batch_size, BatchSchedule):
+        return batch_size.widths(check_non_negative(window_count, "window_count", "the number of items in the epoch"))
     full, rest = divmod(window_count, batch_size) if batch_count(window_count, batch_size) else (0, 0)
     return [batch_size] * full + ([rest] if rest else [])
 
@@ -66,7 +73,14 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
     __slots__ = ("batch_size", "batches", "items", "part", "parts", "rank", "world_size")
 
     def __init__(
-        self, items: ItemsT, batch_size: int, batches: range, rank: int = 0, world_size: int = 1, part: int = 0, parts: int = 1
+        self,
+        items: ItemsT,
+        batch_size: BatchSize,
+        batches: range,
+        rank: int = 0,
+        world_size: int = 1,
+        part: int = 0,
+        parts: int = 1,
     ) -> None:
         self.items = items
         self.batch_size = batch_size
@@ -105,9 +119,21 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
             raise OutOfRangeError(f"batch index={item!r} is out of range for {len(self)} batches; use 0 <= index < batch_count")
         return self._chunk(self.batches[int(item)])
 
+    @property
+    def uniform(self) -> bool:
+        """True when every batch but the last holds ``batch_size`` items (no schedule)."""
+        return type(self.batch_size) is int
+
+    def span(self, batch: int) -> tuple[int, int]:
+        """``(first, stop)``: the items of batch *batch* (a global batch index)."""
+        size = self.batch_size
+        if type(size) is int:
+            first = batch * size
+            return first, min(first + size, len(self.items))
+        return size.span(batch, len(self.items))  # type: ignore[union-attr]
+
     def _chunk(self, batch: int) -> ItemsT:
-        first = batch * self.batch_size
-        last = min(first + self.batch_size, len(self.items))
+        first, last = self.span(batch)
         if self.split:
             whole = self.items.view(first, last)
             return rank_view(whole, self.rank, self.world_size, batch, self.part, self.parts)  # type: ignore[return-value]
@@ -119,7 +145,7 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
     @property
     def widths(self) -> list[int]:
         """Rows of every chunk, without building them."""
-        whole = [min(self.batch_size, len(self.items) - b * self.batch_size) for b in self.batches]
+        whole = [hi - lo for lo, hi in map(self.span, self.batches)]
         if not self.split:
             return whole
         return [hi - lo for lo, hi in (part_share(w, self.rank, self.world_size, self.part, self.parts) for w in whole)]
@@ -130,18 +156,66 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
         return f"Chunks({len(self)} of batch_size={self.batch_size}, batches={self.batches}{share})"
 
 
-def chunk(windows: ItemsT, batch_size: int) -> Chunks[ItemsT]:
+def chunk(windows: ItemsT, batch_size: int | str | BatchSchedule | Sequence[tuple[int, int]]) -> Chunks[ItemsT]:
     """Batches of *batch_size* windows, the last one smaller: a lazy sequence of views.
+
+    *batch_size* may be a schedule (`streambatch.stages.schedule`): the widths follow it, bound to the items' ``T``.
 
     >>> import streambatch as sb
     >>> w = sb.windows([sb.Document("a", "train", range(7))], context_length=1)
     >>> [list(c) for c in sb.chunk(w, batch_size=4)]
     [[0, 1, 2, 3], [4, 5]]
+    >>> [len(c) for c in sb.chunk(w, batch_size="0:1 2:3")]
+    [1, 1, 3, 1]
     """
-    size = check_positive(batch_size, "batch_size", "the number of windows per batch")
+    size = check_batch_size(batch_size)
     if not isinstance(windows, Items) or isinstance(windows, str | bytes):
         raise ConfigError(f"windows={windows!r} is not a streambatch.Windows; build one with sb.windows(store, ...)")
+    size = bind_batch_size(size, windows)
     return Chunks(windows, size, range(batch_count(len(windows), size)))
+
+
+def check_batch_size(batch_size: object) -> BatchSize:
+    """*batch_size* as a positive int (the fixed path, unchanged), or a `BatchSchedule` (a string, pairs)."""
+    if is_integer(batch_size):
+        return check_positive(batch_size, "batch_size", "the number of windows per batch")
+    return BatchSchedule.parse(batch_size)
+
+
+def bind_batch_size(batch_size: BatchSize, items: Items) -> BatchSize:
+    """*batch_size* over *items*: an int as it is, a schedule bound to the items' ``T`` (an item is T tokens)."""
+    if isinstance(batch_size, BatchSchedule):
+        return batch_size.bound(items.context_length)  # type: ignore[attr-defined]
+    return batch_size
+
+
+def final_batch(items: int, batch_size: BatchSize) -> tuple[int, int, int]:
+    """``(full batches, final width, final capacity)`` of an epoch of *items*: the final batch and the size it
+    would hold (a schedule: its phase's), without listing every width.
+
+    >>> final_batch(5, 3), final_batch(6, 3), final_batch(0, 3)
+    ((1, 2, 3), (2, 3, 3), (0, 0, 3))
+    """
+    count = batch_count(items, batch_size)
+    if isinstance(batch_size, BatchSchedule):
+        if not count:
+            return 0, 0, batch_size.phases[0][1]
+        first, stop = batch_size.span(count - 1, items)
+        capacity = batch_size.size_of(count - 1, items)
+        return count - (stop - first < capacity), stop - first, capacity
+    return items // batch_size, items - (count - 1) * batch_size if count else 0, batch_size
+
+
+def fixed_batch_size(batch_size: BatchSize, what: str) -> int:
+    """*batch_size* where only a fixed size makes sense (*what* names who needs it); a schedule is a `ConfigError`."""
+    if isinstance(batch_size, BatchSchedule):
+        raise ConfigError(f"{what} needs a fixed batch_size, not the schedule {batch_size}; pass an int batch size")
+    return batch_size
+
+
+def largest_batch(batch_size: BatchSize) -> int:
+    """The widest batch *batch_size* makes: itself, or a schedule's widest phase."""
+    return batch_size.largest if isinstance(batch_size, BatchSchedule) else batch_size
 
 
 def rank_view(whole: Items, rank: int, world_size: int, batch_index: int | None, part: int = 0, parts: int = 1) -> Items:

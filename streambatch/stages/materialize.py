@@ -84,7 +84,7 @@ class Batches(Sequence[MiniBatch]):
         if self._reader is None:
             self._reader = remote_reader(chunks)
         reader = self._reader or None
-        if chunks.split:  # each rank's (or micro-batch's) rows of every batch: batch by batch
+        if chunks.split or not chunks.uniform:  # a share's rows of every batch, or a schedule's: batch by batch
             return self._ranked(steps, reader)
         numbers = chunks.batches
         via = None if reader is None else Renumbered(reader, numbers.index, numbers.step)
@@ -114,8 +114,7 @@ def token_spans(chunks: Chunks[Any], batches: Sequence[int]) -> list[Any]:
     view of the items (one vectorized look-up), others are asked one by one."""
     order = chunks.batches
     if len(batches) > 1 and not chunks.split and order.step == 1 and batches[-1] - batches[0] == len(batches) - 1:
-        first = order[batches[0]] * chunks.batch_size
-        last = min((order[batches[-1]] + 1) * chunks.batch_size, len(chunks.items))
+        first, last = chunks.span(order[batches[0]])[0], chunks.span(order[batches[-1]])[1]
         return chunks.items.view(first, last).token_spans()  # type: ignore[no-any-return]
     return [span for j in batches for span in chunks[j].token_spans()]
 

@@ -27,7 +27,8 @@ from ..items.windows.windows import POSITION_LIMIT
 from ..model.corpus import Corpus
 from ..model.documents import Partition
 from ..model.source import Source, as_source
-from ..stages.chunk import batch_count
+from ..stages.chunk import BatchSize, batch_count, final_batch
+from ..stages.schedule import BatchSchedule, state_batch_size
 from .inspect_mask import mask_rows, mask_summary
 
 MODES = ("windows", "packed")  # the item kinds `mode_summaries` counts, in the order of its table
@@ -74,7 +75,8 @@ def inspect_source(
     if context_length is None and batch_size is not None:
         raise ConfigError(f"batch_size={batch_size!r} needs a context_length; pass context_length=T to count batches")
     T = None if context_length is None else check_positive(context_length, "context_length", "the input tokens per window")
-    B = None if batch_size is None else check_positive(batch_size, "batch_size", "the number of windows per batch")
+    B = None if batch_size is None or T is None else BatchSchedule.parse(batch_size)  # an int, or a schedule
+    B = B.bound(T) if isinstance(B, BatchSchedule) and T is not None else B
     s = check_positive(stride, "stride", "the distance between window starts")
     if pack and T is None:
         raise ConfigError("pack=True needs a context_length; pass context_length=T to pack rows of T positions")
@@ -107,7 +109,7 @@ def inspect_source(
         if skip_untrained:
             summary["skip_untrained"] = True
         if B is not None:
-            summary["batch_size"] = B
+            summary["batch_size"] = state_batch_size(B)  # a schedule as its text
     wanted = [Partition.parse(partition)] if partition is not None else list(Partition)
     parts = {}
     for part in wanted:
@@ -123,7 +125,7 @@ def inspect_source(
     return summary
 
 
-def mode_summaries(lengths: npt.NDArray[Any], T: int, B: int | None) -> dict[str, dict[str, Any]]:
+def mode_summaries(lengths: npt.NDArray[Any], T: int, B: BatchSize | None) -> dict[str, dict[str, Any]]:
     """Each item kind of `MODES` over documents of *lengths* at ``T`` (and batch size *B*): see the module docstring.
 
     >>> s = mode_summaries(np.array([5, 1, 4, 2]), 2, 2)
@@ -142,7 +144,7 @@ def mode_summaries(lengths: npt.NDArray[Any], T: int, B: int | None) -> dict[str
     return out
 
 
-def _mode(targets: int, covered: int, seen: int, rows: int, T: int, B: int | None) -> dict[str, Any]:
+def _mode(targets: int, covered: int, seen: int, rows: int, T: int, B: BatchSize | None) -> dict[str, Any]:
     positions = rows * T
     out: dict[str, Any] = {
         "covered_targets": covered,
@@ -158,7 +160,7 @@ def _mode(targets: int, covered: int, seen: int, rows: int, T: int, B: int | Non
     return out
 
 
-def _partition_summary(lengths: Any, T: int | None, B: int | None, stride: int, store_tokens: int) -> dict[str, Any]:
+def _partition_summary(lengths: Any, T: int | None, B: BatchSize | None, stride: int, store_tokens: int) -> dict[str, Any]:
     tokens = int(lengths.sum())
     out: dict[str, Any] = {"documents": int(lengths.size), "tokens": tokens}
     if T is None:
@@ -176,12 +178,14 @@ def _partition_summary(lengths: Any, T: int | None, B: int | None, stride: int, 
     if B is None:
         return out
     count = batch_count(windows, B)
-    width = windows - (count - 1) * B if count else 0
+    full, width, capacity = final_batch(windows, B)
     out.update(
         batches=count,
-        full_batches=windows // B,
-        final_batch={"width": width, "tokens": width * T, "capacity_tokens": B * T} if count else None,
+        full_batches=full,
+        final_batch={"width": width, "tokens": width * T, "capacity_tokens": capacity * T} if count else None,
     )
+    if isinstance(B, BatchSchedule):
+        out["width_runs"] = [list(run) for run in B.runs(windows)]
     return out
 
 
@@ -303,6 +307,8 @@ def _widths(part: dict[str, Any], batch_size: int) -> str:
     full, final = part["full_batches"], part["final_batch"]
     if final is None:
         return "none"
+    if "width_runs" in part:  # a schedule: each run of equal widths
+        return " + ".join(f"[{w}] x {format_count(n)}" for w, n in part["width_runs"])
     pieces = [f"[{batch_size}] x {format_count(full)}"] if full else []
     if final["width"] != batch_size:
         pieces.append(f"[{final['width']}]")

@@ -31,6 +31,8 @@ from ..io.mixture_file import MixtureSource
 from ..items.mix.plan import plan_mix, source_order
 from ..items.mix.source import as_mixture
 from ..items.mix.targets import source_targets
+from ..stages.chunk import batch_count, bind_batch_size, check_batch_size, fixed_batch_size
+from ..stages.schedule import state_batch_size
 from .inspect import format_count
 from .mix_audit_rows import check_packed_rows, check_source_targets
 
@@ -39,7 +41,7 @@ def inspect_mixture(
     source: MixtureSource,
     *,
     context_length: int | None,
-    batch_size: int | None,
+    batch_size: Any,
     stride: int = 1,
     partition: Any = None,
     pack: bool = False,
@@ -88,7 +90,8 @@ def inspect_mixture(
     if skip_untrained:
         summary["skip_untrained"] = True
     if batch_size is not None:
-        summary.update(batch_size=batch_size, batches=-(-len(mixture) // batch_size))
+        size = bind_batch_size(check_batch_size(batch_size), mixture)  # an int, or a schedule
+        summary.update(batch_size=state_batch_size(size), batches=batch_count(len(mixture), size))
     return summary
 
 
@@ -169,7 +172,7 @@ def audit_mixture(epoch: Epoch, *, workers: int = 1, world_size: int = 1) -> dic
     """Iterate *epoch* (of a mixture) through every share and check the mixture's four claims; failures by name."""
     mixture: Any = epoch.order  # a mixture's epoch (the CLI checks)
     started = time.perf_counter()
-    k, length, B = len(mixture.parts), len(mixture), epoch.batch_size
+    k, length, B = len(mixture.parts), len(mixture), fixed_batch_size(epoch.batch_size, "a mixture's audit")
     sources = np.empty(length, dtype=np.uint8)
     windows = np.empty(length, dtype=np.uint32 if max(mixture.sizes) < 1 << 32 else np.int64)
     seen = np.zeros(length, dtype=np.uint8)  # 1 byte per item: a count of 256 or more shows as "not 1" too

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..._checks import check_positive
 from ...epoch import Epoch
-from ...stages.chunk import Chunks
+from ...stages.chunk import Chunks, largest_batch
 from ...stages.materialize import materialize
 from ...stages.share import share
 
@@ -33,7 +33,7 @@ def _shares(epoch: Epoch, workers: int, world: int, gather: bool) -> Iterator[An
     chunks: Chunks[Any] = epoch.chunks()  # plans the order here, when the pass starts, not before
     # ranks past the batch size hold no row of any batch, workers past the batch count no batch:
     # their shares are empty, so a huge --world-size or --workers costs nothing
-    for rank in range(min(world, epoch.batch_size)):
+    for rank in range(min(world, largest_batch(epoch.batch_size))):
         for worker in range(min(workers, max(len(chunks), 1))):
             part = share(chunks, worker=worker, workers=workers, rank=rank, world_size=world)
             yield from (materialize(part) if gather else part)

@@ -13,7 +13,7 @@ from ...batch.minibatch import MiniBatch
 from ...batch.reduce import TokenContribution, TokenMean, accumulated
 from ...epoch import Epoch
 from ...model.documents import Document, Partition
-from ...stages.chunk import batch_widths
+from ...stages.chunk import batch_widths, fixed_batch_size
 from ..audit import AuditResult, audit_batches
 from ..stand_in import stand_in_contributions
 
@@ -194,7 +194,7 @@ def learner_report(evidence: EpochEvidence | None = None) -> str:
     lines += [
         f"final_batch_width={final.width}",
         f"final_actual_denominator={final.token_count}",
-        f"final_capacity_denominator={epoch.batch_size * epoch.context_length}",
+        f"final_capacity_denominator={_capacity(epoch)}",
         f"all_batches_accumulation_equal={_bool(ev.accumulation_equal)}",
         f"same_seed_replays={_bool(ev.replay_matches)}",
         f"different_seed_changes_order={_bool(ev.different_seed_changes_order)}",
@@ -239,7 +239,7 @@ def diagram_trace(evidence: EpochEvidence | None = None) -> str:
     final = ev.batches[-1].batch
     lines.append(
         f"FINAL|width={final.width}|tokens={final.token_count}"
-        f"|capacity_tokens={epoch.batch_size * epoch.context_length}|actual_denominator={final.token_count}"
+        f"|capacity_tokens={_capacity(epoch)}|actual_denominator={final.token_count}"
     )
     lines.append(proof_line(ev))
     return "\n".join(lines) + "\n"
@@ -254,3 +254,8 @@ def proof_line(ev: EpochEvidence) -> str:
         f"|different_seed={'changed' if ev.different_seed_changes_order else 'same'}"
         f"|accumulation={'equal' if ev.accumulation_equal else 'different'}"
     )
+
+
+def _capacity(epoch: Epoch) -> int:
+    """The requested batch's capacity in tokens, ``B * T`` (the chapter's epochs have a fixed size)."""
+    return fixed_batch_size(epoch.batch_size, "the chapter's report") * epoch.context_length

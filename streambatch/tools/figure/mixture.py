@@ -26,6 +26,7 @@ import numpy as np
 
 from ...epoch import Epoch
 from ...items.mix.mixture import Mixture
+from ...stages.chunk import fixed_batch_size
 from ..inspect import format_count
 from .page import html_page, write_texts
 from .svg import MARGIN, MONO, MUTED, PALETTE, Canvas, text_width
@@ -73,7 +74,7 @@ def _legend(epoch: Epoch) -> list[tuple[str, str]]:
 def mixture_svg(epoch: Epoch, *, notes: Sequence[str] = (), legend: bool = True) -> str:
     """The figure as an SVG document (see the module docstring); *legend*: draw the sources' legend in it."""
     mixture = _mixture(epoch)
-    B, batches, k = epoch.batch_size, epoch.batch_count, len(mixture.names)
+    B, batches, k = fixed_batch_size(epoch.batch_size, "the figure"), epoch.batch_count, len(mixture.names)
     sources = mixture.sources().astype(np.int64)
     group = max(1, -(-batches // MAX_STRIPS))  # batches per strip
     strips = -(-batches // group) if batches else 0

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from ...epoch import Epoch
+from ...stages.chunk import fixed_batch_size
 from .svg import INK, INPUT_FILL, MARGIN, MASKED_FILL, MONO, MUTED, PALETTE, TARGET_FILL, Canvas
 
 MAX_IDS = 8  # ids drawn per input or target row; the rest are counted
@@ -78,7 +79,7 @@ def draw_rows(canvas: Canvas, epoch: Epoch, y: float) -> float:
     x_origin, x_inputs = MARGIN + 44, MARGIN + 44 + origin_w + 12
     x_targets = x_inputs + cells * (cell + 3) + 20
     row_w = x_targets + cells * (cell + 3) - MARGIN
-    T, B = epoch.context_length, epoch.batch_size
+    T, B = epoch.context_length, fixed_batch_size(epoch.batch_size, "the figure")
 
     canvas.text(
         MARGIN, y, "2. Batches: each row's input ids and target ids (the inputs shifted by one)", size=15, font_weight="bold"
@@ -147,7 +148,7 @@ def _cells(
 
 
 def _draw_final(canvas: Canvas, epoch: Epoch, y: float) -> float:
-    T, B = epoch.context_length, epoch.batch_size
+    T, B = epoch.context_length, fixed_batch_size(epoch.batch_size, "the figure")
     widths = epoch.batch_widths
     if not widths:
         canvas.text(MARGIN, y, "no complete window: the epoch has no batch", size=13, fill=MUTED)

@@ -8,6 +8,7 @@ import numpy as np
 
 from ...epoch import Epoch
 from ...items.windows.window_index import window_tails
+from ...stages.chunk import fixed_batch_size
 from ..inspect import format_bytes, format_count, plan_bytes
 from .svg import INK, MARGIN, MUTED, PALETTE, TAIL_FILL, Canvas, text_width
 
@@ -73,7 +74,7 @@ def draw_summary(canvas: Canvas, epoch: Epoch, y: float) -> float:
 
 
 def _draw_batch_widths(canvas: Canvas, epoch: Epoch, y: float) -> float:
-    T, B = epoch.context_length, epoch.batch_size
+    T, B = epoch.context_length, fixed_batch_size(epoch.batch_size, "the figure")
     count = epoch.batch_count
     canvas.text(MARGIN, y, "2. Batches: [B] × k + the smaller final batch", size=15, font_weight="bold")
     y += 16
