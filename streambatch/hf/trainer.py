@@ -48,6 +48,7 @@ from ..epoch import Epoch
 from ..errors import ConfigError, StateError
 from ..io.atomic import atomic_text
 from ..run import Run
+from ..stages.chunk import largest_batch
 from .collate import hf_batch
 from .steps import StepLoader
 
@@ -139,7 +140,7 @@ class StreamBatchMixin(_TrainerBase):
         run, args = self._sb_train, self.args
         assert run is not None
         accumulation, world = int(args.gradient_accumulation_steps), int(args.world_size)
-        rows = micro_batch_rows(run.batch_size, world, accumulation)
+        rows = micro_batch_rows(largest_batch(run.batch_size), world, accumulation)  # a schedule: its widest phase
         given = int(args.per_device_train_batch_size)
         if given not in (rows, HF_DEFAULT_BATCH_SIZE):
             raise ConfigError(
