@@ -6,6 +6,7 @@
     python scripts/bench.py --tokens 5e6 --repeats 3 --json out.json
     python scripts/bench.py --clock cpu --loaders streambatch,streambatch-stages,memcpy-floor   # a loaded machine
     python scripts/bench.py --same-process 11     # Epoch vs the memcpy floor interleaved in one process
+    python scripts/bench.py --same-process 11 --loaders streambatch,streambatch-epochdataset,streambatch-rundataset
 
 One synthetic corpus (lognormal document lengths, median ~1,500 tokens, clipped
 to [1, 50,000]; ids uniform below 50,257), written once as a streambatch store.
@@ -54,6 +55,8 @@ LOADERS = [
     "streambatch-stages",
     "streambatch-mmap",
     "streambatch-corpus",
+    "streambatch-epochdataset",
+    "streambatch-rundataset",
     "numpy-ideal",
     "memcpy-floor",
     "torch-naive",
@@ -151,6 +154,31 @@ def streambatch_corpus_loader(tokens: np.ndarray, offsets: np.ndarray, T: int, s
     return plan, emit
 
 
+def dataset_loader(kind: str) -> Loader:
+    """``streambatch.torch.EpochDataset`` (*kind* "epoch") or ``RunDataset`` over a one-epoch `Run` ("run"), iterated
+    as a DataLoader's worker iterates it (no workers: the dataset itself), tensors zero-copy (``dtype=None``)."""
+
+    def loader(tokens: np.ndarray, offsets: np.ndarray, T: int, stride: int, B: int, store: Path | None) -> Any:
+        import streambatch.torch as sbt
+
+        source = sb.DocumentStore.from_arrays(tokens, offsets)
+
+        def plan() -> Any:
+            epoch = sb.Epoch(source, context_length=T, stride=stride, batch_size=B, seed=SEED)
+            epoch.shuffle_state_after  # noqa: B018 - forces the plan
+            if kind == "epoch":
+                return sbt.EpochDataset(epoch, dtype=None)
+            return sbt.RunDataset(sb.Run.from_epoch(epoch, epochs=1), dtype=None)
+
+        def emit(dataset: Any) -> Iterator[tuple[Any, Any]]:
+            for batch in dataset:
+                yield batch.inputs, batch.targets
+
+        return plan, emit
+
+    return loader
+
+
 def numpy_ideal_loader(tokens: np.ndarray, offsets: np.ndarray, T: int, stride: int, B: int, store: Path | None) -> Any:
     view = np.lib.stride_tricks.sliding_window_view(tokens, T)
 
@@ -215,6 +243,8 @@ REGISTRY: dict[str, Loader] = {
     "streambatch-stages": stages_loader,
     "streambatch-mmap": streambatch_loader,
     "streambatch-corpus": streambatch_corpus_loader,
+    "streambatch-epochdataset": dataset_loader("epoch"),
+    "streambatch-rundataset": dataset_loader("run"),
     "numpy-ideal": numpy_ideal_loader,
     "memcpy-floor": memcpy_floor_loader,
     "torch-naive": torch_naive_loader,
@@ -230,6 +260,11 @@ def has_torch() -> bool:
 
 
 # --------------------------------------------------------------------------- verification
+def _array(x: Any) -> np.ndarray:
+    """A loader's batch array as numpy (the torch loaders give tensors)."""
+    return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
+
+
 def verify_loaders(loaders: list[str]) -> None:
     """Each window exactly once, short final batch kept, shapes, shift by one, on a small corpus."""
     rng = np.random.default_rng(3)
@@ -245,7 +280,7 @@ def verify_loaders(loaders: list[str]) -> None:
             widths = [B] * (starts.size // B) + ([starts.size % B] if starts.size % B else [])
             for name in loaders:
                 plan, emit = REGISTRY[name](tokens, offsets, T, stride, B, store if name.endswith("mmap") else None)
-                batches = [(np.asarray(x), np.asarray(y)) for x, y in emit(plan())]
+                batches = [(_array(x), _array(y)) for x, y in emit(plan())]
                 assert widths == [x.shape[0] for x, _ in batches], (name, "widths")
                 assert all(x.shape == y.shape == (x.shape[0], T) for x, y in batches), (name, "shapes")
                 if name == "memcpy-floor":
@@ -308,24 +343,29 @@ def _rate(made: dict[str, Any], planned: dict[str, Any], name: str) -> float:
     """Tokens per CPU second of one whole pass of loader *name*."""
     start, count = time.process_time(), 0
     for x, _ in made[name][1](planned[name]):
-        count += x.size
+        count += x.shape[0] * x.shape[1]
     return count / (time.process_time() - start)
 
 
-def same_process(store_path: Path, repeats: int) -> None:
-    """`Epoch` and the memcpy floor in one process, whole passes interleaved *repeats* times, timed by the
-    process's CPU time: the median ratio per configuration (fresh subprocesses see the host's DRAM bandwidth
-    at different moments; one process sees both loaders under the same conditions)."""
+def same_process(store_path: Path, repeats: int, names: list[str]) -> None:
+    """`Epoch` (and the other streambatch loaders of *names*) and the memcpy floor in one process, whole passes
+    interleaved *repeats* times, timed by the process's CPU time: the median ratio per configuration (fresh
+    subprocesses see the host's DRAM bandwidth at different moments; one process sees every loader under the
+    same conditions)."""
     store = open_store(store_path, verify=False)
     tokens = np.fromfile(store_path / "tokens.bin", dtype=store.tokens.dtype)
     offsets = np.concatenate([store.starts, [store.starts[-1] + store.lengths[-1]]])
-    print(f"\nsame process, CPU time, median of {repeats} interleaved passes: Epoch / memcpy floor")
+    ours = [n for n in names if n.startswith("streambatch") and not n.endswith(("mmap", "stages"))] or ["streambatch"]
+    print(f"\nsame process, CPU time, median of {repeats} interleaved passes: loader / memcpy floor")
     for T, stride, B in CONFIGS:
-        made = {name: REGISTRY[name](tokens, offsets, T, stride, B, None) for name in ("streambatch", "memcpy-floor")}
+        made = {name: REGISTRY[name](tokens, offsets, T, stride, B, None) for name in (*ours, "memcpy-floor")}
         planned = {name: plan() for name, (plan, _) in made.items()}
-
-        ratios = [_rate(made, planned, "streambatch") / _rate(made, planned, "memcpy-floor") for _ in range(repeats)]
-        print(f"T={T} stride={stride} B={B}: {statistics.median(ratios):.2f}x")
+        ratios: dict[str, list[float]] = {name: [] for name in ours}
+        for _ in range(repeats):
+            for name in ours:
+                ratios[name].append(_rate(made, planned, name) / _rate(made, planned, "memcpy-floor"))
+        shown = ", ".join(f"{name} {statistics.median(r):.2f}x" for name, r in ratios.items())
+        print(f"T={T} stride={stride} B={B}: {shown}")
 
 
 def run_worker(extra: list[str]) -> dict[str, Any]:
@@ -366,14 +406,14 @@ def main() -> None:
         return
 
     chosen = LOADERS if args.loaders is None else args.loaders.split(",")
-    loaders = [name for name in chosen if name != "torch-naive" or has_torch()]
+    loaders = [name for name in chosen if not (name == "torch-naive" or "dataset" in name) or has_torch()]
     verify_loaders(loaders)
     print(f"verified {', '.join(loaders)} on a small corpus: each window once, final batch kept, shapes, shift by one")
     store = Path(args.cache) / f"corpus-{int(args.tokens)}"
     if not (store / "header.json").exists():
         build_corpus(store, int(args.tokens))
     if args.same_process:
-        same_process(store, args.same_process)
+        same_process(store, args.same_process, loaders)
         return
     opened = open_store(store, verify=False)
     print(f"corpus: {len(opened)} documents, {opened.tokens.size} tokens ({opened.tokens.dtype.name}) at {store}")

@@ -268,7 +268,8 @@ class Run:
             return
         for epoch, local in epoch_ranges(steps, self._batches):
             for batch in self.epoch(epoch).batches(rank=rank, world_size=world_size).road(local):
-                yield batch.in_epoch(epoch)
+                batch.epoch = epoch  # made for this call alone: placed in its epoch as it is (no copy)
+                yield batch
 
     # -- consuming: the position moves as batches are handed out -----------------------
     def iter_batches(self, *, rank: int = 0, world_size: int = 1) -> Iterator[MiniBatch]:
@@ -293,7 +294,8 @@ class Run:
                 if self._position != (epoch, index):  # moved while the last batch was out: go on from there
                     break
                 self._position = self._after(epoch, index)
-                yield batch.in_epoch(epoch)
+                batch.epoch = epoch  # made for this call alone: placed in its epoch as it is (no copy)
+                yield batch
                 index += 1
 
     def __iter__(self) -> Iterator[MiniBatch]:

@@ -273,7 +273,7 @@ class DocumentStore:
         [[7, 8], [5, 6]]
         """
         where = np.asarray(positions, dtype=np.int64)
-        rows: npt.NDArray[Any] = np.asarray(self.tokens)[where[:, None] + np.arange(length)]
+        rows: npt.NDArray[Any] = np.asarray(self.tokens[where[:, None] + np.arange(length)])  # remote: fetched here
         return rows
 
     def target_mask(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[np.bool_] | None:

@@ -111,6 +111,8 @@ class _Group:
             for future in self.futures:
                 future.result()
             self.ready = True
+        for file, _ in self.holds:  # closed since: its memory was given back (and made unreadable)
+            file.check_open()
 
     @property
     def share(self) -> float:

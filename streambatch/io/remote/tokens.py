@@ -201,7 +201,8 @@ class TokenFile:
         cuts = np.flatnonzero(np.diff(slots) != 1) + 1
         return [(int(run[0]) * SLOT, min((int(run[-1]) + 1) * SLOT, len(mapping))) for run in np.split(slots, cuts) if run.size]
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Refuse (`ConfigError`) a closed file."""
         if self.closed:
             raise ConfigError(
                 f"{self.client.where.url} was closed (store.close()); open the store again to read it "
@@ -212,7 +213,7 @@ class TokenFile:
     def hold(self, starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Hold the slots of byte ranges ``[starts, ends)``: readable from now on, none released until `release`;
         the slots held.  A closed file refuses (`ConfigError`)."""
-        self._check_open()
+        self.check_open()
         self._mapping()
         slots = _slots(starts, ends)
         with self._lock:
@@ -266,7 +267,7 @@ class TokenFile:
     ) -> list[Future[None]]:
         """Start fetching byte ranges ``[starts, ends)`` into the mapping (held by the caller), ranges longer
         than `PART` split; one future per GET, in the order of *starts*."""
-        self._check_open()
+        self.check_open()
         mapping = memoryview(self._mapping())
         lo, hi = parts(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), PART)
         pieces = list(zip(lo.tolist(), hi.tolist(), strict=True))
@@ -306,6 +307,24 @@ class TokenFile:
             future.set_exception(err)
         else:
             future.set_result(None)
+
+
+def _positions(key: Any, size: int) -> npt.NDArray[np.int64]:
+    """The positions an index array or a mask *key* reads of an array of *size* items (checked: numpy would
+    read the ones in range before refusing the others)."""
+    found = np.asarray(key)
+    if found.dtype == np.bool_:
+        if found.shape != (size,):
+            raise IndexError(f"boolean index of shape {found.shape} does not match {size} tokens")
+        return np.flatnonzero(found).astype(np.int64)
+    if found.dtype.kind not in "iu":
+        other: npt.NDArray[np.int64] = np.arange(size)[key].astype(np.int64)  # anything else numpy accepts
+        return other
+    picked = found.astype(np.int64)
+    picked = np.where(picked < 0, picked + size, picked)
+    if picked.size and (int(picked.min()) < 0 or int(picked.max()) >= size):
+        raise IndexError(f"index out of bounds for {size} tokens")
+    return picked
 
 
 def _distinct(slots: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -350,8 +369,8 @@ class RemoteTokens(np.ndarray):
                 return plain[key].copy()
             lo, hi = (start, stop) if step > 0 else (stop + 1, start + 1)
             return self._read(plain, np.array([lo]), np.array([hi]), lambda: plain[key].copy())
-        picked = np.arange(len(plain))[key]  # an index array or a mask: the positions it reads
-        flat = np.unique(picked.reshape(-1))
+        picked = _positions(key, len(plain))  # an index array or a mask: the positions it reads
+        flat = _distinct(picked.reshape(-1))
         if not flat.size:
             return plain[key].copy()
         cuts = np.flatnonzero(np.diff(flat) != 1) + 1
