@@ -216,6 +216,11 @@ class CorpusSink(Datasink):  # type: ignore[misc]
         target.mkdir(parents=True, exist_ok=True)
         (target / CORPUS_MANIFEST).unlink(missing_ok=True)  # no manifest stands while the parts change
 
+    def on_write_failed(self, error: Exception) -> None:
+        """A failed write (here or upstream, before any part was written) leaves no manifest: not even an old one."""
+        if not is_remote(self.output):
+            (Path(self.output) / CORPUS_MANIFEST).unlink(missing_ok=True)
+
     def write(self, blocks: Iterable[Any], ctx: Any) -> dict[str, Any]:
         name = part_name(int(ctx.task_idx))
         remote = is_remote(self.output)

@@ -29,6 +29,28 @@ def ray_module(what: str = "prepare --executor ray") -> Any:
     return require("ray", "ray", what)
 
 
+LOOPBACK = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # Ray's single-machine mode: its node address is 127.0.0.1
+
+
+def local_cluster(ray: Any, **options: Any) -> None:
+    """``ray.init`` of a cluster on this machine alone: every server on 127.0.0.1, no dashboard."""
+    saved = os.environ.get(LOOPBACK)
+    os.environ[LOOPBACK] = "0"  # read by the processes it starts
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    before = getattr(constants, "ENABLE_RAY_CLUSTER", None)
+    if constants is not None:  # read when ray was imported: set for this init
+        constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(include_dashboard=False, log_to_driver=False, **options)
+    finally:
+        if constants is not None:
+            constants.ENABLE_RAY_CLUSTER = before
+        if saved is None:
+            os.environ.pop(LOOPBACK, None)
+        else:
+            os.environ[LOOPBACK] = saved
+
+
 def _ray_part(job: CorpusJob, index: int) -> PartDone | tuple[str, str]:
     """A Ray task: `run_part`, with the tokenizer on one thread; a streambatch error comes back as (class name, message)."""
     os.environ.setdefault("RAYON_NUM_THREADS", "1")  # before the tokenizer's first batch starts its thread pool
@@ -48,8 +70,8 @@ class RayRunner:
         self.ray = ray_module()
         self.started = False
         if not self.ray.is_initialized():
-            if address is None:  # a local cluster: nothing listens beyond loopback
-                self.ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+            if address is None:  # a local cluster, for this run only: nothing listens beyond loopback
+                local_cluster(self.ray)
             else:
                 self.ray.init(address=address, log_to_driver=False)
             self.started = True
