@@ -85,11 +85,13 @@ class WindowCoverage:
         documents = np.searchsorted(self.cumulative, numbers, side="right")
         return documents, (numbers - self.first[documents]) * self.expected.stride
 
-    def on_grid(self, seg: Segments, valid: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.bool_], IntArray]:
-        """Which of the valid rows are windows of the epoch (on the stride grid), and every row's window number."""
-        safe = np.where(valid, seg.documents, 0)
-        numbers = self.first[safe] + seg.starts // self.expected.stride  # meaningful where on the grid
-        return valid & (seg.starts % self.expected.stride == 0) & (seg.lengths == self.expected.context_length), numbers
+    def on_grid(
+        self, documents: IntArray, starts: IntArray, valid: npt.NDArray[np.bool_]
+    ) -> tuple[npt.NDArray[np.bool_], IntArray]:
+        """Which of the *valid* rows are windows of the epoch (on the stride grid), and every row's window number."""
+        safe = np.where(valid, documents, 0)
+        numbers = self.first[safe] + starts // self.expected.stride  # meaningful where on the grid
+        return valid & (starts % self.expected.stride == 0), numbers
 
     # -- one pass -------------------------------------------------------------------------------
     def key(self, piece: Any, seg: Segments | None = None) -> tuple[int, tuple[IntArray, ...]]:
@@ -103,7 +105,7 @@ class WindowCoverage:
     def primary(self, tally: Any, seg: Segments, valid: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
         """Stamp the *valid* rows that are windows (on the grid); a row of no document or off the grid is no window
         of the epoch (``coverage``).  Returns the rows that are windows."""
-        window, numbers = self.on_grid(seg, valid)
+        window, numbers = self.on_grid(seg.documents, seg.starts, valid)
         known = (seg.documents >= 0) & (seg.documents < self.expected.lengths.size)
         why = f"no such window (no such document, or off the stride-{self.expected.stride} grid)"
         tally.count_at("coverage", "foreign", seg, ~known | (valid & ~window), why)
@@ -128,12 +130,14 @@ class WindowCoverage:
     def membership(self) -> npt.NDArray[np.bool_]:
         return np.zeros(self.window_count, dtype=bool)
 
-    def mark(self, seen: npt.NDArray[np.bool_], piece: Any) -> None:
-        seg = segments(piece, self.expected.context_length)
-        known = (seg.documents >= 0) & (seg.documents < self.expected.lengths.size)
-        safe = np.where(known, seg.documents, 0)
-        inside = known & (seg.starts >= 0) & (seg.starts <= self.expected.lengths[safe] - 1 - seg.lengths)
-        window, numbers = self.on_grid(seg, inside & self.expected.included[safe])
+    def mark(self, seen: npt.NDArray[np.bool_], keys: tuple[IntArray, ...]) -> None:
+        """Mark the windows among the rows of *keys* (documents, starts) as held by another pass."""
+        documents, starts = keys
+        ex = self.expected
+        known = (documents >= 0) & (documents < ex.lengths.size)
+        safe = np.where(known, documents, 0)
+        inside = known & (starts >= 0) & (starts <= ex.lengths[safe] - 1 - ex.context_length)
+        window, numbers = self.on_grid(documents, starts, inside & ex.included[safe])
         seen[numbers[window]] = True
 
     def same_items(self, seen: npt.NDArray[np.bool_], rows: int, primary_rows: int) -> bool:
@@ -244,8 +248,9 @@ class TargetCoverage:
     def membership(self) -> npt.NDArray[np.bool_]:
         return np.zeros(self.row_total, dtype=bool)
 
-    def mark(self, seen: npt.NDArray[np.bool_], piece: Any) -> None:
-        seen[self._numbers(piece)] = True
+    def mark(self, seen: npt.NDArray[np.bool_], keys: tuple[IntArray, ...]) -> None:
+        """Mark the rows of *keys* (their row numbers) as held by another pass."""
+        seen[keys[0]] = True
 
     def same_items(self, seen: npt.NDArray[np.bool_], rows: int, primary_rows: int) -> bool:
         """The other pass held the rows the primary pass saw (the dropped ones count as seen)."""
@@ -299,7 +304,7 @@ def order_pass(coverage: Any, pieces: Iterable[Any], bar: Bar, *, membership: bo
         index, keys = coverage.key(piece)
         order.add(index, keys)
         if seen is not None:
-            coverage.mark(seen, piece)
+            coverage.mark(seen, keys)
         bar.update(keys[0].size)
     bar.close()
     return order, seen
