@@ -6,8 +6,9 @@
 
 - **Steps.** One streambatch batch is one optimizer step.  Each rank takes its
   share of it by the share rule and ``gradient_accumulation_steps`` splits the
-  share into micro-batches (`streambatch.hf.steps`).  The loader is handed to
-  the Trainer as is: it never goes through ``accelerator.prepare``, so
+  share into micro-batches: `streambatch.torch.RankLoader`, whose background
+  threads gather ahead (``dataloader_num_workers``, ``dataloader_prefetch_factor``).
+  The loader is handed to the Trainer as is: it never goes through ``accelerator.prepare``, so
   Accelerate neither re-shards nor dispatches it (no ``DataLoaderShard``, no
   ``BatchSamplerShard``, ``even_batches`` and ``split_batches`` do not apply).
 - **The count.** ``num_items_in_batch`` is the step's ``global_token_count``
@@ -49,8 +50,8 @@ from ..errors import ConfigError, StateError
 from ..io.atomic import atomic_text
 from ..run import Run
 from ..stages.chunk import largest_batch
+from ..torch.rank_loader import RankLoader
 from .collate import hf_batch
-from .steps import StepLoader
 
 STATE_FILE = "streambatch_state.json"
 """The file beside HF's in every checkpoint folder: the run's state after the checkpoint's step."""
@@ -106,13 +107,26 @@ else:
     _TrainerBase = object
 
 
+class EpochLoader:
+    """A `RankLoader` as HF's Trainer reads a DataLoader: ``len`` is a whole epoch's micro-batches (HF reads it once
+    to plan its epochs and steps, also when resuming mid-epoch); each pass is the rest of the current epoch."""
+
+    def __init__(self, loader: RankLoader) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return self.loader.run.batches_per_epoch * self.loader.accumulation
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.loader)
+
+
 class StreamBatchMixin(_TrainerBase):
     """Put in front of ``transformers.Trainer`` (or a subclass): `sb.Run` / `sb.Epoch` datasets (see the module)."""
 
     _sb_train: Run | None = None
-    _sb_loader: StepLoader | None = None
+    _sb_loader: RankLoader | None = None
     _sb_resume: str | None = None
-    _sb_next: tuple[int, int] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         init = super().__init__  # the next class's: Trainer, SFTTrainer, or another subclass
@@ -175,15 +189,16 @@ class StreamBatchMixin(_TrainerBase):
         run = self._sb_train
         if run is None:
             return super().get_train_dataloader()
-        if self._sb_resume is not None:
-            run.load_state_dict(read_state(self._sb_resume))
         args = self.args
-        self._sb_next = run.position
-        self._sb_loader = StepLoader(
+        loader = RankLoader(
             run, rank=int(args.process_index), world_size=int(args.world_size),
-            accumulation=int(args.gradient_accumulation_steps),
+            num_workers=int(args.dataloader_num_workers), prefetch=int(args.dataloader_prefetch_factor or 2),
+            accumulation=int(args.gradient_accumulation_steps), output="tensors",
         )  # fmt: skip
-        return self._sb_loader
+        if self._sb_resume is not None:
+            loader.load_state_dict(read_state(self._sb_resume))
+        self._sb_loader = loader
+        return EpochLoader(loader)
 
     def get_resumed_dataloader(self, dataloader: Any, num_batches: int) -> Any:
         if self._sb_train is None:
@@ -197,19 +212,17 @@ class StreamBatchMixin(_TrainerBase):
         if first is None:  # the run (or its epoch) has no step left
             return [], None
         place = (int(first.epoch), int(first.index))
-        self._sb_next = self._sb_train.position_of(self._sb_train.step_of(*place) + 1)
         window = StepWindow(hf_batch(first), epoch_iterator, num_batches, place)
         return window, max(int(first.global_token_count), 1)  # a step that counts nothing: its loss sum is 0
 
     # -- checkpoints ----------------------------------------------------------------------
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        run = self._sb_train
-        if run is not None and self._sb_next is not None and self.args.should_save:
+        if self._sb_train is not None and self._sb_loader is not None and self.args.should_save:
             folder = os.path.join(
                 self._get_output_dir(trial=trial),
                 f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{self.state.global_step}",
             )
-            write_state(folder, run.state_dict(self._sb_next))
+            write_state(folder, self._sb_loader.state_dict())  # the step after the one just done, on every rank
         super()._save_checkpoint(model, trial)
 
     # -- evaluation -----------------------------------------------------------------------

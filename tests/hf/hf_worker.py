@@ -100,7 +100,7 @@ def train_cases(rank: int, out: str) -> None:
         report[name] = {
             "seen": trainer.seen,
             "calls": dict(counting.calls),
-            "loader": type(trainer.callback_handler.train_dataloader).__name__,
+            "loader": type(trainer.callback_handler.train_dataloader.loader).__name__,
         }
         if rank == 0:
             torch.save(trainer.model.state_dict(), os.path.join(out, f"{name}.pt"))

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from streambatch.stages.chunk import row_share
+from streambatch.stages.chunk import part_share
 
 from . import hf_worker
 from .common import epoch, moved_error, one_process
@@ -86,14 +86,13 @@ def test_every_micro_batch_carries_the_plan_count_and_nothing_is_gathered(traine
     reports = [json.loads((trained / f"report{r}.json").read_text())[name] for r in range(2)]
     whole = list(epoch(kind))
     for report in reports:
-        assert report["loader"] == "StepLoader"  # the Trainer iterates the run's own loader, not an accelerate wrapper
+        assert report["loader"] == "RankLoader"  # the Trainer iterates the run's own loader, not an accelerate wrapper
         assert report["calls"] == {}  # no Python collective from the first step to the end of training
         assert [s["count"] for s in report["seen"]] == [max(b.token_count, 1) for b in whole]
         assert all(len(s["rows"]) == accumulation for s in report["seen"])
     for i, batch in enumerate(whole):  # each rank's share, by the share rule, split again into micro-batches
         for rank, report in enumerate(reports):
-            share = len(range(*row_share(batch.width, rank, 2)))
-            micro = [len(range(*row_share(share, k, accumulation))) for k in range(accumulation)]
+            micro = [len(range(*part_share(batch.width, rank, 2, k, accumulation))) for k in range(accumulation)]
             assert report["seen"][i]["rows"] == [max(m, 1) for m in micro]  # an empty one: one row that counts nothing
         assert sum(sum(r["seen"][i]["counted"]) for r in reports) == batch.token_count
 
