@@ -46,7 +46,7 @@ def hf_batch(batch: Any) -> dict[str, Any]:
     ([[5, 6, 7]], [[-100, 7, 8]], [[-100, -100, 7]])
     """
     tensors = _tensors(batch)
-    inputs, targets = tensors.inputs.long(), tensors.targets.long()
+    inputs, targets = tensors.inputs.long().contiguous(), tensors.targets.long().contiguous()
     if inputs.shape[0] == 0:  # no rows here: one row that counts nothing, so the forward and backward still run
         inputs = torch.zeros((1, inputs.shape[1]), dtype=torch.long)
         targets = torch.full_like(inputs, IGNORE_INDEX)
