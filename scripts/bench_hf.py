@@ -21,10 +21,13 @@ loader's ``next`` and `streambatch.hf.hf_batch`) over the step time.
 accumulation 2; made by training one step from that position, its
 ``trainer_state.json`` given that global step).  streambatch: the seconds from
 ``train(resume_from_checkpoint=...)`` to the first step's start, against the
-same Trainer starting fresh (the difference is the data's part).  HF replays: its
-``skip_first_batches`` over a DataLoader of HF's path is timed over --skip
-batches and extrapolated linearly to the checkpoint's micro-batches (a full replay
-of ~10^6 batches takes too long to run here).  Prints JSON.
+same Trainer starting fresh (both mostly HF's own set-up), and the data's own
+part: from nothing to the checkpoint's next batch (the run, its `sbt.RankLoader`,
+the saved state, one batch).  HF replays: accelerate's ``skip_first_batches``
+over a DataLoader of HF's path (a map-style ``datasets.Dataset``: it skips the
+sampler's indices without loading rows) is timed over --skip batches and
+extrapolated linearly to the checkpoint's micro-batches (a Dataset of 10^7 rows
+and a replay of ~10^6 batches are too big to run here).  Prints JSON.
 """
 
 from __future__ import annotations
@@ -251,8 +254,9 @@ def resume(options: argparse.Namespace) -> dict[str, Any]:
         state = json.loads(Path(state_path).read_text())
         state["global_step"] = target
         Path(state_path).write_text(json.dumps(state))
-        ours, fresh = [], []
+        ours, fresh, loader = [], [], []
         for _ in range(options.repeats):
+            loader.append(loader_resume_seconds(data, T, B, checkpoint, target))
             again = sb.Run(data, context_length=T, batch_size=B, stride=1, seed=3, epochs=1)
             trainer = sbh.Trainer(model=model(options.width), args=arguments(out, max_steps=target + 1), train_dataset=again)
             ours.append(first_step_seconds(trainer, checkpoint))
@@ -266,11 +270,27 @@ def resume(options: argparse.Namespace) -> dict[str, Any]:
         replay = hf_skip_seconds(options, data, T, B)
     micro = target * 2  # accumulation 2: HF skips this many micro-batches
     return {
-        "windows": run.window_count, "checkpoint_step": target, "streambatch_resume_s": statistics.median(ours),
+        "windows": run.window_count, "checkpoint_step": target, "streambatch_loader_resume_s": statistics.median(loader),
+        "streambatch_resume_s": statistics.median(ours),
         "streambatch_fresh_start_s": statistics.median(fresh), "hf_skip_per_batch_s": replay,
         "hf_skip_measured_batches": options.skip, "hf_replay_estimate_s": replay * micro,
-        "replay_over_resume": replay * micro / statistics.median(ours),
+        "replay_over_loader_resume": replay * micro / statistics.median(loader),
     }  # fmt: skip
+
+
+def loader_resume_seconds(data: sb.DocumentStore, T: int, B: int, checkpoint: str, target: int) -> float:
+    """Seconds from nothing to the checkpoint's next batch: the run, its `sbt.RankLoader`, the saved state, one batch."""
+    import streambatch.hf.trainer as trainer_module
+    import streambatch.torch as sbt
+
+    began = time.perf_counter()
+    run = sb.Run(data, context_length=T, batch_size=B, stride=1, seed=3, epochs=1)
+    loader = sbt.RankLoader(run, accumulation=2, output="tensors")
+    loader.load_state_dict(trainer_module.read_state(checkpoint))
+    first = next(iter(loader))
+    seconds = time.perf_counter() - began
+    assert (first.epoch, first.index) == (0, target)
+    return seconds
 
 
 def hf_skip_seconds(options: argparse.Namespace, data: sb.DocumentStore, T: int, B: int) -> float:

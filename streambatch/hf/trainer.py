@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -49,7 +48,7 @@ from ..epoch import Epoch
 from ..errors import ConfigError, StateError
 from ..io.atomic import atomic_text
 from ..run import Run
-from ..stages.chunk import largest_batch
+from ..stages.chunk import largest_batch, part_share
 from ..torch.rank_loader import RankLoader
 from .collate import hf_batch
 
@@ -74,8 +73,10 @@ def as_epoch(dataset: Run | Epoch) -> Epoch:
 
 
 def micro_batch_rows(batch_size: int, world_size: int, accumulation: int) -> int:
-    """The most rows of one rank's micro-batch: ``ceil(ceil(B / world_size) / accumulation)``."""
-    return math.ceil(math.ceil(batch_size / world_size) / accumulation)
+    """The most rows of one rank's micro-batch, ``ceil(ceil(B / world_size) / accumulation)``: the share rule's
+    first part of rank 0 (the first ranks and parts take the extra rows)."""
+    lo, hi = part_share(batch_size, 0, world_size, 0, accumulation)
+    return hi - lo
 
 
 class StepWindow:
