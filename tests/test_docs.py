@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"```python\n(.*?)```(?:\n\nprints\n\n```\n(.*?)```)?", re.S)
 CHAPTER = '{"id": "train-a", "tokens": [0, 10, 11, 12, 1]}\n{"id": "train-b", "tokens": [0, 20, 21, 1]}\n'
-OPTIONAL = ("torch", "torchdata", "datasets", "tokenizers", "pyarrow", "zstandard", "transformers", "trl")
+OPTIONAL = ("torch", "torchdata", "datasets", "tokenizers", "pyarrow", "zstandard", "transformers", "trl", "lightning")
 
 
 def _blocks() -> Iterator[Any]:

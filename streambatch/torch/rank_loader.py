@@ -52,8 +52,9 @@ class RankLoader:
     torchtitan's ``BaseDataLoader`` does (labels hold -100 where a target does not
     count).  Each iteration yields the rest of the current epoch (a DataLoader's
     pass; the next iteration starts the next epoch), or with ``whole_run=True`` the
-    rest of the run (an endless run: an endless iterator).  ``len`` is the
-    micro-batches of the next iteration: its steps times *accumulation*.
+    rest of the run (an endless run: an endless iterator).  ``len`` counts the
+    micro-batches of that whole epoch (or run), as a DataLoader's does; `steps`
+    is the optimizer steps the next iteration yields.
 
     >>> import streambatch as sb, streambatch.torch as sbt
     >>> run = sb.Run([sb.Document("a", "train", range(12))], context_length=2, batch_size=4, seed=None, epochs=1)
@@ -113,7 +114,15 @@ class RankLoader:
         return max(self._stop() - self._cursor, 0)
 
     def __len__(self) -> int:
-        return self.steps * self.accumulation
+        """Micro-batches of the whole epoch the next iteration belongs to (0 past the run's end), as a
+        DataLoader's length counts its whole pass even when resumed mid-epoch (Lightning relies on it); with
+        ``whole_run=True``, of the whole run.  `steps` is what the next iteration yields."""
+        run = self.run
+        if self.whole_run:
+            if run.epochs is None:
+                raise TypeError("an endless run has no length; pass epochs= to sb.Run, or whole_run=False")
+            return run.steps_stop() * self.accumulation
+        return (run.batches_per_epoch if self._cursor < run.steps_stop() else 0) * self.accumulation
 
     def global_token_count(self, step: int | None = None) -> int:
         """The counted targets of global step *step* over every rank (None: the step handed out last), from the plan."""

@@ -149,7 +149,8 @@ def test_output_forms_and_lengths() -> None:
     assert loader.global_token_count(0) == run.batch(0, 0).token_count
     assert loader.global_token_count() == run.batch(0, 1).token_count
     assert loader.step == 1
-    assert len(loader) == 2 * (run.batches_per_epoch - 1)
+    assert loader.steps == run.batches_per_epoch - 1
+    assert len(loader) == 2 * run.batches_per_epoch  # the whole epoch's, as a DataLoader's length (Lightning)
     rest = list(loader)
     assert len(rest) == 2 * (run.batches_per_epoch - 1)
     assert loader.step == run.batches_per_epoch
@@ -172,7 +173,9 @@ def test_each_iteration_is_one_epoch_unless_whole_run() -> None:
     epochs = [[(b.epoch, b.index) for b in loader] for _ in range(3)]
     per = run.batches_per_epoch
     assert epochs == [[(0, i) for i in range(per)], [(1, i) for i in range(per)], []]
-    assert len(list(sbt.RankLoader(worker.make_run("windows"), whole_run=True))) == 2 * per
+    whole = sbt.RankLoader(worker.make_run("windows"), whole_run=True)
+    assert len(whole) == len(list(whole)) == 2 * per
+    assert len(loader) == 0  # past the run's end
 
 
 def test_refusals_change_nothing() -> None:

@@ -1,0 +1,69 @@
+"""`streambatch.lightning.RunDataModule` under Lightning's ``strategy="ddp"`` (CPU, gloo, world size 2).
+
+The parameters after an epoch equal a one-process float64 loop over the same global batches that divides each
+step's summed loss by its counted targets (rel 1e-6), and a mid-epoch checkpoint resumed (after
+``estimated_stepping_batches`` was read, Lightning #20550) under world size 2 and 1 ends at the same parameters.
+Lightning relaunches the script for its second rank, so each training runs as a subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("lightning", reason="lightning is not installed (the lightning extra)")
+
+from . import lightning_script as script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _train(out: Path, devices: int, checkpoint: Path | None = None) -> dict[str, torch.Tensor]:
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "GLOO_SOCKET_IFNAME": "lo"}
+    command = [sys.executable, str(Path(script.__file__)), str(out), str(devices), *([str(checkpoint)] if checkpoint else [])]
+    done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True, timeout=420)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return torch.load(out / "params.pt")  # type: ignore[no-any-return]
+
+
+def _reference() -> dict[str, torch.Tensor]:
+    """One process, no Lightning: each global batch's summed loss over its counted targets, one SGD step each."""
+    import streambatch.torch as sbt
+
+    model = script.make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    for batch in script.make_run():
+        inputs, targets = sbt.as_tensors(batch)
+        loss = sbt.cross_entropy_sum(model, inputs, targets) / batch.token_count
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], rel: float) -> None:
+    for key in a:
+        assert torch.allclose(a[key], b[key], rtol=rel, atol=rel * float(b[key].abs().max())), key
+
+
+def test_ddp_equals_the_one_process_token_mean_and_a_mid_epoch_checkpoint_resumes(tmp_path: Path) -> None:
+    run = script.make_run()
+    counts = [b.token_count for b in run]
+    assert len(set(counts)) > 1  # steps count different targets: a wrong denominator would show
+    assert run.batches_per_epoch > script.EVERY  # the checkpoint is mid-epoch
+    whole = _train(tmp_path / "whole", 2)
+    reference = _reference()
+    _close(whole, reference, 1e-6)
+    initial = script.make_model().state_dict()
+    assert all(not torch.allclose(whole[k], initial[k]) for k in whole)  # the model moved: not vacuous
+    checkpoint = tmp_path / "whole" / "checkpoints" / f"epoch=0-step={script.EVERY}.ckpt"
+    saved = torch.load(checkpoint, weights_only=False)
+    assert saved["RunDataModule"]["batch"] == script.EVERY  # the run's position, in Lightning's own checkpoint
+    _close(_train(tmp_path / "resumed", 2, checkpoint), whole, 1e-10)
+    _close(_train(tmp_path / "resumed-alone", 1, checkpoint), whole, 1e-9)  # and under world size 1
