@@ -109,15 +109,20 @@ def test_a_corpus_of_remote_shards(stores: dict[str, Any]) -> None:
 
 
 def test_resume_fetches_nothing_before_its_position(stores: dict[str, Any]) -> None:
-    """Batches from position p on: only their ranges are requested (the first p batches' are not)."""
+    """Batches from position p on: only the digest blocks their windows touch are requested (the first p batches'
+    are not)."""
+    from streambatch.io.remote.blocks import BLOCK
+
     _, remote = stores["web"]
     epoch = sb.Epoch(remote, context_length=16, batch_size=8, stride=16, seed=9)
     late = len(epoch) - 2
     before = STATS.bytes
     first = epoch.batches()[late]
     fetched = STATS.bytes - before
-    needed = first.inputs.size + first.inputs.shape[0]  # tokens: T + 1 per window
-    assert fetched <= 1.05 * needed * remote.dtype.itemsize + 4096
+    size = remote.dtype.itemsize
+    flat = remote.starts[first.document_indices] + first.starts  # each window's first token
+    touched = {b for p in flat.tolist() for b in range(p * size // BLOCK, ((p + 17) * size - 1) // BLOCK + 1)}
+    assert fetched <= min(len(touched) * BLOCK, remote.tokens.nbytes)  # blocks kept from before: not fetched again
 
 
 def test_prefetch_holds_only_batches_in_flight(stores: dict[str, Any]) -> None:
@@ -255,7 +260,7 @@ def test_prepare_uploads_a_store_with_its_header_last(server: int, tmp_path: Pat
     finally:
         client_module.ObjectClient.put = put  # type: ignore[method-assign]
     assert order[-2:] == ["header.json", "current.json"]
-    assert set(order[:-2]) == {"tokens.bin", "offsets.bin"}
+    assert set(order[:-2]) == {"tokens.bin", "offsets.bin", "digests.bin"}
     local = sb.open_store(
         sb.write_store(tmp_path / "local", sb.open_source(str(source)).store).fingerprint and tmp_path / "local"
     )

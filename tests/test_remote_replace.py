@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import streambatch as sb
-from streambatch.errors import DataError
+from streambatch.errors import DataError, StoreError
 from streambatch.io.remote.client import ObjectClient
 from streambatch.io.remote.location import Location
 from streambatch.io.remote.upload import upload_store
@@ -76,7 +76,9 @@ def test_a_store_from_before_versions_is_read_then_replaced(server: int, tmp_pat
     for path in sorted((tmp_path / "old").iterdir()):
         client.put(path.name, path)
     client.put("README.txt", b"not the store's")
-    assert _epoch(sb.open_store(url)) == _epoch(old)
+    with pytest.raises(StoreError, match=r"records no block digests.*--trust-remote"):
+        sb.open_store(url)  # its bytes cannot be checked: refused unless trusted
+    assert _epoch(sb.open_store(url, trust_remote=True)) == _epoch(old)
     new = sb.write_store(tmp_path / "new", documents(6, seed=4))
     upload_store(tmp_path / "new", url, grace=0.0)
     upload_store(tmp_path / "new", url, grace=0.0)

@@ -5,7 +5,8 @@
 *delay* seconds after its request arrived (a link's latency).  *fault*, called
 with each request's number and first line, may answer ``"503"`` (a canned
 ``503 Slow Down``), ``"drop"`` (the connection is closed unanswered) or
-``"stall"`` (no answer until the client gives up), or bytes: a whole raw
+``"stall"`` (no answer until the client gives up), ``"flip"`` (the response's
+first body byte inverted: damage in transit), or bytes: a whole raw
 response sent instead of the server's (a hostile server: a lying
 ``Content-Length``, a changed body), the connection closed after it.  Only
 loopback addresses.
@@ -84,7 +85,7 @@ class LoopbackProxy:
         except OSError:
             writer.close()
             return
-        asked: list[Any] = [0.0, False, False]  # when the latest request arrived; its response begun; a HEAD
+        asked: list[Any] = [0.0, False, False, False]  # latest request: when it came, response begun, a HEAD, flip
         done = asyncio.Event()
 
         async def upstream() -> None:
@@ -105,6 +106,7 @@ class LoopbackProxy:
                     if action == "stall":
                         await asyncio.sleep(3600)
                     asked[0], asked[1], asked[2] = time.perf_counter(), False, data.startswith(b"HEAD ")
+                    asked[3] = action == "flip"
                     self.waiting += 1
                     self.peak_waiting = max(self.peak_waiting, self.waiting)
                 up_writer.write(data)
@@ -121,6 +123,13 @@ class LoopbackProxy:
                     wait = asked[0] + self.delay - time.perf_counter()
                     if wait > 0:
                         await asyncio.sleep(wait)
+                if asked[3]:  # the first body byte, inverted (its headers may end in an earlier chunk)
+                    at = 0 if asked[3] == "body" else data.find(b"\r\n\r\n") + 4
+                    if at >= 4 or asked[3] == "body":
+                        if at < len(data):
+                            data, asked[3] = data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :], False
+                        else:
+                            asked[3] = "body"
                 self.bytes += len(data)
                 writer.write(data)
                 await writer.drain()

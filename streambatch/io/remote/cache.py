@@ -1,9 +1,16 @@
 """An on-disk cache of fetched token blocks, within a byte limit shared by every process that uses the folder.
 
-Blocks are aligned pieces of a remote ``tokens.bin`` (`BLOCK` bytes; the
-object's last one shorter), named by the object's address, size and ETag, so a
-replaced object never matches.  A block is kept only when a fetch covered it
-whole (the cache never makes a fetch bigger).  Admission is serialized by one
+Blocks are the digest blocks of a remote ``tokens.bin``
+(`streambatch.io.remote.blocks`), each kept under its own digest: the cache is
+content-addressed, so the same bytes in two stores are kept once and a replaced
+object never matches.  Every fetch is of whole checked blocks, so every block
+fetched is kept (while the limit allows).  Nothing in the folder is trusted:
+a block is opened without following a link and without blocking
+(``O_NOFOLLOW | O_NONBLOCK``), must be a regular file of the block's size, and
+is checked against its digest on every read; anything else (a zeroed block, a
+link to another file, a FIFO) is removed and the block fetched again.  Hits,
+misses and bytes served are counted in `streambatch.io.remote.client.STATS`.
+Admission is serialized by one
 lock on the folder; the bytes held (temporaries included) are counted in a
 small ``usage`` file, and the least recently used blocks are removed before a
 new one would pass the limit: the folder never holds more than *cache_bytes*.
@@ -15,16 +22,18 @@ removes only block files.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError
 from ..atomic import create_temporary_file, exclusive_lock
 from ..files import short_path
+from .blocks import BLOCK, Blocks, digest
+from .client import STATS
 
-BLOCK = 1 << 20
+DEFAULT_BYTES = 16 << 30  # the limit when only a folder is given (--cache-dir without --cache-bytes)
 MARKER = "STREAMBATCH-CACHE"
 _USAGE = "usage"
 _LOCK = "lock"
@@ -33,8 +42,10 @@ _LOCK = "lock"
 class BlockCache:
     """Blocks of remote token files on disk under *folder*, at most *limit* bytes in all."""
 
-    def __init__(self, folder: str | os.PathLike[str], limit: int | None) -> None:
-        if limit is None or isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+    def __init__(self, folder: str | os.PathLike[str], limit: int | None = DEFAULT_BYTES) -> None:
+        if limit is None:
+            limit = DEFAULT_BYTES
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ConfigError(f"cache_bytes={limit!r} must be a non-negative int; pass the cache's size limit in bytes")
         self.folder = Path(folder)
         self.limit = limit
@@ -61,49 +72,65 @@ class BlockCache:
         except (OSError, ValueError):
             return 0
 
-    def _key(self, file: Any) -> str:
-        name = f"{file.client.where.url}/{file.name}|{file.nbytes}|{file.etag}"
-        return hashlib.blake2b(name.encode(), digest_size=12).hexdigest()
+    def _path(self, expected: bytes) -> Path:
+        return self.folder / f"{expected.hex()}.block"
 
-    def _path(self, file: Any, index: int) -> Path:
-        return self.folder / f"{self._key(file)}-{index}.block"
-
-    def read(self, file: Any, lo: int, hi: int, into: memoryview) -> bool:
-        """Copy bytes ``[lo, hi)`` of *file* into *into* when every block they touch is cached; else False."""
+    def take(self, blocks: Blocks, lo: int, hi: int, into: memoryview) -> int:
+        """Copy the leading blocks of ``[lo, hi)`` (whole blocks) that the cache holds, each checked, into
+        ``into[lo:...]``; the offset of the first block it does not hold (*hi*: all of them)."""
         if self.limit == 0:
-            return False
-        first, last = lo // self.block, (hi - 1) // self.block
-        paths = [self._path(file, i) for i in range(first, last + 1)]
-        if not all(p.exists() for p in paths):
-            return False
+            return lo
+        at = lo
+        while at < hi:
+            index = at // BLOCK
+            size = min(BLOCK, blocks.nbytes - at)
+            data = self._read(blocks.expected(index), size)
+            if data is None:
+                STATS.add(cache_misses=1)
+                return at
+            into[at : at + size] = data
+            STATS.add(cache_hits=1, cache_bytes=size)
+            at += size
+        return at
+
+    def _read(self, expected: bytes, size: int) -> bytes | None:
+        """The block named *expected*, if a regular file of *size* bytes whose digest is *expected*; anything else
+        under that name is removed (never followed, never waited on)."""
+        path = self._path(expected)
         try:
-            for index, path in zip(range(first, last + 1), paths, strict=True):
-                base = index * self.block
-                a, b = max(lo, base), min(hi, base + self.block)
-                with open(path, "rb") as handle:
-                    handle.seek(a - base)
-                    data = handle.read(b - a)
-                if len(data) != b - a:
-                    return False
-                into[a - lo : b - lo] = data
-                os.utime(path)  # recently used
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            return None
+        except OSError:  # a link (ELOOP), or unreadable: not a block of ours
+            self._drop(path)
+            return None
+        try:
+            status = os.fstat(fd)
+            data = os.read(fd, size + 1) if stat.S_ISREG(status.st_mode) and status.st_size == size else b""
         except OSError:
-            return False  # evicted meanwhile: fetch
-        return True
+            data = b""
+        finally:
+            os.close(fd)
+        if len(data) != size or digest(data) != expected:
+            self._drop(path)
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # recently used
+        return data
 
-    def write(self, file: Any, lo: int, hi: int, data: memoryview) -> None:
-        """Keep the blocks that ``[lo, hi)`` (just fetched) covers whole, within the limit."""
-        first = -(-lo // self.block)
-        for index in range(first, file.nbytes // self.block + 1):
-            base = index * self.block
-            end = min(base + self.block, file.nbytes)
-            if end > hi or end <= base:
-                break
-            self._admit(file, index, data[base - lo : end - lo])
+    def _drop(self, path: Path) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # the name only: a link's target is never touched
 
-    def _admit(self, file: Any, index: int, block: memoryview) -> None:
+    def keep(self, blocks: Blocks, lo: int, data: memoryview) -> None:
+        """Keep the whole, checked blocks *data* (from byte *lo*), within the limit."""
+        for offset in range(0, len(data), BLOCK):
+            index = (lo + offset) // BLOCK
+            self._admit(blocks.expected(index), data[offset : offset + BLOCK])
+
+    def _admit(self, expected: bytes, block: memoryview) -> None:
         size = len(block)
-        target = self._path(file, index)
+        target = self._path(expected)
         if size > self.limit or target.exists():
             return
         with exclusive_lock(self.folder / _LOCK, what="cache"):
@@ -131,7 +158,7 @@ class BlockCache:
         for entry in os.scandir(self.folder):
             if entry.name.endswith(".block") and not entry.name.startswith("."):
                 with contextlib.suppress(OSError):
-                    status = entry.stat()
+                    status = entry.stat(follow_symlinks=False)
                     blocks.append((status.st_mtime, status.st_size, entry.path))
         freed = 0
         for _, size, path in sorted(blocks):

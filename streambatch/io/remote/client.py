@@ -44,13 +44,30 @@ class Stats:
     bytes: int = 0
     retries: int = 0
     puts: int = 0
+    cache_hits: int = 0  # blocks served by the disk cache ...
+    cache_misses: int = 0  # ... and not found there (fetched)
+    cache_bytes: int = 0  # bytes the cache served
     in_flight: int = 0  # ranged GETs under way now ...
     peak_in_flight: int = 0  # ... and at most so far
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def add(self, *, requests: int = 0, ranges: int = 0, size: int = 0, retries: int = 0, puts: int = 0) -> None:
-        """Count requests, ranged requests, bytes, retries and uploads (thread-safe)."""
+    def add(
+        self,
+        *,
+        requests: int = 0,
+        ranges: int = 0,
+        size: int = 0,
+        retries: int = 0,
+        puts: int = 0,
+        cache_hits: int = 0,
+        cache_misses: int = 0,
+        cache_bytes: int = 0,
+    ) -> None:
+        """Count requests, ranged requests, bytes, retries, uploads and the cache's hits (thread-safe)."""
         with self._lock:
+            self.cache_hits += cache_hits
+            self.cache_misses += cache_misses
+            self.cache_bytes += cache_bytes
             self.requests += requests
             self.range_requests += ranges
             self.bytes += size

@@ -11,6 +11,7 @@ the ETags stand in for it.
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Mapping
 from typing import IO, Any
@@ -23,11 +24,14 @@ from ...model.validate import check_offsets
 from ..bounded_json import HEADER_LIMIT
 from ..store_header import HEADER, OFFSETS, PARTITIONS_FILE, TOKENS, header_tokenizer, listed_files, read_header
 from ..store_mask import LOSS_MASK, mask_bytes, mask_entry
+from .blocks import ALGORITHM, BLOCK, DIGEST, DIGESTS, Blocks, check_whole
 from .client import ObjectClient
 from .location import Location
 from .tokens import TokenFile
 
-OBJECTS = "objects"  # header key: {name: {"size": int, "etag": str}} of each uploaded object
+log = logging.getLogger("streambatch.remote")
+OBJECTS = "objects"  # header key: {name: {"size": int, "etag": str, "blake2b": hex}} of each uploaded object
+DIGEST_KEY = "blake2b"  # an object's whole digest in its record
 POINTER = "current.json"  # which version of the store at an address is current (`streambatch.io.remote.upload`)
 POINTER_FORMAT = "streambatch.store-pointer"
 POINTER_LIMIT = 1 << 20
@@ -53,6 +57,7 @@ def open_remote_store(
     cache_bytes: int | None = None,
     retries: int = 5,
     timeout: float = 30.0,
+    trust_remote: bool = False,
 ) -> DocumentStore:
     """Open the store at *url* (``s3://``, ``gs://``, ``https://``): every failure is one `StoreError` or `DataError` line.
 
@@ -60,14 +65,20 @@ def open_remote_store(
     environment's are the defaults); *prefetch* fixes how many batches are fetched ahead (default:
     chosen from the measured latency and rate); *cache_dir* and *cache_bytes* keep fetched blocks on
     disk within that many bytes (`streambatch.io.remote.cache`); *retries* bounds the retries of a
-    request that timed out (*timeout* seconds), failed with 5xx or lost its connection.
+    request that timed out (*timeout* seconds), failed with 5xx or lost its connection.  A store uploaded
+    without block digests (`streambatch.io.remote.blocks`) is refused unless *trust_remote* (logged) reads it
+    unchecked.
     """
     where = Location.parse(url, options)
     client = ObjectClient(where, retries=retries, timeout=timeout)
     pointer = read_pointer(client)
+    header_digest = None
     if pointer is not None:  # a versioned store: the version the pointer names, whole
         client = ObjectClient(where.child(pointer["current"]), retries=retries, timeout=timeout)
-    return open_at(client, prefetch=prefetch, cache=_cache(cache_dir, cache_bytes))
+        header_digest = pointer.get("header")
+    return open_at(
+        client, prefetch=prefetch, cache=_cache(cache_dir, cache_bytes), trust=trust_remote, header_digest=header_digest
+    )
 
 
 def read_pointer(client: ObjectClient) -> dict[str, Any] | None:
@@ -109,17 +120,47 @@ def _cache(cache_dir: Any, cache_bytes: int | None) -> Any:
     return BlockCache(cache_dir, cache_bytes)
 
 
-def open_at(client: ObjectClient, *, prefetch: int | None = None, cache: Any = None) -> DocumentStore:
-    """Open the store *client* reaches (see `open_remote_store`)."""
+def _unchecked(root: str, trust: bool) -> None:
+    """A store without block digests: refused, unless the caller trusts it (then logged)."""
+    if not trust:
+        raise StoreError(
+            f"{root}: this store records no block digests (uploaded before streambatch 0.5, or copied up by another "
+            "tool), so its bytes cannot be checked as they are read; upload it again from its local folder "
+            "(streambatch prepare ... -o ADDRESS, or streambatch.io.remote.upload.upload_store), or pass "
+            "--trust-remote (trust_remote=True) to read it unchecked"
+        )
+    log.warning("%s: read without block digests (--trust-remote): its bytes are not checked", root)
+
+
+def open_at(
+    client: ObjectClient,
+    *,
+    prefetch: int | None = None,
+    cache: Any = None,
+    trust: bool = False,
+    header_digest: Any = None,
+) -> DocumentStore:
+    """Open the store *client* reaches (see `open_remote_store`); *header_digest*: what its pointer records."""
     root = RemotePath(client.where.url)
-    with _spooled(client, HEADER, HEADER_LIMIT) as (handle, _):
+    with _spooled(client, HEADER, HEADER_LIMIT, header_digest) as (handle, _):
         header, dtype, tokens_count, docs_count, fingerprint = read_header(handle, root / HEADER)  # type: ignore[arg-type]
     found = header.get(OBJECTS)
     recorded: dict[str, Any] = found if isinstance(found, dict) else {}
+    blocks_entry = header.get("blocks")
+    checked = isinstance(blocks_entry, dict)
+    if not checked:
+        _unchecked(root, trust)
+    if checked and header_digest is None:  # digests without a pointer that vouches for the header: not a store we wrote
+        raise DataError(f"{root / HEADER}: records block digests but no store pointer names it; upload the store again")
+
+    def expect(name: str) -> Any:  # the recorded digest of a small object (None: unchecked, trusted)
+        record = recorded.get(name)
+        return (record.get(DIGEST_KEY) if isinstance(record, dict) else None) or ("?" if checked else None)
+
     tokens_size, tokens_etag = client.head(TOKENS)
     _check(root / TOKENS, tokens_size, tokens_count * dtype.itemsize, f"{tokens_count} tokens of {dtype.name}")
     _check_recorded(root / TOKENS, recorded.get(TOKENS), tokens_size, tokens_etag)
-    with _spooled(client, OFFSETS, (docs_count + 1) * 8) as (handle, etag):
+    with _spooled(client, OFFSETS, (docs_count + 1) * 8, expect(OFFSETS)) as (handle, etag):
         size = len(handle.read())
         _check(root / OFFSETS, size, (docs_count + 1) * 8, f"{docs_count + 1} int64 offsets")
         _check_recorded(root / OFFSETS, recorded.get(OFFSETS), size, etag)
@@ -132,7 +173,7 @@ def open_at(client: ObjectClient, *, prefetch: int | None = None, cache: Any = N
     from ..store_reader import _read_documents
 
     listed = listed_files(header, root / HEADER)  # type: ignore[arg-type]
-    spooled = [_spooled(client, name, _limit(name, docs_count, recorded.get(name))) for name in listed]
+    spooled = [_spooled(client, name, _limit(name, docs_count, recorded.get(name)), expect(name)) for name in listed]
     handles = [s.__enter__() for s in spooled]
     try:
         for name, (handle, etag) in zip(listed, handles, strict=True):
@@ -141,8 +182,10 @@ def open_at(client: ObjectClient, *, prefetch: int | None = None, cache: Any = N
     finally:
         for s in spooled:
             s.__exit__(None, None, None)
-    bits = _mask_bits(client, root, header, tokens_count, recorded)
-    settings: dict[str, Any] = {"prefetch": prefetch, "cache": cache}
+    bits = _mask_bits(client, root, header, tokens_count, recorded, expect(LOSS_MASK))
+    settings: dict[str, Any] = {"prefetch": prefetch, "cache": cache if checked else None}
+    if isinstance(blocks_entry, dict):
+        settings["blocks"] = _blocks(client, root, blocks_entry, tokens_count * dtype.itemsize)
     tokens: Any = (
         TokenFile(client, TOKENS, dtype, tokens_count, tokens_etag, **settings).array() if tokens_count else np.zeros(0, dtype)
     )
@@ -150,12 +193,27 @@ def open_at(client: ObjectClient, *, prefetch: int | None = None, cache: Any = N
     return DocumentStore.from_checked(tokens, offsets[:-1], np.diff(offsets), ids, codes, fingerprint, tokenizer, bits)
 
 
-def _mask_bits(client: ObjectClient, root: RemotePath, header: dict[str, Any], count: int, recorded: Any) -> Any:
+def _blocks(client: ObjectClient, root: RemotePath, entry: dict[str, Any], nbytes: int) -> Blocks:
+    """The block digests of ``tokens.bin`` (``digests.bin``, checked against the header's digest of it)."""
+    if entry.get("algorithm") != ALGORITHM or entry.get("size") != BLOCK or entry.get("object") != DIGESTS:
+        raise DataError(
+            f"{root / HEADER}: blocks={entry!r} is not {BLOCK}-byte {ALGORITHM} blocks in {DIGESTS}; "
+            "upload the store again with this streambatch"
+        )
+    limit = -(-nbytes // BLOCK) * DIGEST
+    data, _ = client.get(DIGESTS, limit)
+    check_whole(root / DIGESTS, data, entry.get("digest"))
+    return Blocks.parse(root / DIGESTS, data, nbytes)
+
+
+def _mask_bits(
+    client: ObjectClient, root: RemotePath, header: dict[str, Any], count: int, recorded: Any, expected: Any = None
+) -> Any:
     """The store's loss-mask bits when its header names a mask (None without), fetched once, whole: one bit per
     token (1/16 of a uint16 store's token bytes), held in memory like the offsets."""
     if mask_entry(header, root / HEADER, count) is None:  # type: ignore[arg-type]
         return None
-    with _spooled(client, LOSS_MASK, mask_bytes(count)) as (handle, etag):
+    with _spooled(client, LOSS_MASK, mask_bytes(count), expected) as (handle, etag):
         size = _size(handle)
         _check(root / LOSS_MASK, size, mask_bytes(count), f"a loss mask of {count} bits")
         _check_recorded(root / LOSS_MASK, recorded.get(LOSS_MASK), size, etag)
@@ -192,12 +250,14 @@ class _spooled:
     """A small object fetched once into an anonymous temporary file (the local readers take files), refused
     past *limit* bytes (read as a stream: a lying ``Content-Length`` allocates nothing)."""
 
-    def __init__(self, client: ObjectClient, name: str, limit: int) -> None:
-        self.client, self.name, self.limit = client, name, limit
+    def __init__(self, client: ObjectClient, name: str, limit: int, expected: Any = None) -> None:
+        self.client, self.name, self.limit, self.expected = client, name, limit, expected
         self.handle: IO[bytes] | None = None
 
     def __enter__(self) -> tuple[IO[bytes], str | None]:
         data, etag = self.client.get(self.name, self.limit)
+        if self.expected is not None:  # a checked store: the object whole against its recorded digest
+            check_whole(f"{self.client.where.url}/{self.name}", data, self.expected)
         self.handle = tempfile.TemporaryFile()
         self.handle.write(data)
         self.handle.flush()

@@ -47,11 +47,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import ConfigError, StoreError
+from .blocks import Blocks
 from .client import STATS, ObjectClient
 
 SLOT = 1 << 16  # bytes per hold count: memory is returned in runs of whole slots no batch in flight touches
 PART = 8 << 20  # the largest single ranged GET (larger ranges are split: parallel requests)
 WORKERS = 64  # ranged GETs in flight per process, at most
+KEEP = 64 << 20  # bytes of checked blocks a file keeps in memory after no batch holds them (reused, not fetched again)
 DRAIN_SECONDS = 60.0  # at exit (or close), how long GETs in flight are waited for, at most
 _LOOPS: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore, threading.Thread]] = {}
 _LOOPS_LOCK = threading.Lock()
@@ -139,8 +141,9 @@ class TokenFile:
     ) -> None:
         self.client, self.name, self.dtype, self.count, self.etag = client, name, dtype, count, etag
         self.nbytes = count * dtype.itemsize
-        self.settings = settings  # prefetch depth, cache: read by the prefetcher
+        self.settings = settings  # prefetch depth, cache: read by the prefetcher; blocks: the block digests
         self.cache: Any = settings.get("cache")
+        self.blocks: Blocks | None = settings.get("blocks")  # None: a store trusted without digests (--trust-remote)
         self.closed = False
         self._map: mmap.mmap | None = None
         self._address = 0
@@ -148,6 +151,9 @@ class TokenFile:
         self._holds = np.zeros(0, dtype=np.int32)
         self._lock = threading.Lock()
         self._flying: set[Future[None]] = set()  # this file's GETs in flight (waited for by close)
+        self._present = np.zeros(0, dtype=bool)  # slots holding checked blocks (kept while within KEEP)
+        self._kept: dict[int, None] = {}  # present slots no batch holds, oldest first (unreadable until held)
+        self._pending: dict[int, Future[None]] = {}  # slots a GET of this process is bringing now
 
     def __repr__(self) -> str:
         return f"TokenFile({self.client.where.url}/{self.name}, {self.nbytes} bytes)"
@@ -158,6 +164,7 @@ class TokenFile:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.settings = state["settings"]
         self.cache = self.settings.get("cache")
+        self.blocks = self.settings.get("blocks")
 
     def array(self) -> RemoteTokens:
         """The token array over this file's mapping (made on first use)."""
@@ -173,12 +180,17 @@ class TokenFile:
             self._map = mmap.mmap(-1, max(self.nbytes, 1), flags=flags)
             self._address = int(np.frombuffer(self._map, dtype=np.uint8).ctypes.data)
             self._holds = np.zeros(-(-self.nbytes // SLOT) or 1, dtype=np.int32)
+            self._present = np.zeros(self._holds.size, dtype=bool)
+            self._kept = {}
             self._pid = os.getpid()
             self._protect(0, len(self._map), readable=False)  # nothing is readable before it is held
         elif self._pid != os.getpid():  # a forked child: nothing it inherited is held (or readable) for it
             self._lock = threading.Lock()  # the parent's may have been taken when it forked
             with self._lock:
                 self._holds[:] = 0
+                self._present[:] = False
+                self._kept = {}
+                self._pending = {}
                 self._flying = set()
                 self._pid = os.getpid()
                 self._map.madvise(mmap.MADV_DONTNEED, 0, len(self._map))
@@ -220,6 +232,8 @@ class TokenFile:
             distinct = _distinct(slots)
             fresh = distinct[self._holds[distinct] == 0]
             np.add.at(self._holds, slots, 1)
+            for slot in fresh.tolist():  # held again: no longer among the kept ones to evict
+                self._kept.pop(slot, None)
             for lo, hi in self._slot_runs(fresh):
                 self._protect(lo, hi, readable=True)
         return slots
@@ -236,9 +250,19 @@ class TokenFile:
             if free.size:
                 mapping = self._map
                 assert mapping is not None
-                for lo, hi in self._slot_runs(_distinct(free)):
-                    mapping.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+                free = _distinct(free)
+                kept = free[self._present[free]]  # checked blocks: kept (unreadable) for the next batch that needs them
+                for slot in kept.tolist():
+                    self._kept[slot] = None
+                for lo, hi in self._slot_runs(free):
                     self._protect(lo, hi, readable=False)
+                gone = free[~self._present[free]]
+                while len(self._kept) * SLOT > KEEP:  # the oldest kept ones go
+                    gone = np.append(gone, next(iter(self._kept)))
+                    self._present[gone[-1]] = False
+                    del self._kept[int(gone[-1])]
+                for lo, hi in self._slot_runs(_distinct(gone)):
+                    mapping.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
     def held_bytes(self) -> int:
         """Bytes of the mapping held now (slots some scheduled batch needs)."""
@@ -269,9 +293,20 @@ class TokenFile:
         than `PART` split; one future per GET, in the order of *starts*."""
         self.check_open()
         mapping = memoryview(self._mapping())
-        lo, hi = parts(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64), PART)
-        pieces = list(zip(lo.tolist(), hi.tolist(), strict=True))
-        futures: list[Future[None]] = [Future() for _ in pieces]
+        lo, hi = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+        waited: list[Future[None]] = []
+        with self._lock:
+            if self.blocks is not None:  # whole blocks, each fetched once: none here already, none on its way
+                wanted = _whole_blocks(lo, hi, self.nbytes)
+                waited = self._on_their_way(*wanted)
+                lo, hi = _whole_blocks(*wanted, self.nbytes, self._present | self._pending_slots())
+            lo, hi = parts(lo, hi, PART)
+            pieces = list(zip(lo.tolist(), hi.tolist(), strict=True))
+            futures: list[Future[None]] = [Future() for _ in pieces]
+            if self.blocks is not None:
+                for (a, b), future in zip(pieces, futures, strict=True):
+                    for slot in range(a // SLOT, -(-b // SLOT)):
+                        self._pending[slot] = future
         loop, gate = requests_loop()
         flying = self._flying
         for future in futures:
@@ -283,9 +318,38 @@ class TokenFile:
                 loop.create_task(self._fill(mapping, a, b, gate, future))
 
         loop.call_soon_threadsafe(start)
-        return futures
+        return futures + waited
+
+    def _pending_slots(self) -> npt.NDArray[np.bool_]:
+        """Slots a GET of this process is bringing now (under the lock)."""
+        pending = np.zeros(self._present.size, dtype=bool)
+        if self._pending:
+            pending[np.fromiter(self._pending, dtype=np.int64, count=len(self._pending))] = True
+        return pending
+
+    def _on_their_way(self, lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]) -> list[Future[None]]:
+        """The GETs already bringing some block of ``[lo, hi)`` (under the lock): waited for, not repeated."""
+        found: dict[int, Future[None]] = {}
+        for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+            for slot in range(a // SLOT, -(-b // SLOT)):
+                future = self._pending.get(slot)
+                if future is not None:
+                    found[id(future)] = future
+        return list(found.values())
+
+    def _arrived(self, lo: int, hi: int, future: Future[None], ok: bool) -> None:
+        """The GET *future* of blocks ``[lo, hi)`` ended: present if *ok*, no longer on its way either way."""
+        with self._lock:
+            for slot in range(lo // SLOT, -(-hi // SLOT)):
+                if self._pending.get(slot) is future:
+                    del self._pending[slot]
+            if ok and self._present.size:
+                self._present[lo // SLOT : -(-hi // SLOT)] = True
 
     async def _fill(self, mapping: memoryview, lo: int, hi: int, gate: asyncio.Semaphore, future: Future[None]) -> None:
+        if self.blocks is not None:
+            await self._fill_checked(mapping, lo, hi, gate, future)
+            return
         try:
             into = mapping[lo:hi]
             if self.cache is not None and await asyncio.to_thread(self.cache.read, self, lo, hi, into):
@@ -307,6 +371,95 @@ class TokenFile:
             future.set_exception(err)
         else:
             future.set_result(None)
+
+    async def _fill_checked(self, mapping: memoryview, lo: int, hi: int, gate: asyncio.Semaphore, future: Future[None]) -> None:
+        """Whole blocks ``[lo, hi)``: from the cache where it holds them (checked), the rest in one GET into a buffer
+        of its own, each block checked against its digest (fetched once more if one does not match) before it
+        is copied where a gather reads it; then kept in the cache."""
+        blocks = self.blocks
+        assert blocks is not None
+        where = f"{self.client.where.url}/{self.name}"
+        try:
+            cached = await asyncio.to_thread(self._from_cache, mapping, lo, hi)
+            if cached < hi:
+                lo_get = cached
+                buffer = bytearray(hi - lo_get)
+                for attempt in (1, 2):
+                    await self._get(lo_get, hi, memoryview(buffer), gate)
+                    bad = blocks.bad_block(lo_get, memoryview(buffer))
+                    if bad is None:
+                        break
+                    STATS.add(retries=1)
+                    if attempt == 2:
+                        raise blocks.refused(where, bad)
+                mapping[lo_get:hi] = buffer
+            self._arrived(lo, hi, future, ok=True)
+            if cached < hi and self.cache is not None:
+                await asyncio.to_thread(self.cache.keep, blocks, lo_get, memoryview(buffer))
+        except BaseException as err:  # the consumer waiting on *future* gets it
+            self._arrived(lo, hi, future, ok=False)
+            future.set_exception(err)
+        else:
+            future.set_result(None)
+
+    def _from_cache(self, mapping: memoryview, lo: int, hi: int) -> int:
+        """Copy the cached leading blocks of ``[lo, hi)`` into the mapping; where the first one not cached begins."""
+        if self.cache is None or self.blocks is None:
+            return lo
+        return int(self.cache.take(self.blocks, lo, hi, mapping))
+
+    async def _get(self, lo: int, hi: int, into: memoryview, gate: asyncio.Semaphore) -> None:
+        async with gate:
+            if os.getpid() in _CLOSING or self.closed:  # shutting down: GETs not yet begun never begin
+                raise StoreError(f"{self.client.where.url}/{self.name}: closed before this range was fetched")
+            STATS.flight(1)
+            began = time.perf_counter()
+            try:
+                await self.client.get_range_async(self.name, lo, hi, self.etag, into=into)
+            finally:
+                STATS.flight(-1)
+        LINK.record(time.perf_counter() - began)
+
+
+def _whole_blocks(
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    nbytes: int,
+    present: npt.NDArray[np.bool_] | None = None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Byte ranges widened to whole blocks, sorted, cut where they overlap (each block in exactly one range; the
+    caller's split into parallel GETs is kept), and without the blocks *present* says are here already.
+
+    >>> [a.tolist() for a in _whole_blocks(np.array([70000, 0]), np.array([140000, 70000]), 1 << 20)]
+    [[0, 131072], [131072, 196608]]
+    >>> [a.tolist() for a in _whole_blocks(np.array([0]), np.array([200000]), 1 << 20, np.array([False, True, False, False]))]
+    [[0, 131072], [65536, 262144]]
+    """
+    from .blocks import BLOCK
+
+    keep = ends > starts
+    order = np.argsort(starts[keep], kind="stable")
+    lo = (starts[keep] // BLOCK * BLOCK)[order]
+    hi = np.minimum(-(-ends[keep] // BLOCK) * BLOCK, nbytes)[order]
+    if lo.size:
+        covered = np.maximum.accumulate(hi)
+        lo[1:] = np.maximum(lo[1:], covered[:-1])  # what an earlier range already takes
+        hi = np.maximum(hi, lo)
+    nonempty = hi > lo
+    lo, hi = lo[nonempty], hi[nonempty]
+    if present is None or not lo.size or not present.any():
+        return lo, hi
+    counts = (hi - lo + BLOCK - 1) // BLOCK
+    first = np.repeat(lo // BLOCK, counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
+    cut = np.repeat(np.arange(lo.size), counts)  # which range each block came from: runs never join two ranges
+    wanted = ~present[first]
+    first, cut = first[wanted], cut[wanted]
+    if not first.size:
+        return first, first
+    breaks = np.flatnonzero((np.diff(first) != 1) | (np.diff(cut) != 0)) + 1
+    heads = np.concatenate([[0], breaks])
+    tails = np.concatenate([breaks - 1, [first.size - 1]])
+    return first[heads] * BLOCK, np.minimum((first[tails] + 1) * BLOCK, nbytes)
 
 
 def _positions(key: Any, size: int) -> npt.NDArray[np.int64]:

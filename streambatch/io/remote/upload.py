@@ -34,9 +34,10 @@ from ...model.corpus import VERSION as CORPUS_VERSION
 from ...model.store import DocumentStore
 from ..store_header import HEADER, OFFSETS, TOKENS, listed_files
 from ..store_mask import LOSS_MASK, mask_entry
+from .blocks import ALGORITHM, BLOCK, DIGESTS, block_digests, hex_digest
 from .client import ObjectClient
 from .location import Location
-from .open import OBJECTS, POINTER, POINTER_FORMAT, STORE_FILES, VERSIONS, open_remote_store, read_pointer
+from .open import DIGEST_KEY, OBJECTS, POINTER, POINTER_FORMAT, STORE_FILES, VERSIONS, open_remote_store, read_pointer
 
 GRACE = 24 * 3600.0  # seconds a retired version is kept for the readers that opened it
 
@@ -63,8 +64,14 @@ def upload_store(
         path = folder / name
         etag = target.put(name, path)
         objects[name] = {"size": path.stat().st_size, "etag": etag}
+        if name != TOKENS:  # read whole at open: one digest for the whole object
+            objects[name][DIGEST_KEY] = hex_digest(path.read_bytes())
+    digests = block_digests(folder / TOKENS)  # tokens: one digest per block, in an object of their own
+    target.put(DIGESTS, digests)
     header[OBJECTS] = objects
-    target.put(HEADER, json.dumps(header, indent=1).encode() + b"\n")
+    header["blocks"] = {"algorithm": ALGORITHM, "size": BLOCK, "object": DIGESTS, "digest": hex_digest(digests)}
+    written = json.dumps(header, indent=1).encode() + b"\n"
+    target.put(HEADER, written)
     del opened
     now = time.time()
     retired = [r for r in (pointer or {}).get("retired", []) if isinstance(r, dict)]
@@ -72,7 +79,7 @@ def upload_store(
     previous = pointer.get("current") if pointer is not None else ("" if legacy else None)
     if isinstance(previous, str):
         retired.append({"path": previous, "at": now})
-    switched = {"format": POINTER_FORMAT, "version": 1, "current": version, "retired": retired}
+    switched = {"format": POINTER_FORMAT, "version": 1, "current": version, "header": hex_digest(written), "retired": retired}
     client.put(POINTER, json.dumps(switched, indent=1).encode() + b"\n")  # the switch: one PUT
     _remove_old(client, switched, now, grace)
     return open_remote_store(url, options=options)
