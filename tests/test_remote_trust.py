@@ -159,3 +159,31 @@ def test_three_processes_share_one_cache_within_its_limit(server: int, tmp_path:
     assert all(int(out) > 0 for out in outputs)
     held = sum(p.stat().st_size for p in cache.iterdir() if p.name.endswith(".block"))
     assert 0 < held <= limit
+
+
+def test_the_command_line_reads_through_a_cache_and_says_so(server: int, tmp_path: Path) -> None:
+    """`epoch --cache-dir` twice in two processes: the second is served by the cache (its summary line counts the
+    hits); `inspect` of an address shows what reading it cost; --cache-dir for a local source is one line."""
+    url, cache = f"s3://{BUCKET}/big", tmp_path / "cache"
+    argv = ["epoch", url, "-T", "16", "--stride", "16", "-B", "32", "--seed", "3", "--cache-dir", str(cache)]
+    runs = [
+        subprocess.run([sys.executable, "-m", "streambatch", *argv, "-o", str(tmp_path / f"{n}.jsonl")], capture_output=True)
+        for n in range(2)
+    ]
+    assert [r.returncode for r in runs] == [0, 0]
+    assert (tmp_path / "0.jsonl").read_bytes() == (tmp_path / "1.jsonl").read_bytes()
+    assert "cache: 0 hits" in runs[0].stderr.decode()
+    second = runs[1].stderr.decode()
+    assert "cache:" in second
+    assert "cache: 0 hits" not in second
+    assert " 0 misses" in second
+    shown = subprocess.run([sys.executable, "-m", "streambatch", "inspect", url], capture_output=True, text=True)
+    assert shown.returncode == 0
+    assert "object storage:" in shown.stdout
+    local = tmp_path / "docs.jsonl"
+    local.write_text('{"id": "a", "tokens": [1, 2, 3, 4, 5]}\n')
+    refused = subprocess.run(
+        [sys.executable, "-m", "streambatch", "inspect", str(local), "--cache-dir", str(cache)], capture_output=True, text=True
+    )
+    assert refused.returncode == 2
+    assert "--cache-dir applies to a SOURCE in object storage" in refused.stderr

@@ -8,7 +8,7 @@ from typing import Any
 from ..epoch import Epoch
 from ..errors import ConfigError
 from ..io.mixture_file import MixtureSource
-from ..io.remote.location import redact
+from ..io.remote.location import is_remote, redact
 from ..model.documents import Partition
 from ..model.source import Source
 from ..read.inputs import MAX_LINE_BYTES
@@ -108,6 +108,31 @@ def batch_size_arg(text: str) -> int | BatchSchedule:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def add_remote(parser: Any) -> None:
+    """--cache-dir, --cache-bytes and --trust-remote: how a SOURCE in object storage is read."""
+    parser.add_argument(
+        "--cache-dir", metavar="DIR", help="object storage: keep fetched, checked token blocks here (shared by processes)"
+    )
+    parser.add_argument(
+        "--cache-bytes", type=byte_size, metavar="SIZE", help="object storage: the cache's limit (default 16GiB with --cache-dir)"
+    )
+    parser.add_argument(
+        "--trust-remote",
+        action="store_true",
+        help="object storage: read a store uploaded without block digests, unchecked (logged)",
+    )
+
+
+def remote_keywords(args: argparse.Namespace) -> dict[str, Any]:
+    """The keywords the remote options give `open_source` (refused in one line for a source not in object storage)."""
+    given = {"cache_dir": args.cache_dir, "cache_bytes": args.cache_bytes, "trust_remote": args.trust_remote or None}
+    keywords = {k: v for k, v in given.items() if v is not None}
+    if keywords and not is_remote(str(args.source)):
+        option = "--" + next(iter(keywords)).replace("_", "-")
+        raise ConfigError(f"{option} applies to a SOURCE in object storage (s3://, gs://, https://), not {args.source!r}")
+    return keywords
+
+
 def add_source(parser: Any, *, required_window: bool, stride_default: int | None = None) -> None:
     """SOURCE, -T, -B, --stride, --partition, --keep-partition, --no-verify and --max-line-bytes."""
     parser.add_argument("source", help=SOURCE_HELP)
@@ -124,6 +149,7 @@ def add_source(parser: Any, *, required_window: bool, stride_default: int | None
     )
     parser.add_argument("--no-verify", action="store_true", help="skip a store's fingerprint check (reads every byte)")
     add_max_line(parser)
+    add_remote(parser)
     parser.add_argument(
         "--pack",
         action="store_true",
@@ -149,7 +175,7 @@ def add_order(parser: Any, *, sequential: bool = True) -> None:
 
 def open_args_source(args: argparse.Namespace) -> Source | MixtureSource:
     """The source named on the command line."""
-    return open_source(args.source, verify=not args.no_verify, max_line_bytes=args.max_line_bytes)
+    return open_source(args.source, verify=not args.no_verify, max_line_bytes=args.max_line_bytes, remote=remote_keywords(args))
 
 
 def args_epoch(args: argparse.Namespace, source: Any, **more: Any) -> Epoch:

@@ -8,6 +8,8 @@ from typing import IO, Any
 
 from ..errors import ConfigError
 from ..io.mixture_file import MixtureSource
+from ..io.remote.client import STATS
+from ..io.remote.location import is_remote
 from ..tools.inspect import format_summary, inspect_source
 from ..tools.mix_report import format_mixture, inspect_mixture
 from ._common import add_source, check_stride, open_args_source
@@ -35,7 +37,11 @@ def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
         pack=args.pack,
         skip_untrained=args.skip_untrained,
     )
+    if is_remote(str(args.source)):  # what reading it cost: requests, bytes, the cache's hits
+        summary["object_storage"] = STATS.summary()
     out.write(json.dumps(summary, indent=1) + "\n" if args.json else format_summary(summary))
+    if not args.json and (line := STATS.line()):
+        out.write(line + "\n")
 
 
 def register(commands: Any) -> None:

@@ -34,6 +34,7 @@ from .._progress import Bar, bar
 from ..batch.minibatch import MiniBatch
 from ..errors import ConfigError
 from ..io.files import short_path
+from ..io.remote.client import STATS
 from ..read.text.tokenizers import require
 from ..run import Run
 from .records import batch_line, batch_record, record_arrays, record_pieces
@@ -221,6 +222,8 @@ class Shown:
 
     def done(self, batches: int, size: int, output: str) -> None:
         print(f"streambatch: wrote {batches:,} batches ({_bytes(size)}) to {short_path(output)}", file=sys.stderr)
+        if line := STATS.line():  # a source in object storage: what reading it cost, and the cache's hits
+            print(f"streambatch: {line}", file=sys.stderr)
 
 
 def _bytes(size: int) -> str:

@@ -7,6 +7,8 @@ reads sources the same way.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from .._paths import short_path
 from ..errors import DataError, StoreError
@@ -27,12 +29,15 @@ def open_source(
     verify: bool = True,
     max_line_bytes: int = MAX_LINE_BYTES,
     format: str | None = None,  # noqa: A002
+    remote: Mapping[str, Any] | None = None,
 ) -> Source | MixtureSource:
     """Open a store directory (memory-mapped, checked), a corpus manifest or a mixture file (``*.json``), or a JSONL file.
 
     A corpus folder (``prepare --executor ray``: ``part-00000``, ... and ``corpus.json``) opens as its manifest.
 
-    An address (``s3://``, ``gs://``, ``https://``) opens a store or a corpus manifest in object storage.
+    An address (``s3://``, ``gs://``, ``https://``) opens a store or a corpus manifest in object storage;
+    *remote* holds its keywords (`streambatch.io.remote.open.open_remote_store`: ``cache_dir``,
+    ``cache_bytes``, ``trust_remote``, ``options``, ...).
 
     A mixture file (``{"sources": [...]}``, see `streambatch.io.mixture_file`) gives a
     `MixtureSource`: every source opened, to blend once a context length and a seed are given.
@@ -54,15 +59,16 @@ def open_source(
     """
     name = os.fspath(path)
     if is_remote(name):  # in object storage: a corpus manifest (*.json), a store, or a corpus folder (its corpus.json)
+        keywords = dict(remote or {})
         if name.lower().endswith(".json"):
-            return Source(name, "corpus", open_corpus(name), verified=False)
+            return Source(name, "corpus", open_corpus(name, **keywords), verified=False)
         try:
-            return Source(name, "store", open_store(name), verified=False)
+            return Source(name, "store", open_store(name, **keywords), verified=False)
         except DataError:
             manifest = f"{name.rstrip('/')}/{CORPUS_MANIFEST}"
             if not _remote_exists(manifest):
                 raise
-            return Source(name, "corpus", open_corpus(manifest), verified=False)
+            return Source(name, "corpus", open_corpus(manifest, **keywords), verified=False)
     other = open_format(name, format)  # Megatron-LM's .bin + .idx, datatrove's .ds, or a folder of either
     if other is not None:
         return Source(name, other[0], other[1])

@@ -74,6 +74,29 @@ class Stats:
             self.retries += retries
             self.puts += puts
 
+    def summary(self) -> dict[str, int]:
+        """What the command line shows: requests, ranged ones, bytes received, retries and the cache's counts."""
+        with self._lock:
+            return {
+                "requests": self.requests, "range_requests": self.range_requests, "bytes": self.bytes,
+                "retries": self.retries, "cache_hits": self.cache_hits, "cache_misses": self.cache_misses,
+                "cache_bytes": self.cache_bytes,
+            }  # fmt: skip
+
+    def line(self) -> str:
+        """`summary` as one line for stderr (empty when no request was made)."""
+        found = self.summary()
+        if not found["requests"] and not found["cache_hits"]:
+            return ""
+        text = f"object storage: {found['requests']:,} requests ({found['range_requests']:,} ranged), {found['bytes']:,} bytes"
+        if found["retries"]:
+            text += f", {found['retries']:,} retries"
+        if found["cache_hits"] or found["cache_misses"]:
+            text += (
+                f"; cache: {found['cache_hits']:,} hits, {found['cache_misses']:,} misses, {found['cache_bytes']:,} bytes served"
+            )
+        return text
+
     def flight(self, change: int) -> None:
         """A ranged GET starts (+1) or ends (-1); the peak is kept."""
         with self._lock:
