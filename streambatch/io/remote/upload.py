@@ -58,31 +58,61 @@ def upload_store(
     pointer = read_pointer(client)  # before anything goes up: a damaged pointer is refused now
     version = f"{VERSIONS}/{(opened.fingerprint or 'store').rpartition(':')[2][:16]}-{time.time_ns():x}"
     target = ObjectClient(where.child(version))
-    objects: dict[str, dict[str, Any]] = {}
-    mask = [] if mask_entry(header, folder / HEADER, len(opened.tokens)) is None else [LOSS_MASK]
-    for name in [TOKENS, OFFSETS, *listed_files(header, folder / HEADER), *mask]:
-        path = folder / name
-        etag = target.put(name, path)
-        objects[name] = {"size": path.stat().st_size, "etag": etag}
-        if name != TOKENS:  # read whole at open: one digest for the whole object
-            objects[name][DIGEST_KEY] = hex_digest(path.read_bytes())
-    digests = block_digests(folder / TOKENS)  # tokens: one digest per block, in an object of their own
-    target.put(DIGESTS, digests)
-    header[OBJECTS] = objects
-    header["blocks"] = {"algorithm": ALGORITHM, "size": BLOCK, "object": DIGESTS, "digest": hex_digest(digests)}
-    written = json.dumps(header, indent=1).encode() + b"\n"
-    target.put(HEADER, written)
+    objects, written = version_objects(folder, header, len(opened.tokens))
+    etags = {name: target.put(name, body) for name, body in objects}  # data first, the header last
     del opened
+    written = _with_etags(written, etags)
+    target.put(HEADER, written)
     now = time.time()
     retired = [r for r in (pointer or {}).get("retired", []) if isinstance(r, dict)]
     legacy = pointer is None and client.exists(HEADER)  # a store from before versions
     previous = pointer.get("current") if pointer is not None else ("" if legacy else None)
     if isinstance(previous, str):
         retired.append({"path": previous, "at": now})
-    switched = {"format": POINTER_FORMAT, "version": 1, "current": version, "header": hex_digest(written), "retired": retired}
-    client.put(POINTER, json.dumps(switched, indent=1).encode() + b"\n")  # the switch: one PUT
+    switched = json.loads(pointer_to(version, written, retired))
+    client.put(POINTER, pointer_to(version, written, retired))  # the switch: one PUT
     _remove_old(client, switched, now, grace)
     return open_remote_store(url, options=options)
+
+
+def version_objects(folder: Path, header: dict[str, Any], tokens: int) -> tuple[list[tuple[str, Any]], bytes]:
+    """What one version of the local store *folder* uploads, in order: ``(name, path or bytes)`` of its data
+    objects and block digests, then its header's bytes (each object's size and whole digest recorded, the block
+    digests' entry; ETags are added as the PUTs answer)."""
+    records: dict[str, dict[str, Any]] = {}
+    mask = [] if mask_entry(header, folder / HEADER, tokens) is None else [LOSS_MASK]
+    objects: list[tuple[str, Any]] = []
+    for name in [TOKENS, OFFSETS, *listed_files(header, folder / HEADER), *mask]:
+        path = folder / name
+        objects.append((name, path))
+        records[name] = {"size": path.stat().st_size}
+        if name != TOKENS:  # read whole at open: one digest for the whole object
+            records[name][DIGEST_KEY] = hex_digest(path.read_bytes())
+    digests = block_digests(folder / TOKENS)  # tokens: one digest per block, in an object of their own
+    objects.append((DIGESTS, digests))
+    header = {**header, OBJECTS: records}
+    header["blocks"] = {"algorithm": ALGORITHM, "size": BLOCK, "object": DIGESTS, "digest": hex_digest(digests)}
+    return objects, json.dumps(header, indent=1).encode() + b"\n"
+
+
+def _with_etags(header: bytes, etags: Mapping[str, str | None]) -> bytes:
+    """*header* with the ETag each PUT answered recorded beside its object's size."""
+    decoded = json.loads(header)
+    for name, etag in etags.items():
+        if name in decoded[OBJECTS]:
+            decoded[OBJECTS][name]["etag"] = etag
+    return json.dumps(decoded, indent=1).encode() + b"\n"
+
+
+def pointer_to(version: str, header: bytes, retired: list[dict[str, Any]] | None = None) -> bytes:
+    """The bytes of a store pointer naming *version*, whose header is *header*."""
+    return (
+        json.dumps(
+            {"format": POINTER_FORMAT, "version": 1, "current": version, "header": hex_digest(header), "retired": retired or []},
+            indent=1,
+        ).encode()
+        + b"\n"
+    )
 
 
 def _remove_old(client: ObjectClient, pointer: dict[str, Any], now: float, grace: float) -> None:
