@@ -10,9 +10,13 @@ rule the seconds at a few sizes (they grow with the square of the turns).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
+import streambatch as sb
 from streambatch.read.columns.hf import iter_hf
 from streambatch.read.text.chat import ChatTemplate
 
@@ -47,6 +51,13 @@ def main() -> None:
     marked = ChatTemplate(CHATML)
     runs = [seconds(marked, args.turns) for _ in range(args.repeats)]
     print(f"markers, {args.turns:,} turns: median {statistics.median(runs):.2f} s ({', '.join(f'{r:.2f}' for r in runs)})")
+    with tempfile.TemporaryDirectory() as folder:  # the whole of prepare: read, render, tokenize (bytes), write
+        rows, template = Path(folder) / "chat.jsonl", Path(folder) / "chatml.jinja"
+        rows.write_text(json.dumps({"id": "long", "messages": chat(args.turns)}) + "\n")
+        template.write_text(CHATML)
+        start = time.perf_counter()
+        store = sb.prepare_store([rows], Path(folder) / "store", chat_template=str(template), quiet=True)
+        print(f"prepare, {args.turns:,} turns: {time.perf_counter() - start:.2f} s ({store.tokens.size:,} tokens)")
     plain = ChatTemplate(PLAIN)
     for turns in (250, 500, 1000):
         print(f"prefix rule, {turns:,} turns: {seconds(plain, turns):.2f} s")
