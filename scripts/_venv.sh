@@ -8,7 +8,7 @@ python="${PYTHON:-python3}"
 stamp="$root/.venv/.streambatch-install-${1//,/-}"
 want="$(cd "$root" && cat pyproject.toml setup.py streambatch/*.c streambatch/*.h 2>/dev/null | cksum) $1"
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/pyproject.toml" | head -n 1)"
-installed="$("$root/.venv/bin/streambatch" --version 2>/dev/null || true)"
+installed="$("$root/.venv/bin/streambatch" --version 2>/dev/null | head -n 1 || true)"  # "streambatch X.Y.Z", then kernels
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ "${installed##* }" = "$version" ]; then
   return 0 2>/dev/null || exit 0
 fi

@@ -14,7 +14,8 @@ FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$(dirname "$0")/../calls.log"
 """
 FAKE_COMMAND = """#!/usr/bin/env bash
-if [ "${1:-}" = "--version" ]; then echo "streambatch $(cat "$(dirname "$0")/../reported")"; else echo "ran $*"; fi
+if [ "${1:-}" = "--version" ]; then printf 'streambatch %s\nkernels: shuffle c\n' "$(cat "$(dirname "$0")/../reported")"
+else echo "ran $*"; fi
 """
 
 
