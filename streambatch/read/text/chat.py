@@ -161,8 +161,14 @@ class ChatTemplate:
         within *limit* characters; past either, a `DataError` names *where*.
         """
         turns = _messages(messages, where)
-        with time_budget(seconds, where, "rendering the chat template"):
-            pieces = self._marked(turns, where, limit) if self.__dict__["marked"] else self._prefixes(turns, where, limit)
+        marked = self.__dict__["marked"]
+        what = (
+            "rendering the chat template"
+            if marked
+            else "rendering the chat template once per turn (no {% generation %} markers: add them to render long chats once)"
+        )
+        with time_budget(seconds, where, what):
+            pieces = self._marked(turns, where, limit) if marked else self._prefixes(turns, where, limit)
         return [(text, trained) for text, trained in pieces if text]
 
     def _marked(self, turns: list[dict[str, Any]], where: str, limit: int) -> Segments:
