@@ -3,12 +3,12 @@
  *   _row_gather.c      the module: its functions and types, the CPU features chosen at import
  *   _gather_packed.c   the packed mode's gather (Gatherer)
  *   _gather_windows.c  the window mode's gather (WindowGatherer)
- *   _mask_bits.c       loss-mask bits: window_mask, window_counts, and the AVX2 and POPCNT loops
+ *   _mask_bits.c       the window mode's loss-mask bits (window_mask, window_counts)
  *
  * Here: the numpy C API shared by the files, the CPU features chosen at import, the buffer helpers, the mask bits'
- * inline loops (unpack_bits, count_bits) and the stream of bytes both gathers copy through (copy_piece).  The hot
- * loops are static inline here, so each file compiles them into its own loops as the single file did.  Include
- * after <Python.h> and "_buffers.h".
+ * loops (unpack_bits, count_bits, count_rows; their AVX2 and POPCNT variants) and the stream of bytes both gathers
+ * copy through (copy_piece, with its AVX-512 variant for packed segments).  Every loop is static here, so each file
+ * compiles and inlines it into its own loops as the single file did.  Include after <Python.h> and "_buffers.h".
  */
 #ifndef STREAMBATCH_GATHER_H
 #define STREAMBATCH_GATHER_H
@@ -118,7 +118,31 @@ static inline int64_t spread32_sse2(const uint8_t *from, int64_t words, uint8_t 
     return 32 * words;
 }
 
-int64_t spread32_avx2(const uint8_t *from, int64_t words, uint8_t *out, int count, int64_t *total); /* _mask_bits.c */
+__attribute__((target("avx2"))) static inline int64_t spread32_avx2(const uint8_t *from, int64_t words, uint8_t *out,
+                                                                     int count, int64_t *total) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                            3, 3, 3, 3, 3, 3);
+    const __m256i select = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i one = _mm256_set1_epi8(1), zero = _mm256_setzero_si256();
+    __m256i sums = zero;
+    int64_t k;
+    for (k = 0; k < words; k++, out += 32) {
+        uint32_t word;
+        __m256i v;
+        memcpy(&word, from + 4 * k, 4);
+        v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)word), spread); /* lane byte j: bits byte j / 8 */
+        v = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, select), select), one);
+        _mm256_storeu_si256((__m256i *)out, v);
+        if (count) {
+            sums = _mm256_add_epi64(sums, _mm256_sad_epu8(v, zero));
+        }
+    }
+    if (count) {
+        __m128i half = _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+        *total += (int64_t)_mm_cvtsi128_si64(half) + (int64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(half, half));
+    }
+    return 32 * words;
+}
 #else
 #define HAVE_SPREAD32 0
 #endif
@@ -252,7 +276,10 @@ static inline int64_t count_bits_swar(const uint8_t *bits, int64_t p, int64_t n)
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
 #define HAVE_POPCNT_TARGET 1
-int64_t count_bits_popcnt(const uint8_t *bits, int64_t p, int64_t n); /* _mask_bits.c */
+#define POP_INSN(x) ((int64_t)__builtin_popcountll(x))
+__attribute__((target("popcnt"))) static inline int64_t count_bits_popcnt(const uint8_t *bits, int64_t p, int64_t n) {
+    COUNT_BITS_BODY(POP_INSN)
+}
 #else
 #define HAVE_POPCNT_TARGET 0
 #define count_bits_popcnt count_bits_swar
@@ -353,7 +380,27 @@ static inline void ask(stream_ahead *c, size_t upto) {
  * against the string copy on rows of two pieces. */
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define HAVE_PAIR512 1
-void copy_pair512(char *in, char *tg, const char *from, size_t n, size_t shift); /* _gather_packed.c */
+__attribute__((target("avx512f,avx512bw,bmi2"))) static inline void copy_pair512(char *in, char *tg, const char *from,
+                                                                            size_t n, size_t shift) {
+    size_t head = (64 - ((uintptr_t)in & 63)) & 63, j;
+    if (head > n) {
+        head = n;
+    }
+    if (head > 0) {
+        __mmask64 m = _bzhi_u64(~0ULL, (unsigned)head);
+        _mm512_mask_storeu_epi8(in, m, _mm512_maskz_loadu_epi8(m, from));
+        _mm512_mask_storeu_epi8(tg, m, _mm512_maskz_loadu_epi8(m, from + shift));
+    }
+    for (j = head; j + 64 <= n; j += 64) {
+        _mm512_storeu_si512((void *)(in + j), _mm512_loadu_si512((const void *)(from + j)));
+        _mm512_storeu_si512((void *)(tg + j), _mm512_loadu_si512((const void *)(from + j + shift)));
+    }
+    if (j < n) {
+        __mmask64 m = _bzhi_u64(~0ULL, (unsigned)(n - j));
+        _mm512_mask_storeu_epi8(in + j, m, _mm512_maskz_loadu_epi8(m, from + j));
+        _mm512_mask_storeu_epi8(tg + j, m, _mm512_maskz_loadu_epi8(m, from + j + shift));
+    }
+}
 #else
 #define HAVE_PAIR512 0
 #endif

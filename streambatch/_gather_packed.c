@@ -492,31 +492,6 @@ static inline void put_positions(const Gatherer *g, char *ids, int64_t idsize, i
     }
 }
 
-/* copy_piece's loop for a packed segment (_gather.h) where the CPU runs AVX-512BW and BMI2. */
-#if HAVE_PAIR512
-__attribute__((target("avx512f,avx512bw,bmi2"))) void copy_pair512(char *in, char *tg, const char *from, size_t n,
-                                                              size_t shift) {
-    size_t head = (64 - ((uintptr_t)in & 63)) & 63, j;
-    if (head > n) {
-        head = n;
-    }
-    if (head > 0) {
-        __mmask64 m = _bzhi_u64(~0ULL, (unsigned)head);
-        _mm512_mask_storeu_epi8(in, m, _mm512_maskz_loadu_epi8(m, from));
-        _mm512_mask_storeu_epi8(tg, m, _mm512_maskz_loadu_epi8(m, from + shift));
-    }
-    for (j = head; j + 64 <= n; j += 64) {
-        _mm512_storeu_si512((void *)(in + j), _mm512_loadu_si512((const void *)(from + j)));
-        _mm512_storeu_si512((void *)(tg + j), _mm512_loadu_si512((const void *)(from + j + shift)));
-    }
-    if (j < n) {
-        __mmask64 m = _bzhi_u64(~0ULL, (unsigned)(n - j));
-        _mm512_mask_storeu_epi8(in + j, m, _mm512_maskz_loadu_epi8(m, from + j));
-        _mm512_mask_storeu_epi8(tg + j, m, _mm512_maskz_loadu_epi8(m, from + j + shift));
-    }
-}
-#endif
-
 /* Pad positions [from, T) of one row of `size`-byte tokens with pad. */
 static inline void put_padding(char *row, int64_t size, int64_t from, int64_t T, int64_t pad) {
     int64_t p;

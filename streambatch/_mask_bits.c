@@ -1,5 +1,5 @@
-/* The window mode's loss-mask bits (streambatch._row_gather.window_mask, window_counts), and the loops of the mask
- * bits that need a CPU feature (chosen at import: _row_gather.c); the inline ones are in _gather.h.
+/* The window mode's loss-mask bits (streambatch._row_gather.window_mask, window_counts); the loops over the bits,
+ * which the packed gather shares, are in _gather.h.
  *
  * window_mask(bits, T, positions)
  *     the window mode's mask: (n, T) bool, row i holding bits [positions[i] + 1, positions[i] + T + 1) of bits
@@ -13,43 +13,6 @@
 
 #include "_buffers.h"
 #include "_gather.h"
-
-/* spread32 (unpack_bits, _gather.h) where the CPU runs AVX2: one shuffle spreads 4 bytes of bits over 32 lanes. */
-#if HAVE_SPREAD32
-__attribute__((target("avx2"))) int64_t spread32_avx2(const uint8_t *from, int64_t words, uint8_t *out, int count,
-                                                       int64_t *total) {
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                                            3, 3, 3, 3, 3, 3);
-    const __m256i select = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i one = _mm256_set1_epi8(1), zero = _mm256_setzero_si256();
-    __m256i sums = zero;
-    int64_t k;
-    for (k = 0; k < words; k++, out += 32) {
-        uint32_t word;
-        __m256i v;
-        memcpy(&word, from + 4 * k, 4);
-        v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)word), spread); /* lane byte j: bits byte j / 8 */
-        v = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, select), select), one);
-        _mm256_storeu_si256((__m256i *)out, v);
-        if (count) {
-            sums = _mm256_add_epi64(sums, _mm256_sad_epu8(v, zero));
-        }
-    }
-    if (count) {
-        __m128i half = _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
-        *total += (int64_t)_mm_cvtsi128_si64(half) + (int64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(half, half));
-    }
-    return 32 * words;
-}
-#endif
-
-/* count_bits (_gather.h) where the CPU runs popcnt. */
-#if HAVE_POPCNT_TARGET
-#define POP_INSN(x) ((int64_t)__builtin_popcountll(x))
-__attribute__((target("popcnt"))) int64_t count_bits_popcnt(const uint8_t *bits, int64_t p, int64_t n) {
-    COUNT_BITS_BODY(POP_INSN)
-}
-#endif
 
 /* The set target bits (rows[i] + 1 .. rows[i] + T) of every row, each row's bits asked for MASK_AHEAD rows on. */
 int64_t count_rows(const uint8_t *bits, const int64_t *rows, int64_t width, int64_t T) {
