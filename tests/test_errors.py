@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import streambatch as sb
+from streambatch import _kernels
 from streambatch.errors import DuplicateIdError, StoreError
 from streambatch.io.store import StoreWriter
 from streambatch.items.windows.window_index import window_counts
@@ -128,7 +129,7 @@ def test_swapped_store_arguments_say_the_order(tmp_path: Path) -> None:
 
 
 def test_cli_messages_have_one_prefix_and_a_version(capsys: pytest.CaptureFixture[str]) -> None:
-    """Usage errors print one 'streambatch: error:' prefix; --version prints the version."""
+    """Usage errors print one 'streambatch: error:' prefix; --version prints the version, then the kernels' line."""
     from streambatch.cli import main
 
     assert main(["epoch", "x.jsonl", "-T", "2", "-B", "3", "--seed", "1", "--bogus"]) == 2
@@ -137,7 +138,7 @@ def test_cli_messages_have_one_prefix_and_a_version(capsys: pytest.CaptureFixtur
     assert err.startswith("streambatch: error: unrecognized arguments: --bogus")
     with pytest.raises(SystemExit):
         main(["--version"])
-    assert capsys.readouterr().out == f"streambatch {sb.__version__}\n"
+    assert capsys.readouterr().out == f"streambatch {sb.__version__}\n{_kernels.describe()}\n"
 
 
 @pytest.mark.parametrize(
