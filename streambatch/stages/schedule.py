@@ -43,7 +43,7 @@ class BatchSchedule:
 
     >>> s = BatchSchedule.parse("0:2 8:4 20:3").bound(2)
     >>> s.widths(13), s.count(13), s.span(3, 13), str(s)
-    ([2, 2, 2, 2, 4, 1], 6, (6, 8), '0:2 8:4 20:3')
+    ([2, 2, 4, 4, 1], 5, (8, 12), '0:2 8:4 20:3')
     """
 
     phases: tuple[tuple[int, int], ...]

@@ -94,9 +94,10 @@ class MixSpace:
             seed = source_epoch_seed(self.seed, source, epoch)
             part = self.parts[source]
             found = shuffle(part, seed) if self.plan_dir is None else plan_file(part, seed, self.plan_dir)
-            held = [k for k in self.cache if isinstance(k, tuple) and k[0] == source]  # oldest first
+            # list(): one atomic copy of the keys, so RankLoader's gather threads may ask concurrently
+            held = [k for k in list(self.cache) if isinstance(k, tuple) and k[0] == source]  # oldest first
             for old in held[:-1]:  # keep this epoch and the one asked for before it
-                del self.cache[old]
+                self.cache.pop(old, None)
             self.cache[key] = found
         return found
 
