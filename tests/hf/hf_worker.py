@@ -3,7 +3,8 @@
 MODE ``train`` (world size 2): every case (windows and packed rows of the masked
 SFT corpus, accumulation 2 and 3) trains one epoch with `streambatch.hf.Trainer`
 while a counter wraps torch.distributed's Python collectives; rank 0 saves the
-final weights, every rank the counts it was handed and the collectives it saw.
+final weights, every rank the counts it was handed, the collectives it saw and
+the trained model's eval over the packed epoch.
 Then HF's own path (a plain dataset of the same rows, HF's collator) trains two
 steps under the same counter, so the counter is shown to see HF's count gather.
 Last, the ``kill`` run (windows, accumulation 2, a checkpoint every
@@ -101,6 +102,7 @@ def train_cases(rank: int, out: str) -> None:
             "seen": trainer.seen,
             "calls": dict(counting.calls),
             "loader": type(trainer.callback_handler.train_dataloader.loader).__name__,
+            "eval": trainer.evaluate(eval_dataset=epoch("packed")),  # each rank its share; loss sums merged once
         }
         if rank == 0:
             torch.save(trainer.model.state_dict(), os.path.join(out, f"{name}.pt"))

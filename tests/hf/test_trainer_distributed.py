@@ -26,7 +26,7 @@ import torch
 from streambatch.stages.chunk import part_share
 
 from . import hf_worker
-from .common import epoch, moved_error, one_process
+from .common import epoch, loss_sum, moved_error, one_process, tiny_llama
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
 
@@ -95,6 +95,20 @@ def test_every_micro_batch_carries_the_plan_count_and_nothing_is_gathered(traine
             micro = [len(range(*part_share(batch.width, rank, 2, k, accumulation))) for k in range(accumulation)]
             assert report["seen"][i]["rows"] == [max(m, 1) for m in micro]  # an empty one: one row that counts nothing
         assert sum(sum(r["seen"][i]["counted"]) for r in reports) == batch.token_count
+
+
+@pytest.mark.parametrize(("kind", "accumulation"), hf_worker.CASES)
+def test_eval_at_world_size_2_is_the_exact_token_mean(trained: Path, kind: str, accumulation: int) -> None:
+    """Each rank sums the loss over its share of every batch; the sums are merged once; one division by the plan's count."""
+    model = tiny_llama()
+    model.load_state_dict(torch.load(trained / f"{kind}-{accumulation}.pt"))
+    with torch.no_grad():
+        total = sum(float(loss_sum(model, b)) for b in epoch("packed"))
+    count = sum(b.token_count for b in epoch("packed"))
+    for rank in range(2):
+        found = json.loads((trained / f"report{rank}.json").read_text())[f"{kind}-{accumulation}"]["eval"]
+        assert found["eval_tokens"] == count
+        assert found["eval_loss"] == pytest.approx(total / count, rel=1e-6)  # (float32 loss sums, added in another order)
 
 
 def test_the_counter_sees_hf_own_count_gather(trained: Path) -> None:
