@@ -177,3 +177,34 @@ def test_cli_audit_pack_refuses_stride(jsonl: Path, capsys: pytest.CaptureFixtur
     status, _ = run(["audit", str(jsonl), "-T", "8", "-B", "4", "--seed", "3", "--pack", "--stride", "8"])
     assert status == 2
     assert "--pack with --stride 8" in capsys.readouterr().err
+
+
+def test_one_audit_for_both_kinds(epoch: sb.Epoch) -> None:
+    """`audit_epoch` audits a packed epoch with the packed proof; `audit_batches` reads packed batches as they come."""
+    from streambatch.tools.audit import PackAuditResult, audit_batches, audit_epoch
+
+    whole = audit_epoch(epoch, workers=2)
+    assert isinstance(whole, PackAuditResult)
+    assert whole.proof_line() == audit_packed_epoch(epoch, workers=2).proof_line()
+    assert whole.ok
+    alone = audit_batches(list(epoch), epoch)  # no replay, no other seed: those read unchecked
+    assert isinstance(alone, PackAuditResult)
+    assert (alone.ok, alone.replay, alone.different_seed) == (True, "unchecked", "unchecked")
+    assert alone.covered_targets == alone.targets == epoch.windows.report.targets
+    tampered = [copy(b) for b in epoch]
+    tampered[0].segment_ids = np.zeros_like(tampered[0].segment_ids)  # a padded position claims segment 0
+    assert audit_batches(tampered, epoch).first_failure[0] == "segments"
+
+
+def test_a_window_batch_is_checked_without_packed_columns() -> None:
+    """A window epoch's batches carry no packed column; the same checks read each row as one segment of T targets."""
+    from streambatch.tools.audit import AuditResult, audit_batches
+
+    docs = [sb.Document(f"d{i}", "train", [(5 * i + j) % 97 for j in range(L)]) for i, L in enumerate([9, 4, 13, 6])]
+    windows = sb.Epoch(docs, context_length=3, batch_size=4, seed=2)
+    batches = list(windows)
+    assert all(b.segment_ids is None and b.loss_mask is None for b in batches)
+    result = audit_batches(batches, windows)
+    assert isinstance(result, AuditResult)
+    assert result.ok
+    assert result.covered_windows == windows.window_count
