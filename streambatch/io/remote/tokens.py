@@ -34,7 +34,6 @@ import asyncio
 import atexit
 import contextlib
 import ctypes
-import ctypes.util
 import mmap
 import os
 import threading
@@ -49,6 +48,13 @@ import numpy.typing as npt
 from ...errors import ConfigError, StoreError
 from .blocks import Blocks
 from .client import STATS, ObjectClient
+from .mapping import PROTECT as _PROTECT
+from .mapping import RemoteTokens
+from .mapping import remote_file as remote_file  # its old import path
+from .ranges import coalesce as coalesce  # its old import path
+from .ranges import distinct as _distinct
+from .ranges import parts as parts
+from .ranges import whole_blocks as _whole_blocks
 
 SLOT = 1 << 16  # bytes per hold count: memory is returned in runs of whole slots no batch in flight touches
 PART = 8 << 20  # the largest single ranged GET (larger ranges are split: parallel requests)
@@ -116,21 +122,6 @@ class Link:
 
 
 LINK = Link()
-
-
-def _mprotect() -> Any:
-    """libc's ``mprotect`` (None where there is none: the mapping then stays readable)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        call = libc.mprotect
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    call.restype = ctypes.c_int
-    return call
-
-
-_PROTECT = _mprotect() if hasattr(mmap, "PROT_READ") else None
 
 
 class TokenFile:
@@ -421,162 +412,6 @@ class TokenFile:
         LINK.record(time.perf_counter() - began)
 
 
-def _whole_blocks(
-    starts: npt.NDArray[np.int64],
-    ends: npt.NDArray[np.int64],
-    nbytes: int,
-    present: npt.NDArray[np.bool_] | None = None,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Byte ranges widened to whole blocks, sorted, cut where they overlap (each block in exactly one range; the
-    caller's split into parallel GETs is kept), and without the blocks *present* says are here already.
-
-    >>> [a.tolist() for a in _whole_blocks(np.array([70000, 0]), np.array([140000, 70000]), 1 << 20)]
-    [[0, 131072], [131072, 196608]]
-    >>> [a.tolist() for a in _whole_blocks(np.array([0]), np.array([200000]), 1 << 20, np.array([False, True, False, False]))]
-    [[0, 131072], [65536, 262144]]
-    """
-    from .blocks import BLOCK
-
-    keep = ends > starts
-    order = np.argsort(starts[keep], kind="stable")
-    lo = (starts[keep] // BLOCK * BLOCK)[order]
-    hi = np.minimum(-(-ends[keep] // BLOCK) * BLOCK, nbytes)[order]
-    if lo.size:
-        covered = np.maximum.accumulate(hi)
-        lo[1:] = np.maximum(lo[1:], covered[:-1])  # what an earlier range already takes
-        hi = np.maximum(hi, lo)
-    nonempty = hi > lo
-    lo, hi = lo[nonempty], hi[nonempty]
-    if present is None or not lo.size or not present.any():
-        return lo, hi
-    counts = (hi - lo + BLOCK - 1) // BLOCK
-    first = np.repeat(lo // BLOCK, counts) + (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts))
-    cut = np.repeat(np.arange(lo.size), counts)  # which range each block came from: runs never join two ranges
-    wanted = ~present[first]
-    first, cut = first[wanted], cut[wanted]
-    if not first.size:
-        return first, first
-    breaks = np.flatnonzero((np.diff(first) != 1) | (np.diff(cut) != 0)) + 1
-    heads = np.concatenate([[0], breaks])
-    tails = np.concatenate([breaks - 1, [first.size - 1]])
-    return first[heads] * BLOCK, np.minimum((first[tails] + 1) * BLOCK, nbytes)
-
-
-def _positions(key: Any, size: int) -> npt.NDArray[np.int64]:
-    """The positions an index array or a mask *key* reads of an array of *size* items (checked: numpy would
-    read the ones in range before refusing the others)."""
-    found = np.asarray(key)
-    if found.dtype == np.bool_:
-        if found.shape != (size,):
-            raise IndexError(f"boolean index of shape {found.shape} does not match {size} tokens")
-        return np.flatnonzero(found).astype(np.int64)
-    if found.dtype.kind not in "iu":
-        other: npt.NDArray[np.int64] = np.arange(size)[key].astype(np.int64)  # anything else numpy accepts
-        return other
-    picked = found.astype(np.int64)
-    picked = np.where(picked < 0, picked + size, picked)
-    if picked.size and (int(picked.min()) < 0 or int(picked.max()) >= size):
-        raise IndexError(f"index out of bounds for {size} tokens")
-    return picked
-
-
-def _distinct(slots: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Sorted distinct *slots* (np.unique's first call imports numpy.ma: 40 ms in the middle of an epoch)."""
-    ordered = np.sort(slots)
-    found: npt.NDArray[np.int64] = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
-    return found
-
-
-class RemoteTokens(np.ndarray):
-    """A read-only token array whose bytes a `TokenFile` fetches on demand; pickles as the file, not its bytes.
-
-    The gathers read it through the buffer protocol, the bytes of each batch
-    fetched first by the prefetcher.  Indexing it (``tokens[a:b]``, ``tokens[i]``,
-    an index array: what ``store.document(i)`` and the tools do) fetches the bytes
-    it reads, then and there, and returns a plain array of them: never the zeros
-    of a range no batch fetched.
-    """
-
-    remote: TokenFile | None
-
-    def __array_finalize__(self, obj: Any) -> None:
-        self.remote = getattr(obj, "remote", None)
-
-    def __getitem__(self, key: Any) -> Any:
-        remote, plain = self.remote, self.view(np.ndarray)
-        if remote is None or self.ndim != 1:
-            return plain[key]
-        if plain.strides[0] != plain.itemsize:  # a strided view: fetch its whole span
-            if not len(plain):
-                return plain[key].copy()
-            span = np.array([((len(plain) - 1) * plain.strides[0]) // plain.itemsize + 1])
-            return self._read(plain, np.array([0]), span, lambda: plain[key].copy())
-        if isinstance(key, (int, np.integer)):
-            index = int(key) + (len(plain) if key < 0 else 0)
-            if not 0 <= index < len(plain):
-                return plain[key]  # numpy's IndexError
-            return self._read(plain, np.array([index]), np.array([index + 1]), lambda: plain[index])
-        if isinstance(key, slice):
-            start, stop, step = key.indices(len(plain))
-            if (step > 0 and start >= stop) or (step < 0 and start <= stop):
-                return plain[key].copy()
-            lo, hi = (start, stop) if step > 0 else (stop + 1, start + 1)
-            return self._read(plain, np.array([lo]), np.array([hi]), lambda: plain[key].copy())
-        picked = _positions(key, len(plain))  # an index array or a mask: the positions it reads
-        flat = _distinct(picked.reshape(-1))
-        if not flat.size:
-            return plain[key].copy()
-        cuts = np.flatnonzero(np.diff(flat) != 1) + 1
-        starts, ends = flat[np.r_[0, cuts]], flat[np.r_[cuts - 1, flat.size - 1]] + 1
-        return self._read(plain, starts, ends, lambda: plain[key].copy())
-
-    def _read(self, plain: npt.NDArray[Any], starts: npt.NDArray[Any], ends: npt.NDArray[Any], take: Any) -> Any:
-        """Fetch positions ``[starts, ends)`` of this array (counted from its first token, in the strides of its
-        items), then return ``take()`` while they are held (released afterwards)."""
-        remote = self.remote
-        assert remote is not None
-        remote._mapping()
-        size = plain.itemsize
-        first = (plain.ctypes.data - remote._address) // size  # this view's first token within the file
-        lo = (np.asarray(starts, dtype=np.int64) + first) * size
-        hi = (np.asarray(ends, dtype=np.int64) + first) * size
-        slots = remote.hold(lo, hi)
-        try:
-            for future in remote.fetch(lo.tolist(), hi.tolist()):
-                future.result()
-            return take()
-        finally:
-            remote.release(slots)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        remote = self.remote
-        if remote is not None and self.size == remote.count and self.ndim == 1:
-            return (_reopen, (remote,))
-        plain: tuple[Any, ...] = np.asarray(self[...] if remote is None else self[:]).__reduce__()  # type: ignore[assignment]
-        return plain
-
-    def close(self) -> None:
-        """Close the file behind these tokens (`TokenFile.close`; what ``store.close()`` calls)."""
-        if self.remote is not None:
-            self.remote.close()
-
-    def __repr__(self) -> str:  # never reads a token (most of them are unreadable until held)
-        remote = self.remote
-        where = "" if remote is None else f" of {remote.client.where.url}/{remote.name}"
-        return f"RemoteTokens({self.size} {self.dtype.name} tokens{where})"
-
-    __str__ = __repr__
-
-
-def _reopen(remote: TokenFile) -> RemoteTokens:
-    return remote.array()
-
-
-def remote_file(tokens: Any) -> TokenFile | None:
-    """The `TokenFile` behind a store's *tokens*, or None for local tokens."""
-    return getattr(tokens, "remote", None) if isinstance(tokens, RemoteTokens) else None
-
-
 def _slots(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     first, last = starts // SLOT, (ends - 1) // SLOT
     counts = last - first + 1
@@ -586,49 +421,3 @@ def _slots(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]) -> npt.ND
     offsets = np.repeat(np.cumsum(counts) - counts, counts)
     slots: npt.NDArray[np.int64] = np.repeat(first, counts) + (np.arange(total) - offsets)
     return slots
-
-
-def parts(
-    starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], size: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Byte ranges ``[starts, ends)`` cut into pieces of at most *size* bytes (in order; empty ranges dropped).
-
-    >>> [a.tolist() for a in parts(np.array([0, 10]), np.array([5, 30]), 8)]
-    [[0, 10, 18, 26], [5, 18, 26, 30]]
-    """
-    counts = np.maximum(-(-(ends - starts) // size), 0)
-    total = int(counts.sum())
-    offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-    lo = np.repeat(starts, counts) + offsets * size
-    return lo, np.minimum(lo + size, np.repeat(ends, counts))
-
-
-def coalesce(
-    starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], gap: int, spare: float = 0.04
-) -> tuple[list[int], list[int]]:
-    """Sorted, merged byte ranges: overlapping ranges become one, and so do ranges at most *gap* bytes apart,
-    smallest gaps first, while the gap bytes fetched stay within *spare* of the bytes needed.
-
-    >>> coalesce(np.array([0, 10, 100]), np.array([5, 20, 110]), gap=8, spare=1.0)
-    ([0, 100], [20, 110])
-    >>> coalesce(np.array([0, 10, 100]), np.array([5, 20, 110]), gap=8, spare=0.0)
-    ([0, 10, 100], [5, 20, 110])
-    """
-    if not starts.size:
-        return [], []
-    order = np.argsort(starts, kind="stable")
-    lo, hi = starts[order], np.maximum.accumulate(ends[order])
-    touching = np.flatnonzero(lo[1:] > hi[:-1]) + 1  # breaks between ranges that do not overlap or touch
-    firsts = np.concatenate([[0], touching])
-    lasts = np.concatenate([touching - 1, [lo.size - 1]])
-    lo, hi = lo[firsts], hi[lasts]
-    gaps = lo[1:] - hi[:-1]
-    budget = spare * float((hi - lo).sum())
-    by_size = np.argsort(gaps, kind="stable")
-    taken = by_size[(np.cumsum(gaps[by_size]) <= budget) & (gaps[by_size] <= gap)]
-    keep = np.ones(gaps.size, dtype=bool)
-    keep[taken] = False  # merged: no break there
-    breaks = np.flatnonzero(keep) + 1
-    firsts = np.concatenate([[0], breaks])
-    lasts = np.concatenate([breaks - 1, [lo.size - 1]])
-    return lo[firsts].tolist(), hi[lasts].tolist()
