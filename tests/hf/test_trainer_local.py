@@ -186,3 +186,23 @@ def test_trl_sft_trainer_trains_on_completion_tokens_only(tmp_path: Path) -> Non
     every_target = one_process(epoch("windows"), denominator=lambda b: b.inputs.size, dtype=torch.float64)
     assert moved_error(every_target, expected) > 0.1  # counting the prompt's targets moves the weights elsewhere
     assert moved_error(found, expected) <= 1e-4  # TRL's fused LM head multiplies in float32: rounding, not the count
+
+
+@pytest.mark.parametrize(
+    ("hidden", "statement", "extra"),
+    [("transformers", "import streambatch.hf", "transformers"), ("trl", "streambatch.hf.SFTTrainer", "trl")],
+)
+def test_a_missing_package_names_the_extra(hidden: str, statement: str, extra: str) -> None:
+    """Without transformers (or TRL) the import is a MissingDependencyError naming the extra that installs it."""
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys; sys.modules[{hidden!r}] = None\nfrom streambatch.errors import MissingDependencyError\n"
+        f"try:\n    import streambatch.hf\n    {statement}\nexcept MissingDependencyError as err:\n    print(err)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=root).stdout
+    assert f"needs the {hidden} package" in out
+    assert f"(the {extra} extra of streambatch" in out
