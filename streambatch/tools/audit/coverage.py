@@ -102,13 +102,14 @@ class WindowCoverage:
     def rows(self, tally: Any, seg: Segments, piece: Any) -> None:
         """Nothing to see before the rows are placed: a window is known by where it lies."""
 
-    def primary(self, tally: Any, seg: Segments, valid: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
-        """Stamp the *valid* rows that are windows (on the grid); a row of no document or off the grid is no window
+    def primary(self, tally: Any, seg: Segments, where: Any) -> npt.NDArray[np.bool_]:
+        """Stamp the valid rows that are windows (on the grid); a row of no document or off the grid is no window
         of the epoch (``coverage``).  Returns the rows that are windows."""
-        window, numbers = self.on_grid(seg.documents, seg.starts, valid)
-        known = (seg.documents >= 0) & (seg.documents < self.expected.lengths.size)
-        why = f"no such window (no such document, or off the stride-{self.expected.stride} grid)"
-        tally.count_at("coverage", "foreign", seg, ~known | (valid & ~window), why)
+        stride = self.expected.stride
+        window: npt.NDArray[np.bool_] = where.valid & (seg.starts % stride == 0)
+        numbers = self.first[where.safe] + seg.starts // stride  # meaningful where on the grid
+        why = f"no such window (no such document, or off the stride-{stride} grid)"
+        tally.count_at("coverage", "foreign", seg, ~where.known | (where.valid & ~window), why)
         picked = np.flatnonzero(window)
         self.valid_rows += picked.size
         for lo in range(0, picked.size, _STAMP_BLOCK):
@@ -240,8 +241,9 @@ class TargetCoverage:
             tally.note("duplicates", f"batch {seg.batch}: a row number appears twice or is not a row of the packing")
         self.row_seen[ok] = True
 
-    def primary(self, tally: Any, seg: Segments, valid: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
-        """The *valid* segments' targets, kept for the tiling."""
+    def primary(self, tally: Any, seg: Segments, where: Any) -> npt.NDArray[np.bool_]:
+        """The valid segments' targets, kept for the tiling."""
+        valid: npt.NDArray[np.bool_] = where.valid
         self.tiles.append((self.target_first[seg.documents[valid]] + seg.starts[valid], seg.lengths[valid]))
         return valid
 

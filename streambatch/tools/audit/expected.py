@@ -96,4 +96,17 @@ def segments(piece: Any, context_length: int) -> Segments:
 
 def _whole(index: int, documents: IntArray, starts: IntArray, T: int) -> Segments:
     count = documents.size
-    return Segments(index, count, np.arange(count, dtype=np.int64), documents, starts, np.full(count, T, np.int64), True)
+    rows, lengths = _WHOLE.get((count, T)) or _whole_columns(count, T)
+    return Segments(index, count, rows, documents, starts, lengths, True)
+
+
+_WHOLE: dict[tuple[int, int], tuple[IntArray, IntArray]] = {}  # (rows, T) -> read-only row numbers and lengths
+
+
+def _whole_columns(count: int, T: int) -> tuple[IntArray, IntArray]:
+    """The row and length columns of *count* whole rows of ``T`` (made once per width: batches share them)."""
+    rows, lengths = np.arange(count, dtype=np.int64), np.full(count, T, np.int64)
+    rows.flags.writeable = lengths.flags.writeable = False
+    if len(_WHOLE) < 64:
+        _WHOLE[count, T] = (rows, lengths)
+    return rows, lengths

@@ -45,14 +45,14 @@ class MaskTally:
     def check(self, index: int, piece: Any, expected: Any, rows: npt.NDArray[np.intp]) -> None:
         """Check *piece*'s ``loss_mask`` (None: every target counts) at rows *rows* against *expected*, a callable
         giving the store's bits there (``[rows, T]``: False at padding), made only for a store with a loss mask."""
-        T = self.context_length
         given = getattr(piece, "loss_mask", None)
-        width = int(np.shape(piece.targets)[0]) if np.ndim(piece.targets) == 2 else 0
         if not self.masked:  # every target counts: the other checks prove padding out of the denominators
             if getattr(piece, "global_token_count", None) is not None:
                 counted = int(np.size(piece.targets)) if given is None else int(np.count_nonzero(given))
                 self.global_count(index, piece, counted)
             return
+        T = self.context_length
+        width = int(np.shape(piece.targets)[0]) if np.ndim(piece.targets) == 2 else 0
         mask = np.ones((width, T), np.bool_) if given is None else np.asarray(given, dtype=np.bool_)
         if mask.shape != (width, T):
             self.mask_errors += 1

@@ -23,7 +23,7 @@ accumulation check.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -31,8 +31,19 @@ import numpy.typing as npt
 from ...batch.reduce import TokenSums
 from ..stand_in import loss_units, sums_of_units, target_units
 from .coverage import Coverage, Order
-from .expected import Expected, Segments, segments
+from .expected import Expected, IntArray, Segments, segments
 from .masks import MaskTally
+
+
+class Where(NamedTuple):
+    """Where a batch's segments lie: a known document, its index (0 where unknown), all targets inside it, and
+    inside it in the epoch's partition (valid)."""
+
+    known: npt.NDArray[np.bool_]
+    safe: IntArray
+    inside: npt.NDArray[np.bool_]
+    valid: npt.NDArray[np.bool_]
+
 
 COUNTS = ("padding", "content", "segments", "positions", "cross_document", "cross_partition", "foreign", "duplicates", "widths")
 
@@ -79,14 +90,14 @@ class Tally:
             columns = self._packed_shape(seg, piece, inputs, targets)
             if columns is None:
                 return sums_of_units(0, int(piece.token_count))
-            inside, other = self._where(seg)
-            self.coverage.primary(self, seg, inside & ~other)
-            return self._packed(seg, piece, inside & ~other, columns)
+            where = self._where(seg)
+            self.coverage.primary(self, seg, where)
+            return self._packed(seg, piece, where.valid, columns)
         shaped = self._window_shape(seg, inputs, targets)
-        inside, other = self._where(seg)
-        window = self.coverage.primary(self, seg, inside & ~other)  # the rows that are windows of the epoch
+        where = self._where(seg)
+        window = self.coverage.primary(self, seg, where)  # the rows that are windows of the epoch
         if shaped:
-            self._content(seg, np.flatnonzero(inside), inputs, targets)
+            self._content(seg, np.flatnonzero(where.inside), inputs, targets)
             self.masks.check(seg.batch, piece, lambda: self._window_bits(seg, window), np.flatnonzero(window))
         self.token_count += int(targets.size)
         units = int(loss_units(seg.documents, seg.starts, ex.context_length).sum())
@@ -99,21 +110,22 @@ class Tally:
             self.counts["widths"] += 1
             self.note("widths", f"batch index {seg.batch} is outside the epoch's {self.rows_per_batch.size} batches")
 
-    def _where(self, seg: Segments) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-        """``(inside, other)``: segments whose targets lie inside their own document, and those of a document of
-        another partition (counts and notes ``cross_document`` and ``cross_partition``)."""
+    def _where(self, seg: Segments) -> Where:
+        """Segments whose targets lie inside their own document, and those of a document of another partition
+        (counts and notes ``cross_document`` and ``cross_partition``)."""
         ex = self.expected
         known = (seg.documents >= 0) & (seg.documents < ex.lengths.size)
         safe = np.where(known, seg.documents, 0)
         other = known & ~ex.included[safe]
         # every target of the segment inside its document: start >= 0 and start + length <= L - 1 (compare, never add)
-        inside = known & (seg.starts >= 0) & (seg.starts <= ex.lengths[safe] - 1 - seg.lengths)
+        last = ex.lengths[safe] - (1 + ex.context_length) if seg.whole else ex.lengths[safe] - 1 - seg.lengths
+        inside = known & (seg.starts >= 0) & (seg.starts <= last)
         if seg.whole:  # a row naming no document is no window of the epoch (coverage), not a crossing
             self.count_at("cross_document", "cross_document", seg, known & ~inside, "its T + 1 tokens leave the document")
         else:
             self.count_at("cross_document", "cross_document", seg, ~inside, "its targets leave the document")
         self.count_at("cross_partition", "cross_partition", seg, other, "the document is in another partition")
-        return inside, other
+        return Where(known, safe, inside, inside & ~other)
 
     # -- rows of windows -------------------------------------------------------------------------
     def _window_shape(self, seg: Segments, inputs: npt.NDArray[Any], targets: npt.NDArray[Any]) -> bool:
