@@ -43,6 +43,10 @@ class StoreError(DataError):
     """A token store on disk is missing, truncated, corrupted or inconsistent."""
 
 
+class MissingObject(StoreError):
+    """No object of that name in object storage (a 404 that is not a missing bucket)."""
+
+
 class AccumulationError(StreamBatchError):
     """A token contribution or accumulator operation was rejected; nothing changed."""
 

@@ -14,7 +14,7 @@ import pytest
 import streambatch as sb
 from streambatch.errors import DataError, StoreError
 from streambatch.io.remote.client import STATS
-from streambatch.io.remote.tokens import coalesce
+from streambatch.io.remote.ranges import coalesce
 from streambatch.items.mix.mixture import mix
 
 from .remote_server import BUCKET, SECRET, current_version, documents, environment, moto_server, uploaded
@@ -126,7 +126,8 @@ def test_resume_fetches_nothing_before_its_position(stores: dict[str, Any]) -> N
 
 
 def test_prefetch_holds_only_batches_in_flight(stores: dict[str, Any]) -> None:
-    """Memory of consumed batches is given back: after an epoch nothing is held."""
+    """Memory of consumed batches is given back: after an epoch nothing is held, unless the whole store is here
+    (checked, within KEEP): then it is held for good and nothing is fetched again."""
     from streambatch.io.remote.tokens import remote_file
 
     _, remote = stores["web"]
@@ -135,7 +136,7 @@ def test_prefetch_holds_only_batches_in_flight(stores: dict[str, Any]) -> None:
     file = remote_file(remote.tokens)
     assert file is not None
     time.sleep(0.2)
-    assert file.held_bytes() == 0
+    assert file.held_bytes() == 0 or (file.complete and file.held_bytes() >= file.nbytes)
 
 
 def test_coalesce_keeps_gap_bytes_within_the_spare() -> None:

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 import streambatch as sb
 from streambatch.io.remote import client as client_module
 from streambatch.io.remote.prefetch import byte_ranges
-from streambatch.io.remote.tokens import WORKERS, coalesce, parts
+from streambatch.io.remote.ranges import coalesce, parts
+from streambatch.io.remote.tokens import WORKERS
 from streambatch.tools.proxy import LoopbackProxy
 
 from .remote_server import BUCKET, documents, moto_server, uploaded
@@ -143,8 +144,10 @@ def test_paths_that_change_step_read_the_local_batches_and_give_the_memory_back(
         reader.close()
         (file,) = remote_files(store)
         deadline = time.monotonic() + 10
-        while file.held_bytes() and time.monotonic() < deadline:
+        while file.held_bytes() and not file.complete and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert file.held_bytes() == 0 or file.complete  # complete: every block here, checked, held until close
+        store.close()
         assert file.held_bytes() == 0
 
 

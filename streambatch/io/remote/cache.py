@@ -118,6 +118,18 @@ class BlockCache:
             os.utime(path)  # recently used
         return data
 
+    def _kept(self, target: Path, size: int) -> bool:
+        """Whether a regular file of *size* bytes is under *target* already (checked when read); anything else
+        there (a link, a FIFO, a short file) is removed, never followed."""
+        try:
+            status = os.lstat(target)
+        except OSError:
+            return False
+        if stat.S_ISREG(status.st_mode) and status.st_size == size:
+            return True
+        self._drop(target)
+        return False
+
     def _drop(self, path: Path) -> None:
         with contextlib.suppress(OSError):
             os.unlink(path)  # the name only: a link's target is never touched
@@ -131,10 +143,10 @@ class BlockCache:
     def _admit(self, expected: bytes, block: memoryview) -> None:
         size = len(block)
         target = self._path(expected)
-        if size > self.limit or target.exists():
+        if size > self.limit or self._kept(target, size):
             return
         with exclusive_lock(self.folder / _LOCK, what="cache"):
-            if target.exists():  # another process kept it meanwhile
+            if self._kept(target, size):  # another process kept it meanwhile
                 return
             used = self.usage()
             if used + size > self.limit:

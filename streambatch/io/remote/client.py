@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import DataError, StoreError, missing_dependency
+from ...errors import DataError, MissingObject, StoreError, missing_dependency
 from .location import Location, client_config, is_secret, redact
 
 log = logging.getLogger("streambatch.remote")
@@ -102,10 +102,6 @@ class Stats:
         with self._lock:
             self.in_flight += change
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-
-
-class MissingObject(StoreError):
-    """No object of that name (a 404 that is not a missing bucket): what `ObjectClient.get_optional` answers None for."""
 
 
 STATS = Stats()  # this process's, over every remote store

@@ -44,7 +44,8 @@ import numpy.typing as npt
 
 from ...model.corpus import Corpus
 from ...model.store import DocumentStore
-from .tokens import LINK, PART, TokenFile, coalesce, parts, remote_file
+from .ranges import coalesce, parts
+from .tokens import LINK, PART, TokenFile, remote_file
 
 T = TypeVar("T")
 Span = tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]  # (store or corpus, flat starts, lengths)
@@ -164,6 +165,7 @@ class Reader:
 
     def __init__(self, spans_of: Callable[[Sequence[int]], Sequence[Span]], count: int, files: list[TokenFile]) -> None:
         self._spans_of, self._count = spans_of, count
+        self._files = files
         fixed = [int(f.settings["prefetch"]) for f in files if f.settings.get("prefetch") is not None]
         self._fixed: int | None = fixed[0] if fixed else None
         self._groups: dict[int, _Group] = {}  # each scheduled batch's group
@@ -195,6 +197,10 @@ class Reader:
         *along*: the step of the path the caller walks, when it knows it (an iteration over every batch: 1).
         A path's first batch then starts the batches after it at once, while its own ranges arrive, instead
         of one batch ahead until a second request shows the step (that wait is a GET's time)."""
+        if self._files and all(f.complete for f in self._files):  # every byte here, checked and held: nothing to fetch
+            if self._groups:
+                self.close()
+            return gather()
         now = time.perf_counter()
         if self._asked_at is not None:  # the consumer's own time per batch (not the time spent waiting here)
             self._interval = _average(self._interval, now - self._asked_at)

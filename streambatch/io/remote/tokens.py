@@ -59,6 +59,7 @@ from .ranges import whole_blocks as _whole_blocks
 SLOT = 1 << 16  # bytes per hold count: memory is returned in runs of whole slots no batch in flight touches
 PART = 8 << 20  # the largest single ranged GET (larger ranges are split: parallel requests)
 WORKERS = 64  # ranged GETs in flight per process, at most
+WHOLE = 1 << 20  # a tokens.bin this small is fetched whole at its first read (one round trip, then nothing)
 KEEP = 64 << 20  # bytes of checked blocks a file keeps in memory after no batch holds them (reused, not fetched again)
 DRAIN_SECONDS = 60.0  # at exit (or close), how long GETs in flight are waited for, at most
 _LOOPS: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore, threading.Thread]] = {}
@@ -145,6 +146,8 @@ class TokenFile:
         self._present = np.zeros(0, dtype=bool)  # slots holding checked blocks (kept while within KEEP)
         self._kept: dict[int, None] = {}  # present slots no batch holds, oldest first (unreadable until held)
         self._pending: dict[int, Future[None]] = {}  # slots a GET of this process is bringing now
+        self.complete = False  # every block here, checked, and held for good (a file within KEEP): nothing to fetch
+        self._held_whole = False  # every slot held once for good (a small or complete file)
 
     def __repr__(self) -> str:
         return f"TokenFile({self.client.where.url}/{self.name}, {self.nbytes} bytes)"
@@ -182,6 +185,7 @@ class TokenFile:
                 self._present[:] = False
                 self._kept = {}
                 self._pending = {}
+                self.complete = self._held_whole = False
                 self._flying = set()
                 self._pid = os.getpid()
                 self._map.madvise(mmap.MADV_DONTNEED, 0, len(self._map))
@@ -273,6 +277,7 @@ class TokenFile:
         if mapping is not None and self._pid == os.getpid():
             with self._lock:
                 self._holds[:] = 0
+                self.complete = self._held_whole = False
                 mapping.madvise(mmap.MADV_DONTNEED, 0, len(mapping))
                 self._protect(0, len(mapping), readable=False)
 
@@ -284,14 +289,22 @@ class TokenFile:
         than `PART` split; one future per GET, in the order of *starts*."""
         self.check_open()
         mapping = memoryview(self._mapping())
+        if self.complete:  # every block is here already
+            return []
         lo, hi = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
         waited: list[Future[None]] = []
         with self._lock:
             if self.blocks is not None:  # whole blocks, each fetched once: none here already, none on its way
+                if self.nbytes <= WHOLE:  # a small object: all of it now, held for good once here (`complete`)
+                    self._hold_whole()
+                    lo, hi = np.array([0], dtype=np.int64), np.array([self.nbytes], dtype=np.int64)
                 wanted = _whole_blocks(lo, hi, self.nbytes)
                 waited = self._on_their_way(*wanted)
                 lo, hi = _whole_blocks(*wanted, self.nbytes, self._present | self._pending_slots())
-            lo, hi = parts(lo, hi, PART)
+            size = PART
+            if self.blocks is not None and self.nbytes <= WHOLE:  # a small object in a few parallel GETs
+                size = max(4 * SLOT, -(-self.nbytes // 8 // SLOT) * SLOT)
+            lo, hi = parts(lo, hi, size)
             pieces = list(zip(lo.tolist(), hi.tolist(), strict=True))
             futures: list[Future[None]] = [Future() for _ in pieces]
             if self.blocks is not None:
@@ -310,6 +323,16 @@ class TokenFile:
 
         loop.call_soon_threadsafe(start)
         return futures + waited
+
+    def _hold_whole(self) -> None:
+        """Hold every slot once, for good (under the lock; once): a small file is fetched whole and kept readable."""
+        if not self._held_whole:
+            self._held_whole = True
+            fresh = np.flatnonzero(self._holds == 0)
+            self._holds += 1
+            for lo, hi in self._slot_runs(fresh):
+                self._protect(lo, hi, readable=True)
+            self._kept = {}
 
     def _pending_slots(self) -> npt.NDArray[np.bool_]:
         """Slots a GET of this process is bringing now (under the lock)."""
@@ -336,6 +359,9 @@ class TokenFile:
                     del self._pending[slot]
             if ok and self._present.size:
                 self._present[lo // SLOT : -(-hi // SLOT)] = True
+                if not self.complete and self.nbytes <= KEEP and self._present.all():
+                    self._hold_whole()  # the whole file, checked: held (readable) until close, nothing fetched again
+                    self.complete = True
 
     async def _fill(self, mapping: memoryview, lo: int, hi: int, gate: asyncio.Semaphore, future: Future[None]) -> None:
         if self.blocks is not None:
