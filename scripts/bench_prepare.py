@@ -5,6 +5,7 @@
     python scripts/bench_prepare.py --megabytes 5 --repeats 1 --per-line
     python scripts/bench_prepare.py --rss-documents 10000000   # peak RSS growth per document
     python scripts/bench_prepare.py --long-text 12.7            # one 12.7 MB text through the BPE
+    python scripts/bench_prepare.py --ray                       # --executor ray vs --workers 2 vs encode_batch
 
 The corpus is the Python standard library's own source (real text, one document
 per file, or per line with --per-line), copied into a temporary folder.  The BPE
@@ -24,6 +25,14 @@ With --long-text MB, it tokenizes one text of MB megabytes of stdlib source with
 the BPE, whole (``tokenizers`` directly) and as `prepare` does (HFTokenizer: cut
 into pieces where the ids cannot change), each in a fresh process: peak RSS
 growth, seconds, and whether the ids are equal.
+
+With --ray, it compares, on the same corpus and BPE in one run: ``prepare
+--executor ray`` on a local cluster of --workers CPUs (default parts: one per
+16 MiB, at most 4 per CPU), ``prepare --workers N``, and the ceiling: the
+tokenizer's own ``encode_batch`` over the same texts on N Rust threads, in a
+fresh process (the tokens it makes, plus one eos per document, as prepare
+counts them).  It reports tokens/s and their ratios, the cluster's start-up
+time (``ray.init``), and the peak RSS (VmHWM) of each Ray worker process.
 """
 
 from __future__ import annotations
@@ -210,6 +219,114 @@ def measure_long_text(megabytes: float) -> None:
             print(f"| {mode} | {int(count):,} | {int(growth) / 2**20:,.0f} MiB | {float(seconds):.2f} | {digest} |")
 
 
+_CEILING_CHILD = """
+import os, sys, time, statistics
+os.environ["RAYON_NUM_THREADS"] = sys.argv[3]  # before the tokenizers library starts its thread pool
+from pathlib import Path
+from tokenizers import Tokenizer
+tok = Tokenizer.from_file(sys.argv[1])
+texts = [p.read_text(encoding="utf-8") for p in sorted(Path(sys.argv[2]).rglob("*.py"))]
+tok.encode_batch(texts[:50], add_special_tokens=False)
+seconds = []
+for _ in range(int(sys.argv[4])):
+    start = time.perf_counter()
+    count = sum(len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)) + len(texts)
+    seconds.append(time.perf_counter() - start)
+print(count, statistics.median(seconds))
+"""
+
+
+def _family_peaks(root: int) -> dict[int, tuple[str, int]]:
+    """``pid -> (name, VmHWM bytes)`` of the Ray worker processes (``ray::...``) below *root*."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = {}, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            name = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        if name.startswith("ray::"):
+            hwm = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:"))
+            found[pid] = (name, hwm)
+    return found
+
+
+def measure_ray(megabytes: float, repeats: int, workers: int) -> None:
+    """tokens/s of --executor ray vs --workers N vs encode_batch on N threads; cluster start-up; worker peak RSS."""
+    import ray
+
+    from streambatch.parts.on_ray import local_cluster
+
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        size = copy_corpus(root / "corpus", megabytes)
+        bpe = train_bpe(root / "corpus", root / "tokenizer.json")
+        done = subprocess.run(
+            [sys.executable, "-c", _CEILING_CHILD, str(bpe), str(root / "corpus"), str(workers), str(repeats)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        ceiling_tokens, ceiling_seconds = int(done.stdout.split()[0]), float(done.stdout.split()[1])
+        pool = measure(root / "corpus", root / "store", repeats, tokenizer=bpe, workers=workers)
+        start = time.perf_counter()
+        local_cluster(ray, num_cpus=workers)
+        startup = time.perf_counter() - start
+        try:
+            first = time.perf_counter()
+            corpus = sb.prepare_store([root / "corpus"], root / "ray-0", tokenizer=bpe, executor="ray", quiet=True)
+            first = time.perf_counter() - first  # the workers start and import streambatch here
+            seconds = []
+            for k in range(1, repeats + 1):
+                begin = time.perf_counter()
+                again = sb.prepare_store([root / "corpus"], root / f"ray-{k}", tokenizer=bpe, executor="ray", quiet=True)
+                seconds.append(time.perf_counter() - begin)
+                assert again.fingerprint == corpus.fingerprint
+            peaks = _family_peaks(os.getpid())
+        finally:
+            ray.shutdown()
+        assert corpus.token_count == pool["tokens"], "Ray changed the tokens"
+        assert len(corpus) == pool["documents"], "Ray changed the documents"
+    load_after = os.getloadavg()
+    ray_seconds = statistics.median(seconds)
+    rates = {
+        "ray": corpus.token_count / ray_seconds,
+        "pool": pool["tokens_per_s"],
+        "ceiling": ceiling_tokens / ceiling_seconds,
+    }
+    print(
+        f"corpus: {size / 1e6:.1f} MB of stdlib source (per file), BPE of 8,192 ids, {repeats} repeats (median); "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, ray {ray.__version__}; "
+        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}"
+    )
+    print("| run | tokens | seconds | tokens/s | / ceiling |")
+    print("|---|---|---|---|---|")
+    for label, tokens, took, key in (
+        (f"encode_batch, {workers} Rust threads (ceiling)", ceiling_tokens, ceiling_seconds, "ceiling"),
+        (f"prepare --workers {workers}", pool["tokens"], pool["seconds"], "pool"),
+        (f"prepare --executor ray ({len(corpus.shards)} parts, {workers} CPUs)", corpus.token_count, ray_seconds, "ray"),
+    ):
+        print(f"| {label} | {tokens:,} | {took:.2f} | {rates[key] / 1e6:.2f} M | {rates[key] / rates['ceiling']:.2f}x |")
+    print(f"ray / --workers {workers}: {rates['ray'] / rates['pool']:.2f}x")
+    print(f"cluster start-up (ray.init): {startup:.2f} s; first run (workers start): {first:.2f} s")
+    hwm = sorted(h for _, h in peaks.values())
+    print(
+        f"Ray worker processes: {len(hwm)}, peak RSS (VmHWM) median {statistics.median(hwm) / 2**20:.0f} MiB, "
+        f"max {hwm[-1] / 2**20:.0f} MiB"
+        if hwm
+        else "no Ray worker process found"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=float, default=20)
@@ -219,7 +336,11 @@ def main() -> None:
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--rss-documents", type=int, help="measure peak RSS growth per document at this many documents instead")
     parser.add_argument("--long-text", type=float, metavar="MB", help="measure one text of MB megabytes through the BPE instead")
+    parser.add_argument("--ray", action="store_true", help="compare --executor ray, --workers N and encode_batch instead")
     args = parser.parse_args()
+    if args.ray:
+        measure_ray(args.megabytes, args.repeats, args.workers)
+        return
     if args.rss_documents:
         measure_rss(args.rss_documents)
         return

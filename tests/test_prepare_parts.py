@@ -201,13 +201,14 @@ def test_skip_bad_names_the_part(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert not (tmp_path / "bad" / "corpus.json").exists()
 
 
-def test_megatron_parts_are_a_folder_the_readers_take(tmp_path: Path) -> None:
-    """--format megatron: one .bin/.idx per part; the folder reads as one corpus with the tokens of one store."""
+@pytest.mark.parametrize(("kind", "suffixes"), [("megatron", ("bin", "idx")), ("datatrove", ("ds", "ds.index"))])
+def test_format_parts_are_a_folder_the_readers_take(tmp_path: Path, kind: str, suffixes: tuple[str, ...]) -> None:
+    """--format megatron/datatrove: one file set per part; the folder reads as one corpus with the tokens of one store."""
     inputs = [every_reader(tmp_path / "c")]
-    corpus = sb.prepare_store(inputs, tmp_path / "out", parts=3, format="megatron", eos_id=0, quiet=True)
+    corpus = sb.prepare_store(inputs, tmp_path / "out", parts=3, format=kind, eos_id=0, quiet=True)
     whole = sb.prepare_store(inputs, tmp_path / "whole", eos_id=0, quiet=True)
     names = sorted(p for p in os.listdir(tmp_path / "out") if not p.endswith(".done.json"))
-    assert names == [f"part-{i:05d}.{e}" for i in range(3) for e in ("bin", "idx")]
+    assert names == sorted(f"part-{i:05d}.{e}" for i in range(3) for e in suffixes)
     opened = sb.open_source(tmp_path / "out").store
     assert [t for _, _, t, _ in docs(opened)] == [t for _, _, t, _ in docs(whole)] == [t for _, _, t, _ in docs(corpus)]
 
@@ -269,3 +270,18 @@ def test_a_corpus_run_writes_to_object_storage(tmp_path: Path, capsys: pytest.Ca
             assert docs(remote) == docs(local)
         sb.prepare_store(inputs, url, parts=3, **options)
         assert "3 parts (3 already complete, 0 prepared by local)" in capsys.readouterr().err
+
+
+def test_the_bar_counts_parts_documents_and_tokens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal the corpus run draws a bar of parts with the documents and tokens written so far."""
+    pytest.importorskip("tqdm")
+    import io
+
+    path = prompt_rows(tmp_path / "pc.jsonl")
+    shown = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", shown)
+    monkeypatch.setattr(shown, "isatty", lambda: True, raising=False)
+    corpus = sb.prepare_store([path], tmp_path / "out", parts=3, prompt_field="q", completion_field="a", eos_id=0)
+    text = shown.getvalue()
+    assert "3/3" in text
+    assert f"{len(corpus):,} docs, {corpus.token_count:,} tokens" in text

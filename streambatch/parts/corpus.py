@@ -48,7 +48,19 @@ from .one import Prepared, prepare_with, report
 EXECUTORS = ("local", "ray")
 DONE = ".done.json"
 MARKER_FORMAT = "streambatch.part"
-PART_BYTES = 16 << 20  # the default plan: no part smaller than about this, at most 4 parts per CPU of the cluster
+PART_BYTES = 4 << 20  # the default plan: a part per 4 MiB of input, at least one per CPU (while 1 MiB each), at most 4
+
+
+def default_parts(total: int, cpus: int) -> int:
+    """How many parts *total* bytes of input make on *cpus* CPUs: one per `PART_BYTES`, at least one per CPU (while
+    each holds 1 MiB), at most four per CPU.
+
+    >>> default_parts(20 << 20, 2), default_parts(5 << 20, 8), default_parts(1000, 64), default_parts(50 << 30, 16)
+    (5, 5, 1, 64)
+    """
+    by_size = -(-total // PART_BYTES)
+    floor = min(cpus, -(-total // (1 << 20)))
+    return max(1, min(4 * cpus, max(by_size, floor)))
 
 
 def part_name(index: int) -> str:
@@ -242,7 +254,7 @@ def prepare_corpus(
         ) from err
     runner = runner() if runner is not None else _Local()  # started once the inputs are known good
     try:
-        count = parts or max(1, min(4 * runner.cpus, -(-sum(sizes) // PART_BYTES)))
+        count = parts or default_parts(sum(sizes), runner.cpus)
         job = CorpusJob(
             tuple(os.fspath(i) for i in inputs), out, count, tuple(include), tuple(exclude), skip_bad, format,
             options, _digest(options), inputs_key, stamps_key,
