@@ -176,7 +176,17 @@ def _script_options() -> set[str]:
 
 
 # flags of other tools the pages show (Slurm, torchrun, ruff), and the CLI's own --help/--version
-OTHER_TOOLS = {"--array", "--cpus-per-task", "--standalone", "--nproc-per-node", "--check", "--help", "--version", "--head", "--address"}
+OTHER_TOOLS = {
+    "--array",
+    "--cpus-per-task",
+    "--standalone",
+    "--nproc-per-node",
+    "--check",
+    "--help",
+    "--version",
+    "--head",
+    "--address",
+}
 
 
 def test_every_option_the_pages_name_exists() -> None:
