@@ -225,7 +225,7 @@ os.environ["RAYON_NUM_THREADS"] = sys.argv[3]  # before the tokenizers library s
 from pathlib import Path
 from tokenizers import Tokenizer
 tok = Tokenizer.from_file(sys.argv[1])
-texts = [p.read_text(encoding="utf-8") for p in sorted(Path(sys.argv[2]).rglob("*.py"))]
+texts = [open(p, encoding="utf-8", newline="").read() for p in sorted(Path(sys.argv[2]).rglob("*.py"))]  # as prepare reads them
 tok.encode_batch(texts[:50], add_special_tokens=False)
 seconds = []
 for _ in range(int(sys.argv[4])):
