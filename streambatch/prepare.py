@@ -120,6 +120,8 @@ def prepare_store(
     if executor is not None or parts is not None:
         if part is not None:
             raise ConfigError(f"part={part!r} with executor={executor!r}: a corpus run prepares every part; pass one of them")
+        if workers != 1:
+            raise ConfigError(f"workers={workers!r} with executor={executor!r}: each part runs on one CPU; leave workers out")
         return prepare_corpus(
             inputs, output, executor=executor or "local", parts=parts, include=include, exclude=exclude,
             skip_bad=skip_bad, quiet=quiet, format=format, opts=read_options(**read), runner=_runner(executor, ray_address),

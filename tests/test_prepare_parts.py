@@ -219,6 +219,7 @@ def test_format_parts_are_a_folder_the_readers_take(tmp_path: Path, kind: str, s
         ({"executor": "spark"}, r"executor='spark' is not one of local, ray"),
         ({"parts": 0}, r"parts=0 must be a positive int"),
         ({"parts": 2, "part": "0/2"}, r"part='0/2' with executor=None: a corpus run prepares every part"),
+        ({"executor": "local", "workers": 2}, r"workers=2 with executor='local': each part runs on one CPU"),
     ],
 )
 def test_bad_corpus_options(tmp_path: Path, options: dict[str, object], message: str) -> None:

@@ -92,6 +92,8 @@ class RayRunner:
                     index = pending.pop(ref)
                     try:
                         result = ray.get(ref)
+                    except ray.exceptions.RayTaskError:  # the part's own bug (not a streambatch error): its traceback
+                        raise
                     except ray.exceptions.RayError as err:  # the worker died RETRIES + 1 times, or the node is gone
                         raise WorkerLostError(
                             f"part {index}/{job.count}: its Ray worker died {RETRIES + 1} times ({type(err).__name__}); "

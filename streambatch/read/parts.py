@@ -18,7 +18,7 @@ saved datasets are cut; compressed files and the other formats are whole units.
 >>> bounds(10, 3)
 [0, 3, 6, 10]
 >>> owner(bounds(10, 3), 6), owner(bounds(2, 4), 1), owner(bounds(2, 4), 2)
-(2, 2, 3)
+(2, 3, 3)
 """
 
 from __future__ import annotations
