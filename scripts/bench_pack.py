@@ -329,7 +329,7 @@ def main() -> None:
         rows = pack.pack_lengths(lengths, T)
         took = time.perf_counter() - start
         r = rows.report
-        covered = r.targets  # every target lies in exactly one packed piece (tests/test_pack.py checks it)
+        covered = r.targets  # every target lies in exactly one packed piece (tests/items/test_pack.py checks it)
         nf_rows = next_fit_rows(lengths, T)
         nf_pad = 1 - r.targets / (nf_rows * T)
         print(

@@ -1,7 +1,7 @@
 /* Gather packed rows into their final arrays: the packed mode's emission kernel (streambatch._row_gather.Gatherer).
  *
  * The rule is streambatch.items.pack._pack_gather.gather_segments (its numpy fallback,
- * which tests/test_rows.py checks this kernel against): row r of the packing
+ * which tests/items/test_rows.py checks this kernel against): row r of the packing
  * holds, left to right from position 0, either one full piece (r < full_rows:
  * the r-th full piece in document order) or the tails tails[offsets[p]:offsets[p+1]] of
  * packed row p = r - full_rows (a tail of document d starts at

@@ -1,5 +1,5 @@
 /* The window mode's gather: whole T-token rows of one token buffer (the rule: the numpy path of
- * streambatch.items.windows.gather.RowGather, which tests/test_window_gather.py checks this kernel against).
+ * streambatch.items.windows.gather.RowGather, which tests/items/test_window_gather.py checks this kernel against).
  *
  * WindowGatherer(tokens, T[, bits])
  *     holds a read-only view of the tokens (uint16 or uint32, C-contiguous; made once per store and T), and of

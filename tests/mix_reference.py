@@ -1,4 +1,4 @@
-"""Reference code for tests/test_mix.py: a mixture's items computed the slow, obvious way (not used by the package).
+"""Reference code for tests/items/test_mix.py: a mixture's items computed the slow, obvious way (not used by the package).
 
 `plan_items` maps plan positions to ``(source, item)`` through each source's epoch orders
 (`seeded_orders`), as `streambatch.items.mix.space.MixSpace` does with plan files and blocks.

@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 
 import streambatch as sb
-
-from .test_read_tokenizers import CORPUS
+from tests.read.test_read_tokenizers import CORPUS
 
 PROMPTS = [{"id": f"pc-{i}", "q": f"what is {i} plus {i}?", "a": f"it is {2 * i}, fox {i}"} for i in range(300)]
 

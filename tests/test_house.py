@@ -287,3 +287,26 @@ def test_the_kernels_share_one_buffer_header() -> None:
     assert [] == [k.name for k in kernels if f'"streambatch/{k.name}"' not in setup and f'"{k.name}"' not in setup]
     assert '"streambatch/_buffers.h"' in setup
     assert '"*.h"' in (PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")
+
+
+TEST_FOLDERS = {"model", "io", "read", "batch", "order", "items", "stages", "facades", "tools", "cli", "torch", "hf", "on_ray"}
+HOUSE_TESTS = {  # whole-package rules that belong to no one folder: the house, docs, errors, messages, hostile input
+    "test_house", "test_docs", "test_newcomer", "test_errors", "test_messages", "test_signals", "test_collect",
+    "test_old_paths", "test_kernels", "test_small_breaks", "test_hostile_arrow_fuzz", "test_hostile_catalogue",
+    "test_hostile_fuzz", "test_hostile_hangs", "test_hostile_json", "test_hostile_limits",
+}  # fmt: skip
+
+
+def test_the_tests_mirror_the_package_folders() -> None:
+    """A test file lives in the folder of the package layer it tests (``tests/items/`` for ``streambatch/items/``,
+    ``facades`` for Epoch and Run, ``torch``/``hf``/``on_ray`` for the adapters); only whole-package rules sit at
+    the root."""
+    tests = Path(__file__).parent
+    misplaced = sorted(
+        str(path.relative_to(tests))
+        for path in tests.rglob("test_*.py")
+        if (path.parent == tests and path.stem not in HOUSE_TESTS)
+        or (path.parent != tests and path.relative_to(tests).parts[0] not in TEST_FOLDERS)
+    )
+    assert [] == misplaced
+    assert all((tests / name / "__init__.py").exists() for name in TEST_FOLDERS)

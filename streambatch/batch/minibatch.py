@@ -481,7 +481,7 @@ def row_batch(
     *packed*, ``(cu_seqlens, max_seqlen, segments)``, those three keywords too), made without the keyword handling
     of `MiniBatch.__init__` (0.4-1 us of the 1-2 us a batch object costs): the gathers' hot path, one batch per
     ~20 us of copying.  *spaces* is the one-source tuple, made once per iteration; the result is the batch the
-    constructor makes (tests/test_columns_on_demand.py)."""
+    constructor makes (tests/read/test_columns_on_demand.py)."""
     batch: MiniBatch = _new(MiniBatch)
     batch.epoch = 0
     batch.index = index

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import streambatch as sb
+from tests.read.test_read_tokenizers import CORPUS, train_bpe
 
 from ..parts_corpus import PROMPTS, docs, epoch_rows, prompt_rows
-from ..test_read_tokenizers import CORPUS, train_bpe
 
 pytest.importorskip("pyarrow")
 

@@ -20,10 +20,10 @@ from streambatch.parts.corpus import CorpusJob, inputs_keys
 from streambatch.parts.on_ray import RayRunner
 from streambatch.read.parts import sizes_of
 from streambatch.read.select import select_inputs
+from tests.read.test_prepare import cli
+from tests.read.test_read_tokenizers import CORPUS, train_bpe
 
 from ..parts_corpus import docs, epoch_rows, every_reader, folder_bytes, part_stores, prompt_rows
-from ..test_prepare import cli
-from ..test_read_tokenizers import CORPUS, train_bpe
 from .conftest import ROOT
 from .helpers import Hold, Trap
 

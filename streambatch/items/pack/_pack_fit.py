@@ -1,6 +1,6 @@
 """Best-fit decreasing over integer sizes: the C kernel ``streambatch._best_fit`` or its Python fallback.
 
-Both give identical bins (``tests/test_pack.py`` checks them against each other
+Both give identical bins (``tests/items/test_pack.py`` checks them against each other
 and against the rule read literally).
 """
 
