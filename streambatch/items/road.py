@@ -36,6 +36,11 @@ class BatchReader(Protocol):
 
     def get(self, index: int, gather: Callable[[], MiniBatch], along: int | None = None) -> MiniBatch: ...
 
+    @property
+    def complete(self) -> bool:
+        """Every byte the batches read is here, checked and held for good: nothing is left to fetch."""
+        ...
+
 
 def fetched(items: Any, batch_size: int, batches: range, loop: Loop, reader: BatchReader | None = None) -> Iterator[MiniBatch]:
     """Batches *batches* of *items* chunked by *batch_size*, made by the kind's *loop*, each only once its token
@@ -57,6 +62,9 @@ def _through(reader: BatchReader, made: Iterator[MiniBatch], batches: range, own
     along = batches.step if len(batches) > 1 else None  # a walk names its step; one batch does not
     try:
         for index in batches:
+            if reader.complete:  # every byte here for good (a small store, fetched whole): the kind's own loop
+                yield from made
+                return
             yield reader.get(index, made.__next__, along=along)
     finally:
         if own is not None:
@@ -104,6 +112,11 @@ class Renumbered:
 
     def __init__(self, reader: BatchReader, to: Callable[[int], int], scale: int = 1) -> None:
         self.reader, self.to, self.scale = reader, to, scale
+
+    @property
+    def complete(self) -> bool:
+        """The reader's (nothing left to fetch)."""
+        return self.reader.complete
 
     def get(self, index: int, gather: Callable[[], MiniBatch], along: int | None = None) -> MiniBatch:
         """Batch *index* (this numbering) from the reader."""

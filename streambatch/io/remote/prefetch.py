@@ -191,13 +191,18 @@ class Reader:
         """Bytes kept on their way ahead of the consumer (tuned; ``prefetch=N``: unbounded by bytes)."""
         return self._horizon
 
+    @property
+    def complete(self) -> bool:
+        """Every file this reader fetches from is here whole, checked and held for good (nothing left to fetch)."""
+        return bool(self._files) and all(f.complete for f in self._files)
+
     def get(self, index: int, gather: Callable[[], T], along: int | None = None) -> T:
         """Batch *index*, gathered by *gather* once its ranges are in memory; the next ones are started first.
 
         *along*: the step of the path the caller walks, when it knows it (an iteration over every batch: 1).
         A path's first batch then starts the batches after it at once, while its own ranges arrive, instead
         of one batch ahead until a second request shows the step (that wait is a GET's time)."""
-        if self._files and all(f.complete for f in self._files):  # every byte here, checked and held: nothing to fetch
+        if self.complete:  # every byte here, checked and held: nothing to fetch
             if self._groups:
                 self.close()
             return gather()
