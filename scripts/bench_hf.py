@@ -152,13 +152,8 @@ def streambatch_path(options: argparse.Namespace, out: str, clock: Clock) -> Non
         def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
             return super().get_batch_samples(TimedIterator(epoch_iterator, clock), num_batches, device)
 
-    run = sb.Run(
-        store(options.tokens),
-        context_length=options.context_length,
-        stride=options.context_length,
-        batch_size=options.batch_size,
-        seed=3,
-    )
+    T = options.context_length
+    run = sb.Run(store(options.tokens), seed=3, context_length=T, stride=T, batch_size=options.batch_size)
     args = arguments(out, max_steps=options.warmup + options.steps)
     Trainer(model=model(options.width), args=args, train_dataset=run, callbacks=[clock.callback()]).train()
 
@@ -167,9 +162,8 @@ def hf_path(options: argparse.Namespace, out: str, clock: Clock) -> None:
     import datasets
     from transformers import DataCollatorForLanguageModeling, Trainer
 
-    epoch = sb.Epoch(
-        store(options.tokens), context_length=options.context_length, stride=options.context_length, batch_size=4096, seed=3
-    )
+    T = options.context_length
+    epoch = sb.Epoch(store(options.tokens), seed=3, context_length=T, stride=T, batch_size=4096)  # the same windows
     rows = np.concatenate([np.concatenate([b.inputs, b.targets[:, -1:]], axis=1) for b in epoch]).astype(np.int32)
     dataset = datasets.Dataset.from_dict({"input_ids": rows.tolist()})
 
