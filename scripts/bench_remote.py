@@ -240,11 +240,13 @@ def paced(name: str, epoch: sb.Epoch, pace: float, steps: int) -> dict[str, floa
 def pace_table(args: argparse.Namespace, options: dict[str, Any]) -> None:
     """``--pace``: the consumer at a stated pace over shuffled windows, packed rows and a mixture (no disk cache)."""
     T, B = args.context_length, args.batch_size
+
+    def store(name: str) -> sb.DocumentStore:
+        return sb.open_store(f"s3://bench/{name}", options=options)
+
     kinds = {
-        "windows, shuffled": lambda: sb.Epoch(sb.open_store("s3://bench/store", options=options), context_length=T,
-                                              batch_size=B, stride=T, seed=7),
-        "packed rows, shuffled": lambda: sb.Epoch(sb.open_store("s3://bench/store", options=options), context_length=T,
-                                                  batch_size=B, seed=7, pack=True),
+        "windows, shuffled": lambda: sb.Epoch(store("store"), context_length=T, batch_size=B, stride=T, seed=7),
+        "packed rows, shuffled": lambda: sb.Epoch(store("store"), context_length=T, batch_size=B, seed=7, pack=True),
         "mixture 0.7/0.3, shuffled": lambda: sb.Epoch(
             sb.mix([sb.windows(sb.open_store(f"s3://bench/{n}", options=options), context_length=T, stride=T)
                     for n in ("first", "second")], [0.7, 0.3], seed=7), batch_size=B),
