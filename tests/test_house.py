@@ -192,24 +192,24 @@ def _is_type_of(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type"
 
 
-def _dispatch(node: ast.AST, aliases: dict[str, str]) -> bool:
+def _dispatch(node: ast.AST, aliases: dict[str, str], kinds: set[str] = KINDS) -> bool:
     """Whether *node* asks an object's kind: isinstance/issubclass (bare or ``builtins.``), a ``type(x)`` or
     ``x.__class__`` compared with a kind (``is``, ``==``, ``in``), or a ``case Kind():`` pattern."""
     if isinstance(node, ast.Call) and len(node.args) == 2:
         func = node.func
         name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-        return name in ("isinstance", "issubclass") and bool(_names(node.args[1], aliases) & KINDS)
+        return name in ("isinstance", "issubclass") and bool(_names(node.args[1], aliases) & kinds)
     if isinstance(node, ast.Compare):
         sides = [node.left, *node.comparators]
-        return any(_is_type_of(side) for side in sides) and any(_names(side, aliases) & KINDS for side in sides)
+        return any(_is_type_of(side) for side in sides) and any(_names(side, aliases) & kinds for side in sides)
     if isinstance(node, ast.MatchClass):
-        return bool(_names(node.cls, aliases) & KINDS)
+        return bool(_names(node.cls, aliases) & kinds)
     return False
 
 
-def kind_dispatches(root: Path, skip: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+def kind_dispatches(root: Path, skip: set[str] = frozenset(), kinds: set[str] = KINDS) -> list[str]:  # type: ignore[assignment]
     """``path:line`` of each place that asks whether an object is of an item, space or batch class (`_dispatch`;
-    a name imported under another name counts as the class it names)."""
+    a name imported under another name counts as the class it names); *kinds*: the classes to look for."""
     found = []
     for path in sorted(root.rglob("*.py")):
         if path.relative_to(root).as_posix() in skip:
@@ -222,7 +222,7 @@ def kind_dispatches(root: Path, skip: set[str] = frozenset()) -> list[str]:  # t
             for alias in node.names
             if alias.asname
         }
-        found += [f"{path.relative_to(root)}:{node.lineno}" for node in ast.walk(tree) if _dispatch(node, aliases)]
+        found += [f"{path.relative_to(root)}:{node.lineno}" for node in ast.walk(tree) if _dispatch(node, aliases, kinds)]
     return sorted(set(found), key=lambda at: (at.rsplit(":", 1)[0], int(at.rsplit(":", 1)[1])))
 
 
@@ -244,6 +244,62 @@ def test_at_most_eight_item_or_batch_dispatches() -> None:
     """Each item kind gathers itself and every batch is a `MiniBatch`: stages, façades and tools ask no kind."""
     found = kind_dispatches(PACKAGE)
     assert len(found) <= DISPATCH_LIMIT, found
+
+
+# -- one store protocol: the kinds read `TokenSource.flat()`, never a store's class or a probed member --------
+STORE_KINDS = {"DocumentStore", "Corpus"}
+STORE_DISPATCH_LIMIT = 2
+# the two left are doors, not dispatches: model/source.py's `is_source` (is a user's object a source already, or
+# documents to read: what as_source, write_store and open_corpus take) and model/corpus.py's refusal of a shard
+# that is not a store
+STORE_MEMBERS = {  # what TokenSource declares (and the arrays behind it): read, never probed with getattr/hasattr
+    "has_loss_mask", "loss_bits", "target_mask", "mask_at", "flat", "shards", "tokens", "bases",
+    "document_bases", "starts", "paths",
+}  # fmt: skip
+STORE_PROBE_LIMIT = 1  # io/remote/prefetch.py probes a shard's tokens (its own commit reads flat())
+
+
+def store_probes(root: Path) -> list[str]:
+    """``path:line`` of each ``getattr(x, "member", ...)`` or ``hasattr(x, "member")`` of a store member."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in STORE_MEMBERS
+            ):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_store_counters_count_what_they_should(tmp_path: Path) -> None:
+    """The store counters see isinstance of either store class (aliased too) and getattr/hasattr of a store
+    member; they skip other classes and other attributes."""
+    (tmp_path / "m.py").write_text(
+        "from .c import Corpus as C\n"
+        "isinstance(s, DocumentStore)\nisinstance(s, (int, Corpus))\nisinstance(s, C)\nisinstance(s, Windows)\n"
+        "getattr(s, 'has_loss_mask', False)\nhasattr(s, 'shards')\ngetattr(s, 'name', None)\ns.has_loss_mask\n"
+    )
+    assert kind_dispatches(tmp_path, kinds=STORE_KINDS) == ["m.py:2", "m.py:3", "m.py:4"]
+    assert store_probes(tmp_path) == ["m.py:6", "m.py:7"]
+
+
+def test_store_kinds_are_not_dispatched_on() -> None:
+    """The kinds, the mixture and the remote reader read ``store.flat()``: no store class is asked for
+    (was 23 before the protocol) beyond the two doors named above."""
+    found = kind_dispatches(PACKAGE, kinds=STORE_KINDS)
+    assert len(found) <= STORE_DISPATCH_LIMIT, found
+
+
+def test_store_members_are_not_probed() -> None:
+    """Every source declares its mask members and `flat` (`streambatch.model.source.TokenSource`): none is
+    probed with getattr or hasattr (was 14 probes of has_loss_mask alone)."""
+    found = store_probes(PACKAGE)
+    assert len(found) <= STORE_PROBE_LIMIT, found
 
 
 def test_no_folder_holds_more_than_15_modules() -> None:

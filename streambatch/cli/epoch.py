@@ -44,7 +44,6 @@ from ..io.bounded_json import read_json_header
 from ..io.files import short_path
 from ..io.mixture_file import MixtureSource
 from ..items.untrained import untrained_note
-from ..model.corpus import Corpus
 from ..model.source import Source
 from ..run import Run
 from ..state import decode, encode
@@ -170,7 +169,7 @@ def _source_files(source: Source | MixtureSource) -> set[tuple[int, int]]:
     paths = [source.path]
     stores = source.stores if isinstance(source, MixtureSource) else (source.store,)
     paths += list(source.spec.paths) if isinstance(source, MixtureSource) else []
-    paths += [p for store in stores if isinstance(store, Corpus) for p in store.paths if p is not None]
+    paths += [p for store in stores for p in store.flat().paths if p is not None]
     found: set[tuple[int, int]] = set()
     for path in paths:
         entries = [os.path.join(path, name) for name in os.listdir(path)] if os.path.isdir(path) else []

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from ..batch.minibatch import MiniBatch
-from ..model.corpus import Corpus
 
 _PIECE = 1 << 16  # numbers turned into text at a time: about a megabyte of JSON
 ARRAY_FIELDS = ("inputs", "targets", "segment_ids", "position_ids", "loss_mask")
@@ -63,7 +62,7 @@ def batch_record(batch: MiniBatch, *, arrays: bool = True) -> dict[str, Any]:
 
 def _window_record(batch: MiniBatch) -> dict[str, Any]:
     mixed = batch.source_names
-    sharded = mixed is not None or isinstance(batch.space.store, Corpus)
+    sharded = mixed is not None or batch.space.store.flat().sharded
     return {
         "epoch": batch.epoch,
         "index": batch.index,
@@ -84,7 +83,7 @@ def _window_record(batch: MiniBatch) -> dict[str, Any]:
 
 
 def _packed_record(batch: MiniBatch) -> dict[str, Any]:
-    sharded = any(isinstance(space.store, Corpus) for space in batch.spaces)
+    sharded = any(space.store.flat().sharded for space in batch.spaces)
     rows: list[dict[str, Any]] = [{"row": number, "segments": []} for number in batch.row_numbers.tolist()]
     names = batch.source_names
     if names is not None:  # a mixture of packed rows: each row names its source

@@ -20,6 +20,7 @@ from typing import Any
 from .._checks import short_repr
 from ..errors import ConfigError, StoreError
 from ..model.corpus import FORMAT, VERSION, Corpus
+from ..model.source import is_source
 from ..model.store import DocumentStore
 from .atomic import atomic_text
 from .bounded_json import read_json_header
@@ -48,22 +49,23 @@ def open_corpus(source: PathLike | Sequence[PathLike | DocumentStore], *, verify
         path = Path(source)
         return _open_manifest(path / CORPUS_MANIFEST if is_corpus_folder(path) else path, verify, remote)
     items: Any = source
-    if isinstance(items, DocumentStore):
-        raise ConfigError("source=DocumentStore(...) is one store; pass a list of stores, or the store itself to the stages")
+    if is_source(items):
+        raise ConfigError(
+            f"source={type(items).__name__}(...) is one store; pass a list of stores, or the store itself to the stages"
+        )
     shards: list[DocumentStore] = []
     paths: list[str | None] = []
     if not isinstance(items, Iterable):
         raise ConfigError(f"source={items!r} is not a manifest path or a list of stores; pass one of those")
-    for k, item in enumerate(items):
-        if isinstance(item, DocumentStore):
-            shards.append(item)
-            paths.append(None)
-        elif not isinstance(item, (str, os.PathLike)):
+    listed = list(items)
+    for k, item in enumerate(listed):  # every entry checked before any path is opened
+        if not isinstance(item, (str, os.PathLike)) and not is_source(item):
             raise ConfigError(f"shard {k}={item!r} is not a DocumentStore or a store path; pass stores or their paths")
-        else:
-            shards.append(open_store(item, verify=verify, **remote))
-            paths.append(os.fspath(item))
-    return Corpus(shards, paths=paths)
+    for item in listed:
+        opened = isinstance(item, (str, os.PathLike))
+        shards.append(open_store(item, verify=verify, **remote) if opened else item)
+        paths.append(os.fspath(item) if opened else None)
+    return Corpus(shards, paths=paths)  # a corpus among the entries is refused there, by name
 
 
 CORPUS_MANIFEST = "corpus.json"  # a corpus folder's manifest (`streambatch.parts.corpus`)

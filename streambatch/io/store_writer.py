@@ -26,6 +26,7 @@ from .._checks import short_repr
 from ..errors import ConfigError, DataError, StoreError
 from ..model.documents import PARTITIONS, Document, Partition
 from ..model.mask import check_loss_mask
+from ..model.source import is_source
 from ..model.store import DocumentStore
 from ..model.validate import check_id, check_tokens, check_vocabulary
 from .atomic import create_temporary_directory, fsync_path, partial_prefix, remove_stale_temporaries
@@ -392,17 +393,20 @@ def write_store(
             "(prepare_store takes (inputs, output))"
         )
     with StoreWriter(path, tokenizer=tokenizer) as writer:
-        if isinstance(documents, DocumentStore):
-            masked = documents.has_loss_mask
-            for i in range(len(documents)):
-                start, length = int(documents.starts[i]), int(documents.lengths[i])
-                writer.add(
-                    documents.ids[i],
-                    documents.partition(i),
-                    documents.tokens[start : start + length],
-                    where=f"document index {i}",
-                    loss_mask=documents.loss_mask(i) if masked else None,
-                )
+        if is_source(documents):  # a store or a corpus: each shard's arrays, no Document made
+            i = 0
+            for shard in documents.shards:
+                masked = shard.has_loss_mask
+                for local in range(len(shard)):
+                    start, length = int(shard.starts[local]), int(shard.lengths[local])
+                    writer.add(
+                        shard.ids[local],
+                        shard.partition(local),
+                        shard.tokens[start : start + length],
+                        where=f"document index {i}",
+                        loss_mask=shard.loss_mask(local) if masked else None,
+                    )
+                    i += 1
         else:
             for i, doc in enumerate(documents):
                 writer.add(doc.id, doc.partition, doc.tokens, where=f"document index {i}", loss_mask=doc.loss_mask)

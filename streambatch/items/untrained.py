@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ..model.mask import prefix_counts
+from ..model.source import TokenSource
 from .protocol import PlannedItems
 
 _BLOCK = 1 << 22  # items counted per step: bounded temporaries
@@ -69,7 +69,7 @@ class UntrainedReport:
         return f"UntrainedReport(kept={self.kept}, dropped={self.dropped})"
 
 
-def counted_between(store: Any, first: npt.NDArray[np.int64], last: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+def counted_between(store: TokenSource, first: npt.NDArray[np.int64], last: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Counted targets among flat tokens ``[first, last)`` of *store* (a store, or a corpus: global positions, each
     range inside one shard); ``last - first`` where no mask.
 
@@ -78,23 +78,7 @@ def counted_between(store: Any, first: npt.NDArray[np.int64], last: npt.NDArray[
     >>> counted_between(store, np.array([1, 3]), np.array([3, 5])).tolist()
     [1, 1]
     """
-    out = (last - first).astype(np.int64)
-    shards = getattr(store, "shards", None)
-    if shards is None:
-        bits = getattr(store, "loss_bits", None)
-        if bits is not None and first.size:
-            counts = prefix_counts(bits, np.concatenate([first, last]))
-            out = counts[first.size :] - counts[: first.size]
-        return out
-    bases = store.bases
-    owner = np.searchsorted(bases, first, side="right") - 1
-    for k in np.unique(owner).tolist():
-        if shards[k].loss_bits is None:
-            continue
-        chosen = np.flatnonzero(owner == k)
-        base = int(bases[k])
-        out[chosen] = counted_between(shards[k], first[chosen] - base, last[chosen] - base)
-    return out
+    return store.flat().counted_between(first, last)
 
 
 def item_targets(items: Any) -> npt.NDArray[np.int64]:

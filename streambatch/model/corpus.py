@@ -38,6 +38,7 @@ import numpy.typing as npt
 from .._paths import short_path
 from ..errors import ConfigError
 from .documents import PARTITIONS, Document, Partition
+from .flat import Flat, token_file
 from .store import DocumentStore
 from .validate import check_one_tokenizer, duplicate_id
 
@@ -75,6 +76,7 @@ class Corpus:
     __slots__ = (
         "_closed",
         "_content",
+        "_flat",
         "bases",
         "document_bases",
         "dtype",
@@ -97,6 +99,7 @@ class Corpus:
             if not isinstance(shard, DocumentStore):
                 raise ConfigError(f"shard {k} is a {type(shard).__name__}, not a DocumentStore; open it with sb.open_store")
         self.shards = stores
+        self._flat: Flat | None = None
         self.paths: tuple[str | None, ...] = tuple(paths) if paths is not None else (None,) * len(stores)
         sizes = np.array([s.flat_size for s in stores], dtype=np.int64)
         self.bases = _frozen(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
@@ -185,14 +188,22 @@ class Corpus:
 
     def shard_of(self, document_indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Shard of each corpus-wide document index."""
-        where = np.asarray(document_indices, dtype=np.int64)
-        shards: npt.NDArray[np.int64] = np.searchsorted(self.document_bases, where, side="right") - 1
-        return shards
+        return self.flat().shard_of(document_indices)
 
     @property
     def tokenizer(self) -> dict[str, Any] | None:
         """The shards' tokenizer (they never record two: `check_one_tokenizer`), or None when none records one."""
         return next((s.tokenizer for s in self.shards if s.tokenizer is not None), None)
+
+    def flat(self) -> Flat:
+        """The virtual flat token space of the shards (`streambatch.model.flat`): shard ``k`` at ``bases[k]``."""
+        if self._flat is None:
+            self._flat = Flat(
+                tuple(s.tokens for s in self.shards), self.bases, self.starts, self.document_bases,
+                tuple(s.loss_bits for s in self.shards), tuple(token_file(s.tokens) for s in self.shards), self.dtype,
+                sharded=True, paths=self.paths,
+            )  # fmt: skip
+        return self._flat
 
     def window_tokens(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[Any]:
         """``(n, length)`` tokens starting at global *positions*, read from each position's shard.
@@ -202,18 +213,12 @@ class Corpus:
         >>> Corpus([a, b]).window_tokens([6, 1], 2).tolist()
         [[20, 21], [10, 11]]
         """
-        where = np.asarray(positions, dtype=np.int64)
-        out = np.empty((where.size, length), dtype=self.dtype)
-        shards = np.searchsorted(self.bases, where, side="right") - 1
-        for k in np.unique(shards).tolist():
-            rows = np.flatnonzero(shards == k)
-            out[rows] = self.shards[k].window_tokens(where[rows] - self.bases[k], length)
-        return out
+        return self.flat().window_tokens(positions, length)
 
     @property
     def has_loss_mask(self) -> bool:
         """Whether any shard carries a loss mask (the others then train every target)."""
-        return any(s.has_loss_mask for s in self.shards)
+        return self.flat().has_loss_mask
 
     def loss_mask(self, index: int) -> npt.NDArray[np.bool_]:
         """Document *index*'s (corpus-wide) effective loss mask."""
@@ -228,28 +233,11 @@ class Corpus:
         >>> Corpus([a, b]).target_mask([6, 0], 2).astype(int).tolist()
         [[1, 1], [1, 0]]
         """
-        if not self.has_loss_mask:
-            return None
-        where = np.asarray(positions, dtype=np.int64)
-        out = np.ones((where.size, length), dtype=np.bool_)
-        shards = np.searchsorted(self.bases, where, side="right") - 1
-        for k in np.unique(shards).tolist():
-            shard = self.shards[k]
-            if shard.has_loss_mask:
-                rows = np.flatnonzero(shards == k)
-                out[rows] = shard.target_mask(where[rows] - self.bases[k], length)
-        return out
+        return self.flat().target_mask(positions, length)
 
     def mask_at(self, positions: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """The loss-mask bit of each global token position, read from its shard (True where a shard has no mask)."""
-        where = np.asarray(positions, dtype=np.int64)
-        out = np.ones(where.shape, dtype=np.bool_)
-        shards = np.searchsorted(self.bases, where, side="right") - 1
-        for k in np.unique(shards).tolist():
-            if self.shards[k].has_loss_mask:
-                chosen = shards == k
-                out[chosen] = self.shards[k].mask_at(where[chosen] - self.bases[k])
-        return out
+        return self.flat().mask_at(positions)
 
     def locate_document(self, index: int) -> tuple[int, int]:
         """``(shard, index within the shard)`` of corpus-wide document *index*."""

@@ -7,9 +7,9 @@ stores, what `streambatch.open_source` returns (a `Source`), or any iterable of
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
@@ -17,15 +17,20 @@ import numpy.typing as npt
 from ..errors import ConfigError, PartitionError
 from .corpus import Corpus
 from .documents import PARTITIONS, Document, Partition
+from .flat import Flat
 from .store import DocumentStore
 from .validate import short
 
 
 class TokenSource(Protocol):
-    """What the stages read from a corpus: a `DocumentStore`, or a `streambatch.Corpus` of several.
+    """What the stages and the item kinds read from a corpus: a `DocumentStore` (a remote one too), or a
+    `streambatch.Corpus` of several.
 
     Documents sit in one flat token space of ``flat_size`` positions (a corpus
-    makes it virtual, one range per shard); ``starts`` index it.
+    makes it virtual, one range per shard); ``starts`` index it.  What a gather
+    reads (each shard's tokens and mask bits, where shards and documents sit,
+    the files behind them) is one value, `flat`: no reader asks which kind of
+    store it holds.
     """
 
     @property
@@ -44,13 +49,42 @@ class TokenSource(Protocol):
     def token_count(self) -> int: ...
     @property
     def dtype(self) -> np.dtype[Any]: ...
-    def __len__(self) -> int: ...
-    def partition(self, index: int) -> Partition: ...
-    def content_fingerprint(self) -> str: ...
-    def shard_of(self, document_indices: npt.ArrayLike) -> npt.NDArray[np.int64]: ...
-    def window_tokens(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[Any]: ...
     @property
     def tokenizer(self) -> dict[str, Any] | None: ...
+    @property
+    def shards(self) -> tuple[DocumentStore, ...]:
+        """The stores behind the source, in order (a store: itself)."""
+        ...
+
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Document]: ...
+    def partition(self, index: int) -> Partition: ...
+    def document(self, index: int) -> Document: ...
+    def content_fingerprint(self) -> str: ...
+    def shard_of(self, document_indices: npt.ArrayLike) -> npt.NDArray[np.int64]: ...
+    def flat(self) -> Flat:
+        """The flat token space: each shard's tokens and mask bits, bases, document starts, files (`Flat`)."""
+        ...
+
+    def window_tokens(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[Any]: ...
+
+    # -- the loss mask (`streambatch.model.mask`): without one, every target trains ---------------
+    @property
+    def has_loss_mask(self) -> bool:
+        """Whether the source carries a loss mask (a corpus: any shard)."""
+        ...
+
+    def loss_mask(self, index: int) -> npt.NDArray[np.bool_]:
+        """Document *index*'s effective loss mask (position 0 never trains)."""
+        ...
+
+    def target_mask(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[np.bool_] | None:
+        """``(n, length)`` mask bits of the targets of rows at flat *positions*; None without a mask."""
+        ...
+
+    def mask_at(self, positions: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """The mask bit of each flat token position (True without a mask)."""
+        ...
 
 
 def partition_documents(
@@ -105,6 +139,12 @@ class Source:
     verified: bool = False  # the store's fingerprint was checked against its content
 
 
+def is_source(value: object) -> TypeGuard[DocumentStore | Corpus]:
+    """Whether *value* is a token source already (a store, a remote one too, or a corpus), not documents to read:
+    the one place that asks (what `as_source`, `write_store` and `open_corpus` take differs by it)."""
+    return isinstance(value, (DocumentStore, Corpus))
+
+
 def as_source(source: Any) -> DocumentStore | Corpus:
     """The `DocumentStore` or `Corpus` behind *source*: a store, a corpus, a `Source`, or an iterable of `Document`.
 
@@ -113,7 +153,7 @@ def as_source(source: Any) -> DocumentStore | Corpus:
     """
     if isinstance(source, Source):
         return source.store
-    if isinstance(source, (DocumentStore, Corpus)):
+    if is_source(source):
         return source
     if isinstance(source, Document):
         raise ConfigError("source=Document(...) is a single document; pass a list of documents or a DocumentStore")

@@ -20,9 +20,10 @@ import numpy.typing as npt
 from .._paths import short_path
 from ..errors import DataError, StoreError
 from .documents import PARTITIONS, Document, Partition
+from .flat import Flat
 from .ids import IdLines, json_line
 from .mapped import map_readonly
-from .mask import BitArray, all_trained, bits_at, check_loss_mask, pack_mask, target_mask, unpack_range
+from .mask import BitArray, all_trained, check_loss_mask, pack_mask, unpack_range
 from .validate import check_id, check_offsets, check_tokens, check_unique
 
 TokenArray = npt.NDArray[np.uint32] | npt.NDArray[np.uint16]
@@ -266,15 +267,30 @@ class DocumentStore:
         """Token dtype (uint16 or uint32): the dtype of every batch gathered from this store."""
         return self.tokens.dtype
 
+    def flat(self) -> Flat:
+        """The flat token space these documents sit in (`streambatch.model.flat`): one shard, at base 0.
+
+        >>> DocumentStore.from_arrays([5, 6, 7, 8], [0, 1, 4]).flat().bases.tolist()
+        [0, 4]
+        """
+        found: Flat | None = self.__dict__.get("_flat")
+        if found is None:
+            found = Flat.of_store(self.tokens, self.starts, len(self), self.loss_bits)
+            object.__setattr__(self, "_flat", found)  # a cache, not a field
+        return found
+
+    @property
+    def shards(self) -> tuple[DocumentStore, ...]:
+        """The stores behind this source: the store itself (a `streambatch.Corpus` has several)."""
+        return (self,)
+
     def window_tokens(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[Any]:
         """``(n, length)`` tokens starting at flat *positions* (a plain gather, for checks such as the audit).
 
         >>> DocumentStore.from_arrays([5, 6, 7, 8], [0, 4]).window_tokens([2, 0], 2).tolist()
         [[7, 8], [5, 6]]
         """
-        where = np.asarray(positions, dtype=np.int64)
-        rows: npt.NDArray[Any] = np.asarray(self.tokens[where[:, None] + np.arange(length)])  # remote: fetched here
-        return rows
+        return self.flat().window_tokens(positions, length)
 
     def target_mask(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[np.bool_] | None:
         """``(n, length)`` loss-mask bits of the targets of rows starting at flat *positions*; None without a mask.
@@ -283,17 +299,11 @@ class DocumentStore:
         >>> store.target_mask([0, 1], 3).astype(int).tolist()
         [[0, 1, 1], [1, 1, 0]]
         """
-        if self.loss_bits is None:
-            return None
-        return target_mask(self.loss_bits, np.asarray(positions, dtype=np.intp), length)
+        return self.flat().target_mask(positions, length)
 
     def mask_at(self, positions: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """The loss-mask bit of each flat token position (all True without a mask)."""
-        where = np.asarray(positions, dtype=np.intp)
-        found: npt.NDArray[np.bool_] = (
-            np.ones(where.shape, np.bool_) if self.loss_bits is None else bits_at(self.loss_bits, where)
-        )
-        return found
+        return self.flat().mask_at(positions)
 
     def shard_of(self, document_indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Shard of each document: always 0 (a store is one shard; see `streambatch.Corpus`)."""

@@ -24,7 +24,6 @@ from ..errors import ConfigError
 from ..items.pack.pack import pack_lengths
 from ..items.windows.window_index import window_counts, window_tails
 from ..items.windows.windows import POSITION_LIMIT
-from ..model.corpus import Corpus
 from ..model.documents import Partition
 from ..model.source import Source, as_source
 from ..stages.chunk import BatchSize, batch_count, final_batch
@@ -97,10 +96,11 @@ def inspect_source(
         summary = {"path": source.path, "kind": source.kind, "verified": source.verified, **summary}
     if store.has_loss_mask:
         summary["loss_mask"] = True  # the per-partition summaries say what it trains
-    if isinstance(store, Corpus):
+    flat = store.flat()
+    if flat.sharded:
         summary["shards"] = [
             {"path": path, "documents": len(shard), "tokens": shard.token_count}
-            for path, shard in zip(store.paths, store.shards, strict=True)
+            for path, shard in zip(flat.paths, store.shards, strict=True)
         ]
     if T is not None:
         summary.update(context_length=T, stride=s)

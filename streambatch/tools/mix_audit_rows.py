@@ -54,7 +54,7 @@ def _masked(space: Any, numbers: npt.NDArray[np.int64], want: Any) -> npt.NDArra
     (read here from the packing's segments, apart from the gather's)."""
     mask = np.array(want.loss_mask, dtype=np.bool_)
     store = space.store
-    if not getattr(store, "has_loss_mask", False):
+    if not store.has_loss_mask:
         return mask
     seg = space.packing.segments(numbers)
     r, c = np.nonzero(mask)

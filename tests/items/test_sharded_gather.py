@@ -37,7 +37,7 @@ def _outcome(gather: ShardedGather, positions: np.ndarray, exact: bool) -> objec
 def test_table_lookup_equals_the_exact_path(sizes: list[int], context_length: int, seed: int, data: st.DataObject) -> None:
     """Valid and invalid positions (shard tails, empty shards, negative, past the end): same records, same refusal."""
     corpus = _corpus(sizes, seed)
-    gather = ShardedGather(corpus, context_length)
+    gather = ShardedGather(corpus.flat(), context_length)
     flat = corpus.flat_size
     positions = np.array(data.draw(st.lists(st.integers(-3, flat + 3), min_size=0, max_size=12)), dtype=np.intp)
     assert _outcome(gather, positions, exact=False) == _outcome(gather, positions, exact=True)
@@ -56,7 +56,7 @@ def test_table_lookup_equals_the_exact_path(sizes: list[int], context_length: in
 def test_rows_near_every_shard_end_take_the_exact_path() -> None:
     """Big shards, small buckets: positions on either side of each shard's last window start, and far outside."""
     corpus = _corpus([70_000, 5, 90_000, 0, 40_000], seed=3)
-    gather = ShardedGather(corpus, context_length=7)
+    gather = ShardedGather(corpus.flat(), context_length=7)
     assert gather._table is not None  # the spanning view, looked up by buckets
     ends = corpus.bases[1:].tolist()
     for end in ends:
@@ -72,7 +72,7 @@ def test_a_block_of_batches_is_mapped_once_and_sliced() -> None:
     """Epoch iteration maps each block's positions once (rows), then takes slices: equal to gathering each batch alone."""
     corpus = _corpus([300, 41, 257], seed=5)
     epoch = sb.Epoch(corpus, context_length=4, stride=3, batch_size=7, seed=11)
-    gather = ShardedGather(corpus, 4)
+    gather = ShardedGather(corpus.flat(), 4)
     for batch in epoch:
         inputs, targets = gather(batch.positions)
         assert np.array_equal(batch.inputs, inputs)
@@ -95,7 +95,7 @@ def test_per_shard_path_with_mixed_dtypes(sizes: list[int], wide: st.DataObject,
         for k, (n, dtype) in enumerate(zip(sizes, dtypes, strict=True))
     ]
     corpus = sb.Corpus(shards)
-    gather = ShardedGather(corpus, context_length)
+    gather = ShardedGather(corpus.flat(), context_length)
     valid = [
         p
         for b, e in zip(corpus.bases[:-1].tolist(), corpus.bases[1:].tolist(), strict=True)

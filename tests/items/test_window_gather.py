@@ -49,7 +49,7 @@ def _outcome(gather: StoreGather | ShardedGather, rows: np.ndarray) -> object:
 def test_c_equals_numpy_on_random_positions(dtype: Any, size: int, context_length: int, seed: int, data: st.DataObject) -> None:
     """Random positions, in and out of range (past the end, at the last token): the same arrays or the same DataError."""
     store = sb.DocumentStore.from_arrays(_tokens(size, dtype, seed), [0, size])
-    fast, slow = StoreGather(store, context_length), _numpy(StoreGather(store, context_length))
+    fast, slow = StoreGather(store.tokens, context_length), _numpy(StoreGather(store.tokens, context_length))
     assert (fast.kernel is not None) == (size >= context_length + 1)
     rows = np.array(data.draw(st.lists(st.integers(0, size + 2), max_size=70)), dtype=np.intp)
     assert _outcome(fast, rows) == _outcome(slow, rows)
@@ -59,7 +59,7 @@ def test_c_equals_numpy_on_random_positions(dtype: Any, size: int, context_lengt
 def test_out_of_range_is_the_same_data_error() -> None:
     """A row past the last window start (a plan of another store) is the numpy path's DataError, nothing returned."""
     store = sb.DocumentStore.from_arrays(_tokens(20, np.uint32, 4), [0, 20])
-    for gather in (StoreGather(store, 4), _numpy(StoreGather(store, 4))):
+    for gather in (StoreGather(store.tokens, 4), _numpy(StoreGather(store.tokens, 4))):
         with pytest.raises(sb.DataError, match="outside the store's 20 tokens; the plan does not belong"):
             gather.take(np.array([0, 16], dtype=np.intp))
 
@@ -93,7 +93,7 @@ def test_large_batch_released_gil_path_and_epoch() -> None:
     size, T = 300_000, 512
     store = sb.DocumentStore.from_arrays(_tokens(size, np.uint16, 2), [0, size])
     rows = np.random.default_rng(3).integers(0, size - T, 200).astype(np.intp)
-    assert _outcome(StoreGather(store, T), rows) == _outcome(_numpy(StoreGather(store, T)), rows)
+    assert _outcome(StoreGather(store.tokens, T), rows) == _outcome(_numpy(StoreGather(store.tokens, T)), rows)
     epoch = sb.Epoch(store, context_length=T, stride=97, batch_size=33, seed=5)
     for batch in epoch:
         starts = batch.positions
@@ -108,7 +108,7 @@ def test_corpus_span_gather_c_equals_numpy(sizes: list[int], context_length: int
     """A corpus's spanning gather in C reads the same records as numpy's, every window of every shard."""
     shards = [sb.DocumentStore.from_arrays(_tokens(n, np.uint16, seed + k), [0, n], ids=[f"s{k}"]) for k, n in enumerate(sizes)]
     corpus = sb.Corpus(shards)
-    fast, slow = ShardedGather(corpus, context_length), _numpy(ShardedGather(corpus, context_length))
+    fast, slow = ShardedGather(corpus.flat(), context_length), _numpy(ShardedGather(corpus.flat(), context_length))
     starts = np.concatenate(
         [np.arange(int(b), int(b) + max(0, n - context_length), dtype=np.intp) for b, n in zip(corpus.bases, sizes, strict=False)]
     )

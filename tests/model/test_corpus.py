@@ -229,7 +229,7 @@ def test_gather_refuses_positions_outside_every_shard() -> None:
 
     a = sb.DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"])
     b = sb.DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])
-    gather = ShardedGather(sb.Corpus([a, b]), context_length=2)
+    gather = ShardedGather(sb.Corpus([a, b]).flat(), context_length=2)
     assert gather(np.array([6, 2], dtype=np.intp))[0].tolist() == [[20, 21], [11, 12]]
     for bad in (3, 7, 9, -1, 10**9):
         with pytest.raises(sb.DataError, match="is not a window start inside a shard"):

@@ -76,14 +76,14 @@ def test_materialize_is_lazy_and_indexable() -> None:
 def test_one_gather_per_buffer_in_the_store_dtype() -> None:
     """StoreGather copies whole rows into fresh C-contiguous arrays of the store's dtype."""
     store = sb.DocumentStore.from_arrays(np.arange(10, dtype=np.uint16), [0, 10])
-    inputs, targets = StoreGather(store, 3)(np.array([4, 0], dtype=np.intp))
+    inputs, targets = StoreGather(store.tokens, 3)(np.array([4, 0], dtype=np.intp))
     assert inputs.dtype == np.uint16
     assert inputs.tolist() == [[4, 5, 6], [0, 1, 2]]
     assert targets.tolist() == [[5, 6, 7], [1, 2, 3]]
     for gathered in (inputs, targets):  # fresh C-contiguous arrays, not views of the store's tokens
         assert gathered.flags.c_contiguous
         assert not np.shares_memory(gathered, store.tokens)
-    empty_in, empty_out = StoreGather(store, 3)(np.zeros(0, dtype=np.intp))
+    empty_in, empty_out = StoreGather(store.tokens, 3)(np.zeros(0, dtype=np.intp))
     assert empty_in.shape == empty_out.shape == (0, 3)
 
 

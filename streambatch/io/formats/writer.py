@@ -382,9 +382,8 @@ def write_format(
     if masked and np.shape(loss_mask) != (store.flat_size,):
         raise ConfigError(f"loss_mask has shape {np.shape(loss_mask)}; pass one bool per token of the source ({store.flat_size})")
     with FormatWriter(path, format, tokenizer=store.tokenizer, vocab_size=vocab_size, masked=masked) as writer:
-        shards = [store] if isinstance(store, DocumentStore) else list(store.shards)
         offset = 0
-        for shard in shards:
+        for shard in store.shards:
             for lo in range(0, len(shard), 1 << 16):
                 hi = min(lo + (1 << 16), len(shard))
                 tokens, mask = _gathered(shard, lo, hi, loss_mask, offset)

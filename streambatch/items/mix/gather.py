@@ -24,20 +24,9 @@ import numpy.typing as npt
 from ...batch.minibatch import MiniBatch, SourceArray, present
 from ...batch.reduce import TokenSums
 from ...errors import AccumulationError, DataError
-from ...model.corpus import Corpus
-from ...model.store import DocumentStore
+from ...model.flat import Flat
 from ..windows.gather import StoreGather, mask_counter, spanning_records
 from ..windows.windows import WindowSpace
-
-
-def _stores(space: WindowSpace) -> tuple[list[DocumentStore], list[int]]:
-    """The stores behind *space* and the first position of each in its flat token space."""
-    store = space.store
-    if isinstance(store, Corpus):
-        return list(store.shards), [int(b) for b in store.bases[:-1].tolist()]
-    if isinstance(store, DocumentStore):
-        return [store], [0]
-    raise DataError(f"source={store!r} has no gather; mix windows of a DocumentStore or a Corpus")
 
 
 class MixGather:
@@ -53,27 +42,27 @@ class MixGather:
     def __init__(self, spaces: Sequence[WindowSpace]) -> None:
         length = spaces[0].config.context_length
         self._length = length
-        shards: list[DocumentStore] = []
+        flats: list[Flat] = [space.store.flat() for space in spaces]
+        shards: list[npt.NDArray[Any]] = []  # every shard's tokens, source after source
         bases: list[int] = []
         offsets: list[int] = []
         total = 0
-        for space in spaces:
-            stores, starts = _stores(space)
+        for flat in flats:
             offsets.append(total)
-            shards.extend(stores)
-            bases.extend(total + start for start in starts)
-            total += int(space.store.flat_size)
-        sizes = np.array([s.tokens.size for s in shards], dtype=np.int64)
+            shards.extend(flat.tokens)
+            bases.extend(total + int(start) for start in flat.bases[:-1].tolist())
+            total += flat.size
+        sizes = np.array([tokens.size for tokens in shards], dtype=np.int64)
         self._offsets = np.array(offsets, dtype=np.int64)
         self._bases = np.array(bases, dtype=np.int64)
         self._ends = self._bases[1:]  # shard k holds global positions in [bases[k], bases[k + 1])
         self._last = self._bases + sizes - (length + 1)  # the last start where T + 1 tokens fit
-        self._dtype = np.result_type(*(s.tokens.dtype for s in shards))
-        self._tokens = tuple(s.tokens for s in shards)  # kept alive with the views below
-        self._gathers = [StoreGather(s, length) for s in shards]
+        self._dtype = np.result_type(*(tokens.dtype for tokens in shards))
+        self._tokens = tuple(shards)  # kept alive with the views below
+        self._gathers = [StoreGather(tokens, length) for tokens in shards]
         self._span = spanning_records(self._tokens, self._bases, length)
-        self._limit = [int(space.store.flat_size) - (length + 1) for space in spaces]  # the last start in each source
-        single = all(isinstance(space.store, DocumentStore) for space in spaces)  # one shard per source
+        self._limit = [flat.size - (length + 1) for flat in flats]  # the last start in each source
+        single = all(flat.single for flat in flats)  # one shard per source
         self._direct = None if self._span is None or not single else self._span[2] + self._offsets  # shard s is source s
 
     def check_bound(self, source: int, positions: npt.NDArray[Any]) -> None:
@@ -129,14 +118,15 @@ def mixture_mask(
     spaces: Sequence[WindowSpace], sources: SourceArray, positions: npt.NDArray[Any], length: int
 ) -> npt.NDArray[np.bool_] | None:
     """The ``(w, T)`` loss mask of a mixture's window rows, each read from its own source; None when no source has one."""
-    if not any(getattr(s.store, "has_loss_mask", False) for s in spaces):
+    flats = [s.store.flat() for s in spaces]
+    if not any(flat.has_loss_mask for flat in flats):
         return None
     out = np.ones((sources.size, length), dtype=np.bool_)
     for s in present(sources):
-        store: Any = spaces[s].store
-        if getattr(store, "has_loss_mask", False):
-            rows = sources == s
-            out[rows] = store.target_mask(positions[rows], length)
+        rows = sources == s
+        found = flats[s].target_mask(positions[rows], length)
+        if found is not None:
+            out[rows] = found
     return out
 
 
@@ -144,9 +134,10 @@ def mixture_counter(spaces: Sequence[WindowSpace]) -> Any:
     """What counts the trained targets of a mixture's window rows ``(sources, positions) -> int`` in the bits, each
     row by its own source (`streambatch.items.windows.gather.mask_counter`; a source without a mask counts ``T``
     a row), or None when no source has a mask or one's mask is made with the batch (a corpus, no C kernel)."""
-    if not any(getattr(s.store, "has_loss_mask", False) for s in spaces):
+    masked = [s.store.has_loss_mask for s in spaces]
+    if not any(masked):
         return None
-    counters: list[Any] = [mask_counter(s) if getattr(s.store, "has_loss_mask", False) else False for s in spaces]
+    counters: list[Any] = [mask_counter(s) if m else False for s, m in zip(spaces, masked, strict=True)]
     if any(c is None for c in counters):
         return None
     length = spaces[0].config.context_length

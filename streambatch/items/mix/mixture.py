@@ -324,7 +324,7 @@ class Mixture:
             yield from self._packed_chunks(size, batches)
             return
         gather, spaces = space.gather(), space.spaces
-        masked = any(getattr(s.store, "has_loss_mask", False) for s in spaces)  # decided once
+        masked = any(s.store.has_loss_mask for s in spaces)  # decided once
         counter = mixture_counter(spaces)
         per = max(1, _BLOCK_ROWS // size)
         for head in range(0, len(batches), per):

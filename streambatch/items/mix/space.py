@@ -198,7 +198,7 @@ def source_targets(view: Any) -> list[int]:
             found[s] = row_targets(space.spaces[s], numbers[sources == s])
         return found
     spaces = space.spaces
-    if any(getattr(w.store, "has_loss_mask", False) for w in spaces):  # the mask bits at each window's targets
+    if any(w.store.has_loss_mask for w in spaces):  # the mask bits at each window's targets
         sources, positions, _ = space.window_rows(*view.bounds)
         for s, n in _counts(sources):
             found[s] = window_targets(spaces[s], int(n), positions[sources == s]) if n else 0

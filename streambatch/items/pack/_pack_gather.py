@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import ConfigError, DataError
-from ...model.corpus import Corpus
+from ...model.flat import Flat
 
 IntArray = npt.NDArray[np.int64]
 IdArray = npt.NDArray[np.signedinteger[Any]]
@@ -105,21 +105,18 @@ class PackedArrays(NamedTuple):
     segment_lengths: IntArray  # per segment: targets (positions occupied)
 
 
-def _take_corpus(corpus: Corpus, index: npt.NDArray[Any], width: int, T: int) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-    """Inputs and targets at global *index* positions of a `Corpus`, read from each position's shard."""
-    inputs = np.empty(index.size, dtype=corpus.dtype)
-    targets = np.empty(index.size, dtype=corpus.dtype)
-    shards = np.searchsorted(corpus.bases, index, side="right") - 1
-    for k in np.unique(shards).tolist():
-        where = np.flatnonzero(shards == k)
-        local = index[where] - corpus.bases[k]
-        tokens = corpus.shards[k].tokens
+def _take_corpus(flat: Flat, index: npt.NDArray[Any], width: int, T: int) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """Inputs and targets at global *index* positions of a corpus's flat space, read from each position's shard."""
+    inputs = np.empty(index.size, dtype=flat.dtype)
+    targets = np.empty(index.size, dtype=flat.dtype)
+    for k, where, local in flat.split(index):
+        tokens = flat.tokens[k]
         inputs[where], targets[where] = tokens[local], tokens[local + 1]
     return inputs.reshape(width, T), targets.reshape(width, T)
 
 
 def gather_segments(
-    tokens: npt.NDArray[Any] | Corpus,
+    tokens: npt.NDArray[Any] | Flat,
     document_starts: npt.ArrayLike,
     segment_offsets: npt.ArrayLike,
     documents: npt.ArrayLike,
@@ -147,9 +144,11 @@ def gather_segments(
     ([0, 2, 4, 6, 8], 2, [False, False, False, True])
     """
     T = int(context_length)
-    corpus = tokens if isinstance(tokens, Corpus) else None
-    flat_tokens = np.zeros(0, dtype=tokens.dtype) if corpus is not None else np.asarray(tokens).reshape(-1)
-    token_total = corpus.flat_size if corpus is not None else flat_tokens.size
+    corpus = tokens if isinstance(tokens, Flat) and not tokens.single else None  # shards: read one by one
+    if isinstance(tokens, Flat):
+        tokens = tokens.tokens[0] if corpus is None else np.zeros(0, dtype=tokens.dtype)
+    flat_tokens = np.asarray(tokens).reshape(-1)
+    token_total = corpus.size if corpus is not None else flat_tokens.size
     if flat_tokens.dtype.kind != "u" or flat_tokens.dtype.itemsize not in (2, 4):
         raise ConfigError(f"tokens have dtype {flat_tokens.dtype}; pass the flat uint16 or uint32 token array")
     if not 0 <= int(pad_id) <= int(np.iinfo(flat_tokens.dtype).max):

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...batch.minibatch import MiniBatch
+from ...model.source import TokenSource
 from ._pack_gather import PackedArrays
 
 
@@ -72,13 +73,14 @@ def arrays_of(batch: MiniBatch) -> PackedArrays:
     )  # fmt: skip
 
 
-def mask_pieces(batch: MiniBatch, stores: Sequence[Any], sources: npt.NDArray[Any] | None = None) -> MiniBatch:
+def mask_pieces(batch: MiniBatch, stores: Sequence[TokenSource | None], sources: npt.NDArray[Any] | None = None) -> MiniBatch:
     """AND *batch*'s ``loss_mask`` with its documents' loss masks at every real target, and recount (in place).
 
     *stores* are the sources' stores (one for a packing of one source); *sources*
     the source of each row (a mixture).  Nothing happens when no store has a mask.
     """
-    if not any(getattr(store, "has_loss_mask", False) for store in stores):
+    flats = [None if store is None else store.flat() for store in stores]
+    if not any(flat is not None and flat.has_loss_mask for flat in flats):
         return batch
     rows, documents, starts, _ = batch._table()
     width, length = batch.inputs.shape
@@ -89,18 +91,18 @@ def mask_pieces(batch: MiniBatch, stores: Sequence[Any], sources: npt.NDArray[An
     segment = first[real // length] + segment_ids[real]
     owner = None if sources is None else np.asarray(sources)[rows]  # each segment's source
     keep = np.ones(real.size, dtype=np.bool_)
-    for s, store in enumerate(stores):
-        if not getattr(store, "has_loss_mask", False):
+    for s, flat in enumerate(flats):
+        if flat is None or not flat.has_loss_mask:
             continue
         if owner is None:
-            base = store.starts[documents] + starts + 1  # each segment's first target, in the flat token space
-            keep[:] = store.mask_at(base[segment] + position_ids[real])
+            base = flat.starts[documents] + starts + 1  # each segment's first target, in the flat token space
+            keep[:] = flat.mask_at(base[segment] + position_ids[real])
             continue
         mine = owner == s
         base = np.zeros(documents.size, dtype=np.int64)
-        base[mine] = store.starts[documents[mine]] + starts[mine] + 1
+        base[mine] = flat.starts[documents[mine]] + starts[mine] + 1
         chosen = mine[segment]
-        keep[chosen] = store.mask_at(base[segment[chosen]] + position_ids[real[chosen]])
+        keep[chosen] = flat.mask_at(base[segment[chosen]] + position_ids[real[chosen]])
     mask[real[~keep]] = False
     batch.loss_mask = mask.reshape(width, length)  # target_count recounted: the real targets kept
     return batch

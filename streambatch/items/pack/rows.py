@@ -27,13 +27,12 @@ from ...batch.minibatch import MiniBatch, row_batch
 from ...batch.span import spanning_tokens
 from ...errors import ConfigError, DataError, OutOfRangeError
 from ...io.keyed_file import check_blocks
-from ...model.corpus import Corpus
 from ...model.documents import Partition
+from ...model.flat import Flat
 from ...model.source import TokenSource, as_source, partition_documents
-from ...model.store import DocumentStore
 from ..protocol import ITER_BLOCK, PlannedItems
 from ..road import BatchReader, fetched, gather_one
-from ..untrained import counted_between, drop_untrained
+from ..untrained import drop_untrained
 from ..windows.window_index import IntArray, WindowConfig
 from ._pack_gather import PackedArrays, batch_bytes, check_emittable, gather_segments
 from .pack import PackedRows, PackReport, PieceIndex, pack_lengths
@@ -216,7 +215,7 @@ def counted_targets(view: Rows) -> int:
 def row_targets(space: RowSpace, numbers: npt.ArrayLike) -> int:
     """Counted targets of rows *numbers* of *space*: their pieces' targets (from the packing's lengths), or,
     with a loss mask, the set mask bits of those targets (the mask bits alone: no token is read)."""
-    if not getattr(space.store, "has_loss_mask", False):
+    if not space.store.has_loss_mask:
         return int(space.packing.segments(numbers).lengths.sum())
     return int(row_item_targets(space, numbers).sum())
 
@@ -225,9 +224,9 @@ def row_item_targets(space: RowSpace, numbers: npt.ArrayLike) -> IntArray:
     """The one counting rule of packed rows: the counted targets of each of rows *numbers* of *space*, its pieces'
     targets, or under a loss mask the set mask bits of those targets (no token is read; padding never counts)."""
     seg = space.packing.segments(numbers)
-    store: Any = space.store
-    first = store.starts[seg.documents] + seg.starts + 1  # each piece's first target, in the flat token space
-    counted = np.concatenate([[0], np.cumsum(counted_between(store, first, first + seg.lengths))])
+    flat = space.store.flat()
+    first = flat.starts[seg.documents] + seg.starts + 1  # each piece's first target, in the flat token space
+    counted = np.concatenate([[0], np.cumsum(flat.counted_between(first, first + seg.lengths))])
     found: IntArray = counted[seg.offsets[1:]] - counted[seg.offsets[:-1]]
     return found
 
@@ -337,22 +336,19 @@ def _gatherer(space: RowSpace, kernel: Any) -> Any:
     A `Corpus` is read through one view spanning its shards (`streambatch.batch.span`), with each
     document's start moved into it; shards of mixed dtypes are gathered by numpy.
     """
-    store, rows = space.store, space.packing
+    flat, rows = space.store.flat(), space.packing
     if rows.context_length >= 1 << 31:
         return False
-    if isinstance(store, DocumentStore):
-        tokens, starts = store.tokens, store.starts
-    elif isinstance(store, Corpus):
-        found = spanning_tokens(tuple(shard.tokens for shard in store.shards), store.bases)
+    tokens, starts = flat.tokens[0], flat.starts
+    if not flat.single:
+        found = spanning_tokens(flat.tokens, flat.bases)
         if found is None:
             return False
         tokens, shift = found
-        starts = store.starts + shift[store.shard_of(np.arange(len(store)))]
-    else:
-        return False
+        starts = flat.starts + shift[flat.shard_of(np.arange(flat.starts.size))]
     full_docs, full_ends = rows.index.full_pieces()
     args = (tokens, starts, rows.index.lengths, full_docs, full_ends, rows.offsets, rows.tails)  # the partition's lengths
-    bits = kernel_bits(store)
+    bits = kernel_bits(flat)
     gatherer = kernel.Gatherer(*(np.ascontiguousarray(a) for a in args), rows.context_length, rows.full_rows, space.pad_id, bits)
     if bits is not None:  # a masked store: every row's count once, in row order; a batch's count is then a sum
         gatherer.use_row_counts(row_counts(gatherer, len(rows)))
@@ -371,29 +367,28 @@ def row_counts(gatherer: Any, rows: int) -> npt.NDArray[np.uint32]:
     return table
 
 
-def kernel_bits(store: Any) -> Any:
-    """The loss-mask bits the C gatherer reads for *store* (a `DocumentStore`'s), or None: no mask, or a `Corpus`
-    (its shards' bits are ANDed in afterwards by `mask_pieces`)."""
-    bits = store.loss_bits if isinstance(store, DocumentStore) else None
+def kernel_bits(flat: Flat) -> Any:
+    """The loss-mask bits the C gatherer reads for a source's *flat* space (one shard's), or None: no mask, or
+    several shards (their bits are ANDed in afterwards by `mask_pieces`)."""
+    bits = flat.bits[0] if flat.single else None
     return None if bits is None else np.ascontiguousarray(bits, dtype=np.uint8)
 
 
 def masked_after(space: RowSpace) -> bool:
     """Whether *space*'s batches need `mask_pieces` after the gather: a mask the C gatherer did not read."""
-    store: Any = space.store
-    if not getattr(store, "has_loss_mask", False):
+    flat = space.store.flat()
+    if not flat.has_loss_mask:
         return False
-    return packed_gatherer(space) is False or kernel_bits(store) is None
+    return packed_gatherer(space) is False or kernel_bits(flat) is None
 
 
 def gather_rows(space: RowSpace, numbers: IntArray) -> PackedArrays:
     """Tokens, ids, masks and provenance of rows *numbers* of *space* (any order, repeats allowed)."""
     seg = space.packing.segments(numbers)
-    store: Any = space.store
-    tokens = store.tokens if isinstance(store, DocumentStore) else store
+    flat = space.store.flat()
     return gather_segments(
-        tokens,
-        store.starts,
+        flat,
+        flat.starts,
         seg.offsets,
         seg.documents,
         seg.starts,
@@ -455,7 +450,7 @@ def pack(
     return drop_untrained(rows, tails=drop, packing=lambda kept: kept_report(packed, kept))
 
 
-def untrained_tails(store: Any, index: PieceIndex) -> IntArray:
+def untrained_tails(store: TokenSource, index: PieceIndex) -> IntArray:
     """The documents (of *index*) whose tail piece has no counted target under *store*'s loss mask (none without one).
 
     >>> import streambatch as sb
@@ -465,10 +460,11 @@ def untrained_tails(store: Any, index: PieceIndex) -> IntArray:
     """
     sizes = index.tail_sizes()
     documents = np.flatnonzero(sizes)
-    if not getattr(store, "has_loss_mask", False) or not documents.size:
+    flat = store.flat()
+    if not flat.has_loss_mask or not documents.size:
         return np.zeros(0, dtype=np.int64)
-    last = store.starts[documents].astype(np.int64) + index.lengths[documents]  # each tail ends its document
-    dropped: IntArray = documents[counted_between(store, last - sizes[documents], last) == 0].astype(np.int64)
+    last = flat.starts[documents].astype(np.int64) + index.lengths[documents]  # each tail ends its document
+    dropped: IntArray = documents[flat.counted_between(last - sizes[documents], last) == 0].astype(np.int64)
     return dropped
 
 

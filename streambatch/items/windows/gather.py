@@ -8,6 +8,7 @@ overlapping ``T``-token records, giving C-contiguous ``inputs[w, T]`` and
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -16,10 +17,9 @@ import numpy.typing as npt
 from ..._kernels import cache_key, extension, legacy_switch
 from ...batch.minibatch import MiniBatch, row_batch
 from ...batch.span import spanning_tokens
-from ...errors import ConfigError, DataError
-from ...model.corpus import Corpus
-from ...model.mask import count_reader, target_mask, target_reader
-from ...model.store import DocumentStore
+from ...errors import DataError
+from ...model.flat import Flat
+from ...model.mask import BitArray, count_reader, target_mask, target_reader
 
 legacy_switch(__name__, "WINDOW_BACKEND", "window_gather", "numpy")  # the old switch ("c" or "numpy"), one release
 
@@ -52,17 +52,15 @@ class StoreGather:
     straight into the final C-contiguous array.  ``kernel`` is the C
     `WindowGatherer` doing that copy (None where numpy does it).
 
-    >>> store = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5])
-    >>> inputs, targets = StoreGather(store, context_length=2)(np.array([2, 0]))
+    >>> inputs, targets = StoreGather(np.array([0, 10, 11, 12, 1], np.uint16), context_length=2)(np.array([2, 0]))
     >>> inputs.tolist(), targets.tolist()
     ([[11, 12], [0, 10]], [[12, 1], [10, 11]])
     """
 
     __slots__ = ("_bits", "_dtype", "_empty", "_length", "_records", "_shifted", "counted", "kernel")
 
-    def __init__(self, store: DocumentStore, context_length: int) -> None:
+    def __init__(self, tokens: npt.NDArray[Any], context_length: int, bits: BitArray | None = None) -> None:
         self._length = length = context_length
-        tokens = store.tokens
         self._dtype = tokens.dtype
         self._empty = np.zeros((0, length), dtype=tokens.dtype)
         self._records: npt.NDArray[Any] | None = None
@@ -73,7 +71,7 @@ class StoreGather:
             count = tokens.size - length  # records that have a following record (targets)
             self._records = np.ndarray(shape=(count,), dtype=record, buffer=tokens, strides=(itemsize,))
             self._shifted = np.ndarray(shape=(count,), dtype=record, buffer=tokens, offset=itemsize, strides=(itemsize,))
-        self._bits = bits = store.loss_bits if store.has_loss_mask else None
+        self._bits = bits  # the store's loss-mask bits: take_counted counts the rows' trained targets in them
         self.kernel = c_window_gather(tokens, length, None if bits is None else np.asarray(bits))  # C, or None
         self.counted = self.kernel is not None and bits is not None  # take_counted counts in the copy's loop
 
@@ -138,9 +136,11 @@ class ShardedGather:
     exposed (``kernel``: the C `WindowGatherer` over it, or None).  Otherwise (mixed dtypes) each shard's rows are
     copied from that shard's record view straight into their rows of the final arrays.
 
+    >>> from streambatch.model.store import DocumentStore
+    >>> from streambatch.model.corpus import Corpus
     >>> a = DocumentStore.from_arrays([0, 10, 11, 12, 1], [0, 5], ids=["a"])
     >>> b = DocumentStore.from_arrays([0, 20, 21, 1], [0, 4], ids=["b"])
-    >>> inputs, targets = ShardedGather(Corpus([a, b]), context_length=2)(np.array([6, 1, 5]))
+    >>> inputs, targets = ShardedGather(Corpus([a, b]).flat(), context_length=2)(np.array([6, 1, 5]))
     >>> inputs.tolist(), targets.tolist()
     ([[20, 21], [10, 11], [0, 20]], [[21, 1], [11, 12], [20, 21]])
     """
@@ -161,21 +161,21 @@ class ShardedGather:
         "kernel",
     )
 
-    def __init__(self, corpus: Corpus, context_length: int) -> None:
+    def __init__(self, flat: Flat, context_length: int) -> None:
         self._length = context_length
-        self._dtype = corpus.dtype
-        self._tokens = tuple(shard.tokens for shard in corpus.shards)  # kept alive with the views below
-        self._gathers = [StoreGather(shard, context_length) for shard in corpus.shards]
-        self._bases = corpus.bases[:-1]
+        self._dtype = flat.dtype
+        self._tokens = flat.tokens  # kept alive with the views below
+        self._gathers = [StoreGather(tokens, context_length) for tokens in flat.tokens]
+        self._bases = flat.bases[:-1]
         # the last position of each shard where T + 1 tokens still fit: the spanning view is read nowhere else
-        self._last = corpus.bases[1:] - (context_length + 1)
-        self._ends = corpus.bases[1:-1]  # shard k holds the positions below ends[k] (and at or above ends[k - 1])
-        self._record = np.dtype((np.void, context_length * corpus.dtype.itemsize))
-        self._span = spanning_records(self._tokens, corpus.bases, context_length)
-        self._table = None if self._span is None else _ShiftTable(corpus.bases, self._last, self._span[2])
+        self._last = flat.bases[1:] - (context_length + 1)
+        self._ends = flat.bases[1:-1]  # shard k holds the positions below ends[k] (and at or above ends[k - 1])
+        self._record = np.dtype((np.void, context_length * flat.dtype.itemsize))
+        self._span = spanning_records(self._tokens, flat.bases, context_length)
+        self._table = None if self._span is None else _ShiftTable(flat.bases, self._last, self._span[2])
         self._records: npt.NDArray[Any] | None = None if self._span is None else self._span[0]
         self._shifted: Any = None if self._span is None else self._span[1]
-        found = None if self._span is None else spanning_tokens(self._tokens, corpus.bases)
+        found = None if self._span is None else spanning_tokens(self._tokens, flat.bases)
         self.kernel = None if found is None else c_window_gather(found[0], context_length)  # reads the same records
 
     def __call__(self, positions: npt.NDArray[np.intp]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
@@ -304,17 +304,13 @@ Gather = StoreGather | ShardedGather
 
 def window_gather(space: Any) -> Gather:
     """The space's gather, built once (per switch of the ``window_gather`` kernel) and cached on it: `StoreGather`
-    for a store, `ShardedGather` for a corpus."""
+    for one shard, `ShardedGather` for several."""
     key = cache_key("gather", "window_gather")
     gather: Gather | None = space.cache.get(key)
     if gather is None:
-        store, length = space.store, space.config.context_length
-        if isinstance(store, DocumentStore):
-            gather = StoreGather(store, length)
-        elif isinstance(store, Corpus):
-            gather = ShardedGather(store, length)
-        else:
-            raise ConfigError(f"source={store!r} has no gather; pass a DocumentStore or a Corpus to sb.windows")
+        flat: Flat = space.store.flat()
+        length = space.config.context_length
+        gather = StoreGather(flat.tokens[0], length, flat.bits[0]) if flat.single else ShardedGather(flat, length)
         space.cache[key] = gather
     return gather
 
@@ -324,21 +320,28 @@ MaskReader = Callable[[npt.NDArray[np.intp]], npt.NDArray[np.bool_]]
 
 def mask_reader(space: Any) -> MaskReader | None:
     """What makes the ``(w, T)`` loss mask of window rows at positions of *space*'s store, cached on the space:
-    a store's bits bound to the C kernel (`streambatch.model.mask.target_reader`), a corpus's per-shard read, or
-    None without a mask (the batch then stores no ``loss_mask``: every target counts)."""
+    one shard's bits bound to the C kernel (`streambatch.model.mask.target_reader`), a corpus's per-shard read
+    (`streambatch.model.flat.Flat.target_mask`), or None without a mask (the batch then stores no ``loss_mask``:
+    every target counts)."""
     key = cache_key("mask", "mask_bits")
     if key in space.cache:
         found: MaskReader | None = space.cache[key]
         return found
-    store, length = space.store, space.config.context_length
+    flat: Flat = space.store.flat()
+    length = space.config.context_length
     reader: MaskReader | None = None
-    if getattr(store, "has_loss_mask", False):
-        if isinstance(store, DocumentStore) and store.loss_bits is not None:
-            reader = target_reader(store.loss_bits, length)
-        else:
-            reader = lambda positions: store.target_mask(positions, length)  # noqa: E731
+    if flat.single and flat.bits[0] is not None:
+        reader = target_reader(flat.bits[0], length)
+    elif flat.has_loss_mask:
+        reader = partial(_shard_masks, flat, length)
     space.cache[key] = reader
     return reader
+
+
+def _shard_masks(flat: Flat, length: int, positions: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+    found = flat.target_mask(positions, length)
+    assert found is not None, "a mask reader of a source without a mask"
+    return found
 
 
 def mask_counter(space: Any) -> Callable[[npt.NDArray[Any]], int] | None:
@@ -350,9 +353,9 @@ def mask_counter(space: Any) -> Callable[[npt.NDArray[Any]], int] | None:
     if key in space.cache:
         found: Callable[[npt.NDArray[Any]], int] | None = space.cache[key]
         return found
-    store, counter = space.store, None
-    if mask_reader(space) is not None and isinstance(store, DocumentStore) and store.loss_bits is not None:
-        counter = count_reader(store.loss_bits, space.config.context_length)
+    flat: Flat = space.store.flat()
+    bits = flat.bits[0] if flat.single else None
+    counter = None if bits is None else count_reader(bits, space.config.context_length)
     space.cache[key] = counter
     return counter
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,7 +27,7 @@ from ...model.source import TokenSource, as_source, partition_documents
 from ...order.protocol import ShuffleOrder
 from ..protocol import PlannedItems, from_file
 from ..road import BatchReader, fetched, gather_one
-from ..untrained import counted_between, drop_untrained
+from ..untrained import drop_untrained
 from .gather import iter_window_batches
 from .window_index import IntArray, WindowConfig, WindowIndex, in_blocks
 
@@ -280,14 +280,14 @@ def counted_targets(view: Windows) -> int:
     >>> counted_targets(sb.windows([sb.Document("a", "train", range(8))], context_length=3)[1:4])
     9
     """
-    masked = getattr(view.store, "has_loss_mask", False)
+    masked = view.store.has_loss_mask
     return window_targets(view.space, len(view), view.positions() if masked else None)
 
 
 def window_targets(space: WindowSpace, count: int, positions: npt.NDArray[Any] | None = None) -> int:
     """Counted targets of *count* windows of *space*: ``count * T`` without a loss mask; with one, the set
     bits of the targets of the windows starting at *positions* (the mask bits alone: no token is read)."""
-    if not getattr(space.store, "has_loss_mask", False):
+    if not space.store.has_loss_mask:
         return count * space.config.context_length
     if positions is None:
         raise ConfigError("the store has a loss mask: pass the windows' positions to count their trained targets")
@@ -298,7 +298,7 @@ def window_item_targets(space: WindowSpace, positions: npt.NDArray[Any]) -> IntA
     """The one counting rule of windows: the counted targets of each window of *space* starting at first-token
     *positions*, ``T`` each without a loss mask, else the set mask bits of its ``T`` targets (no token is read)."""
     first = positions.astype(np.int64) + 1  # a window's targets are the T tokens after its first
-    return counted_between(cast(Any, space.store), first, first + space.config.context_length)
+    return space.store.flat().counted_between(first, first + space.config.context_length)
 
 
 def windows(

@@ -36,7 +36,7 @@ class Expected:
         self.code = epoch.partition.code
         self.batch_size = epoch.batch_size
         self.packed = bool(items.packed)  # items are packed rows: their batches carry the packed columns
-        self.masked = bool(getattr(store, "has_loss_mask", False))
+        self.masked = bool(store.has_loss_mask)
         self.lengths: IntArray = store.lengths.astype(np.int64)
         self.included = store.partition_codes == self.code
         self.untrained = items.untrained  # skip_untrained's report (None: every item kept)
