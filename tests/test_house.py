@@ -256,7 +256,7 @@ STORE_MEMBERS = {  # what TokenSource declares (and the arrays behind it): read,
     "has_loss_mask", "loss_bits", "target_mask", "mask_at", "flat", "shards", "tokens", "bases",
     "document_bases", "starts", "paths",
 }  # fmt: skip
-STORE_PROBE_LIMIT = 1  # io/remote/prefetch.py probes a shard's tokens (its own commit reads flat())
+STORE_PROBE_LIMIT = 0
 
 
 def store_probes(root: Path) -> list[str]:

@@ -42,10 +42,8 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ...model.corpus import Corpus
-from ...model.store import DocumentStore
 from .ranges import coalesce, parts
-from .tokens import LINK, PART, TokenFile, remote_file
+from .tokens import LINK, PART, TokenFile
 
 T = TypeVar("T")
 Span = tuple[Any, npt.NDArray[np.int64], npt.NDArray[np.int64]]  # (store or corpus, flat starts, lengths)
@@ -62,8 +60,7 @@ FIRST_GROUPS = 3  # groups a named path's first batch starts before it is waited
 
 def remote_files(store: Any) -> list[TokenFile]:
     """The remote token files a store or corpus reads (none: all local)."""
-    shards = store.shards if isinstance(store, Corpus) else [store] if isinstance(store, DocumentStore) else []
-    return [f for f in (remote_file(s.tokens) for s in shards) if f is not None]
+    return [f for f in store.flat().files if f is not None]
 
 
 def file_ranges(spans: Sequence[Span]) -> Ranges:
@@ -71,21 +68,15 @@ def file_ranges(spans: Sequence[Span]) -> Ranges:
     local stores are left out."""
     found: dict[TokenFile, list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]] = {}
     for store, starts, lengths in spans:
-        starts = np.asarray(starts, dtype=np.int64)
-        lengths = np.asarray(lengths, dtype=np.int64)
-        if isinstance(store, Corpus):
-            shard_of = np.searchsorted(store.bases, starts, side="right") - 1
-            pieces = [
-                (store.shards[k], starts[shard_of == k] - store.bases[k], lengths[shard_of == k])
-                for k in np.unique(shard_of).tolist()
-            ]
-        else:
-            pieces = [(store, starts, lengths)]
-        for shard, local, sizes in pieces:
-            file = remote_file(getattr(shard, "tokens", None))
-            if file is not None and local.size:
+        flat = store.flat()
+        if not any(f is not None for f in flat.files):
+            continue
+        sizes = np.asarray(lengths, dtype=np.int64)
+        for k, rows, local in flat.split(np.asarray(starts, dtype=np.int64).reshape(-1)):
+            file = flat.files[k]
+            if file is not None:
                 size = file.dtype.itemsize
-                found.setdefault(file, []).append((local * size, np.minimum((local + sizes) * size, file.nbytes)))
+                found.setdefault(file, []).append((local * size, np.minimum((local + sizes[rows]) * size, file.nbytes)))
     return {file: (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])) for file, parts in found.items()}
 
 
