@@ -129,12 +129,12 @@ def train(rank: int, world_size: int, args: argparse.Namespace, store_path: str)
         store = with_prompt_masked(store)
     if args.pack:
         epoch = sb.Epoch(store, context_length=args.context_length, batch_size=args.batch_size, seed=args.seed, pack=True)
-        covered, targets = epoch.windows.report.targets, epoch.windows.report.targets
+        covered, targets = epoch.items.report.targets, epoch.items.report.targets
     else:
         epoch = sb.Epoch(
             store, context_length=args.context_length, stride=args.context_length, batch_size=args.batch_size, seed=args.seed
         )
-        covered = epoch.windows.counted_targets()  # from the plan (and the mask bits): no token read
+        covered = epoch.items.counted_targets()  # from the plan (and the mask bits): no token read
         lengths = store.lengths.astype(np.int64)
         targets = int((lengths - (np.maximum(lengths // 2, 1) if args.sft else 1)).clip(min=0).sum())
     dataset = sbt.EpochDataset(epoch, rank=rank, world_size=world_size)

@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import ConfigError
 from .items.mix.source import as_mixture
 from .items.pack.rows import pack
-from .items.protocol import Items, check_agrees
+from .items.protocol import EpochItems, Items, check_agrees
 from .items.windows.windows import windows
 from .model.documents import Partition
+
+if TYPE_CHECKING:
+    from .items.mix.mixture import Mixture
+    from .items.pack.rows import Rows
+    from .items.windows.windows import Windows
 
 __all__ = ["EpochConfig", "items_of"]
 
@@ -39,19 +44,19 @@ class EpochConfig:
     skip_untrained: bool = False  # drop the items with no counted target (`streambatch.items.untrained`)
 
 
-def items_of(source: Any, config: EpochConfig, seed: int | None) -> Any:
+def items_of(source: object, config: EpochConfig, seed: int | None) -> EpochItems:
     """The items a façade reads: *source* itself when it is items, a mixture file's `Mixture`, else
     ``sb.windows(source, ...)`` (``sb.pack`` with ``pack=True``).
 
     Given items (windows, packed rows or a mixture), the window arguments may be left out; given, they must agree.
     """
     if isinstance(source, Items) and not isinstance(source, str | bytes):
-        if config.skip_untrained and getattr(source, "untrained", None) is None:
-            kept: Any = source  # windows, packed rows or a mixture: each words its own message
-            raise ConfigError(f"skip_untrained=True but {kept.KEEPS_ALL}")
-        check_agrees(source, context_length=config.context_length, stride=config.stride, partition=config.partition,
+        given = cast(EpochItems, source)  # every kind is (`_every_kind_is_epoch_items`, checked by mypy)
+        if config.skip_untrained and given.untrained is None:
+            raise ConfigError(f"skip_untrained=True but {given.words.keeps_all}")  # each kind words its own
+        check_agrees(given, context_length=config.context_length, stride=config.stride, partition=config.partition,
                      pack=config.pack)  # fmt: skip
-        return source
+        return given
     mixture = as_mixture(
         source, context_length=config.context_length, stride=config.stride, partition=config.partition,
         keep_partition=config.keep_partition, seed=seed, plan_dir=config.plan_dir, pack=config.pack,
@@ -70,3 +75,9 @@ def items_of(source: Any, config: EpochConfig, seed: int | None) -> Any:
     stride = 1 if config.stride is None else config.stride
     return windows(source, context_length=config.context_length, stride=stride, partition=chosen,
                    keep_partition=config.keep_partition, skip_untrained=config.skip_untrained)  # fmt: skip
+
+
+if TYPE_CHECKING:  # mypy checks that every item kind has every member the façades read
+
+    def _every_kind_is_epoch_items(windows: Windows, rows: Rows, mixture: Mixture) -> tuple[EpochItems, ...]:
+        return windows, rows, mixture

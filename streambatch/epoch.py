@@ -13,7 +13,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +24,8 @@ from .config import EpochConfig, items_of
 from .errors import ConfigError
 from .io.keyed_file import check_plan_dir
 from .items.pack.pack import check_emittable
+from .items.pack.rows import Rows
+from .items.protocol import EpochItems
 from .items.windows.window_index import WindowConfig, WindowIndex
 from .items.windows.windows import Windows
 from .model.documents import Partition
@@ -74,7 +76,7 @@ class Epoch:
     ``pack=True``) the batches are packed batches carrying ``sources``.
 
     ``skip_untrained=True`` drops the windows (packed: pieces, before packing) with
-    no counted target under the source's loss mask (``epoch.windows.untrained``
+    no counted target under the source's loss mask (``epoch.items.untrained``
     counts them; a mixture filters each source before mixing); by default they
     are kept, so a masked epoch holds the unmasked epoch's items.
 
@@ -90,7 +92,7 @@ class Epoch:
 
     def __init__(
         self,
-        source: Any = None,
+        source: object = None,
         *,
         context_length: int | None = None,
         batch_size: BatchSizeArg,
@@ -115,13 +117,13 @@ class Epoch:
         self._open(source, config, stacklevel=3)
 
     @classmethod
-    def from_config(cls, source: Any, config: EpochConfig) -> Epoch:
+    def from_config(cls, source: object, config: EpochConfig) -> Epoch:
         """The epoch of *source* under *config* (what `streambatch.Run` builds each epoch with)."""
         epoch = cls.__new__(cls)
         epoch._open(source, config, stacklevel=4)
         return epoch
 
-    def _open(self, source: Any, config: EpochConfig, stacklevel: int) -> None:
+    def _open(self, source: object, config: EpochConfig, stacklevel: int) -> None:
         self._closed = False
         size = check_batch_size(config.batch_size)  # an int, or a schedule (bound to T below)
         seed = config.seed
@@ -131,25 +133,31 @@ class Epoch:
                 warnings.warn(NO_SEED, DeprecationWarning, stacklevel=stacklevel)
             seed = None
         if given.seed is not None and seed is not None and seed != given.seed:
-            raise ConfigError(f"seed={seed!r} but {given.SEED_TAKEN.format(seed=given.seed)}")
+            raise ConfigError(f"seed={seed!r} but {given.words.seed_taken.format(seed=given.seed)}")
         self.seed = given.seed if seed is None else check_seed(seed)
         self.plan_dir = None if config.plan_dir is None else check_plan_dir(config.plan_dir)
         self.verify_plan = bool(config.verify_plan)  # read the plan file once to check it (digest, entries, repeats)
         self.settings = replace(config, seed=self.seed, plan_dir=self.plan_dir, verify_plan=self.verify_plan)
-        self._order: Any = given if given.order is not None or self.seed is None else None
-        self.windows: Any = given if given.order is None else given.unordered()  # a mixture is its own order
+        self._order: EpochItems | None = given if given.order is not None or self.seed is None else None
+        self.items: EpochItems = given if given.order is None else given.unordered()  # a mixture is its own order
         self.batch_size: BatchSize = bind_batch_size(size, given)
         self.pack: bool = given.packed  # packed rows (sb.pack), alone or mixed
-        self.partition: Partition = self.windows.partition
+        self.partition: Partition = self.items.partition
         if self.pack:  # refuse a batch that cannot be emitted now, not at the first batch
             widest = max((s.dtype for s in given.stores), key=lambda d: np.dtype(d).itemsize)  # a mixture: its sources'
             largest = largest_batch(self.batch_size)
             check_emittable(min(largest, len(given)), self.context_length, widest, batch_size=largest)
 
     @property
+    def windows(self) -> EpochItems:
+        """Deprecated name of `items` (kept for one release): the epoch's items, windows or not."""
+        warnings.warn("Epoch.windows is deprecated; use Epoch.items", DeprecationWarning, stacklevel=2)
+        return self.items
+
+    @property
     def store(self) -> TokenSource:
-        """The store or corpus the windows read (a mixture has one per source: ``windows.parts[s].store``)."""
-        return self.windows.store  # type: ignore[no-any-return]
+        """The store or corpus the items read (a mixture has one per source: ``items.parts[s].store``)."""
+        return self.items.store
 
     @classmethod
     def from_windows(cls, ordered: Windows, *, batch_size: int) -> Epoch:
@@ -158,18 +166,18 @@ class Epoch:
 
     def reseeded(self, seed: int | None) -> Epoch:
         """The same windows and batching over the same source, in the order of *seed*."""
-        items, seed = self.windows.reseed(seed)  # a mixture's: the same plan, source orders of *seed*
+        items, seed = self.items.reseed(seed)  # a mixture's: the same plan, source orders of *seed*
         return Epoch.from_config(items, replace(self.settings, seed=seed))
 
     @property
     def config(self) -> WindowConfig:
         """Context length and stride."""
-        return self.windows.config  # type: ignore[no-any-return]
+        return self.items.config
 
     @property
     def index(self) -> WindowIndex:
-        """The source's window numbering (window mode only; packed epochs have ``windows.packing``)."""
-        return self.windows.window_index  # type: ignore[no-any-return]
+        """The source's window numbering (window mode only; packed epochs have ``items.packing``)."""
+        return self.items.window_index
 
     @property
     def context_length(self) -> int:
@@ -184,14 +192,14 @@ class Epoch:
     @property
     def item_count(self) -> int:
         """Items in this epoch: windows, packed rows, or a mixture's items."""
-        return len(self.windows)
+        return len(self.items)
 
     @property
     def window_count(self) -> int:
         """Complete windows in this epoch (a packed epoch's items are rows: `item_count`)."""
         if self.pack:
             raise ConfigError("a packed epoch has rows, not windows; use epoch.item_count")
-        return len(self.windows)
+        return len(self.items)
 
     @property
     def batch_count(self) -> int:
@@ -207,31 +215,32 @@ class Epoch:
         return self.batch_count
 
     @property
-    def order(self) -> Any:
-        """The epoch's windows in order: ``shuffle(windows, seed)`` (computed once), or document order.
+    def order(self) -> EpochItems:
+        """The epoch's items in order: ``shuffle(items, seed)`` (computed once), or document order.
 
         With *plan_dir* the order is ``plan_file(windows, seed, plan_dir)``: the same
         order, memory-mapped from a plan file computed once for every process.
         """
         if self._order is None:
             assert self.seed is not None  # sequential epochs and mixtures hold their order from the start
+            planned = cast("Windows | Rows", self.items)  # only windows and rows: a mixture holds its own order
             if self.plan_dir is not None:
-                self._order = plan_file(self.windows, self.seed, self.plan_dir, verify=self.verify_plan)
+                self._order = plan_file(planned, self.seed, self.plan_dir, verify=self.verify_plan)
             else:
-                self._order = shuffle(self.windows, self.seed)
+                self._order = shuffle(planned, self.seed)
         return self._order
 
     @property
     def shuffle_state_after(self) -> int | None:
         """SplitMix64 state after the shuffle; ``None`` for sequential order."""
-        return self.order.shuffle_state_after  # type: ignore[no-any-return]
+        return self.order.shuffle_state_after
 
     @property
     def plan_nbytes(self) -> int:
         """Bytes held for the epoch's order (0 for sequential order)."""
-        return self.order.plan_nbytes  # type: ignore[no-any-return]
+        return self.order.plan_nbytes
 
-    def chunks(self) -> Chunks[Any]:
+    def chunks(self) -> Chunks[EpochItems]:
         """``chunk(order, batch_size)``: the epoch's batches as lazy window (or row) views."""
         return chunk(self.order, self.batch_size)
 
@@ -239,15 +248,15 @@ class Epoch:
         """``materialize(share(chunks, ...))``: a lazy sequence of this worker's batches, this rank's rows of each."""
         if self.closed:
             raise ConfigError("this epoch was closed (epoch.close()); build it again (sb.Epoch) to read its batches")
-        return materialize(share(self.chunks(), worker=worker, workers=workers, rank=rank, world_size=world_size))  # type: ignore[no-any-return]
+        return materialize(share(self.chunks(), worker=worker, workers=workers, rank=rank, world_size=world_size))
 
-    def window_order(self) -> npt.NDArray[np.integer[Any]]:
+    def window_order(self) -> npt.NDArray[np.int64]:
         """Global window numbers in epoch order (materialized on request only)."""
-        return self.order.numbers()  # type: ignore[no-any-return]
+        return self.order.numbers()
 
-    def batch_windows(self, index: int) -> npt.NDArray[np.integer[Any]]:
+    def batch_windows(self, index: int) -> npt.NDArray[np.int64]:
         """Window numbers of batch *index*."""
-        return self.chunks()[check_index(index, self.batch_count)].numbers()  # type: ignore[no-any-return]
+        return self.chunks()[check_index(index, self.batch_count)].numbers()
 
     def batch(self, index: int) -> MiniBatch:
         """Materialize batch *index* alone."""
@@ -282,7 +291,7 @@ class Epoch:
     @property
     def closed(self) -> bool:
         """Whether `close` was called (or a store it reads was closed): its batches are then refused."""
-        return self._closed or any(store.closed for store in self.windows.stores)
+        return self._closed or any(store.closed for store in self.items.stores)
 
     def close(self) -> None:
         """Close the stores the epoch reads (a store shared with another epoch is closed for it too): a remote
@@ -296,7 +305,7 @@ class Epoch:
         True
         """
         self._closed = True
-        for store in self.windows.stores:
+        for store in self.items.stores:
             store.close()
 
     def __enter__(self) -> Epoch:

@@ -133,9 +133,8 @@ def _opened(source: Any) -> Any:
 
 def _shards(opened: Any) -> list[tuple[int, DocumentStore]]:
     """``(first document, store)`` of each shard of a corpus (a store: itself)."""
-    if isinstance(opened, DocumentStore):
-        return [(0, opened)]
-    return [(int(base), shard) for base, shard in zip(opened.document_bases[:-1], opened.shards, strict=True)]
+    starts = opened.flat().document_bases[:-1].tolist()
+    return [(int(base), shard) for base, shard in zip(starts, opened.shards, strict=True)]
 
 
 class _CorpusSource(Datasource):  # type: ignore[misc]

@@ -33,6 +33,7 @@ from .batch.minibatch import MiniBatch
 from .config import EpochConfig
 from .epoch import Epoch
 from .errors import ConfigError, OutOfRangeError, StateError
+from .items.protocol import EpochItems
 from .items.windows.window_index import WindowConfig
 from .model.contract import contract_key, contract_of
 from .model.documents import Partition
@@ -72,7 +73,7 @@ class Run:
 
     def __init__(
         self,
-        source: Any = None,
+        source: object = None,
         *,
         context_length: int | None = None,
         batch_size: BatchSizeArg,
@@ -126,7 +127,7 @@ class Run:
     @property
     def _filtered(self) -> bool:
         """Whether the run's items are those ``skip_untrained`` kept (a state records it)."""
-        return getattr(self._current[1].windows, "untrained", None) is not None
+        return self._current[1].items.untrained is not None
 
     @property
     def config(self) -> WindowConfig:
@@ -154,9 +155,16 @@ class Run:
         return self._current[1].pack
 
     @property
-    def windows(self) -> Any:
-        """Every window (packed: every row) of the run, in document order (each epoch shuffles these)."""
-        return self._current[1].windows
+    def items(self) -> EpochItems:
+        """Every window (packed: every row; a mixture's items) of the run, in document order (each epoch shuffles
+        these)."""
+        return self._current[1].items
+
+    @property
+    def windows(self) -> EpochItems:
+        """Deprecated name of `items` (kept for one release)."""
+        warnings.warn("Run.windows is deprecated; use Run.items", DeprecationWarning, stacklevel=2)
+        return self.items
 
     @property
     def item_count(self) -> int:
@@ -177,7 +185,7 @@ class Run:
     def fingerprint(self) -> str:
         """The corpus fingerprint recorded in every state: a store's own, else its content fingerprint (computed once)."""
         if self._fingerprint is None:  # a mixture's: every source's, the weights, the length
-            self._fingerprint = self.windows.fingerprint
+            self._fingerprint = self.items.fingerprint
         return self._fingerprint
 
     @property
@@ -326,7 +334,7 @@ class Run:
         consumed = items_before(self.batch_size, batch, self.item_count)
         return {} if consumed is None else {"items": consumed}
 
-    def state_dict_after(self, batch: Any) -> dict[str, Any]:
+    def state_dict_after(self, batch: object) -> dict[str, Any]:
         """The state right after *batch* (anything with ``.epoch`` and ``.index``: a batch this run made).
 
         What every data-parallel rank can save once the global batch is done, whatever
@@ -341,7 +349,7 @@ class Run:
             )
         return self.state_dict(self._after(int(epoch), int(index)))
 
-    def state_after(self, batch: Any) -> dict[str, Any]:
+    def state_after(self, batch: object) -> dict[str, Any]:
         """Deprecated name of `state_dict_after` (kept for one release)."""
         warnings.warn("Run.state_after is deprecated; use Run.state_dict_after", DeprecationWarning, stacklevel=2)
         return self.state_dict_after(batch)
@@ -357,11 +365,11 @@ class Run:
         }
         key = {**key, "mode": "pack"} if self.pack else key  # window states stay as they were
         key = {**key, "skip_untrained": True} if self._filtered else key  # so do unfiltered ones
-        contracts = [contract_of(getattr(store, "tokenizer", None)) for store in self.windows.stores]
+        contracts = [contract_of(store.tokenizer) for store in self.items.stores]
         found = next((contract_key(c) for c in contracts if c is not None), "")
         return {**key, "contract": found} if found else key  # and those of stores without a data contract
 
-    def check_state(self, state: Any, where: str = "state") -> tuple[int, int]:
+    def check_state(self, state: object, where: str = "state") -> tuple[int, int]:
         """The position ``(epoch, batch)`` *state* records, after checking that it belongs to this run.
 
         Raises `StateError` naming the problem: not a dict, another format or
@@ -386,7 +394,7 @@ class Run:
             )
         return position
 
-    def load_state_dict(self, state: Any) -> None:
+    def load_state_dict(self, state: object) -> None:
         """Go straight to the position *state* records (`check_state` first: a refused state changes nothing)."""
         self._position = self.check_state(state)
 

@@ -76,15 +76,15 @@ def _run(args: argparse.Namespace, source: Source | MixtureSource, epoch: int) -
             f"has the T + 1 = {first.context_length + 1} tokens one window needs",
             file=sys.stderr,
         )
-    note_repeats(source, first.windows)  # a mixture's repeated source is never silent
+    note_repeats(source, first.items)  # a mixture's repeated source is never silent
     if isinstance(source, MixtureSource):  # what each source trains, whatever the weighting
         weighting = f" (weight_by={source.spec.weight_by})"
         print(
             f"streambatch: note: {short_path(source.path)}: counted targets per source{weighting}: "
-            f"{targets_note(source.spec.names, first.windows)}",
+            f"{targets_note(source.spec.names, first.items)}",
             file=sys.stderr,
         )
-    dropped = untrained_note(first.windows)
+    dropped = untrained_note(first.items)
     if dropped is not None:  # what --skip-untrained left out: counted, never silent
         print(f"streambatch: note: {dropped}", file=sys.stderr)
     return Run.from_epoch(first, epochs=epoch + 1)

@@ -264,7 +264,7 @@ def warn_size(args: argparse.Namespace, run: Run, fmt: JsonLines | ArrowStream) 
 
 def _stores(run: Run) -> list[Any]:
     """The stores the run reads: its store, or each source's of a mixture."""
-    return list(run.windows.stores)
+    return list(run.items.stores)
 
 
 def token_dtype(run: Run) -> Any:

@@ -27,12 +27,30 @@ from ..batch.minibatch import MiniBatch
 from ..errors import ConfigError, OutOfRangeError
 from ..model.documents import Partition
 from ..model.source import TokenSource
-from ..order.protocol import ShuffleOrder
+from ..order.protocol import ItemWords, ShuffleOrder
+from .windows.window_index import WindowConfig, WindowIndex
+
+_Self = TypeVar("_Self")
+Span = tuple[TokenSource, npt.NDArray[np.int64], npt.NDArray[np.int64]]  # (store, flat starts, token counts)
 
 
 @runtime_checkable
 class Items(Protocol):
-    """What the chunk, share and materialize stages need of a sequence of items."""
+    """What the chunk, share and materialize stages need of a sequence of items (every kind has each member).
+
+    ``isinstance(x, Items)`` holds for windows, packed rows and mixtures; it asks
+    no property that reads a store (so it stays cheap where Python evaluates them).
+    """
+
+    @property
+    def words(self) -> ItemWords:
+        """What messages call the items (`streambatch.order.protocol.ItemWords`)."""
+        ...
+
+    @property
+    def packed(self) -> bool:
+        """True for packed rows (alone or mixed): their batches carry the packed columns."""
+        ...
 
     def __len__(self) -> int: ...
 
@@ -43,8 +61,21 @@ class Items(Protocol):
         """The global batch this view is (None for a whole sequence)."""
         ...
 
-    def view(self, lo: int, hi: int, *, batch_index: int | None = None) -> Items:
-        """Items ``[lo, hi)`` as one chunk, tagged with *batch_index*."""
+    @property
+    def global_count(self) -> int | None:
+        """A rank's share of a batch: the counted targets of the whole batch over every rank (None: a whole batch)."""
+        ...
+
+    def view(self: _Self, lo: int, hi: int, *, batch_index: int | None = None, global_count: int | None = None) -> _Self:
+        """Items ``[lo, hi)`` as one chunk, tagged with *batch_index* (and, a rank's share, *global_count*)."""
+        ...
+
+    def counted_targets(self) -> int:
+        """The targets of this view that count in a token mean, from the plan alone (no token is read)."""
+        ...
+
+    def token_spans(self) -> list[Span]:
+        """``[(store, starts, lengths)]``: the flat token spans this view reads (what a remote reader fetches)."""
         ...
 
     def gather(self, index: int) -> MiniBatch:
@@ -53,6 +84,91 @@ class Items(Protocol):
 
     def gather_batches(self, batch_size: int, batches: range) -> Iterator[MiniBatch]:
         """Batches *batches* (a range of batch numbers) of this sequence chunked by *batch_size*."""
+        ...
+
+
+class EpochItems(Items, Protocol):
+    """What `streambatch.Epoch`, `streambatch.Run` and the command line read of the items of an epoch, besides
+    what the stages need: every member each kind (`Windows`, packed `Rows`, `Mixture`) has, typed, so the
+    façades reach none through ``Any`` or ``getattr``.  A member a kind has no answer for refuses by name
+    (a mixture's ``store``, packed rows' ``window_index``)."""
+
+    @property
+    def partition(self) -> Partition:
+        """The partition whose items these are."""
+        ...
+
+    @property
+    def config(self) -> WindowConfig:
+        """Context length and stride (packed rows: stride ``T``)."""
+        ...
+
+    @property
+    def context_length(self) -> int:
+        """``T``."""
+        ...
+
+    @property
+    def order(self) -> object:
+        """The seeded order the items are in (windows and rows: a `ShuffleOrder`; a mixture: its own), or None."""
+        ...
+
+    @property
+    def seed(self) -> int | None:
+        """The seed of that order (None: the natural order)."""
+        ...
+
+    @property
+    def shuffle_state_after(self) -> int | None:
+        """The SplitMix64 state after the shuffle (None: natural order, or a mixture)."""
+        ...
+
+    @property
+    def plan_nbytes(self) -> int:
+        """Bytes of the plan behind the items (0 in the natural order)."""
+        ...
+
+    @property
+    def untrained(self) -> object:
+        """What ``skip_untrained`` dropped (`streambatch.items.untrained.UntrainedReport`; a mixture: one per
+        source), or None: every item kept."""
+        ...
+
+    @property
+    def fingerprint(self) -> str:
+        """What the items' order depends on besides the seed (the stores' fingerprints)."""
+        ...
+
+    @property
+    def stores(self) -> tuple[TokenSource, ...]:
+        """Every store the items read (a mixture: one per source)."""
+        ...
+
+    @property
+    def store(self) -> TokenSource:
+        """The one store the items read (refused for a mixture: `stores`)."""
+        ...
+
+    @property
+    def window_index(self) -> WindowIndex:
+        """The source's window numbering (refused for packed rows and mixtures)."""
+        ...
+
+    @property
+    def space(self) -> Any:
+        """What every view of the sequence shares (source, index or packing, partition; a mixture's plan)."""
+        ...
+
+    def numbers(self) -> npt.NDArray[np.int64]:
+        """Each item's number (its place in the natural order)."""
+        ...
+
+    def unordered(self: _Self) -> _Self:
+        """Every (kept) item in the natural order (a mixture: itself)."""
+        ...
+
+    def reseed(self: _Self, seed: int | None) -> tuple[_Self, int | None]:
+        """What an epoch of *seed* is made of: items (unordered) and the seed to order them with."""
         ...
 
 
@@ -68,9 +184,9 @@ def check_agrees(
     ...
     streambatch.errors.ConfigError: context_length=3 but the windows passed have context_length=2; leave it out or match it
     """
-    what, has, are = items.PASSED
+    what, has, are = items.words.passed
     if pack and not items.packed:
-        raise ConfigError(f"pack=True but {items.NOT_PACKED}")
+        raise ConfigError(f"pack=True but {items.words.not_packed}")
     have = {"context_length": items.context_length, "stride": items.config.stride}
     for key, value in {"context_length": context_length, "stride": stride}.items():
         if value is not None and value != have[key]:
@@ -113,14 +229,8 @@ class PlannedItems(Sequence[int]):
     """
 
     __slots__ = ("_batch_index", "_global_count", "_hi", "_lo", "_order", "_plan", "_space")
-    _NOUN = "items"
-    KIND = "items"  # what a message calls this kind, with the call that makes it
+    words = ItemWords()  # what messages call these items (each kind has its own)
     packed = False  # True for packed rows: their batches carry the packed columns
-    # what a façade's messages call these items: given another seed, pack=True, skip_untrained=True, or other arguments
-    SEED_TAKEN = "the windows passed are already shuffled with seed {seed}"
-    NOT_PACKED = "the source passed is windows; pass the source itself, or sb.pack(source, ...)"
-    KEEPS_ALL = "the windows passed keep every window; pass the source itself, or build them with skip_untrained=True"
-    PASSED = ("the windows passed", "have", "are")
 
     def __init__(
         self,
@@ -201,7 +311,7 @@ class PlannedItems(Sequence[int]):
     def with_plan(self: _P, plan: npt.NDArray[Any], order: ShuffleOrder | None) -> _P:
         """The same items in the order of *plan* (entries as `plan_values` gives them)."""
         if plan.size != len(self):
-            raise OutOfRangeError(f"plan has {plan.size} entries for {len(self)} {self._NOUN}; pass one entry per item")
+            raise OutOfRangeError(f"plan has {plan.size} entries for {len(self)} {self.words.items}; pass one entry per item")
         if isinstance(plan, np.memmap):  # a plain view: batches never see the memmap subclass
             plan = plan.view(np.ndarray)
         return type(self)(self._space, plan, 0, plan.size, order=order)
@@ -212,8 +322,6 @@ class PlannedItems(Sequence[int]):
         if report is None:
             return type(self)(self._space)
         return type(self)(self._space, report.entries, 0, report.kept)
-
-    ITEM = "item"  # one item, as a message names it
 
     def plan_key_fields(self) -> dict[str, Any]:
         """What names a plan file of these items, besides the seed (`streambatch.order.plan.plan_key`)."""
@@ -265,7 +373,7 @@ class PlannedItems(Sequence[int]):
         """Every store the items read: this one (a mixture: one per source)."""
         return (self._space.store,)
 
-    def reseed(self, seed: int | None) -> tuple[PlannedItems, int | None]:
+    def reseed(self: _P, seed: int | None) -> tuple[_P, int | None]:
         """What an epoch of *seed* is made of: these items (unordered) and *seed* itself (a mixture: its own)."""
         return self, seed
 
@@ -328,10 +436,10 @@ class PlannedItems(Sequence[int]):
             picked = self._picked(start, stop, step)
             return type(self)(self._space, picked, 0, picked.size, order=self._order)
         if not is_integer(item):
-            raise OutOfRangeError(f"index={item!r} is not an int or a slice; index {self._NOUN} by position")
+            raise OutOfRangeError(f"index={item!r} is not an int or a slice; index {self.words.items} by position")
         at = int(item) + size if int(item) < 0 else int(item)
         if not 0 <= at < size:
-            raise OutOfRangeError(f"index={item!r} is out of range for {size} {self._NOUN}; use -len <= index < len")
+            raise OutOfRangeError(f"index={item!r} is out of range for {size} {self.words.items}; use -len <= index < len")
         return int(self.view(at, at + 1).numbers()[0])
 
     def __iter__(self) -> Iterator[int]:

@@ -67,6 +67,14 @@ class TokenSource(Protocol):
         ...
 
     def window_tokens(self, positions: npt.ArrayLike, length: int) -> npt.NDArray[Any]: ...
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called (a remote store's requests were drained and its memory given back)."""
+        ...
+
+    def close(self) -> None:
+        """Drain a remote store's requests in flight and give its memory back (a local store: nothing to do)."""
+        ...
 
     # -- the loss mask (`streambatch.model.mask`): without one, every target trains ---------------
     @property

@@ -73,7 +73,7 @@ def _total(ordered: Orderable) -> int:
 
 
 def _noun(ordered: Orderable) -> str:
-    return ordered.ITEM
+    return ordered.words.item
 
 
 def _entries(ordered: Orderable, block: npt.NDArray[np.integer], total: int) -> npt.NDArray[np.int64]:

@@ -8,6 +8,7 @@ so this folder sits below the kinds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
@@ -21,13 +22,35 @@ class ShuffleOrder(NamedTuple):
     state_after: int
 
 
+@dataclass(frozen=True)
+class ItemWords:
+    """What messages call one item kind: one small value per kind (``items.words``), never a constant per message.
+
+    The façade messages (``seed_taken``, ``not_packed``, ``keeps_all``, ``passed``) are said of items passed to
+    `streambatch.Epoch` or `streambatch.Run`; ``kind``, ``call`` and ``empty`` of a mixture's parts.
+    """
+
+    item: str = "item"  # one item ("window", "packed row")
+    items: str = "items"  # several, in an index message ("windows", "rows")
+    kind: str = "items"  # the kind, with the call that makes it ("windows (sb.windows)")
+    call: str = ""  # the call that makes them whole, in the natural order
+    empty: str = "items"  # what a mixture part without any is said to have none of
+    passed: tuple[str, str, str] = ("the windows passed", "have", "are")  # what they are called, and their verbs
+    seed_taken: str = "the windows passed are already shuffled with seed {seed}"  # given another seed
+    not_packed: str = "the source passed is windows; pass the source itself, or sb.pack(source, ...)"  # given pack=True
+    keeps_all: str = (  # given skip_untrained=True
+        "the windows passed keep every window; pass the source itself, or build them with skip_untrained=True"
+    )
+    orders_itself: str | None = None  # a kind whose order is its own (a mixture): why sb.shuffle refuses it
+
+
 _Self = TypeVar("_Self")
 
 
 class Orderable(Protocol):
     """A whole sequence of numbered items that a seeded plan can order (every member the order stages use)."""
 
-    ITEM: str  # one item, as a message names it ("window", "packed row")
+    words: ItemWords  # what messages call the items ("window", "packed row")
 
     def __len__(self) -> int: ...
 

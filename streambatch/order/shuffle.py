@@ -45,7 +45,7 @@ import numpy.typing as npt
 from .._checks import check_non_negative, check_seed
 from .._kernels import extension, legacy_switch
 from ..errors import ConfigError, StoreError
-from .protocol import OrderedT, ShuffleOrder
+from .protocol import ItemWords, OrderedT, ShuffleOrder
 from .splitmix import splitmix64_draws, state_after
 
 _CHUNK = 1 << 19  # steps per block: the numpy backend peaks near 128 bytes per step of scratch
@@ -332,7 +332,8 @@ def shuffle(windows: OrderedT, seed: int) -> OrderedT:
     ([4, 1, 3, 0, 2], True)
     """
     seed = check_seed(seed)
-    own = getattr(windows, "ORDERS_ITSELF", None)  # a kind whose order is its own (a mixture): no plan to permute
+    words: ItemWords | None = getattr(windows, "words", None)  # what the kind is called (any object may be passed)
+    own = None if words is None else words.orders_itself  # a kind whose order is its own (a mixture): no plan to permute
     if own is not None:
         raise ConfigError(f"sb.shuffle: {own}")
     try:

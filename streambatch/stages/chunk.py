@@ -136,8 +136,8 @@ class Chunks(Sequence[ItemsT], Generic[ItemsT]):
         first, last = self.span(batch)
         if self.split:
             whole = self.items.view(first, last)
-            return rank_view(whole, self.rank, self.world_size, batch, self.part, self.parts)  # type: ignore[return-value]
-        return self.items.view(first, last, batch_index=batch)  # type: ignore[return-value]
+            return rank_view(whole, self.rank, self.world_size, batch, self.part, self.parts)
+        return self.items.view(first, last, batch_index=batch)
 
     def __iter__(self) -> Iterator[ItemsT]:
         return map(self._chunk, self.batches)
@@ -218,7 +218,7 @@ def largest_batch(batch_size: BatchSize) -> int:
     return batch_size.largest if isinstance(batch_size, BatchSchedule) else batch_size
 
 
-def rank_view(whole: Items, rank: int, world_size: int, batch_index: int | None, part: int = 0, parts: int = 1) -> Items:
+def rank_view(whole: ItemsT, rank: int, world_size: int, batch_index: int | None, part: int = 0, parts: int = 1) -> ItemsT:
     """*rank*'s rows of the batch *whole* (`row_share`), or micro-batch *part* of *parts* of them (`part_share`),
     carrying the whole batch's counted targets.
 
@@ -227,7 +227,7 @@ def rank_view(whole: Items, rank: int, world_size: int, batch_index: int | None,
     denominator (the whole step's) with no collective; a share with no rows still gets it.
     """
     lo, hi = part_share(len(whole), rank, world_size, part, parts)
-    return whole.view(lo, hi, batch_index=batch_index, global_count=counted_targets(whole))  # type: ignore[call-arg]
+    return whole.view(lo, hi, batch_index=batch_index, global_count=counted_targets(whole))
 
 
 def part_share(width: int, rank: int, world_size: int, part: int = 0, parts: int = 1) -> tuple[int, int]:

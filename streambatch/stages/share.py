@@ -91,8 +91,8 @@ def share(
     return (_rows(c, at, world, piece, pieces) for c in picked) if world > 1 or pieces > 1 else picked
 
 
-def _rows(chunk: Windows, rank: int, world: int, part: int, parts: int) -> Windows:
-    return rank_view(chunk, rank, world, chunk.batch_index, part, parts)  # type: ignore[return-value]
+def _rows(chunk: ItemsT, rank: int, world: int, part: int, parts: int) -> ItemsT:
+    return rank_view(chunk, rank, world, chunk.batch_index, part, parts)
 
 
 @overload

@@ -148,9 +148,9 @@ def test_epoch_and_run_share_one_configuration() -> None:
     assert run.epoch(0).settings == epoch.settings
     assert run.epoch(1).settings.seed != epoch.settings.seed
     assert [b.inputs.tolist() for b in run.epoch(0)] == [b.inputs.tolist() for b in epoch]
-    assert epoch.item_count == epoch.window_count == len(epoch.windows)
+    assert epoch.item_count == epoch.window_count == len(epoch.items)
     packed = sb.Epoch(docs, context_length=3, batch_size=2, seed=5, pack=True)
-    assert packed.item_count == len(packed.windows)
+    assert packed.item_count == len(packed.items)
     with pytest.raises(ConfigError, match="item_count"):
         _ = packed.window_count
 

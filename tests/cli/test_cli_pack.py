@@ -81,8 +81,8 @@ def test_plan_pack_is_written_once_and_mapped_by_epoch(corpus: tuple[Path, list[
     assert status == 0
     summary = json.loads(text)
     epoch = sb.Epoch(read_jsonl(path), context_length=4, batch_size=3, seed=9, pack=True)
-    assert (summary["mode"], summary["rows"], summary["created"]) == ("pack", len(epoch.windows), True)
-    assert summary["bytes"] == 4 * len(epoch.windows)  # one uint32 row number per row
+    assert (summary["mode"], summary["rows"], summary["created"]) == ("pack", len(epoch.items), True)
+    assert summary["bytes"] == 4 * len(epoch.items)  # one uint32 row number per row
     assert "windows" not in summary
     again = json.loads(run(["plan", str(path), *ARGS, "-o", str(plans)])[1])
     assert (again["plan"], again["created"]) == (summary["plan"], False)
@@ -152,7 +152,7 @@ def test_trace_svg_pack_draws_rows_segments_and_dashed_padding(corpus: tuple[Pat
     status, text = run(["trace", str(path), *ARGS, "--svg", str(svg), "--html", str(html)])
     epoch = sb.Epoch(read_jsonl(path), context_length=4, batch_size=3, seed=9, pack=True)
     assert status == 0
-    assert text.startswith(f"wrote {svg}: {len(epoch.windows)} packed rows, {epoch.batch_count} batches, every row")
+    assert text.startswith(f"wrote {svg}: {len(epoch.items)} packed rows, {epoch.batch_count} batches, every row")
     ns = {"s": "http://www.w3.org/2000/svg"}
     root = ElementTree.parse(svg).getroot()
     rows = root.findall(".//s:g[@class='row']", ns)
@@ -189,4 +189,4 @@ def test_trace_pack_large_epoch_draws_the_first_rows(tmp_path: Path) -> None:
     epoch = sb.Epoch(docs, context_length=2, batch_size=16, seed=1, pack=True)
     svg = packed_svg(epoch)
     assert svg.count('class="row"') == MAX_ROWS
-    assert f"{len(epoch.windows) - MAX_ROWS} more rows not drawn" in svg
+    assert f"{len(epoch.items) - MAX_ROWS} more rows not drawn" in svg

@@ -126,7 +126,7 @@ def test_pack_refuses_a_stride_and_a_window_mixture(mixture: Path) -> None:
     assert run(["epoch", str(mixture), *ARGS, "--stride", "2"]) == (2, "")
     windows = sb.Epoch(opened, context_length=4, batch_size=3, seed=7)
     with pytest.raises(sb.ConfigError, match="blends windows"):
-        sb.Epoch(windows.windows, batch_size=3, pack=True)
+        sb.Epoch(windows.items, batch_size=3, pack=True)
     packed = sb.Epoch(opened, context_length=4, batch_size=3, seed=7, pack=True)
     assert packed.pack
-    assert "packed rows" in repr(packed.windows)
+    assert "packed rows" in repr(packed.items)

@@ -105,7 +105,7 @@ def test_only_the_current_epochs_plan_is_kept() -> None:
     assert run.epoch(0) is first
     second = run.epoch(1)
     assert second is not first
-    assert second.windows is first.windows
+    assert second.items is first.items
     assert run._current == (1, second)
 
 

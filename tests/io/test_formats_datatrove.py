@@ -304,7 +304,7 @@ def test_a_ds_loss_epoch_counts_what_its_jsonl_loss_mask_counts(
     theirs = sb.Epoch(reference, context_length=t, batch_size=b, seed=5, pack=pack)
     counts = [(x.token_count, y.token_count) for x, y in zip(mine, theirs, strict=True)]
     assert [x for x, _ in counts] == [y for _, y in counts]
-    assert mine.windows.counted_targets() == theirs.windows.counted_targets() == sum(x for x, _ in counts)
+    assert mine.items.counted_targets() == theirs.items.counted_targets() == sum(x for x, _ in counts)
     for x, y in zip(mine, theirs, strict=True):
         assert x.loss_mask is not None
         assert np.array_equal(x.loss_mask, y.loss_mask)

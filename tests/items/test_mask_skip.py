@@ -96,7 +96,7 @@ def test_skip_untrained_through_plans_runs_and_the_cli(tmp_path: Path) -> None:
     kept = sb.Epoch(docs, context_length=4, stride=4, batch_size=2, seed=3, plan_dir=tmp_path / "p", skip_untrained=True)
     assert (plain.window_count, kept.window_count) == (9, 3)
     assert sum(b.token_count for b in plain) == 9  # its plan file written
-    assert [b.token_count for b in kept] == [b.token_count for b in sb.Epoch(kept.windows, batch_size=2, seed=3)]
+    assert [b.token_count for b in kept] == [b.token_count for b in sb.Epoch(kept.items, batch_size=2, seed=3)]
     assert len(list((tmp_path / "p").glob("*.plan"))) == 2  # the filter is in the plan's key: two files
     run = sb.Run(docs, context_length=4, stride=4, batch_size=2, seed=3, epochs=2, skip_untrained=True)
     assert sum(1 for _ in run) == 2 * kept.batch_count

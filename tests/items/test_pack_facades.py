@@ -26,11 +26,11 @@ def test_epoch_pack_is_the_stages_chained_by_hand() -> None:
     by_hand = list(sb.materialize(sb.chunk(sb.shuffle(sb.pack(docs, context_length=6), 9), 4)))
     assert epoch.pack
     assert list(epoch) == by_hand
-    assert epoch.item_count == len(epoch.windows) == epoch.windows.report.rows
-    assert sum(b.target_count for b in epoch) == epoch.windows.report.targets
+    assert epoch.item_count == len(epoch.items) == epoch.items.report.rows
+    assert sum(b.target_count for b in epoch) == epoch.items.report.targets
     assert epoch.batch(1) == by_hand[1]
     assert epoch.reseeded(9) == epoch
-    assert list(sb.Epoch(epoch.windows, batch_size=4, seed=9)) == by_hand  # Rows as the source: packed mode
+    assert list(sb.Epoch(epoch.items, batch_size=4, seed=9)) == by_hand  # Rows as the source: packed mode
 
 
 def test_window_mode_is_unchanged() -> None:
@@ -78,7 +78,7 @@ def test_packed_plan_file_is_shared(tmp_path: Path) -> None:
     assert (key["mode"], key["algorithm"], key["rows"], key["context_length"]) == (
         "pack",
         "best-fit-decreasing/1",
-        len(first.windows),
+        len(first.items),
         6,
     )
     windows_plan = sb.Epoch(docs, context_length=6, stride=6, batch_size=4, seed=3, plan_dir=tmp_path).order.plan_path
@@ -105,7 +105,7 @@ def test_packing_file_is_computed_once(tmp_path: Path, monkeypatch: pytest.Monke
     second = sb.Epoch(docs, context_length=6, batch_size=4, seed=3, pack=True, plan_dir=tmp_path)
     assert len(calls) == 1
     fresh = sb.pack(docs, context_length=6)
-    assert first.report == second.windows.report == fresh.report
+    assert first.report == second.items.report == fresh.report
     assert first.packing.offsets.tolist() == fresh.packing.offsets.tolist()
     assert first.packing.tails.tolist() == fresh.packing.tails.tolist()
     assert list(second) == list(sb.Epoch(docs, context_length=6, batch_size=4, seed=3, pack=True))

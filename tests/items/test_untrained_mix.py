@@ -103,21 +103,21 @@ def test_packed_pieces_with_no_counted_target_are_left_out(docs: list[sb.Documen
     pieces = _pieces(docs, T)
     every = sb.Epoch(store, context_length=T, batch_size=size, seed=seed, pack=True)
     kept = sb.Epoch(store, context_length=T, batch_size=size, seed=seed, pack=True, skip_untrained=True)
-    report = kept.windows.untrained
+    report = kept.items.untrained
     assert report.dropped == sum(c == 0 for _, _, c in pieces)  # full pieces and tails
     tails = {d for d, start, c in pieces if c == 0 and (len(docs[d].tokens) - 1 - start) < T}
     assert set(report.tails.tolist()) == tails
-    assert kept.windows.report.dropped_pieces == report.dropped
-    assert kept.windows.report.pieces + report.dropped == every.windows.report.pieces
-    assert len(kept.windows) == report.kept <= len(every.windows)
+    assert kept.items.report.dropped_pieces == report.dropped
+    assert kept.items.report.pieces + report.dropped == every.items.report.pieces
+    assert len(kept.items) == report.kept <= len(every.items)
     everything, _ = _counted(every)
     found, per_segment = _counted(kept)
     assert found == everything  # every counted target once, nothing trained lost
     assert all(n > 0 for n in per_segment)  # every kept piece trains: none all masked
     assert sum(per_segment) == sum(c for _, _, c in pieces) == sum(b.token_count for b in kept)
-    assert kept.windows.report.pad_positions == sum(int((b.segment_ids == -1).sum()) for b in kept)  # the kept rows'
-    assert kept.windows.report.targets == sum(int((b.segment_ids != -1).sum()) for b in kept)
-    assert sb.Epoch(store, context_length=T, batch_size=size, seed=seed, pack=True).windows.untrained is None
+    assert kept.items.report.pad_positions == sum(int((b.segment_ids == -1).sum()) for b in kept)  # the kept rows'
+    assert kept.items.report.targets == sum(int((b.segment_ids != -1).sum()) for b in kept)
+    assert sb.Epoch(store, context_length=T, batch_size=size, seed=seed, pack=True).items.untrained is None
 
 
 @pytest.mark.kernels
@@ -305,7 +305,7 @@ def test_verify_reads_a_filtered_plan_and_refuses_a_dropped_item(tmp_path: Path)
     web, _ = _mixed_docs()
     kinds = [sb.windows(web, context_length=4, stride=2, skip_untrained=True)]
     for items in [*kinds, sb.pack(web, context_length=4, skip_untrained=True)]:
-        folder = tmp_path / items.KIND.split()[0]
+        folder = tmp_path / items.words.kind.split()[0]
         ordered, _ = build_plan(items, 3, folder, verify=True)  # the kept items, each once
         assert len(ordered) == items.untrained.kept
         path = Path(ordered.plan_path)

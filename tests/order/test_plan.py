@@ -249,7 +249,7 @@ def test_window_number_plans_in_files(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(windowing, "POSITION_LIMIT", 10)
     epoch = sb.Epoch(_docs(), context_length=2, batch_size=4, seed=5, plan_dir=tmp_path)
     assert not epoch.order.space.plan_holds_positions
-    assert "window_numbers" == planning.plan_key(epoch.windows, 5)["holds"]
+    assert "window_numbers" == planning.plan_key(epoch.items, 5)["holds"]
     assert positions != Path(str(epoch.order.plan_path))
     assert (np.uint32, 4 * epoch.window_count) == (epoch.order.plan.dtype, epoch.plan_nbytes)
     assert expected == list(epoch)

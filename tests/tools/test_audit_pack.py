@@ -42,8 +42,8 @@ def test_packed_audit_passes_for_every_epoch(
     targets = sum(max(len(d.tokens) - 1, 0) for d in docs)
     assert result.targets == result.covered_targets == targets
     assert result.real_positions == result.denominator == targets
-    assert result.rows == result.expected_rows == len(epoch.windows)
-    assert result.different_seed in (("changed", "same") if len(epoch.windows) >= 2 else ("n/a",))
+    assert result.rows == result.expected_rows == len(epoch.items)
+    assert result.different_seed in (("changed", "same") if len(epoch.items) >= 2 else ("n/a",))
     if result.different_seed == "same":  # two rows can keep their order under another seed: the audit says so
         assert set(result.failures) == {"different_seed"}
         return
@@ -164,7 +164,7 @@ def test_cli_audit_pack(jsonl: Path) -> None:
     assert status == 0, text
     proof = text.splitlines()[0]
     epoch = sb.Epoch(read_jsonl(jsonl), context_length=8, batch_size=4, seed=3, pack=True)
-    targets = epoch.windows.report.targets
+    targets = epoch.items.report.targets
     assert proof.startswith(f"PROOF|mode=pack|targets={targets}/{targets}|duplicates=0|cross_document=0")
     assert proof.endswith("|replay=same|different_seed=changed|accumulation=equal")
     status, text = run(["audit", str(jsonl), "-T", "8", "-B", "4", "--sequential", "--pack", "--json"])

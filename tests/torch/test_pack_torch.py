@@ -138,5 +138,5 @@ def test_epoch_dataset_ranks_cover_every_target_once() -> None:
     """EpochDataset over ranks: the ranks' real targets add up to the corpus's targets."""
     epoch = sb.Epoch(_docs(), context_length=5, batch_size=4, seed=1, pack=True)
     counts = [sum(b.token_count for b in sbt.EpochDataset(epoch, rank=r, world_size=3)) for r in range(3)]
-    assert sum(counts) == epoch.windows.report.targets
+    assert sum(counts) == epoch.items.report.targets
     assert all(counts)

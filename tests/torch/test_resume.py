@@ -181,7 +181,7 @@ def test_elastic_resume_from_three_ranks_of_two_workers_to_two_ranks_of_one() ->
     seen: Counter[tuple[int, int]] = Counter()
 
     def count(batch: sbt.TensorBatch) -> None:
-        seen.update((batch.epoch, int(w)) for w in reference.windows.window_index.windows_at(batch.positions.numpy()))
+        seen.update((batch.epoch, int(w)) for w in reference.items.window_index.windows_at(batch.positions.numpy()))
 
     old = [sbt.RunDataset(_run(), rank=r, world_size=3) for r in range(3)]
     old_loaders = [iter(DataLoader(d, batch_size=None, num_workers=2)) for d in old]

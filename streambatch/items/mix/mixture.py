@@ -55,6 +55,7 @@ from ...batch.minibatch import MiniBatch, SourceArray, present
 from ...errors import ConfigError, OutOfRangeError
 from ...io.keyed_file import check_plan_dir
 from ...model.validate import check_one_tokenizer
+from ...order.protocol import ItemWords
 from ..pack._pack_gather import check_emittable
 from ..pack.rows import row_spans
 from ..road import BatchReader, fetched, gather_one
@@ -78,17 +79,20 @@ class Mixture:
 
     __slots__ = ("_batch_index", "_global_count", "_hi", "_lo", "_space")
     # its order is its plan and its sources' epochs, never one shuffle; what a façade's messages call it:
-    SEED_TAKEN = "the mixture passed has seed {seed}; leave it out or use mixture.reseeded"
-    NOT_PACKED = "the mixture passed blends windows; mix sb.pack(...) parts, or drop pack"
-    KEEPS_ALL = (
-        "the mixture passed mixes every item of its sources; mix parts built with skip_untrained=True, or pass the "
-        "mixture file itself"
-    )
-    PASSED = ("the mixture passed", "has", "is")
-    ORDERS_ITSELF = (
-        "a mixture orders itself (its plan and each source's seeded epochs); give the seed to sb.mix(..., seed=N), "
-        "or use mixture.reseeded(N), instead of shuffling it"
-    )
+    words = ItemWords(
+        item="item", items="items", kind="a mixture (sb.mix)", call="sb.mix(parts, weights, seed=...)", empty="items",
+        passed=("the mixture passed", "has", "is"),
+        seed_taken="the mixture passed has seed {seed}; leave it out or use mixture.reseeded",
+        not_packed="the mixture passed blends windows; mix sb.pack(...) parts, or drop pack",
+        keeps_all=(
+            "the mixture passed mixes every item of its sources; mix parts built with skip_untrained=True, or pass "
+            "the mixture file itself"
+        ),
+        orders_itself=(
+            "a mixture orders itself (its plan and each source's seeded epochs); give the seed to sb.mix(..., seed=N), "
+            "or use mixture.reseeded(N), instead of shuffling it"
+        ),
+    )  # fmt: skip
 
     @property
     def stores(self) -> tuple[Any, ...]:
@@ -98,12 +102,12 @@ class Mixture:
     @property
     def store(self) -> Any:
         """Refused: a mixture reads one store per source (`stores`)."""
-        raise ConfigError("a mixture has one store per source; use epoch.windows.parts[s].store")
+        raise ConfigError("a mixture has one store per source; use epoch.items.parts[s].store")
 
     @property
     def window_index(self) -> Any:
         """Refused: each source has its own window numbering."""
-        raise ConfigError("a mixture has one window numbering per source; use epoch.windows.parts[s].window_index")
+        raise ConfigError("a mixture has one window numbering per source; use epoch.items.parts[s].window_index")
 
     def reseed(self, seed: int | None) -> tuple[Mixture, int]:
         """What an epoch of *seed* is made of: the same plan with the source orders of *seed* (None: its own)."""

@@ -40,7 +40,7 @@ def check_parts(parts: Any) -> tuple[Part, ...]:
                 f"parts[{s}]={short_repr(part)} is neither streambatch.Windows nor packed Rows; "
                 "pass sb.windows(source, ...) or sb.pack(source, ...)"
             )
-        if part.KIND != found[0].KIND:
+        if part.words.kind != found[0].words.kind:
             raise ConfigError(
                 f"parts[{s}] is {_kind(part)} but parts[0] is {_kind(found[0])}; a mixture blends items of one kind: "
                 "pass sb.windows(...) of every source, or sb.pack(...) of every source"
@@ -67,14 +67,17 @@ def check_parts(parts: Any) -> tuple[Part, ...]:
 
 
 def _kind(part: Any) -> str:
-    return str(part.KIND)
+    kind: str = part.words.kind
+    return kind
 
 
 def _check_whole(s: int, part: Part) -> None:
     if not part.is_whole:  # every item (every kept one, under skip_untrained) in document order
-        raise ConfigError(f"parts[{s}] is a view or already shuffled; the mixture orders each source itself: pass {part.CALL}")
+        raise ConfigError(
+            f"parts[{s}] is a view or already shuffled; the mixture orders each source itself: pass {part.words.call}"
+        )
     if not len(part):
-        what = part.EMPTY
+        what = part.words.empty
         if part.untrained is not None:
             what = f"{what.split()[0]} with a counted target (skip_untrained dropped all {part.untrained.dropped})"
         raise ConfigError(f"parts[{s}] has no {what}; a source needs one: lower the context length or drop it")

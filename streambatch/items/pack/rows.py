@@ -30,6 +30,7 @@ from ...io.keyed_file import check_blocks
 from ...model.documents import Partition
 from ...model.flat import Flat
 from ...model.source import TokenSource, as_source, partition_documents
+from ...order.protocol import ItemWords
 from ..protocol import ITER_BLOCK, PlannedItems
 from ..road import BatchReader, fetched, gather_one
 from ..untrained import drop_untrained
@@ -87,10 +88,8 @@ class Rows(PlannedItems):
     """
 
     __slots__ = ()
-    _NOUN = "rows"
-    KIND = "packed rows (sb.pack)"
-    CALL = "sb.pack(source, context_length=T)"  # the call that makes them whole, in row order
-    EMPTY = "rows (its partition has no target)"  # what a packing without any is said to have none of
+    words = ItemWords(item="packed row", items="rows", kind="packed rows (sb.pack)",
+                      call="sb.pack(source, context_length=T)", empty="rows (its partition has no target)")  # fmt: skip
     packed = True
     _space: RowSpace
 
@@ -111,7 +110,7 @@ class Rows(PlannedItems):
     @property
     def window_index(self) -> Any:
         """Refused: packed rows are numbered by their packing, not by windows."""
-        raise ConfigError("a packed epoch has no window index; use epoch.windows.packing (the packing) instead")
+        raise ConfigError("a packed epoch has no window index; use epoch.items.packing (the packing) instead")
 
     @property
     def report(self) -> PackReport:
@@ -169,8 +168,6 @@ class Rows(PlannedItems):
 
     def _picked(self, start: int, stop: int, step: int) -> npt.NDArray[Any]:
         return self.numbers()[start:stop:step].astype(self._space.plan_dtype(len(self._space.packing)))
-
-    ITEM = "packed row"
 
     def plan_key_fields(self) -> dict[str, Any]:
         """A plan file's key: the corpus, the mode and packing algorithm, T, partition, the rows and their entries."""

@@ -24,7 +24,7 @@ from ...io.files import short_path
 from ...io.keyed_file import check_blocks
 from ...model.documents import Partition
 from ...model.source import TokenSource, as_source, partition_documents
-from ...order.protocol import ShuffleOrder
+from ...order.protocol import ItemWords, ShuffleOrder
 from ..protocol import PlannedItems, from_file
 from ..road import BatchReader, fetched, gather_one
 from ..untrained import drop_untrained
@@ -102,10 +102,8 @@ class Windows(PlannedItems):
     """
 
     __slots__ = ()
-    _NOUN = "windows"
-    KIND = "windows (sb.windows)"
-    CALL = "sb.windows(source, ...)"  # the call that makes them whole, in document order
-    EMPTY = "windows"  # what a part without any is said to have none of
+    words = ItemWords(item="window", items="windows", kind="windows (sb.windows)", call="sb.windows(source, ...)",
+                      empty="windows")  # fmt: skip
     _space: WindowSpace
 
     @staticmethod
@@ -238,8 +236,6 @@ class Windows(PlannedItems):
         space = self._space
         picked = space.index.positions(numbers) if space.plan_holds_positions else numbers
         return picked.astype(space.plan_dtype(numbers.size))
-
-    ITEM = "window"
 
     def plan_key_fields(self) -> dict[str, Any]:
         """A plan file's key: the corpus, T, stride, partition, the windows and what its entries hold."""

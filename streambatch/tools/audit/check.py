@@ -199,7 +199,7 @@ def audit_epoch(
         if other == epoch.seed:
             raise ConfigError(f"other_seed={other_seed} equals the epoch's seed; pass a different seed to compare orders with")
     # the replay and the other order are shuffled in memory: a plan file is compared, never reused or written
-    fresh = epoch if epoch.plan_dir is None else Epoch(epoch.windows, batch_size=epoch.batch_size, seed=epoch.seed)
+    fresh = epoch if epoch.plan_dir is None else Epoch(epoch.items, batch_size=epoch.batch_size, seed=epoch.seed)
     shares = epoch_shares(epoch, workers=workers, world_size=world_size) if batches is None else batches
     try:
         return audit_batches(

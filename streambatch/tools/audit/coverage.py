@@ -187,7 +187,7 @@ class TargetCoverage:
         targets = np.where(ex.included, np.maximum(ex.lengths - 1, 0), 0)
         self.target_first: IntArray = np.cumsum(targets) - targets  # global number of each document's first target
         self.target_count = int(targets.sum())
-        items: Any = ex.epoch.windows  # packed Rows
+        items: Any = ex.epoch.items  # packed Rows
         self.row_total = len(items.packing)  # every row of the packing
         self.row_seen = np.zeros(self.row_total, dtype=bool)
         self.tiles: list[tuple[IntArray, IntArray]] = []  # (first global target, length) of each valid segment

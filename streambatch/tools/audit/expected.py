@@ -28,7 +28,7 @@ class Expected:
     """The epoch's store, ``T``, partition and batch widths, and the counted targets of its items."""
 
     def __init__(self, epoch: Epoch) -> None:
-        items: Any = epoch.windows
+        items: Any = epoch.items
         self.epoch = epoch
         self.store = store = epoch.store
         self.context_length = epoch.context_length

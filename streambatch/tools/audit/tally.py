@@ -60,7 +60,7 @@ class Tally:
         self.pieces = self.rows = self.token_count = self.real_positions = self.denominator = 0
         self.first: dict[str, str] = {}
         if expected.packed:
-            self.pad_id = int(expected.epoch.windows.space.pad_id)  # one packing's (epoch.store refuses a mixture)
+            self.pad_id = int(expected.epoch.items.space.pad_id)  # one packing's (epoch.store refuses a mixture)
 
     def note(self, check: str, message: str) -> None:
         self.first.setdefault(check, message)

@@ -12,12 +12,13 @@ shape and its denominator (real targets).  A larger epoch draws its first
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ...epoch import Epoch
 from ...errors import ConfigError
+from ...items.pack.rows import Rows
 from ..inspect import format_count
 from .page import html_page, write_texts
 from .svg import MARGIN, MASKED_FILL, MONO, MUTED, PALETTE, Canvas
@@ -33,7 +34,7 @@ def packed_title(epoch: Epoch) -> str:
 
 
 def _subtitle(epoch: Epoch) -> str:
-    report = epoch.windows.report
+    report = cast(Rows, epoch.items).report
     order = "row order" if epoch.seed is None else f"seed {epoch.seed}"
     return (
         f"T = {epoch.context_length} · B = {epoch.batch_size} · {order} · partition {epoch.partition.value} · "
