@@ -190,7 +190,7 @@ def test_one_audit_for_both_kinds(epoch: sb.Epoch) -> None:
     alone = audit_batches(list(epoch), epoch)  # no replay, no other seed: those read unchecked
     assert isinstance(alone, PackAuditResult)
     assert (alone.ok, alone.replay, alone.different_seed) == (True, "unchecked", "unchecked")
-    assert alone.covered_targets == alone.targets == epoch.windows.report.targets
+    assert alone.covered_targets == alone.targets == epoch.items.report.targets
     tampered = [copy(b) for b in epoch]
     tampered[0].segment_ids = np.zeros_like(tampered[0].segment_ids)  # a padded position claims segment 0
     assert audit_batches(tampered, epoch).first_failure[0] == "segments"

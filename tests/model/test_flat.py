@@ -23,8 +23,7 @@ from hypothesis import strategies as st
 import streambatch as sb
 from streambatch.model.flat import Flat
 from streambatch.model.source import TokenSource
-
-from .remote_server import BUCKET, moto_server, uploaded
+from tests.remote_server import BUCKET, moto_server, uploaded
 
 
 @st.composite
