@@ -9,6 +9,7 @@ document's own, and the reads shard by shard agree across kinds.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streambatch as sb
+from streambatch.io.remote.client import STATS
 from streambatch.model.flat import Flat
 from streambatch.model.source import TokenSource
 from tests.remote_server import BUCKET, moto_server, uploaded
@@ -120,8 +122,13 @@ def test_a_store_and_its_select_view_share_tokens_not_starts() -> None:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
+    """moto on loopback; the process's request counts are put back afterwards, so a later command's report
+    (``object storage: ...``) counts only its own requests."""
+    counts = dataclasses.replace(STATS)
     with moto_server() as port:
         yield port
+    for name in ("requests", "range_requests", "bytes", "retries", "puts", "cache_hits", "cache_misses", "cache_bytes"):
+        setattr(STATS, name, getattr(counts, name))
 
 
 def test_a_remote_store_flat_names_its_file_and_agrees_with_the_local_one(
