@@ -43,6 +43,8 @@ from ..io.atomic import atomic_text, writing
 from ..io.bounded_json import read_json_header
 from ..io.files import short_path
 from ..io.mixture_file import MixtureSource
+from ..io.remote.location import is_remote
+from ..io.remote.prefetch import remote_files
 from ..items.untrained import untrained_note
 from ..model.source import Source
 from ..run import Run
@@ -148,7 +150,7 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
             buffer: IO[bytes] = text.buffer  # type: ignore[attr-defined]  # atomic_text's handle wraps a binary writer
             written, size = write_all(fmt, counted(run, progress), buffer, run.config.context_length, token_dtype(run))
             progress.close()
-        shown.done(written, size, args.output)
+        shown.done(written, size, args.output, remote=is_remote(str(args.source)))
 
 
 def _refuse_saved_state(state_path: str) -> None:
@@ -391,7 +393,7 @@ def _write_saving_state(
                     "longer there: write again (--save-state) and let no other program replace the file meanwhile"
                 )
         progress.close()
-        shown.done(written, handle.tell(), output)
+        shown.done(written, handle.tell(), output, remote=any(remote_files(store) for store in run.items.stores))
 
 
 def register(commands: Any) -> None:

@@ -37,10 +37,11 @@ def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
         pack=args.pack,
         skip_untrained=args.skip_untrained,
     )
-    if is_remote(str(args.source)):  # what reading it cost: requests, bytes, the cache's hits
+    remote = is_remote(str(args.source))
+    if remote:  # what reading it cost: requests, bytes, the cache's hits
         summary["object_storage"] = STATS.summary()
     out.write(json.dumps(summary, indent=1) + "\n" if args.json else format_summary(summary))
-    if not args.json and (line := STATS.line()):
+    if remote and not args.json and (line := STATS.line()):
         out.write(line + "\n")
 
 

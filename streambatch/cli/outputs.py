@@ -220,9 +220,9 @@ class Shown:
     def bar(self, total: int) -> Bar:
         return bar(max(total, 0), desc="epoch", unit="batch", progress=self._progress)
 
-    def done(self, batches: int, size: int, output: str) -> None:
+    def done(self, batches: int, size: int, output: str, *, remote: bool = False) -> None:
         print(f"streambatch: wrote {batches:,} batches ({_bytes(size)}) to {short_path(output)}", file=sys.stderr)
-        if line := STATS.line():  # a source in object storage: what reading it cost, and the cache's hits
+        if remote and (line := STATS.line()):  # a source in object storage: what reading it cost, the cache's hits
             print(f"streambatch: {line}", file=sys.stderr)
 
 
