@@ -1,6 +1,6 @@
 """How a path appears in a message: `short_path`, the one helper every message that names a file or folder uses.
 
-Relative to the working folder when that is shorter, and elided in the middle
+Relative to the working folder when inside it and shorter, and elided in the middle
 when very long, so a refusal stays one readable line.  It sits at the bottom
 layer so that the model, io, stages, façades, tools and CLI all share it.
 """
@@ -19,7 +19,8 @@ def printable(path: str | os.PathLike[str] | bytes) -> str:
 
 
 def short_path(path: str | os.PathLike[str]) -> str:
-    """*path* as messages show it: relative to the working folder when shorter, elided in the middle when very long.
+    """*path* as messages show it: relative to the working folder when inside it and shorter (a path outside it stays
+    absolute, so a message does not depend on where the command ran from), elided in the middle when very long.
 
     >>> import os
     >>> short_path(os.path.join(os.getcwd(), "data", "a.jsonl")) == os.path.join("data", "a.jsonl")
@@ -33,7 +34,7 @@ def short_path(path: str | os.PathLike[str]) -> str:
             relative = os.path.relpath(text)
         except ValueError:
             relative = text
-        if len(relative) < len(text) and not relative.startswith(".." + os.sep + ".."):
+        if len(relative) < len(text) and relative != ".." and not relative.startswith(".." + os.sep):
             text = relative
     if len(text) <= LONG_PATH:
         return text
