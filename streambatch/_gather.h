@@ -69,6 +69,22 @@ extern PyTypeObject WindowGathererType; /* _gather_windows.c */
 PyObject *window_mask(PyObject *module, PyObject *const *args, Py_ssize_t nargs);   /* _mask_bits.c */
 PyObject *window_counts(PyObject *module, PyObject *const *args, Py_ssize_t nargs); /* _mask_bits.c */
 
+/* The module glue every part ends with: a method of the fast-call convention (a function of self or module, an
+ * array of arguments and their count), and a gatherer's type object, streambatch._row_gather.NAME, made by
+ * PyType_GenericNew, then INIT (its constructor's arguments, DOC); DEALLOC releases what it holds. */
+#define FASTCALL_METHOD(NAME, FUNCTION, DOC) {NAME, (PyCFunction)(void (*)(void))(FUNCTION), METH_FASTCALL, DOC}
+#define GATHERER_TYPE(TYPE, NAME, STRUCT, DOC, INIT, DEALLOC, METHODS)             \
+    PyTypeObject TYPE = {                                                         \
+        PyVarObject_HEAD_INIT(NULL, 0).tp_name = "streambatch._row_gather." NAME, \
+        .tp_basicsize = sizeof(STRUCT),                                           \
+        .tp_flags = Py_TPFLAGS_DEFAULT,                                           \
+        .tp_doc = DOC,                                                            \
+        .tp_new = PyType_GenericNew,                                              \
+        .tp_init = (initproc)(INIT),                                              \
+        .tp_dealloc = (destructor)(DEALLOC),                                      \
+        .tp_methods = METHODS,                                                    \
+    }
+
 /* ---- mask bits ------------------------------------------------------------------------------------------------ */
 
 /* 8 mask bits (a byte, lowest bit first) as 8 bytes of 0/1: the byte copied into each byte lane by one multiply

@@ -1063,30 +1063,23 @@ static PyObject *gatherer_use_row_counts(Gatherer *self, PyObject *counts) {
 
 
 static PyMethodDef gatherer_methods[] = {
-    {"gather", (PyCFunction)(void (*)(void))gatherer_gather, METH_FASTCALL,
-     "gather(rows[, kinds, sources]) -> (inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance, "
-     "target_count, max_seqlen); provenance: int64 (4, segments): row in the batch, document, start, targets; a "
-     "mixture's row i is read by sources[kinds[i]]"},
-    {"gather_tokens", (PyCFunction)(void (*)(void))gatherer_gather_tokens, METH_FASTCALL,
-     "gather_tokens(rows[, kinds, sources]) -> gather's tuple with None for segment_ids, position_ids and loss_mask "
-     "(target_count still counts the masked targets)"},
-    {"columns", (PyCFunction)(void (*)(void))gatherer_columns, METH_FASTCALL,
-     "columns(rows[, kinds, sources]) -> gather's tuple with None for inputs and targets: a batch's columns on demand"},
-    {"row_counts", (PyCFunction)(void (*)(void))gatherer_row_counts, METH_FASTCALL,
-     "row_counts(rows[, kinds, sources]) -> uint32 array: each row's counted targets (no array of the batch is made)"},
+    FASTCALL_METHOD("gather", gatherer_gather,
+        "gather(rows[, kinds, sources]) -> (inputs, targets, segment_ids, position_ids, loss_mask, cu_seqlens, provenance, "
+        "target_count, max_seqlen); provenance: int64 (4, segments): row in the batch, document, start, targets; a "
+        "mixture's row i is read by sources[kinds[i]]"),
+    FASTCALL_METHOD("gather_tokens", gatherer_gather_tokens,
+        "gather_tokens(rows[, kinds, sources]) -> gather's tuple with None for segment_ids, position_ids and loss_mask "
+        "(target_count still counts the masked targets)"),
+    FASTCALL_METHOD("columns", gatherer_columns,
+        "columns(rows[, kinds, sources]) -> gather's tuple with None for inputs and targets: a batch's columns on demand"),
+    FASTCALL_METHOD("row_counts", gatherer_row_counts,
+        "row_counts(rows[, kinds, sources]) -> uint32 array: each row's counted targets (no array of the batch is made)"),
     {"use_row_counts", (PyCFunction)gatherer_use_row_counts, METH_O,
      "use_row_counts(counts) -> None: hold row_counts of every row (uint32, row order; None drops it); gather_tokens "
      "then sums them instead of counting mask bits"},
     {NULL, NULL, 0, NULL},
 };
 
-PyTypeObject GathererType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "streambatch._row_gather.Gatherer",
-    .tp_basicsize = sizeof(Gatherer),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Gatherer(tokens, starts, lengths, full_docs, full_ends, offsets, tails, T, full_rows, pad_id[, bits])",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)gatherer_init,
-    .tp_dealloc = (destructor)gatherer_dealloc,
-    .tp_methods = gatherer_methods,
-};
+GATHERER_TYPE(GathererType, "Gatherer", Gatherer,
+              "Gatherer(tokens, starts, lengths, full_docs, full_ends, offsets, tails, T, full_rows, pad_id[, bits])",
+              gatherer_init, gatherer_dealloc, gatherer_methods);

@@ -236,22 +236,14 @@ static PyObject *window_gather_counted(WindowGatherer *self, PyObject *const *ar
 }
 
 static PyMethodDef window_methods[] = {
-    {"gather", (PyCFunction)(void (*)(void))window_gather, METH_FASTCALL,
-     "gather(rows[, next]) -> (inputs, targets): (w, T) arrays of the windows starting at int64 rows (IndexError "
-     "outside); next: the next batch's rows, asked for as this copy ends (a hint)"},
-    {"gather_counted", (PyCFunction)(void (*)(void))window_gather_counted, METH_FASTCALL,
-     "gather_counted(rows[, next]) -> (inputs, targets, count): gather's arrays and the set bits of their targets "
-     "(made with bits)"},
+    FASTCALL_METHOD("gather", window_gather,
+        "gather(rows[, next]) -> (inputs, targets): (w, T) arrays of the windows starting at int64 rows (IndexError "
+        "outside); next: the next batch's rows, asked for as this copy ends (a hint)"),
+    FASTCALL_METHOD("gather_counted", window_gather_counted,
+        "gather_counted(rows[, next]) -> (inputs, targets, count): gather's arrays and the set bits of their targets "
+        "(made with bits)"),
     {NULL, NULL, 0, NULL},
 };
 
-PyTypeObject WindowGathererType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "streambatch._row_gather.WindowGatherer",
-    .tp_basicsize = sizeof(WindowGatherer),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "WindowGatherer(tokens, T)",
-    .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)window_init,
-    .tp_dealloc = (destructor)window_dealloc,
-    .tp_methods = window_methods,
-};
+GATHERER_TYPE(WindowGathererType, "WindowGatherer", WindowGatherer, "WindowGatherer(tokens, T)", window_init, window_dealloc,
+              window_methods);

@@ -128,10 +128,10 @@ static PyObject *cpu_features(PyObject *module, PyObject *unused) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"window_mask", (PyCFunction)(void (*)(void))window_mask, METH_FASTCALL,
-     "window_mask(bits, T, positions) -> (n, T) bool: row i holds bits positions[i] + 1 .. positions[i] + T of bits"},
-    {"window_counts", (PyCFunction)(void (*)(void))window_counts, METH_FASTCALL,
-     "window_counts(bits, T, positions) -> int: the set bits of bits positions[i] + 1 .. positions[i] + T, every row"},
+    FASTCALL_METHOD("window_mask", window_mask,
+        "window_mask(bits, T, positions) -> (n, T) bool: row i holds bits positions[i] + 1 .. positions[i] + T of bits"),
+    FASTCALL_METHOD("window_counts", window_counts,
+        "window_counts(bits, T, positions) -> int: the set bits of bits positions[i] + 1 .. positions[i] + T, every row"),
     {"cpu_features", cpu_features, METH_NOARGS,
      "cpu_features() -> dict: each CPU feature the loops dispatch on, True where it is in use (the CPU has it and "
      DISABLE_VARIABLE " leaves it on)"},
@@ -144,6 +144,16 @@ static struct PyModuleDef module_def = {
     -1, module_methods, NULL, NULL, NULL, NULL,
 };
 
+/* *type* into *module* as *name* (the module holds a reference): 0, or -1 with the error set. */
+static int add_type(PyObject *module, const char *name, PyTypeObject *type) {
+    Py_INCREF(type);
+    if (PyModule_AddObject(module, name, (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit__row_gather(void) {
     PyObject *module;
     import_array();
@@ -155,15 +165,7 @@ PyMODINIT_FUNC PyInit__row_gather(void) {
     if (module == NULL) {
         return NULL;
     }
-    Py_INCREF(&GathererType);
-    if (PyModule_AddObject(module, "Gatherer", (PyObject *)&GathererType) < 0) {
-        Py_DECREF(&GathererType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    Py_INCREF(&WindowGathererType);
-    if (PyModule_AddObject(module, "WindowGatherer", (PyObject *)&WindowGathererType) < 0) {
-        Py_DECREF(&WindowGathererType);
+    if (add_type(module, "Gatherer", &GathererType) < 0 || add_type(module, "WindowGatherer", &WindowGathererType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -45,31 +45,40 @@ def same(a: list[Any], b: list[Any]) -> None:
                 assert np.array_equal(getattr(x, name), getattr(y, name)), name
 
 
-def test_a_remote_store_reads_what_was_uploaded(stores: dict[str, Any]) -> None:
-    """Header, offsets and ids come back whole; tokens read through the remote array equal the local ones."""
-    local, remote = stores["web"]
+def same_upload(local: sb.DocumentStore, remote: sb.DocumentStore, address: str) -> None:
+    """What an upload gives back, on any object store: header, offsets and ids whole; *address* opens the same store."""
     assert remote.ids == local.ids
     assert remote.fingerprint == local.fingerprint
     assert np.array_equal(remote.lengths, local.lengths)
-    assert sb.open_store(f"s3://{BUCKET}/web").fingerprint == local.fingerprint
+    assert sb.open_store(address).fingerprint == local.fingerprint
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        pytest.param({"seed": 3, "stride": 16}, id="shuffled-windows"),
-        pytest.param({"seed": None, "stride": 16}, id="sequential-windows"),
-        pytest.param({"seed": 5, "pack": True}, id="packed-rows"),
-    ],
-)
+EPOCHS = [  # the epochs a remote store must give byte for byte as its local copy does (S3 and GCS alike)
+    pytest.param({"seed": 3, "stride": 16}, id="shuffled-windows"),
+    pytest.param({"seed": None, "stride": 16}, id="sequential-windows"),
+    pytest.param({"seed": None, "stride": 8}, id="overlapping-windows"),
+    pytest.param({"seed": 5, "pack": True}, id="shuffled-packed-rows"),
+]
+
+
+def same_epochs(local: Any, remote: Any, **options: Any) -> None:
+    """``sb.Epoch(remote, **options)`` (T = 16, B = 8 unless given) is the epoch over *local*, batch for batch."""
+    options = {"context_length": 16, "batch_size": 8, **options}
+    same(list(sb.Epoch(local, **options)), list(sb.Epoch(remote, **options)))
+
+
+def test_a_remote_store_reads_what_was_uploaded(stores: dict[str, Any]) -> None:
+    """Header, offsets and ids come back whole; tokens read through the remote array equal the local ones."""
+    local, remote = stores["web"]
+    same_upload(local, remote, f"s3://{BUCKET}/web")
+
+
+@pytest.mark.parametrize("options", EPOCHS)
 @pytest.mark.parametrize("name", ["web", "code"])
 def test_remote_epochs_equal_local_epochs(stores: dict[str, Any], options: dict[str, Any], name: str) -> None:
     """Windows and packed rows, shuffled or not, uint16 or uint32: byte-identical batches."""
     local, remote = stores[name]
-    same(
-        list(sb.Epoch(local, context_length=16, batch_size=8, **options)),
-        list(sb.Epoch(remote, context_length=16, batch_size=8, **options)),
-    )
+    same_epochs(local, remote, **options)
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["windows", "packed"])
@@ -220,10 +229,7 @@ def test_the_cache_never_exceeds_its_limit(stores: dict[str, Any], tmp_path: Pat
     sampler.start()
     try:
         for _ in range(2):
-            same(
-                list(sb.Epoch(local, context_length=16, batch_size=64, seed=None)),
-                list(sb.Epoch(remote, context_length=16, batch_size=64, seed=None)),
-            )
+            same_epochs(local, remote, batch_size=64, seed=None)
     finally:
         stop.set()
         sampler.join()
@@ -266,10 +272,7 @@ def test_prepare_uploads_a_store_with_its_header_last(server: int, tmp_path: Pat
     )
     remote = sb.open_source(f"s3://{BUCKET}/prepared").store
     assert remote.fingerprint == local.fingerprint
-    same(
-        list(sb.Epoch(local, context_length=4, batch_size=3, seed=1)),
-        list(sb.Epoch(remote, context_length=4, batch_size=3, seed=1)),
-    )
+    same_epochs(local, remote, context_length=4, batch_size=3, seed=1)
 
 
 def test_a_masked_store_keeps_its_mask_in_object_storage(stores: dict[str, Any]) -> None:

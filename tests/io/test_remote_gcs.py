@@ -27,14 +27,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import streambatch as sb
 from streambatch.errors import StoreError
 from streambatch.io.remote.client import STATS, ObjectClient
 from streambatch.io.remote.location import Location
-from tests.io.test_remote import same
+from tests.io.test_remote import EPOCHS, same_epochs, same_upload
 from tests.remote_server import documents, environment, free_port
 
 BUCKET = "gdata"
@@ -135,29 +134,15 @@ def stores(gcs: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tupl
 def test_a_gs_store_reads_what_was_uploaded(stores: dict[str, Any]) -> None:
     """Header, offsets and ids come back whole; the recorded ETags match; ``sb.open_store`` opens the address."""
     local, remote = stores["web"]
-    assert remote.ids == local.ids
-    assert remote.fingerprint == local.fingerprint
-    assert np.array_equal(remote.lengths, local.lengths)
-    assert sb.open_store(f"gs://{BUCKET}/stores/web/").fingerprint == local.fingerprint
+    same_upload(local, remote, f"gs://{BUCKET}/stores/web/")
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        pytest.param({"seed": 3, "stride": 16}, id="shuffled-windows"),
-        pytest.param({"seed": None, "stride": 8}, id="sequential-windows"),
-        pytest.param({"seed": 5, "pack": True}, id="shuffled-packed-rows"),
-    ],
-)
+@pytest.mark.parametrize("options", EPOCHS)
 @pytest.mark.parametrize("name", ["web", "code"])
 def test_gs_epochs_equal_local_epochs(stores: dict[str, Any], options: dict[str, Any], name: str) -> None:
     """Windows and packed rows, shuffled or not, uint16 or uint32: byte-identical batches over gs://."""
     local, _ = stores[name]
-    remote = sb.open_store(f"gs://{BUCKET}/stores/{name}")
-    same(
-        list(sb.Epoch(local, context_length=16, batch_size=8, **options)),
-        list(sb.Epoch(remote, context_length=16, batch_size=8, **options)),
-    )
+    same_epochs(local, sb.open_store(f"gs://{BUCKET}/stores/{name}"), **options)
 
 
 def test_gs_credentials_as_options(gcs: str, stores: dict[str, Any]) -> None:
@@ -166,10 +151,7 @@ def test_gs_credentials_as_options(gcs: str, stores: dict[str, Any]) -> None:
     key = os.environ["GOOGLE_SERVICE_ACCOUNT"]
     with google():
         remote = sb.open_store(f"gs://{BUCKET}/stores/code", options={"service_account_path": key, "base_url": gcs})
-        same(
-            list(sb.Epoch(local, context_length=16, batch_size=8, stride=16, seed=1)),
-            list(sb.Epoch(remote, context_length=16, batch_size=8, stride=16, seed=1)),
-        )
+        same_epochs(local, remote, stride=16, seed=1)
 
 
 def test_a_gs_corpus_manifest(gcs: str, stores: dict[str, Any]) -> None:
@@ -182,10 +164,7 @@ def test_a_gs_corpus_manifest(gcs: str, stores: dict[str, Any]) -> None:
     opened = sb.open_corpus(f"gs://{BUCKET}/corpus.json")
     local = sb.open_corpus([stores["web"][0], stores["code"][0]])
     assert opened.fingerprint == written.fingerprint == local.fingerprint
-    same(
-        list(sb.Epoch(local, context_length=16, batch_size=8, stride=16, seed=2)),
-        list(sb.Epoch(opened, context_length=16, batch_size=8, stride=16, seed=2)),
-    )
+    same_epochs(local, opened, stride=16, seed=2)
 
 
 def test_gs_tokens_are_read_by_ranged_gets(stores: dict[str, Any]) -> None:

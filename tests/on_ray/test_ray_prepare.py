@@ -125,14 +125,21 @@ def _job(inputs: list[Path], output: Path, count: int, read: dict[str, Any]) -> 
     )
 
 
+def _flagged_inputs(tmp_path: Path, count: int, word: str, at: int) -> Path:
+    """*count* text files in tmp_path/in, file *at* starting with *word* (what a `Pause` tokenizer waits on); the
+    empty folder its flags go to."""
+    (tmp_path / "in").mkdir()
+    for i in range(count):
+        (tmp_path / "in" / f"f{i}.txt").write_text((f"{word} " if i == at else "") + CORPUS[i] * 20)
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    return flags
+
+
 def test_a_worker_killed_mid_part_is_retried_with_the_same_bytes(ray_cluster: Any, tmp_path: Path) -> None:
     """The task reading TRAP writes its pid and waits; the test SIGKILLs that worker; Ray runs the part again: the
     corpus is byte-identical to --part i/n, and no partial store is left in the folder."""
-    (tmp_path / "in").mkdir()
-    for i in range(6):
-        (tmp_path / "in" / f"f{i}.txt").write_text(("TRAP " if i == 4 else "") + CORPUS[i] * 20)
-    flags = tmp_path / "flags"
-    flags.mkdir()
+    flags = _flagged_inputs(tmp_path, 6, "TRAP", 4)
     trap = Trap(str(flags))
 
     def kill() -> None:
@@ -156,11 +163,7 @@ def test_a_worker_killed_mid_part_is_retried_with_the_same_bytes(ray_cluster: An
 def test_a_killed_driver_reruns_the_missing_parts_only(ray_cluster: Any, tmp_path: Path, capsys: Any) -> None:
     """A driver (its own process, on the test's cluster) is SIGKILLed while the last part waits; the re-run keeps the
     three finished parts (their markers untouched) and writes the fourth: the bytes of --part i/4."""
-    (tmp_path / "in").mkdir()
-    for i in range(8):
-        (tmp_path / "in" / f"f{i}.txt").write_text(("HOLD " if i == 7 else "") + CORPUS[i] * 20)
-    flags = tmp_path / "flags"
-    flags.mkdir()
+    flags = _flagged_inputs(tmp_path, 8, "HOLD", 7)
     hold = Hold(str(flags))
     script = (
         "import sys, ray, streambatch as sb\n"
