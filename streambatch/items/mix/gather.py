@@ -25,7 +25,7 @@ from ...batch.minibatch import MiniBatch, SourceArray, present
 from ...batch.reduce import TokenSums
 from ...errors import AccumulationError, DataError
 from ...model.flat import Flat
-from ..windows.gather import StoreGather, mask_counter, spanning_records
+from ..windows.gather import RowMasks, StoreGather, mask_counter, spanning_records
 from ..windows.windows import WindowSpace
 
 
@@ -157,6 +157,17 @@ def mixture_columns(batch: MiniBatch) -> dict[str, Any]:
     """A masked mixture window batch's ``loss_mask``, made on its first use (`mixture_mask`)."""
     assert batch.sources is not None
     return {"loss_mask": mixture_mask(batch.spaces, batch.sources, batch.positions, batch.context_length)}
+
+
+def mixture_masks(spaces: Sequence[WindowSpace]) -> RowMasks | None:
+    """The mixture's `RowMasks`: each row's mask read from its own source (`mixture_mask`), counted in the bits
+    where every masked source can (`mixture_counter`); None when no source has a mask."""
+    if not any(s.store.has_loss_mask for s in spaces):
+        return None
+    length = spaces[0].config.context_length
+    return RowMasks(
+        lambda sources, positions: mixture_mask(spaces, sources, positions, length), mixture_counter(spaces), mixture_columns
+    )
 
 
 def source_sums(batch: MiniBatch, row_loss_sums: npt.ArrayLike, gradient_sum: Any = None) -> TokenSums:

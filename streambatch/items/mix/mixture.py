@@ -59,7 +59,8 @@ from ...order.protocol import ItemWords
 from ..pack._pack_gather import check_emittable
 from ..pack.rows import row_spans
 from ..road import BatchReader, fetched, gather_one
-from .gather import mixture_columns, mixture_counter, mixture_mask
+from ..windows.gather import window_batch
+from .gather import mixture_masks
 from .parts import Part, check_names, check_parts
 from .plan import MixPlan, plan_mix
 from .space import MixItem, MixSpace, counted_targets
@@ -328,8 +329,7 @@ class Mixture:
             yield from self._packed_chunks(size, batches)
             return
         gather, spaces = space.gather(), space.spaces
-        masked = any(s.store.has_loss_mask for s in spaces)  # decided once
-        counter = mixture_counter(spaces)
+        masks = mixture_masks(spaces)  # decided once
         per = max(1, _BLOCK_ROWS // size)
         for head in range(0, len(batches), per):
             group = batches[head : head + per]
@@ -340,10 +340,7 @@ class Mixture:
                 cut = slice(first, min(first + size, hi - lo))
                 inputs, targets = gather.take((rows[0][cut],) if len(rows) == 1 else tuple(r[cut] for r in rows))
                 at, of = positions[cut], sources[cut]
-                if masked:
-                    yield _window_batch(batch, inputs, targets, at, spaces, of, space.names, counter)
-                else:
-                    yield MiniBatch(batch, inputs, targets, at, spaces, sources=of, names=space.names)
+                yield window_batch(batch, inputs, targets, at, spaces, masks, of, space.names)
 
     def _packed_chunks(self, size: int, batches: range) -> Iterator[MiniBatch]:
         """Consecutive packed batches: sources and row numbers located a block of batches at a time."""
@@ -483,17 +480,3 @@ def mix(
             raise _too_long(found, chosen, weights, length) from None
         raise
     return Mixture(MixSpace(found, chosen, plan, seed, directory, str(path)))
-
-
-def _window_batch(
-    index: int, inputs: Any, targets: Any, positions: Any, spaces: Any, sources: Any, names: Any, counter: Any
-) -> MiniBatch:
-    """A mixture's window batch: its mask made now, or (every mask in bits) its targets counted now and the mask
-    made on first use (`streambatch.items.mix.gather.mixture_counter`)."""
-    if counter is None:
-        mask = mixture_mask(spaces, sources, positions, inputs.shape[1])
-        return MiniBatch(index, inputs, targets, positions, spaces, sources=sources, names=names, loss_mask=mask)
-    return MiniBatch(
-        index, inputs, targets, positions, spaces, sources=sources, names=names,
-        target_count=counter(sources, positions), build=mixture_columns,
-    )  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -366,15 +366,44 @@ def window_columns(batch: MiniBatch) -> dict[str, Any]:
     return {"loss_mask": None if unpack is None else unpack(batch.positions)}
 
 
-def window_batch(index: int, inputs: Any, targets: Any, positions: Any, space: Any, masks: tuple[Any, Any]) -> MiniBatch:
-    """The `MiniBatch` of gathered window rows; *masks* is ``(mask_reader(space), mask_counter(space))``: no mask,
-    a mask made now, or (a store's bits) the targets counted now and the mask made on first use."""
-    unpack, count = masks
+class RowMasks(NamedTuple):
+    """How batches of window rows get their loss mask, decided once per loop: the one window mask rule, for one
+    store (`store_masks`) and a mixture (`streambatch.items.mix.gather.mixture_masks`) alike.
+
+    ``mask(sources, positions)`` makes the ``(w, T)`` mask now; where the bits count in place, ``counter`` counts
+    the trained targets now instead and ``build`` makes the mask on first use (None: no such counter).
+    """
+
+    mask: Callable[[Any, Any], Any]
+    counter: Callable[[Any, Any], int] | None
+    build: Callable[[MiniBatch], dict[str, Any]]
+
+
+def store_masks(space: Any) -> RowMasks | None:
+    """*space*'s `RowMasks` (`mask_reader`, `mask_counter`); None when its store has no mask."""
+    unpack = mask_reader(space)
     if unpack is None:
-        return MiniBatch(index, inputs, targets, positions, space)
-    if count is None:
-        return MiniBatch(index, inputs, targets, positions, space, loss_mask=unpack(positions))
-    return MiniBatch(index, inputs, targets, positions, space, target_count=count(positions), build=window_columns)
+        return None
+    counter = mask_counter(space)
+    count = None if counter is None else (lambda _sources, positions: counter(positions))
+    return RowMasks(lambda _sources, positions: unpack(positions), count, window_columns)
+
+
+def window_batch(
+    index: int, inputs: Any, targets: Any, positions: Any, spaces: Any, masks: RowMasks | None, sources: Any = None,
+    names: tuple[str, ...] | None = None,
+) -> MiniBatch:  # fmt: skip
+    """The `MiniBatch` of gathered window rows (a mixture's: with *sources* and *names*) under *masks*: no mask,
+    a mask made now, or the targets counted now and the mask made on first use."""
+    if masks is None:
+        return MiniBatch(index, inputs, targets, positions, spaces, sources=sources, names=names)
+    if masks.counter is None:
+        mask = masks.mask(sources, positions)
+        return MiniBatch(index, inputs, targets, positions, spaces, sources=sources, names=names, loss_mask=mask)
+    count = masks.counter(sources, positions)
+    return MiniBatch(
+        index, inputs, targets, positions, spaces, sources=sources, names=names, target_count=count, build=masks.build
+    )
 
 
 def _counted(gather: Gather, unpack: MaskReader | None) -> bool:
@@ -433,7 +462,7 @@ def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[Min
         return
     take = gather.take
     c_take = _numpy_take(take) if kernel is None else kernel.gather
-    masks = None if unpack is None else (unpack, mask_counter(space))
+    masks = store_masks(space)
     for group, positions, rows in _blocks(windows, size, batches, gather):
         same, lo = rows is positions, 0
         for batch in group:
@@ -446,5 +475,5 @@ def iter_window_batches(windows: Any, size: int, batches: range) -> Iterator[Min
             if masks is None:
                 yield row_batch(batch, inputs, targets, here, spaces, targets.size)
             else:
-                yield window_batch(batch, inputs, targets, here, space, masks)
+                yield window_batch(batch, inputs, targets, here, spaces, masks)
             lo += size
