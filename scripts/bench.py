@@ -212,6 +212,21 @@ def memcpy_floor_loader(tokens: np.ndarray, offsets: np.ndarray, T: int, stride:
     return plan, emit
 
 
+def tensor_floor_loader(tokens: np.ndarray, offsets: np.ndarray, T: int, stride: int, B: int, store: Path | None) -> Any:
+    """The memcpy floor with each batch's two arrays wrapped as tensors (``torch.from_numpy``, zero-copy): the
+    least a loader that yields tensors pays per batch, the floor of the torch datasets."""
+    import torch
+
+    plan, copies = memcpy_floor_loader(tokens, offsets, T, stride, B, store)
+
+    def emit(count: int) -> Iterator[tuple[Any, Any]]:
+        wrap = torch.from_numpy
+        for inputs, targets in copies(count):
+            yield wrap(inputs), wrap(targets)
+
+    return plan, emit
+
+
 def torch_naive_loader(tokens: np.ndarray, offsets: np.ndarray, T: int, stride: int, B: int, store: Path | None) -> Any:
     import torch
     from torch.utils.data import DataLoader, Dataset
@@ -247,6 +262,7 @@ REGISTRY: dict[str, Loader] = {
     "streambatch-rundataset": dataset_loader("run"),
     "numpy-ideal": numpy_ideal_loader,
     "memcpy-floor": memcpy_floor_loader,
+    "tensor-floor": tensor_floor_loader,
     "torch-naive": torch_naive_loader,
 }
 
@@ -356,16 +372,30 @@ def same_process(store_path: Path, repeats: int, names: list[str]) -> None:
     tokens = np.fromfile(store_path / "tokens.bin", dtype=store.tokens.dtype)
     offsets = np.concatenate([store.starts, [store.starts[-1] + store.lengths[-1]]])
     ours = [n for n in names if n.startswith("streambatch") and not n.endswith(("mmap", "stages"))] or ["streambatch"]
+    floors = ["memcpy-floor"] + (["tensor-floor"] if any("dataset" in n for n in ours) else [])
     print(f"\nsame process, CPU time, median of {repeats} interleaved passes: loader / memcpy floor")
+    if len(floors) > 1:
+        print("(the datasets yield tensors: also / tensor floor, the memcpy floor with both arrays wrapped as tensors)")
     for T, stride, B in CONFIGS:
-        made = {name: REGISTRY[name](tokens, offsets, T, stride, B, None) for name in (*ours, "memcpy-floor")}
+        made = {name: REGISTRY[name](tokens, offsets, T, stride, B, None) for name in (*ours, *floors)}
         planned = {name: plan() for name, (plan, _) in made.items()}
         ratios: dict[str, list[float]] = {name: [] for name in ours}
+        against: dict[str, list[float]] = {name: [] for name in ours}
+        floor_ratio: list[float] = []
         for _ in range(repeats):
+            rates = {name: _rate(made, planned, name) for name in (*ours, *floors)}
+            floor_ratio.append(rates[floors[-1]] / rates["memcpy-floor"])
             for name in ours:
-                ratios[name].append(_rate(made, planned, name) / _rate(made, planned, "memcpy-floor"))
-        shown = ", ".join(f"{name} {statistics.median(r):.2f}x" for name, r in ratios.items())
+                ratios[name].append(rates[name] / rates["memcpy-floor"])
+                if "dataset" in name:
+                    against[name].append(rates[name] / rates["tensor-floor"])
+        shown = ", ".join(
+            f"{name} {statistics.median(r):.2f}x" + (f" ({statistics.median(against[name]):.2f}x)" if against[name] else "")
+            for name, r in ratios.items()
+        )
         print(f"T={T} stride={stride} B={B}: {shown}")
+        if len(floors) > 1:
+            print(f"  tensor floor / memcpy floor: {statistics.median(floor_ratio):.2f}x")
 
 
 def run_worker(extra: list[str]) -> dict[str, Any]:

@@ -210,6 +210,12 @@ class MiniBatch:
         return self.spaces[0]
 
     @property
+    def plain(self) -> bool:
+        """True for a batch of windows and nothing more: no mask, sources, packed columns or rank share (nothing
+        beyond the five arrays and the counts: the wrappers' fast path)."""
+        return not self.__dict__
+
+    @property
     def packed(self) -> bool:
         """True for packed rows (the batch carries ``cu_seqlens``, the segment columns and ``loss_mask``)."""
         return self.cu_seqlens is not None

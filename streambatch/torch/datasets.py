@@ -93,7 +93,7 @@ class _RunShare(IterableDataset[TensorBatch]):
         self._origin, self._stop, self._share, self._last = origin, stop, (worker, workers), last
         steps = _after(share(range(origin, self.run.steps_stop(stop)), worker=worker, workers=workers), last)
         batches = self.run.batches_at(steps, rank=self.rank, world_size=self.world_size)
-        return self._tensors(batches)
+        return self._tensors(steps, batches)
 
     def close(self) -> None:
         """Close the run and the stores it reads (`streambatch.Run.close`: a remote store's requests in flight are
@@ -106,10 +106,11 @@ class _RunShare(IterableDataset[TensorBatch]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _tensors(self, batches: Iterator[MiniBatch]) -> Iterator[TensorBatch]:
-        for batch in batches:
-            self._last = self.run.step_of(batch.epoch, batch.index)  # before yielding: the state counts it
-            yield tensor_batch(batch, dtype=self.dtype)
+    def _tensors(self, steps: range, batches: Iterator[MiniBatch]) -> Iterator[TensorBatch]:
+        dtype = self.dtype
+        for step, batch in zip(steps, batches, strict=False):  # batches_at gives one batch per step, in order
+            self._last = step  # before yielding: the state counts it
+            yield tensor_batch(batch, dtype=dtype)
 
     def state_dict(self) -> dict[str, Any]:
         """This worker's exact place, for ``StatefulDataLoader``: a `streambatch.state` of kind ``worker``.
