@@ -72,6 +72,12 @@ class OverBudget(BaseException):
     ``except Exception`` in the code it stops (a template's runtime) keeps it."""
 
 
+class Untraceable(BaseException):
+    """A chat template did something with the chat that `streambatch.read.text.chat_trace.Turns` does not follow as a
+    list would: the caller renders every prefix instead.  A `BaseException`, so jinja2's ``except Exception`` lets it
+    through; never out of `ChatTemplate.segments`."""
+
+
 class NotRegularFileError(OSError):
     """A path names a FIFO, device, socket or directory where a regular file is expected (an `OSError`:
     the store and file readers turn it into a `StoreError` or `DataError` naming the path)."""

@@ -120,10 +120,14 @@ def test_nested_loops_stop_at_the_time_budget() -> None:
 
 
 def test_a_long_chat_without_markers_is_stopped_at_the_budget_with_the_fix() -> None:
-    """Without {% generation %} each turn renders its prefix again (quadratic): past the budget, say to add markers."""
-    template = ChatTemplate("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}")
+    """Without {% generation %}, a template that reads loop.last renders each prefix again (quadratic): past the
+    budget, say why and to add markers (a plain loop is traced once: tests/read/test_chat_prefixes.py)."""
+    template = ChatTemplate("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% if loop.last %}{% endif %}{% endfor %}")
     chat = [{"role": "user" if i % 2 == 0 else "assistant", "content": "x"} for i in range(20_000)]
-    with pytest.raises(sb.DataError, match=r"once per turn \(no \{% generation %\} markers: add them .*\) took more than"):
+    with pytest.raises(
+        sb.DataError,
+        match=r"no \{% generation %\} markers: a template that reads .* renders each prefix again; add markers .*\) took more",
+    ):
         list(iter_hf([{"messages": chat}], chat_template=template, chat_render_seconds=0.3))
 
 

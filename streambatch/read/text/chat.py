@@ -9,8 +9,13 @@ Two rules say which text trains (docs/prepare.md, "Loss masks"):
 * **prefixes**: without markers, assistant turn ``i`` trains what rendering
   ``messages[:i + 1]`` adds to rendering ``messages[:i]`` with the generation
   prompt; every rendering must extend the previous one, else the document is
-  refused.  Each turn renders its prefix (quadratic in the turns: give long chats
-  markers).
+  refused.  The prefixes' texts come from one traced rendering of the whole
+  chat (per generation-prompt value) wherever the trace proves them
+  (`streambatch.read.text.chat_trace`): linear in the chat's length for
+  templates that read each turn once in a ``{% for %}`` loop (ChatML,
+  Llama-3); a prefix the trace cannot prove (the template read the chat's
+  length, the last turn or the turn after the current one first) is rendered
+  on its own, and a template the trace cannot follow renders every prefix.
 
 Limits (docs/limits.md): the template file is a regular file of at most
 `TEMPLATE_MAX_BYTES`, opened without blocking; a document's renderings are
@@ -29,11 +34,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import ConfigError, DataError
+from ...errors import ConfigError, DataError, Untraceable
 from ...io.files import open_regular, short_path
 from ...model.validate import short
 from ..inputs import MAX_DOCUMENT_BYTES
 from .budget import time_budget
+from .chat_trace import TRACE, Text, Trace, Turns, followable, namespace_class, whole
 from .tokenizers import require
 
 Segments = list[tuple[str, bool]]
@@ -112,9 +118,10 @@ class ChatTemplate:
         return cls(template, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")), name)
 
     def __post_init__(self) -> None:
-        compiled, marked = _compile(self.source, self.name)
+        compiled, marked, traced = _compile(self.source, self.name)
         object.__setattr__(self, "_compiled", compiled)
         object.__setattr__(self, "marked", marked)
+        object.__setattr__(self, "_followable", traced)
 
     def __reduce__(self) -> tuple[Any, ...]:  # workers rebuild the compiled template
         return (ChatTemplate, (self.source, self.bos_token, self.eos_token, self.name))
@@ -129,13 +136,15 @@ class ChatTemplate:
     ) -> str:
         """The template's text for *messages*, refused past *limit* characters while it renders; a template error is a
         `DataError` naming *where*.  With a *tracker*, the ``{% generation %}`` spans are recorded in it."""
+        return self._render(list(messages), add_generation_prompt, where, limit, _Tracker() if tracker is None else tracker)
+
+    def _render(self, messages: Any, add_generation_prompt: bool, where: str, limit: int, tracker: _Tracker) -> str:
         template: Any = self.__dict__["_compiled"]
-        tracker = _Tracker() if tracker is None else tracker
         parts: list[str] = []
         reset = _TRACKER.set(tracker)
         try:
             for chunk in template.generate(
-                messages=list(messages),
+                messages=messages,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
@@ -165,10 +174,11 @@ class ChatTemplate:
         what = (
             "rendering the chat template"
             if marked
-            else "rendering the chat template once per turn (no {% generation %} markers: add them to render long chats once)"
+            else "rendering the chat template (no {% generation %} markers: a template that reads the chat's length, its "
+            "last turn or the turn after the current one renders each prefix again; add markers to render long chats once)"
         )
         with time_budget(seconds, where, what):
-            pieces = self._marked(turns, where, limit) if marked else self._prefixes(turns, where, limit)
+            pieces = self._marked(turns, where, limit) if marked else self._traced(turns, where, limit)
         return [(text, trained) for text, trained in pieces if text]
 
     def _marked(self, turns: list[dict[str, Any]], where: str, limit: int) -> Segments:
@@ -185,24 +195,72 @@ class ChatTemplate:
         pieces.append((text[done:], False))
         return pieces
 
-    def _prefixes(self, turns: list[dict[str, Any]], where: str, limit: int) -> Segments:
-        """Turn ``i``'s text is what rendering ``messages[:i + 1]`` adds to the rendering before it (with the
-        generation prompt before an assistant turn, whose own text trains)."""
+    def _prefixes(self, turns: list[dict[str, Any]], where: str, limit: int, rendering: Any = None) -> Segments:
+        """The prefix rule: turn ``i``'s text is what rendering ``messages[:i + 1]`` adds to the rendering before it
+        (with the generation prompt before an assistant turn, whose own text trains).
+
+        ``rendering(k, add_generation_prompt)`` gives the text of the first ``k`` turns as a `Text`; by default each
+        is rendered (the reference `_traced` is tested against)."""
+        if rendering is None:
+
+            def rendering(length: int, prompt: bool) -> Text:
+                return Text.of(self.render(turns[:length], prompt, where, limit))
+
         pieces: Segments = []
-        done = ""
+        done = Text.of("")
         for i, message in enumerate(turns):
-            full = self.render(turns[: i + 1], False, where, limit)
+            full = rendering(i + 1, False)
             if message["role"] == "assistant":
-                head = self.render(turns[:i], True, where, limit)
+                head = rendering(i, True)
                 _extends(done, head, where, i, "the generation prompt")
                 _extends(head, full, where, i, "its turn")
-                pieces.append((head[len(done) :], False))
-                pieces.append((full[len(head) :], True))
+                pieces.append((head.window(len(done), len(head)), False))
+                pieces.append((full.window(len(head), len(full)), True))
             else:
                 _extends(done, full, where, i, "its turn")
-                pieces.append((full[len(done) :], False))
+                pieces.append((full.window(len(done), len(full)), False))
             done = full
         return pieces
+
+    def _traced(self, turns: list[dict[str, Any]], where: str, limit: int) -> Segments:
+        """The prefix rule's segments, exactly, with each prefix's text taken from one traced rendering of the whole
+        chat (per generation-prompt value) where the trace proves it (`chat_trace`), else rendered on its own; a
+        template or chat the trace cannot follow, or whose whole rendering fails, goes the reference way."""
+        if not turns or not self.__dict__["_followable"]:
+            return self._prefixes(turns, where, limit)
+        try:
+            traces = {False: self._trace(turns, False, where, limit)}
+            if any(m["role"] == "assistant" for m in turns):
+                traces[True] = self._trace(turns, True, where, limit)
+        except (DataError, Untraceable):  # the reference meets the same error at its own turn, with its own message
+            return self._prefixes(turns, where, limit)
+        plain = traces[False].text
+        proofs = {prompt: (trace, trace.firsts(), trace.maxima()) for prompt, trace in traces.items()}
+        shared = Text.of(plain).first_difference(Text.of(traces[True].text)) if True in traces else 0
+
+        def rendering(length: int, prompt: bool) -> Text:
+            trace, first, later = proofs[prompt]
+            text = trace.prefix(length, first, later)
+            if text is None:
+                return Text.of(self.render(turns[:length], prompt, where, limit))
+            if len(text) > limit:
+                raise DataError(_too_long(where, limit))
+            return Text(plain, text.cut, text.tail) if prompt and text.cut <= shared else text
+
+        return self._prefixes(turns, where, limit, rendering)
+
+    def _trace(self, turns: list[dict[str, Any]], prompt: bool, where: str, limit: int) -> Trace:
+        """The whole chat rendered once as `Turns`, every look at it recorded; checked against its plain rendering."""
+        tracker = _Tracker()
+        trace = Trace(turns, self.__dict__["_compiled"].root_render_func.__code__, tracker)
+        reset = TRACE.set(trace)
+        try:
+            trace.text = self._render(Turns(trace, 0), prompt, where, limit, tracker)
+        finally:
+            TRACE.reset(reset)
+        if trace.text != self.render(turns, prompt, where, limit):
+            raise Untraceable("the traced rendering differs")
+        return trace
 
 
 def _too_long(where: str, limit: int) -> str:
@@ -227,13 +285,13 @@ def _messages(messages: Any, where: str) -> list[dict[str, Any]]:
     return [dict(m) for m in messages]
 
 
-def _extends(before: str, after: str, where: str, turn: int, what: str) -> None:
-    if not after.startswith(before):
-        at = next((k for k, (a, b) in enumerate(zip(before, after, strict=False)) if a != b), min(len(before), len(after)))
+def _extends(before: Text, after: Text, where: str, turn: int, what: str) -> None:
+    at = before.first_difference(after)
+    if at < len(before):  # *after* does not start with *before*
         raise DataError(
             f"{where}: the chat template is not prefix-stable at messages[{turn}] ({what}): rendering the conversation "
-            f"up to it changes earlier text at character {at} ({short(before[at : at + 20])} becomes "
-            f"{short(after[at : at + 20])}), so the assistant's tokens cannot be found; use a template whose "
+            f"up to it changes earlier text at character {at} ({short(before.window(at, at + 20))} becomes "
+            f"{short(after.window(at, at + 20))}), so the assistant's tokens cannot be found; use a template whose "
             "renderings extend each other, mark the assistant's text with {% generation %}, or give labels/assistant_masks"
         )
 
@@ -246,8 +304,8 @@ def _sized(value: Any) -> int | None:
     return len(value) if isinstance(value, (str, bytes, list, tuple)) else None
 
 
-def _compile(source: str, name: str) -> tuple[Any, bool]:
-    """The compiled template, and whether it holds ``{% generation %}`` markers."""
+def _compile(source: str, name: str) -> tuple[Any, bool, bool]:
+    """The compiled template, whether it holds ``{% generation %}`` markers, and whether `chat_trace` follows it."""
     jinja2 = require("jinja2", "chat", "rendering chat templates")
     from jinja2 import nodes
     from jinja2.exceptions import SecurityError
@@ -321,7 +379,9 @@ def _compile(source: str, name: str) -> tuple[Any, bool]:
     def tojson(
         value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
     ) -> str:
-        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+        return json.dumps(
+            value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys, default=whole
+        )
 
     marker: Any = type("Generation", (Generation,), {"found": False})  # one class per template: its own `found`
     env = Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[marker, "jinja2.ext.loopcontrols"])
@@ -329,11 +389,13 @@ def _compile(source: str, name: str) -> tuple[Any, bool]:
     for width_filter in ("center", "indent", "wordwrap", "truncate"):
         env.filters[width_filter] = _bounded_filter(env.filters[width_filter], width_filter, cap, refuse)
     env.globals["raise_exception"] = raise_exception
+    env.globals["namespace"] = namespace_class()  # jinja2's, reporting its reads and writes to a trace
     try:
-        compiled = env.from_string(source)
+        ast = env.parse(source)
+        compiled = env.from_string(ast)
     except jinja2.exceptions.TemplateSyntaxError as err:
         raise ConfigError(f"chat_template={short_path(name)!r}: line {err.lineno}: {err.message}; fix the template") from None
-    return compiled, bool(marker.found)
+    return compiled, bool(marker.found), followable(ast)
 
 
 def _bounded_filter(function: Any, name: str, cap: int, refuse: Any) -> Any:
