@@ -23,6 +23,7 @@ from .model.documents import Partition
 if TYPE_CHECKING:
     from .items.mix.mixture import Mixture
     from .items.pack.rows import Rows
+    from .items.protocol import OrderableItems
     from .items.windows.windows import Windows
 
 __all__ = ["EpochConfig", "items_of"]
@@ -81,3 +82,6 @@ if TYPE_CHECKING:  # mypy checks that every item kind has every member the faça
 
     def _every_kind_is_epoch_items(windows: Windows, rows: Rows, mixture: Mixture) -> tuple[EpochItems, ...]:
         return windows, rows, mixture
+
+    def _windows_and_rows_are_ordered_by_a_plan(windows: Windows, rows: Rows) -> tuple[OrderableItems, ...]:
+        return windows, rows

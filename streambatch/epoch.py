@@ -13,7 +13,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,8 +24,7 @@ from .config import EpochConfig, items_of
 from .errors import ConfigError
 from .io.keyed_file import check_plan_dir
 from .items.pack.pack import check_emittable
-from .items.pack.rows import Rows
-from .items.protocol import EpochItems
+from .items.protocol import EpochItems, orders_by_plan
 from .items.windows.window_index import WindowConfig, WindowIndex
 from .items.windows.windows import Windows
 from .model.documents import Partition
@@ -223,7 +222,8 @@ class Epoch:
         """
         if self._order is None:
             assert self.seed is not None  # sequential epochs and mixtures hold their order from the start
-            planned = cast("Windows | Rows", self.items)  # only windows and rows: a mixture holds its own order
+            planned = self.items
+            assert orders_by_plan(planned)  # so these are windows or rows, which a seeded plan orders
             if self.plan_dir is not None:
                 self._order = plan_file(planned, self.seed, self.plan_dir, verify=self.verify_plan)
             else:

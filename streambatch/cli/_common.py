@@ -178,7 +178,7 @@ def open_args_source(args: argparse.Namespace) -> Source | MixtureSource:
     return open_source(args.source, verify=not args.no_verify, max_line_bytes=args.max_line_bytes, remote=remote_keywords(args))
 
 
-def args_epoch(args: argparse.Namespace, source: Any, **more: Any) -> Epoch:
+def args_epoch(args: argparse.Namespace, source: object, **more: Any) -> Epoch:
     """The epoch the arguments describe over *source*: `streambatch.Epoch`, whose partition rule every command shares.
 
     With ``--pack`` it is ``Epoch(..., pack=True)``: packed rows, no stride (refused).

@@ -242,7 +242,7 @@ WARN_RATIO = 64
 
 def warn_size(args: argparse.Namespace, run: Run, fmt: JsonLines | ArrowStream) -> None:
     """Before writing: estimate the output, and warn when it is far larger than the corpus (overlapping windows)."""
-    corpus = max(sum(int(store.flat_size) for store in _stores(run)), 1)
+    corpus = max(sum(int(store.flat_size) for store in run.items.stores), 1)  # a mixture: every source's
     tokens = 2 * run.item_count * run.config.context_length  # inputs and targets of every item
     left = run.batches_per_epoch - run.position[1]
     if tokens < WARN_RATIO * corpus or left <= 0:
@@ -262,11 +262,6 @@ def warn_size(args: argparse.Namespace, run: Run, fmt: JsonLines | ArrowStream) 
     )
 
 
-def _stores(run: Run) -> list[Any]:
-    """The stores the run reads: its store, or each source's of a mixture."""
-    return list(run.items.stores)
-
-
-def token_dtype(run: Run) -> Any:
+def token_dtype(run: Run) -> np.dtype[Any]:
     """The dtype of the batches' tokens (a mixture's: the widest of its sources')."""
-    return np.result_type(*(store.dtype for store in _stores(run)))
+    return np.result_type(*(store.dtype for store in run.items.stores))

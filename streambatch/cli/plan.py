@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import IO, Any, cast
+from typing import IO, Any
 
 from .._checks import check_non_negative
-from ..items.pack.rows import Rows
-from ..items.windows.windows import Windows
+from ..items.protocol import orders_by_plan
 from ..order.plan import build_plan, plan_path
 from ..order.splitmix import derive_seed
 from ..stages.chunk import batch_count, bind_batch_size
@@ -31,7 +30,8 @@ def _plan(args: argparse.Namespace, out: IO[str]) -> None:
         out.write(json.dumps(_plan_mixture(args_epoch(args, source, plan_dir=args.output).items, seed, args), indent=1) + "\n")
         return
     epoch = args_epoch(args, source)  # checks -T, -B, --stride, --pack and the partition rule, plans nothing
-    whole = cast("Windows | Rows", epoch.items)  # a mixture is planned above
+    whole = epoch.items
+    assert orders_by_plan(whole)  # windows or rows: a mixture is planned above
     path = plan_path(whole, seed, args.output)
     started = time.perf_counter()
     plan, created = build_plan(whole, seed, args.output, run={"seed": args.seed, "epoch": number}, verify=args.verify)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeGuard, TypeVar, overload, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -27,7 +27,7 @@ from ..batch.minibatch import MiniBatch
 from ..errors import ConfigError, OutOfRangeError
 from ..model.documents import Partition
 from ..model.source import TokenSource
-from ..order.protocol import ItemWords, ShuffleOrder
+from ..order.protocol import ItemWords, Orderable, ShuffleOrder
 from .windows.window_index import WindowConfig, WindowIndex
 
 _Self = TypeVar("_Self")
@@ -172,8 +172,17 @@ class EpochItems(Items, Protocol):
         ...
 
 
+class OrderableItems(EpochItems, Orderable, Protocol):
+    """Epoch items a seeded plan orders (`streambatch.shuffle`, `streambatch.plan_file`): windows and packed rows."""
+
+
+def orders_by_plan(items: EpochItems) -> TypeGuard[OrderableItems]:
+    """Whether a seeded plan orders *items*: yes for windows and packed rows; a mixture's words say it orders itself."""
+    return items.words.orders_itself is None
+
+
 def check_agrees(
-    items: Any, *, context_length: int | None, stride: int | None, partition: Partition | str | None, pack: bool
+    items: EpochItems, *, context_length: int | None, stride: int | None, partition: Partition | str | None, pack: bool
 ) -> None:
     """The one rule for items passed to a façade: the window arguments may be left out; given, they must agree.
 
@@ -198,10 +207,8 @@ def check_agrees(
 def counted_targets(items: Any) -> int:
     """The counted targets of *items* (a view of any item kind), from its plan alone: no token is read.
 
-    Each item kind brings its own ``counted_targets`` (windows: ``len * T``; packed
-    rows: their real targets; a mixture: its sources' own; with a loss mask, the
-    mask bits at those targets); this is the one call the share stage makes to
-    give every rank the whole batch's count.
+    Each kind brings its own (windows: ``len * T``; packed rows: their real targets; a mixture: its sources'; with
+    a loss mask, the mask bits at those targets): the one call the share stage makes for the whole batch's count.
     """
     count = getattr(items, "counted_targets", None)
     if count is None:

@@ -125,7 +125,7 @@ def untrained_note(items: Any) -> str | None:
     >>> untrained_note(sb.windows([doc], context_length=1, skip_untrained=True))
     'skip_untrained dropped 2 windows with no counted target (2 kept)'
     """
-    reports = getattr(items, "untrained", None)
+    reports = items.untrained  # every kind has it (EpochItems)
     if reports is None:
         return None
     if not isinstance(reports, tuple):

@@ -50,7 +50,10 @@ _Self = TypeVar("_Self")
 class Orderable(Protocol):
     """A whole sequence of numbered items that a seeded plan can order (every member the order stages use)."""
 
-    words: ItemWords  # what messages call the items ("window", "packed row")
+    @property
+    def words(self) -> ItemWords:
+        """What messages call the items ("window", "packed row")."""
+        ...
 
     def __len__(self) -> int: ...
 

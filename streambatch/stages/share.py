@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, overload
 
 from .._checks import is_integer
 from ..errors import ConfigError
-from ..items.windows.windows import Windows
 from .chunk import Chunks, ItemsT, rank_view
 
 
@@ -34,35 +33,24 @@ def _check_share(index: Any, count: Any, names: tuple[str, str]) -> tuple[int, i
 
 
 @overload
-def share(
-    chunks: Chunks[ItemsT],
-    *,
-    worker: int = 0,
-    workers: int = 1,
-    rank: int = 0,
-    world_size: int = 1,
-    part: int = 0,
-    parts: int = 1,
-) -> Chunks[ItemsT]: ...
+def share(chunks: Chunks[ItemsT], *, worker: int = 0, workers: int = 1, rank: int = 0,
+          world_size: int = 1, part: int = 0, parts: int = 1) -> Chunks[ItemsT]: ...  # fmt: skip
 @overload
-def share(
-    chunks: range, *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1, part: int = 0, parts: int = 1
-) -> range: ...
+def share(chunks: range, *, worker: int = 0, workers: int = 1, rank: int = 0,
+          world_size: int = 1, part: int = 0, parts: int = 1) -> range: ...  # fmt: skip
 @overload
-def share(
-    chunks: Iterable[Any], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1, part: int = 0, parts: int = 1
-) -> Iterator[Any]: ...
-def share(
-    chunks: Iterable[Any], *, worker: int = 0, workers: int = 1, rank: int = 0, world_size: int = 1, part: int = 0, parts: int = 1
-) -> Chunks[Any] | range | Iterator[Any]:
+def share(chunks: Iterable[ItemsT], *, worker: int = 0, workers: int = 1, rank: int = 0,
+          world_size: int = 1, part: int = 0, parts: int = 1) -> Iterable[ItemsT]: ...  # fmt: skip
+def share(chunks: Iterable[ItemsT] | range, *, worker: int = 0, workers: int = 1, rank: int = 0,
+          world_size: int = 1, part: int = 0, parts: int = 1) -> range | Iterable[ItemsT]:  # fmt: skip
     """Worker *worker* of *workers*' batches, and rank *rank* of *world_size*'s rows of each (micro-batch *part*
     of *parts* of those rows: gradient accumulation, `streambatch.stages.chunk.part_share`).
 
     On `Chunks` the share is lazy slicing (batches in between are never built);
-    on a ``range`` of a run's global step numbers it is the range's slice; on any
-    other iterable the worker share is ``itertools.islice`` and the rank share
-    slices each chunk (a `Windows`).  Every rank sees every batch, with the
-    same ``batch_index``.
+    on a ``range`` of a run's global step numbers it is the range's slice (every
+    rank takes every step); on any other iterable of items the worker share is
+    ``itertools.islice`` and the rank share slices each chunk.  Every rank sees
+    every batch, with the same ``batch_index``.
 
     >>> import streambatch as sb
     >>> w = sb.windows([sb.Document("a", "train", range(8))], context_length=2)
@@ -83,10 +71,10 @@ def share(
             else chunks
         )
         return split[start::step] if step > 1 else split
+    if isinstance(chunks, range):  # a run's global step numbers: every rank takes every step, so the worker's share
+        return chunks[start::step]
     if not isinstance(chunks, Iterable):
         raise ConfigError(f"chunks={chunks!r} is not an iterable of chunks; pass sb.chunk(windows, batch_size)")
-    if isinstance(chunks, range) and world == 1 and pieces == 1:  # a run's global step numbers: the same share, as a range
-        return chunks[start::step]
     picked = itertools.islice(chunks, start, None, step) if step > 1 else iter(chunks)
     return (_rows(c, at, world, piece, pieces) for c in picked) if world > 1 or pieces > 1 else picked
 
@@ -96,10 +84,10 @@ def _rows(chunk: ItemsT, rank: int, world: int, part: int, parts: int) -> ItemsT
 
 
 @overload
-def split_rows(chunks: Chunks[Any], rank: int, world_size: int) -> Chunks[Any]: ...
+def split_rows(chunks: Chunks[ItemsT], rank: int, world_size: int) -> Chunks[ItemsT]: ...
 @overload
-def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Iterator[Windows]: ...
-def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Chunks[Any] | Iterator[Windows]:
+def split_rows(chunks: Iterable[ItemsT], rank: int, world_size: int) -> Iterable[ItemsT]: ...
+def split_rows(chunks: Iterable[ItemsT], rank: int, world_size: int) -> Iterable[ItemsT]:
     """Each batch's contiguous, balanced share of rows for data-parallel *rank* of *world_size*: `share` of ranks.
 
     >>> import streambatch as sb
@@ -110,7 +98,7 @@ def split_rows(chunks: Iterable[Windows], rank: int, world_size: int) -> Chunks[
     return share(chunks, rank=rank, world_size=world_size)
 
 
-def shard(chunks: Iterable[Any], index: int, count: int) -> Chunks[Any] | range | Iterator[Any]:
+def shard(chunks: Iterable[ItemsT] | range, index: int, count: int) -> range | Iterable[ItemsT]:
     """Deprecated name of ``share(chunks, worker=index, workers=count)`` (a "shard" is a store of a corpus)."""
     warnings.warn("streambatch.shard is deprecated; use streambatch.share(chunks, worker=, workers=)", DeprecationWarning, 2)
     return share(chunks, worker=index, workers=count)

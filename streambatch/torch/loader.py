@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import StateError, missing_dependency
+from ..run import Run
 from ..state import check_position, decode
 from .datasets import BatchesDataset, EpochDataset, _RunShare
 
@@ -99,7 +100,7 @@ def loader_position(dataset: Any, state: Any) -> tuple[int, int]:
     return min(min(nexts) + since, end), begin
 
 
-def _step(run: Any, pair: Any, name: str) -> int:
+def _step(run: Run, pair: object, name: str) -> int:
     if not isinstance(pair, list) or len(pair) != 2:
         raise StateError(f"loader state {name}={pair!r} is not [epoch, batch]; pass it unchanged")
     return int(run.step_of(*check_position(pair[0], pair[1], run.batches_per_epoch, where=f"state {name} ", error=StateError)))

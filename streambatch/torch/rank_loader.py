@@ -33,7 +33,7 @@ import torch
 from .._checks import check_non_negative, check_positive, short_repr
 from ..batch.minibatch import MiniBatch
 from ..errors import ConfigError
-from ..items.protocol import counted_targets
+from ..items.protocol import EpochItems, counted_targets
 from ..run import Run
 from ..stages.chunk import Chunks
 from ..stages.materialize import Batches, materialize
@@ -92,7 +92,7 @@ class RankLoader:
         self.output, self.dtype, self.whole_run = output, dtype, bool(whole_run)
         self._cursor = run.step_of(*run.position)  # the first global step not yet handed out in full
         self._last: int | None = None  # the step of the micro-batch handed out last
-        self._held: tuple[int, Chunks[Any], list[Batches]] | None = None  # one epoch's chunks, and its parts
+        self._held: tuple[int, Chunks[EpochItems], list[Batches]] | None = None  # one epoch's chunks, and its parts
 
     # -- what the next iteration covers -------------------------------------------------
     @property

@@ -15,8 +15,8 @@ import pytest
 import streambatch as sb
 from streambatch.errors import OutOfRangeError
 from streambatch.items.mix.mixture import mix
-from streambatch.items.protocol import EpochItems, Items
-from streambatch.order.protocol import ItemWords
+from streambatch.items.protocol import EpochItems, Items, OrderableItems, orders_by_plan
+from streambatch.order.protocol import ItemWords, Orderable
 
 DOCS = [sb.Document(f"d{i}", "train", list(range(i, i + 9 + 3 * i))) for i in range(4)]
 OTHER = [sb.Document(f"o{i}", "train", list(range(100 + i, 110 + 2 * i))) for i in range(3)]
@@ -59,6 +59,24 @@ def test_every_kind_is_items_and_has_every_member_the_facades_read(name: str) ->
         assert inspect.getattr_static(type(whole), member, None) is not None, (name, member)
     assert isinstance(whole.words, ItemWords)
     assert whole.packed is name.endswith(("rows", "packed mixture"))
+
+
+@pytest.mark.parametrize("name", ["windows", "rows", "mixture", "packed mixture"])
+def test_a_plan_orders_windows_and_rows_and_never_a_mixture(name: str) -> None:
+    """`orders_by_plan` (what lets `Epoch.order` hand its items to shuffle and plan_file, typed) holds for windows
+    and packed rows, which have every member of `Orderable`, and not for a mixture, which sb.shuffle refuses."""
+    whole = kinds()[name]
+    ordered = not name.endswith("mixture")
+    assert orders_by_plan(whole) is ordered
+    wanted = {n for cls in OrderableItems.__mro__ if cls is Orderable for n in vars(cls) if not n.startswith("_")}
+    assert len(wanted) >= 14
+    assert all(inspect.getattr_static(type(whole), n, None) is not None for n in wanted) is ordered
+    if ordered:
+        assert list(sb.Epoch(whole, batch_size=3, seed=4).order) == list(sb.shuffle(whole, 4))
+    else:
+        with pytest.raises(sb.ConfigError, match="a mixture orders itself"):
+            sb.shuffle(whole, 4)
+        assert sb.Epoch(whole, batch_size=3, seed=None).order is whole  # its own order, no plan made
 
 
 def test_what_is_not_items_is_refused() -> None:

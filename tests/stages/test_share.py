@@ -49,3 +49,15 @@ def test_share_arguments_are_checked(call: object, message: str) -> None:
     """Bad shares fail at the call, with the rule and the fix."""
     with pytest.raises(ConfigError, match=message):
         call(sb.chunk(_windows(5), 2))  # type: ignore[operator]
+
+
+@given(st.integers(0, 40), st.integers(1, 5), st.integers(1, 4), st.integers(1, 3))
+def test_a_range_of_steps_is_the_worker_share_on_every_rank(steps: int, workers: int, world: int, parts: int) -> None:
+    """A run's global step numbers: every rank (and micro-batch) takes every step, so a range's share is its slice,
+    a range again, whatever the ranks (it was a generator of int 'chunks' that failed when read)."""
+    for k in range(workers):
+        for rank in range(world):
+            got = sb.share(range(steps), worker=k, workers=workers, rank=rank, world_size=world, part=parts - 1, parts=parts)
+            assert got == range(k, steps, workers)
+    with pytest.raises(ConfigError, match=r"rank=2 must be an int in \[0, world_size=2\)"):
+        sb.share(range(steps), rank=2, world_size=2)

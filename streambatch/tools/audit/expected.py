@@ -28,14 +28,14 @@ class Expected:
     """The epoch's store, ``T``, partition and batch widths, and the counted targets of its items."""
 
     def __init__(self, epoch: Epoch) -> None:
-        items: Any = epoch.items
+        items = epoch.items
         self.epoch = epoch
         self.store = store = epoch.store
         self.context_length = epoch.context_length
         self.stride = epoch.stride
         self.code = epoch.partition.code
         self.batch_size = epoch.batch_size
-        self.packed = bool(items.packed)  # items are packed rows: their batches carry the packed columns
+        self.packed = items.packed  # items are packed rows: their batches carry the packed columns
         self.masked = bool(store.has_loss_mask)
         self.lengths: IntArray = store.lengths.astype(np.int64)
         self.included = store.partition_codes == self.code

@@ -228,8 +228,7 @@ class Tally:
         source = ex.store.starts[docs[owner[ok]]] + starts[owner[ok]] + offset[ok]  # each real input's flat position
         trained = real.copy()  # the store's bit at each real target (recomputed from the provenance)
         if ex.masked and ok.any():
-            store: Any = ex.store  # a store or a corpus with a loss mask
-            trained[flat[ok]] = store.mask_at(source + 1)
+            trained[flat[ok]] = ex.store.mask_at(source + 1)
         if not ex.masked:
             counted = int(np.count_nonzero(trained))
             if claimed != counted or int(getattr(piece, "target_count", claimed)) != counted:
