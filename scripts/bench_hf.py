@@ -232,10 +232,20 @@ def first_step_seconds(trainer: Any, checkpoint: str | None) -> float:
 
 
 def resume(options: argparse.Namespace) -> dict[str, Any]:
-    import streambatch.hf as sbh
-
     T, B = 16, 16
     data = store(int(options.windows * 1.02))  # stride 1: a document of L tokens has L - T windows
+    report: dict[str, Any] = {} if options.skip_streambatch else streambatch_resume(options, data, T, B)
+    hf = {str(n): hf_resume(options, data, T, B, n) for n in options.hf_windows or []}
+    hf["all"] = hf_resume(options, data, T, B, None)
+    report["hf"] = hf
+    if "streambatch_resume_s" in report:
+        report["hf_over_streambatch_resume"] = hf["all"]["first_step_begin_median_s"] / report["streambatch_resume_s"]
+    return report
+
+
+def streambatch_resume(options: argparse.Namespace, data: sb.DocumentStore, T: int, B: int) -> dict[str, Any]:
+    import streambatch.hf as sbh
+
     run = sb.Run(data, context_length=T, batch_size=B, stride=1, seed=3, epochs=1)
     target = int(run.batches_per_epoch * 0.9)
     with tempfile.TemporaryDirectory() as out:
@@ -261,14 +271,10 @@ def resume(options: argparse.Namespace) -> dict[str, Any]:
                     sbh.Trainer(model=model(options.width), args=arguments(out, max_steps=1), train_dataset=start), None
                 )
             )
-        replay = hf_skip_seconds(options, data, T, B)
-    micro = target * 2  # accumulation 2: HF skips this many micro-batches
     return {
         "windows": run.window_count, "checkpoint_step": target, "streambatch_loader_resume_s": statistics.median(loader),
-        "streambatch_resume_s": statistics.median(ours),
-        "streambatch_fresh_start_s": statistics.median(fresh), "hf_skip_per_batch_s": replay,
-        "hf_skip_measured_batches": options.skip, "hf_replay_estimate_s": replay * micro,
-        "replay_over_loader_resume": replay * micro / statistics.median(loader),
+        "streambatch_resume_s": statistics.median(ours), "streambatch_resume_runs_s": ours,
+        "streambatch_fresh_start_s": statistics.median(fresh),
     }  # fmt: skip
 
 
@@ -287,22 +293,81 @@ def loader_resume_seconds(data: sb.DocumentStore, T: int, B: int, checkpoint: st
     return seconds
 
 
-def hf_skip_seconds(options: argparse.Namespace, data: sb.DocumentStore, T: int, B: int) -> float:
-    """Seconds per batch of accelerate's ``skip_first_batches`` on HF's path (a Dataset of the rows, HF's collator)."""
+def hf_rows(data: sb.DocumentStore, T: int, windows: int | None = None) -> Any:
+    """A ``datasets.Dataset`` of the run's windows (each T + 1 tokens, int32), in document order (HF's sampler
+    shuffles), built through Arrow without a Python object per row; the first *windows* of them (None: all)."""
     import datasets
-    from accelerate import skip_first_batches
-    from torch.utils.data import DataLoader
-    from transformers import DataCollatorForLanguageModeling
+    import pyarrow as pa
 
-    rows_needed = (options.skip + 1) * B // 2
-    epoch = sb.Epoch(data, context_length=T, batch_size=rows_needed, stride=1, seed=3)
-    first = epoch.batch(0)
-    rows = np.concatenate([first.inputs, first.targets[:, -1:]], axis=1).astype(np.int32)
-    dataset = datasets.Dataset.from_dict({"input_ids": rows.tolist()})
-    loader = DataLoader(dataset, batch_size=B // 2, collate_fn=DataCollatorForLanguageModeling(tokenizer(), mlm=False))
+    epoch = sb.Epoch(data, context_length=T, batch_size=1 << 20, stride=1, seed=None)
+    parts, have = [], 0
+    for batch in epoch:
+        parts.append(np.concatenate([batch.inputs, batch.targets[:, -1:]], axis=1).astype(np.int32).ravel())
+        have += batch.width
+        if windows is not None and have >= windows:
+            break
+    flat = np.concatenate(parts)[: None if windows is None else windows * (T + 1)]
+    return datasets.Dataset(pa.table({"input_ids": pa.FixedSizeListArray.from_arrays(pa.array(flat), T + 1)}))
+
+
+def hf_resume(options: argparse.Namespace, data: sb.DocumentStore, T: int, B: int, windows: int | None) -> dict[str, Any]:
+    """HF's own resume, run whole: ``transformers.Trainer`` over a ``datasets.Dataset`` of the windows with HF's
+    collator, a checkpoint at 90% of its epoch, ``train(resume_from_checkpoint=...)`` timed to the first trained
+    step (accelerate's ``skip_first_batches`` skips the micro-batches before it); *windows* None: all of them."""
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback
+
     began = time.perf_counter()
-    next(iter(skip_first_batches(loader, options.skip)))
-    return (time.perf_counter() - began) / options.skip
+    dataset = hf_rows(data, T, windows)
+    built = time.perf_counter() - began
+    skipped: list[int] = []
+
+    class Recorded(Trainer):
+        def get_resumed_dataloader(self, dataloader: Any, num_batches: int) -> Any:
+            skipped.append(num_batches)
+            return super().get_resumed_dataloader(dataloader, num_batches)
+
+    collator = DataCollatorForLanguageModeling(tokenizer(), mlm=False)
+    steps_per_epoch = -(-len(dataset) // B)
+    target = int(steps_per_epoch * 0.9)
+    times: list[tuple[float, float]] = []
+    with tempfile.TemporaryDirectory() as out:
+        args = arguments(out, max_steps=1, save_strategy="steps", save_steps=1, per_device_train_batch_size=B // 2)
+        Trainer(model=model(options.width), args=args, train_dataset=dataset, data_collator=collator).train()
+        checkpoint = os.path.join(out, "checkpoint-1")
+        state_path = os.path.join(checkpoint, "trainer_state.json")
+        state = json.loads(Path(state_path).read_text())
+        state["global_step"] = target
+        Path(state_path).write_text(json.dumps(state))
+
+        class Marks(TrainerCallback):
+            def __init__(self) -> None:
+                self.at: list[float] = []
+
+            def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                self.at.append(time.perf_counter())
+
+            def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                self.at.append(time.perf_counter())
+
+        for repeat in range(options.hf_repeats):
+            marks = Marks()
+            args = arguments(out, max_steps=target + 1, per_device_train_batch_size=B // 2)
+            trainer = Recorded(model=model(options.width), args=args, train_dataset=dataset, data_collator=collator,
+                               callbacks=[marks])  # fmt: skip
+            start = time.perf_counter()
+            trainer.train(resume_from_checkpoint=checkpoint)
+            assert skipped[-1] == 2 * target, skipped  # HF skipped the checkpoint's micro-batches
+            assert trainer.state.global_step == target + 1, trainer.state.global_step
+            times.append((marks.at[0] - start, marks.at[1] - start))
+            print(f"hf resume {repeat}: {len(dataset):,} windows, first step begins {times[-1][0]:.2f} s", file=sys.stderr)
+            if repeat == 0 and times[0][1] > 60:
+                break  # over a minute: one run
+    return {
+        "windows": len(dataset), "dataset_build_s": built, "checkpoint_step": target, "skipped_micro_batches": 2 * target,
+        "runs": len(times), "first_step_begin_s": [t[0] for t in times], "first_step_end_s": [t[1] for t in times],
+        "first_step_begin_median_s": statistics.median(t[0] for t in times),
+        "first_step_end_median_s": statistics.median(t[1] for t in times),
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -316,7 +381,9 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=400_000)
     parser.add_argument("--windows", type=int, default=10_000_000, help="the resume epoch's windows (stride 1)")
-    parser.add_argument("--skip", type=int, default=2000, help="batches HF's skip is timed over")
+    parser.add_argument("--hf-repeats", type=int, default=3, help="HF resumes timed (one if the first takes over 60 s)")
+    parser.add_argument("--hf-windows", type=int, nargs="*", help="also time HF's resume over these first windows")
+    parser.add_argument("--skip-streambatch", action="store_true", help="time HF's resume only")
     options = parser.parse_args()
     report: dict[str, Any] = {}
     if options.part in ("steps", "both"):

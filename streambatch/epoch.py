@@ -34,7 +34,7 @@ from .order.shuffle import shuffle
 from .order.splitmix import derive_seed
 from .stages.chunk import BatchSize, Chunks, batch_count, batch_widths, bind_batch_size, check_batch_size, chunk, largest_batch
 from .stages.materialize import Batches, materialize
-from .stages.schedule import BatchSizeArg
+from .stages.schedule import BatchSchedule, BatchSizeArg
 from .stages.share import share
 from .state import check_index
 
@@ -163,10 +163,18 @@ class Epoch:
         """The epoch of windows already in their order (e.g. ``sb.shuffle(sb.windows(...), seed)``): ``Epoch(ordered, ...)``."""
         return cls(ordered, batch_size=batch_size, seed=None)
 
-    def reseeded(self, seed: int | None) -> Epoch:
-        """The same windows and batching over the same source, in the order of *seed*."""
+    def reseeded(self, seed: int | None, *, consumed: int | None = None) -> Epoch:
+        """The same windows and batching over the same source, in the order of *seed*.
+
+        *consumed*: the items a run consumed before this epoch (epoch ``e``: ``e * item_count``); a batch-size
+        schedule goes on from there (`streambatch.stages.schedule.BatchSchedule.after`).  None keeps this epoch's.
+        """
         items, seed = self.items.reseed(seed)  # a mixture's: the same plan, source orders of *seed*
-        return Epoch.from_config(items, replace(self.settings, seed=seed))
+        size = self.batch_size
+        settings = replace(self.settings, seed=seed)
+        if consumed is not None and isinstance(size, BatchSchedule):
+            settings = replace(settings, batch_size=size.after(consumed))
+        return Epoch.from_config(items, settings)
 
     @property
     def config(self) -> WindowConfig:

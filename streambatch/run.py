@@ -41,7 +41,7 @@ from .model.source import TokenSource
 from .order.splitmix import derive_seed
 from .stages.chunk import BatchSize
 from .stages.materialize import Batches
-from .stages.schedule import BatchSizeArg, items_before, state_batch_size
+from .stages.schedule import BatchSchedule, BatchSizeArg, RunSteps, state_batch_size
 from .state import RUN_KEYS, check_index, check_position, check_same, decode, encode
 
 STATE_KEYS = RUN_KEYS  # the keys of Run.state_dict(), in order
@@ -99,7 +99,7 @@ class Run:
         )
         self._seed = first.seed
         self._current: tuple[int, Epoch] = (0, first)
-        self._batches = first.batch_count
+        self._steps = RunSteps(first.batch_size, first.item_count)  # the steps of every epoch, in O(phases)
         self._position = (0, 0)
         self._fingerprint: str | None = None
         self._closed = False
@@ -178,8 +178,15 @@ class Run:
 
     @property
     def batches_per_epoch(self) -> int:
-        """``ceil(item_count / batch_size)``, the same for every epoch."""
-        return self._batches
+        """``ceil(item_count / batch_size)``, the same for every epoch under a fixed size.  Under a batch-size
+        schedule the epochs a threshold falls in differ: this is then the batches of the epoch at the position
+        (`batches_in` gives any epoch's)."""
+        return self._steps.count(self._position[0])
+
+    def batches_in(self, epoch: int) -> int:
+        """Batches of epoch *epoch*: `batches_per_epoch`, or under a schedule that epoch's own count (its
+        thresholds count the items of the earlier epochs too, as Megatron's count from the start of training)."""
+        return self._steps.count(check_non_negative(epoch, "epoch", "the epoch number (0 for the first)"))
 
     @property
     def fingerprint(self) -> str:
@@ -198,7 +205,7 @@ class Run:
         """Batches left in the schedule from the position; None for an endless run."""
         if self._epochs is None:
             return None
-        return max(self._epochs * self._batches - self.step_of(*self._position), 0)
+        return max(self.steps_stop() - self.step_of(*self._position), 0)
 
     # -- epochs and batches, by random access ------------------------------------------
     def epoch(self, number: int) -> Epoch:
@@ -210,23 +217,24 @@ class Run:
         wanted = check_non_negative(number, "epoch", "the epoch number (0 for the first)")
         held, epoch = self._current
         if wanted != held:
-            epoch = epoch.reseeded(None if self._seed is None else derive_seed(self._seed, wanted))
+            seed = None if self._seed is None else derive_seed(self._seed, wanted)
+            epoch = epoch.reseeded(seed, consumed=wanted * epoch.item_count)  # a schedule goes on from the run's items
             self._current = (wanted, epoch)
         return epoch
 
     def batch(self, epoch: int, index: int, *, rank: int = 0, world_size: int = 1) -> MiniBatch:
         """Batch *index* of epoch *epoch* (this *rank*'s rows of it with *world_size* > 1)."""
         chosen = self.epoch(epoch)
-        return chosen.batches(rank=rank, world_size=world_size)[check_index(index, self._batches)].in_epoch(int(epoch))
+        return chosen.batches(rank=rank, world_size=world_size)[check_index(index, chosen.batch_count)].in_epoch(int(epoch))
 
     def step_of(self, epoch: int, batch: int) -> int:
-        """The global batch number of ``(epoch, batch)``: ``epoch * batches_per_epoch + batch``."""
-        return epoch * self._batches + batch
+        """The global batch number of ``(epoch, batch)``: ``epoch * batches_per_epoch + batch`` (under a schedule,
+        the batches of the earlier epochs, each its own, plus *batch*)."""
+        return self._steps.first(epoch) + batch
 
     def position_of(self, step: int) -> tuple[int, int]:
         """``(epoch, batch)`` of global batch number *step*."""
-        number = check_non_negative(step, "step", "a global batch number")
-        return divmod(number, self._batches) if self._batches else (0, 0)
+        return self._steps.position(check_non_negative(step, "step", "a global batch number"))
 
     def iter_steps(
         self, start: int = 0, stop: int | None = None, step: int = 1, *, rank: int = 0, world_size: int = 1
@@ -250,7 +258,7 @@ class Run:
     def steps_stop(self, stop: int | None = None) -> int:
         """The global batch number iteration stops before: *stop*, capped by the schedule (an endless run: 2**62)."""
         end = _ENDLESS if stop is None else stop
-        return end if self._epochs is None else min(end, self._epochs * self._batches)
+        return end if self._epochs is None else min(end, self._steps.first(self._epochs))
 
     def batches_at(self, steps: Iterable[int], *, rank: int = 0, world_size: int = 1) -> Iterator[MiniBatch]:
         """The batches of global batch numbers *steps* (increasing), this *rank*'s rows of each; the position stays.
@@ -264,17 +272,17 @@ class Run:
         """A range of steps goes to the fast road epoch by epoch (`Batches.road`: block positions, the next batch's
         hint, a remote store's prefetch along the step); other steps are indexed one by one."""
         self._check_open()
-        if not self._batches:
+        if not self._steps.items:
             return
         if not isinstance(steps, range):
             held: tuple[int, Batches] | None = None
             for at in steps:
-                epoch, index = divmod(at, self._batches)
+                epoch, index = self._steps.position(at)
                 if held is None or held[0] != epoch:
                     held = (epoch, self.epoch(epoch).batches(rank=rank, world_size=world_size))
                 yield held[1][index].in_epoch(epoch)
             return
-        for epoch, local in epoch_ranges(steps, self._batches):
+        for epoch, local in epoch_ranges(steps, self._steps):
             for batch in self.epoch(epoch).batches(rank=rank, world_size=world_size).road(local):
                 batch.epoch = epoch  # made for this call alone: placed in its epoch as it is (no copy)
                 yield batch
@@ -293,11 +301,11 @@ class Run:
         """From the position on, an epoch at a time through the fast road; a position moved meanwhile
         (`set_position`, `load_state_dict`) starts the road again there."""
         self._check_open()
-        while self._batches:
+        while self._steps.items:
             epoch, index = self._position
             if self._epochs is not None and epoch >= self._epochs:
                 return
-            road = self.epoch(epoch).batches(rank=rank, world_size=world_size).road(range(index, self._batches))
+            road = self.epoch(epoch).batches(rank=rank, world_size=world_size).road(range(index, self.batches_in(epoch)))
             for batch in road:
                 if self._position != (epoch, index):  # moved while the last batch was out: go on from there
                     break
@@ -310,11 +318,22 @@ class Run:
         return self.iter_batches()
 
     def _after(self, epoch: int, index: int) -> tuple[int, int]:
-        return (epoch + 1, 0) if index + 1 >= self._batches else (epoch, index + 1)
+        return (epoch + 1, 0) if index + 1 >= self._steps.count(epoch) else (epoch, index + 1)
 
     def set_position(self, epoch: int, batch: int) -> None:
         """Move to batch *batch* of epoch *epoch* (``batch == batches_per_epoch`` means the next epoch's start)."""
-        self._position = check_position(epoch, batch, self._batches, error=OutOfRangeError)
+        self._position = self.check_position(epoch, batch)
+
+    def check_position(
+        self, epoch: Any, batch: Any, *, where: str = "", error: type[Exception] = OutOfRangeError
+    ) -> tuple[int, int]:
+        """``(epoch, batch)`` checked against that epoch's batches (`streambatch.state.check_position`), normalised:
+        ``batch == batches_in(epoch)`` is ``(epoch + 1, 0)``."""
+        return check_position(epoch, batch, self._count(epoch), where=where, error=error)
+
+    def _count(self, epoch: Any) -> int:
+        """Batches of *epoch* for a position check (an epoch that is not an int: check_position's own refusal)."""
+        return self._steps.count(int(epoch)) if is_integer(epoch) and 0 <= int(epoch) < 1 << 48 else 0
 
     # -- the checkpoint: one codec, `streambatch.state` --------------------------------
     def state_dict(self, position: tuple[int, int] | None = None) -> dict[str, Any]:
@@ -325,14 +344,19 @@ class Run:
         ``context_length``, ``stride``, ``batch_size``, ``partition`` and the corpus
         ``fingerprint``.
         """
-        epoch, batch = self._position if position is None else check_position(*position, self._batches, error=OutOfRangeError)
-        return encode("run", epoch=epoch, batch=batch, **self._key(), **self._consumed(batch))
+        if position is None:
+            epoch, batch = self._position
+        else:
+            epoch, batch = self.check_position(*position)
+        return encode("run", epoch=epoch, batch=batch, **self._key(), **self._consumed(epoch, batch))
 
-    def _consumed(self, batch: int) -> dict[str, int]:
-        """``{"items": n}``, the items consumed before *batch* of its epoch, for a batch-size schedule (whose widths
-        vary); nothing for a fixed size (``batch * batch_size``), so those states stay as they were."""
-        consumed = items_before(self.batch_size, batch, self.item_count)
-        return {} if consumed is None else {"items": consumed}
+    def _consumed(self, epoch: int, batch: int) -> dict[str, int]:
+        """``{"items": n}``, the items the run consumed before batch *batch* of *epoch* (over every epoch, as
+        Megatron's consumed samples), for a batch-size schedule (whose widths vary); nothing for a fixed size
+        (``batch * batch_size``), so those states stay as they were."""
+        if not isinstance(self.batch_size, BatchSchedule):
+            return {}
+        return {"items": self._steps.items_before(epoch, batch)}
 
     def state_dict_after(self, batch: object) -> dict[str, Any]:
         """The state right after *batch* (anything with ``.epoch`` and ``.index``: a batch this run made).
@@ -342,10 +366,11 @@ class Run:
         """
         epoch: Any = getattr(batch, "epoch", None)
         index: Any = getattr(batch, "index", None)
-        if not is_integer(epoch) or int(epoch) < 0 or not is_integer(index) or not 0 <= int(index) < self._batches:
+        count = self._count(epoch)
+        if not is_integer(epoch) or int(epoch) < 0 or not is_integer(index) or not 0 <= int(index) < count:
             raise OutOfRangeError(
                 f"batch={short_repr(batch)} (epoch={epoch!r}, index={index!r}) is not a batch of this run "
-                f"({self._batches} batches per epoch); pass a batch the run (or its dataset) yielded"
+                f"({count} batches in that epoch); pass a batch the run (or its dataset) yielded"
             )
         return self.state_dict(self._after(int(epoch), int(index)))
 
@@ -379,18 +404,19 @@ class Run:
         found = decode(state, "run", where)
         ours = {"mode": "pack" if self.pack else "window", "skip_untrained": self._filtered, **self._key()}
         check_same(found, ours, where)
-        position = check_position(found["epoch"], found["batch"], self._batches, where=f"{where} ", error=StateError)
+        position = self.check_position(found["epoch"], found["batch"], where=f"{where} ", error=StateError)
         if self._epochs is not None and position > (self._epochs, 0):
             raise StateError(
                 f"{where}: position (epoch {position[0]}, batch {position[1]}) is past the end of this run of "
-                f"{self._epochs} epoch(s) ({self._batches} batches each); pass a state this run saved, or a run with "
-                "more epochs"
+                f"{self._epochs} epoch(s) ({self.steps_stop()} batches in all); pass a state this run saved, or a run "
+                "with more epochs"
             )
-        wanted = self._consumed(position[1] if position[0] == found["epoch"] else self._batches)
+        wanted = self._consumed(*position)
         if found.get("items") is not None and {"items": found["items"]} != wanted:
             raise StateError(
-                f"{where} items={found['items']!r} but batch {found['batch']} of this run's schedule follows "
-                f"{wanted.get('items', 'batch * batch_size')} items; pass a state_dict() of this run unchanged"
+                f"{where} items={found['items']!r} but (epoch {found['epoch']}, batch {found['batch']}) of this run's "
+                f"schedule follows {wanted.get('items', 'batch * batch_size')} items consumed since the run's start; "
+                "pass a state_dict() of this run unchanged"
             )
         return position
 
@@ -422,21 +448,22 @@ class Run:
         return (
             f"Run(position=(epoch {epoch}, batch {batch}), {epochs}, "
             f"{'pack=True, rows' if self.pack else 'windows'}={self.item_count}, "
-            f"batches_per_epoch={self._batches}, context_length={self.config.context_length}, stride={self.config.stride}, "
+            f"batches_per_epoch={self.batches_per_epoch}, context_length={self.config.context_length}, "
+            f"stride={self.config.stride}, "
             f"batch_size={self.batch_size}, {order}, partition={self.partition.value!r})"
         )
 
 
-def epoch_ranges(steps: range, per_epoch: int) -> Iterator[tuple[int, range]]:
+def epoch_ranges(steps: range, layout: RunSteps) -> Iterator[tuple[int, range]]:
     """``(epoch, batches)`` for increasing global *steps*: each epoch's part as a range of its batch indexes.
 
-    >>> [(e, list(r)) for e, r in epoch_ranges(range(1, 9, 2), 3)]
+    >>> [(e, list(r)) for e, r in epoch_ranges(range(1, 9, 2), RunSteps(2, 5))]
     [(0, [1]), (1, [0, 2]), (2, [1])]
     """
     rest = steps
     while len(rest):
-        epoch = rest[0] // per_epoch
-        end = (epoch + 1) * per_epoch
+        epoch = layout.position(rest[0])[0]
+        first, end = layout.first(epoch), layout.first(epoch + 1)
         count = len(range(rest.start, min(end, rest.stop), rest.step)) if rest.start < end else 0
         part, rest = rest[:count], rest[count:]
-        yield epoch, range(part[0] - epoch * per_epoch, part[-1] - epoch * per_epoch + 1, part.step)
+        yield epoch, range(part[0] - first, part[-1] - first + 1, part.step)

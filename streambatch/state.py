@@ -7,7 +7,7 @@ the refusals:
 - ``run``: a run's position (``epoch``, ``batch`` consumed in it) plus what the
   order depends on (``seed``, ``context_length``, ``stride``, ``batch_size``,
   ``partition``, corpus ``fingerprint``, and ``mode``: ``"pack"`` for packed
-  rows, absent (``"window"``) for the chapter's windows; ``items``: the items consumed in the epoch, written only
+  rows, absent (``"window"``) for the chapter's windows; ``items``: the items consumed since the run's start, written only
   under a batch-size schedule; ``skip_untrained``:
   true for a run that drops items with no counted target, else absent):
   `streambatch.Run.state_dict`;
@@ -61,7 +61,7 @@ class _Run(_State):
     mode: Literal["window", "pack"] = "window"  # written only by packed runs: window states are unchanged
     skip_untrained: bool = False  # written only by runs of skip_untrained: other states are unchanged
     contract: str = ""  # written only for stores that record a data contract (`streambatch.model.contract`)
-    items: Count | None = None  # written only under a batch-size schedule: the items consumed in the epoch
+    items: Count | None = None  # written only under a batch-size schedule: the items consumed since the run's start
 
 
 class _Worker(_State):
@@ -168,7 +168,8 @@ def check_same(state: Mapping[str, Any], ours: Mapping[str, Any], where: str = "
 
 
 def check_position(epoch: Any, batch: Any, batches_per_epoch: int, *, where: str = "", error: type[Exception]) -> tuple[int, int]:
-    """The one position check: ``(epoch, batch)`` with ``0 <= batch <= batches_per_epoch``, normalised.
+    """The one position check: ``(epoch, batch)`` with ``0 <= batch <= batches_per_epoch`` (that epoch's: under
+    a batch-size schedule epochs may differ, `streambatch.Run.check_position`), normalised.
 
     ``batch == batches_per_epoch`` (an epoch consumed) becomes ``(epoch + 1, 0)``.
 
@@ -179,7 +180,7 @@ def check_position(epoch: Any, batch: Any, batches_per_epoch: int, *, where: str
         raise error(f"{where}epoch={short_repr(epoch)} must be a non-negative int; pass the epoch number (0 for the first)")
     if not is_integer(batch) or not 0 <= int(batch) <= batches_per_epoch:
         raise error(
-            f"{where}batch={short_repr(batch)} must be an int in [0, {batches_per_epoch}] (batches per epoch); "
+            f"{where}batch={short_repr(batch)} must be an int in [0, {batches_per_epoch}] (the epoch's batches); "
             "pass the number of batches already consumed in that epoch"
         )
     if batches_per_epoch and int(batch) == batches_per_epoch:

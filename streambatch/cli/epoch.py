@@ -131,10 +131,10 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
     epoch = check_non_negative(0 if args.epoch is None else args.epoch, "epoch", "the epoch to write (0 for the first)")
     run = _run(args, source, epoch)
     start = 0 if args.start_batch is None else args.start_batch
-    if not 0 <= start <= run.batches_per_epoch:
+    count = run.batches_in(epoch)  # a batch-size schedule's epochs may differ: this epoch's own
+    if not 0 <= start <= count:
         raise OutOfRangeError(
-            f"start_batch={start} is out of range for an epoch of {run.batches_per_epoch} batches; "
-            f"pass 0 <= --start-batch <= {run.batches_per_epoch}"
+            f"start_batch={start} is out of range for an epoch of {count} batches; pass 0 <= --start-batch <= {count}"
         )
     run.set_position(epoch, start)
     warn_size(args, run, fmt)
@@ -146,7 +146,7 @@ def _epoch(args: argparse.Namespace, out: IO[str]) -> None:
             out.writelines(piece.decode() for piece in record_pieces(batch))
     else:
         with _locked_for_replacing(args.output), atomic_text(args.output) as text:
-            progress = shown.bar(run.batches_per_epoch - start)
+            progress = shown.bar(count - start)
             buffer: IO[bytes] = text.buffer  # type: ignore[attr-defined]  # atomic_text's handle wraps a binary writer
             written, size = write_all(fmt, counted(run, progress), buffer, run.config.context_length, token_dtype(run))
             progress.close()
@@ -347,7 +347,7 @@ def _write_saving_state(
             record = state["output"]
             position = run.check_state(state["run"], f"{short_path(state_path)}: state")
             first, written, length = record["first"], record["batches"], record["bytes"]
-            consumed = run.batches_per_epoch if position == (epoch + 1, 0) else position[1]
+            consumed = run.batches_in(epoch) if position == (epoch + 1, 0) else position[1]
             if position[0] not in (epoch, epoch + 1) or consumed - first != written or first > consumed:
                 raise StateError(
                     f"{short_path(state_path)}: run position {list(position)}, first batch {first} and {written} batches written "
@@ -377,7 +377,7 @@ def _write_saving_state(
             digest.update(header)
             if pending is None:
                 save(handle.tell(), written)
-        progress = shown.bar(run.batches_per_epoch - first - written)
+        progress = shown.bar(run.batches_in(epoch) - first - written)
         for batch in itertools.chain(() if pending is None else (pending,), batches):
             for piece in fmt.pieces(batch):  # a long record a piece at a time: memory is the batch and one piece
                 handle.write(piece)

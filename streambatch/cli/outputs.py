@@ -244,7 +244,7 @@ def warn_size(args: argparse.Namespace, run: Run, fmt: JsonLines | ArrowStream) 
     """Before writing: estimate the output, and warn when it is far larger than the corpus (overlapping windows)."""
     corpus = max(sum(int(store.flat_size) for store in run.items.stores), 1)  # a mixture: every source's
     tokens = 2 * run.item_count * run.config.context_length  # inputs and targets of every item
-    left = run.batches_per_epoch - run.position[1]
+    left = run.batches_in(run.position[0]) - run.position[1]
     if tokens < WARN_RATIO * corpus or left <= 0:
         return
     estimate = sum(map(len, fmt.pieces(run.batch(*run.position)))) * left  # the first record (in pieces), per batch left

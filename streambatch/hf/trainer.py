@@ -110,13 +110,14 @@ else:
 
 class EpochLoader:
     """A `RankLoader` as HF's Trainer reads a DataLoader: ``len`` is a whole epoch's micro-batches (HF reads it once
-    to plan its epochs and steps, also when resuming mid-epoch); each pass is the rest of the current epoch."""
+    to plan its epochs and steps, also when resuming mid-epoch: under a batch-size schedule whose epochs differ,
+    that of the epoch the loader is in); each pass is the rest of the current epoch."""
 
     def __init__(self, loader: RankLoader) -> None:
         self.loader = loader
 
     def __len__(self) -> int:
-        return self.loader.run.batches_per_epoch * self.loader.accumulation
+        return len(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.loader)

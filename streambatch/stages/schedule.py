@@ -6,8 +6,15 @@ consumed tokens.  A consumed item (a window, or a packed row) is ``T`` tokens
 schedule is a function of the item count alone: no token is read, and the
 batch of any index is known in O(phases).  Batch size ``B_i`` starts at the
 first batch boundary where at least ``t_i`` tokens (``ceil(t_i / T)`` items) were
-consumed; the epoch's final batch is short, never padded.  Thresholds count
-from each epoch's start.
+consumed: each batch's size is that of the last phase whose threshold the items
+consumed before it reached.  An epoch's final batch is short, never padded.
+
+Thresholds count from the start of training, as Megatron's do: a schedule
+carries ``consumed``, the items consumed before its epoch (`BatchSchedule.after`),
+and `streambatch.Run` gives epoch ``e`` of ``N`` items ``consumed = e * N``, so
+the schedule goes on across epoch boundaries (an epoch's start is a batch
+boundary).  `RunSteps` numbers a run's batches, epoch after epoch, in
+O(phases): only the epochs a threshold falls in differ from their neighbours.
 
 `BatchSchedule.parse` reads ``"0:2 64:4 200:3"`` (``K``, ``M``, ``B``, ``T``
 suffixes allowed: ``"0:768 250B:1536"``), ``[(0, 2), (64, 4), (200, 3)]`` or an
@@ -25,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._checks import check_positive, is_integer, short_repr
+from .._checks import check_non_negative, check_positive, is_integer, short_repr
 from ..errors import ConfigError
 
 BatchSizeArg = Any  # what batch_size= takes: an int, a schedule's text, (tokens, size) pairs, or a BatchSchedule
@@ -48,6 +55,7 @@ class BatchSchedule:
 
     phases: tuple[tuple[int, int], ...]
     tokens_per_item: int | None = None
+    consumed: int = 0  # items consumed before this schedule's epoch (a run's earlier epochs): thresholds count from 0
 
     @classmethod
     def parse(cls, value: Any) -> int | BatchSchedule:
@@ -87,7 +95,18 @@ class BatchSchedule:
     def bound(self, tokens_per_item: int) -> BatchSchedule:
         """This schedule over items of *tokens_per_item* tokens (``T``)."""
         per = check_positive(tokens_per_item, "context_length", "the tokens each item counts (T)")
-        return self if self.tokens_per_item == per else BatchSchedule(self.phases, per)
+        return self if self.tokens_per_item == per else BatchSchedule(self.phases, per, self.consumed)
+
+    def after(self, consumed: int) -> BatchSchedule:
+        """This schedule for an epoch that starts once *consumed* items were (epoch ``e`` of a run of ``N``-item
+        epochs: ``e * N``): its first batch's size is the phase reached by then.
+
+        >>> s = BatchSchedule.parse("0:2 8:4 20:3").bound(2)
+        >>> s.after(5).widths(13), s.after(10).widths(6)
+        ([4, 4, 3, 2], [3, 3])
+        """
+        items = check_non_negative(consumed, "consumed", "the items consumed before the epoch")
+        return self if items == self.consumed else BatchSchedule(self.phases, self.tokens_per_item, items)
 
     @property
     def largest(self) -> int:
@@ -97,7 +116,7 @@ class BatchSchedule:
     def _layout(self, items: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
         if self.tokens_per_item is None:
             raise ConfigError(f"batch_size schedule {self} is not bound to a context length; chunk items with it")
-        return _layout(self.phases, self.tokens_per_item, items)
+        return _layout(self.phases, self.tokens_per_item, items, self.consumed)
 
     def count(self, items: int) -> int:
         """Batches of an epoch of *items* items."""
@@ -141,16 +160,24 @@ class BatchSchedule:
         return " ".join(f"{t}:{b}" for t, b in self.phases)
 
 
+def _wanted(phases: tuple[tuple[int, int], ...], per: int) -> list[int]:
+    """Each phase's threshold in items: consumed once that many tokens were (``ceil(t / T)``)."""
+    return [-(-tokens // per) for tokens, _ in phases]
+
+
 @functools.lru_cache(maxsize=64)
 def _layout(
-    phases: tuple[tuple[int, int], ...], per: int, items: int
+    phases: tuple[tuple[int, int], ...], per: int, items: int, consumed: int = 0
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], int]:
-    """Per phase reached in an epoch of *items* items: its first batch, its first item, its size; and the batch count."""
-    batches, firsts, sizes = [0], [0], [phases[0][1]]
-    for tokens, size in phases[1:]:
-        wanted = -(-tokens // per)  # the items consumed once that many tokens were
+    """Per phase reached in an epoch of *items* items after *consumed*: its first batch, its first item (in the
+    epoch), its size; and the batch count.  The epoch starts in the last phase whose threshold *consumed* reached."""
+    wanted = _wanted(phases, per)
+    reached = bisect.bisect_right(wanted, consumed) - 1
+    batches, firsts, sizes = [0], [0], [phases[reached][1]]
+    for threshold, (_, size) in zip(wanted[reached + 1 :], phases[reached + 1 :], strict=True):
+        wanted_here = threshold - consumed  # > 0: the items of this epoch consumed once the threshold is
         at, step = firsts[-1], sizes[-1]
-        start = at + step * max(0, -(-(wanted - at) // step))  # the first batch boundary of the phase before
+        start = at + step * max(0, -(-(wanted_here - at) // step))  # the first batch boundary of the phase before
         if start >= items:
             break
         batches.append(batches[-1] + (start - at) // step)
@@ -160,11 +187,70 @@ def _layout(
     return tuple(batches), tuple(firsts), tuple(sizes), total
 
 
+class RunSteps:
+    """A run's batches numbered epoch after epoch: epochs of *items* items each, under *batch_size* (an int, or a
+    schedule bound to its items) going on across epochs (epoch ``e`` starts after ``e * items`` items).
+
+    Epochs differ only where a threshold falls: the epochs between two such are alike, so a handful of marks
+    (at most two per phase) number every step in O(phases), whatever the run's length.
+
+    >>> steps = RunSteps(BatchSchedule.parse("0:2 12:4").bound(1), 5)
+    >>> [steps.count(e) for e in range(5)], steps.first(3), steps.position(9), steps.items_before(2, 1)
+    ([3, 3, 2, 2, 2], 8, (3, 1), 12)
+    """
+
+    __slots__ = ("_counts", "_firsts", "_marks", "batch_size", "items", "uniform")
+
+    def __init__(self, batch_size: int | BatchSchedule, items: int) -> None:
+        self.batch_size, self.items = batch_size, check_non_negative(items, "items", "the items of each epoch")
+        marks = [0]
+        if isinstance(batch_size, BatchSchedule) and items:
+            batch_size.count(items)  # an unbound schedule's refusal
+            wanted = _wanted(batch_size.phases, batch_size.tokens_per_item or 1)
+            marks = sorted({0} | {w // items + d for w in wanted[1:] for d in (0, 1)})  # a threshold's epoch, the next
+        counts = [self._count_of(m) for m in marks]
+        firsts = [0]
+        for k in range(1, len(marks)):
+            firsts.append(firsts[-1] + (marks[k] - marks[k - 1]) * counts[k - 1])
+        self._marks, self._counts, self._firsts = tuple(marks), tuple(counts), tuple(firsts)
+        self.uniform = len(set(counts)) == 1  # every epoch has as many batches
+
+    def epoch_size(self, epoch: int) -> int | BatchSchedule:
+        """The batch size of epoch *epoch*: the int, or the schedule after the earlier epochs' items."""
+        size = self.batch_size
+        return size.after(epoch * self.items) if isinstance(size, BatchSchedule) else size
+
+    def _count_of(self, epoch: int) -> int:
+        size = self.epoch_size(epoch)
+        return size.count(self.items) if isinstance(size, BatchSchedule) else -(-self.items // size)
+
+    def _mark(self, epoch: int) -> int:
+        return 0 if self.uniform else bisect.bisect_right(self._marks, epoch) - 1
+
+    def count(self, epoch: int) -> int:
+        """Batches of epoch *epoch*."""
+        return self._counts[self._mark(epoch)]
+
+    def first(self, epoch: int) -> int:
+        """The global step of batch 0 of epoch *epoch*."""
+        k = self._mark(epoch)
+        return self._firsts[k] + (epoch - self._marks[k]) * self._counts[k]
+
+    def position(self, step: int) -> tuple[int, int]:
+        """``(epoch, batch)`` of global step *step* (``(0, 0)`` when the epochs are empty)."""
+        if not self.items:
+            return 0, 0
+        k = 0 if self.uniform else bisect.bisect_right(self._firsts, step) - 1
+        epoch, batch = divmod(step - self._firsts[k], self._counts[k])
+        return self._marks[k] + epoch, batch
+
+    def items_before(self, epoch: int, batch: int) -> int:
+        """Items the run consumed before batch *batch* of epoch *epoch* (Megatron's consumed samples)."""
+        size = self.epoch_size(epoch)
+        within = size.items_before(batch, self.items) if isinstance(size, BatchSchedule) else min(batch * size, self.items)
+        return epoch * self.items + within
+
+
 def state_batch_size(batch_size: int | BatchSchedule) -> int | str:
     """What a run's state records as its ``batch_size``: the int, or the schedule's text (``"0:2 64:4"``)."""
     return str(batch_size) if isinstance(batch_size, BatchSchedule) else batch_size
-
-
-def items_before(batch_size: int | BatchSchedule, batch: int, items: int) -> int | None:
-    """Items consumed before batch *batch* of an epoch of *items* under a schedule; None for a fixed size."""
-    return batch_size.items_before(batch, items) if isinstance(batch_size, BatchSchedule) else None

@@ -22,7 +22,7 @@ from ..errors import ConfigError, OutOfRangeError, StateError
 from ..run import Run
 from ..stages.materialize import Batches
 from ..stages.share import share
-from ..state import check_position, decode, encode
+from ..state import decode, encode
 from ._shared import SharedPosition
 from .tensors import TensorBatch, tensor_batch
 
@@ -64,7 +64,7 @@ class _RunShare(IterableDataset[TensorBatch]):
 
     def set_position(self, epoch: int, batch: int) -> None:
         """Start the next iteration at batch *batch* of epoch *epoch* (reaches persistent workers too)."""
-        number, start = check_position(epoch, batch, self.run.batches_per_epoch, error=OutOfRangeError)
+        number, start = self.run.check_position(epoch, batch)
         self._shared.set(number, start, True)
         self.run.epoch(number).shuffle_state_after  # noqa: B018 - plan in the parent process
 
@@ -158,7 +158,7 @@ class _RunShare(IterableDataset[TensorBatch]):
         """The global batch number of a saved ``[epoch, batch]`` (None stays None), checked like any position."""
         if pair is None:
             return None
-        position = check_position(pair[0], pair[1], self.run.batches_per_epoch, where=f"state {name} ", error=StateError)
+        position = self.run.check_position(pair[0], pair[1], where=f"state {name} ", error=StateError)
         return self.run.step_of(*position)
 
 
@@ -364,7 +364,7 @@ class EpochDataset(_RunShare):
         self.run.epoch(number).shuffle_state_after  # noqa: B018 - plan in the parent process
 
     def __len__(self) -> int:
-        return max(self.run.batches_per_epoch - self.start_batch, 0)
+        return max(self.run.batches_in(self.epoch_number) - self.start_batch, 0)
 
 
 class RunDataset(_RunShare):
@@ -405,4 +405,4 @@ class RunDataset(_RunShare):
         if self.run.epochs is None:
             raise TypeError("an endless run has no length; pass epochs= to sb.Run for a finite schedule")
         epoch, batch = self.position
-        return max(self.run.epochs * self.run.batches_per_epoch - self.run.step_of(epoch, batch), 0)
+        return max(self.run.steps_stop() - self.run.step_of(epoch, batch), 0)

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import StateError, missing_dependency
 from ..run import Run
-from ..state import check_position, decode
+from ..state import decode
 from .datasets import BatchesDataset, EpochDataset, _RunShare
 
 _SNAPSHOT, _WORKERS, _SINCE = "_snapshot", "_worker_snapshots", "_steps_since_snapshot"
@@ -103,7 +103,7 @@ def loader_position(dataset: Any, state: Any) -> tuple[int, int]:
 def _step(run: Run, pair: object, name: str) -> int:
     if not isinstance(pair, list) or len(pair) != 2:
         raise StateError(f"loader state {name}={pair!r} is not [epoch, batch]; pass it unchanged")
-    return int(run.step_of(*check_position(pair[0], pair[1], run.batches_per_epoch, where=f"state {name} ", error=StateError)))
+    return int(run.step_of(*run.check_position(pair[0], pair[1], where=f"state {name} ", error=StateError)))
 
 
 def resume_at(dataset: Any, step: int, origin: int) -> None:

@@ -122,7 +122,7 @@ class RankLoader:
             if run.epochs is None:
                 raise TypeError("an endless run has no length; pass epochs= to sb.Run, or whole_run=False")
             return run.steps_stop() * self.accumulation
-        return (run.batches_per_epoch if self._cursor < run.steps_stop() else 0) * self.accumulation
+        return (run.batches_in(run.position_of(self._cursor)[0]) if self._cursor < run.steps_stop() else 0) * self.accumulation
 
     def global_token_count(self, step: int | None = None) -> int:
         """The counted targets of global step *step* over every rank (None: the step handed out last), from the plan."""
