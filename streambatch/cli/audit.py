@@ -10,6 +10,7 @@ from typing import IO, Any
 
 from ..epoch import Epoch
 from ..io.mixture_file import MixtureSource
+from ..run import Run
 from ..tools.audit import AuditResult, PackAuditResult, audit_epoch
 from ..tools.inspect import format_count
 from ..tools.mix_report import audit_mixture, format_mixture_audit
@@ -21,6 +22,8 @@ EXIT_FAILED = 1
 def _audit(args: argparse.Namespace, out: IO[str]) -> int:
     source = open_args_source(args)
     epoch = args_epoch(args, source, plan_dir=args.plan_dir, verify_plan=args.plan_dir is not None)
+    if args.epoch:  # epoch E of the run seeded with --seed, as `epoch --epoch E` writes it (a schedule goes on)
+        epoch = Run.from_epoch(epoch).epoch(args.epoch)
     if isinstance(source, MixtureSource):  # the prefix bound, each source's exact epochs, no repeat, tokens
         mixed = audit_mixture(epoch, workers=args.workers, world_size=args.world_size)
         out.write(json.dumps(mixed, indent=1) + "\n" if args.json else format_mixture_audit(mixed))
@@ -132,4 +135,5 @@ def register(commands: Any) -> None:
     audit.add_argument("--json", action="store_true", help="print the result as JSON")
     audit.add_argument("--plan-dir", help="audit the epoch mapped from this plan folder, verifying the plan file first")
     audit.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    audit.add_argument("--epoch", type=int, default=0, help="audit this epoch of the run seeded with --seed (default 0)")
     audit.set_defaults(run=_audit)

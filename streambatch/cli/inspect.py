@@ -24,7 +24,7 @@ def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
         mixed = inspect_mixture(
             source, context_length=args.context_length, batch_size=args.batch_size,
             stride=1 if args.stride is None else args.stride, partition=args.partition, pack=args.pack,
-            skip_untrained=args.skip_untrained,
+            skip_untrained=args.skip_untrained, epoch=args.epoch,
         )  # fmt: skip
         out.write(json.dumps(mixed, indent=1) + "\n" if args.json else format_mixture(mixed))
         return
@@ -36,6 +36,7 @@ def _inspect(args: argparse.Namespace, out: IO[str]) -> None:
         partition=args.partition,
         pack=args.pack,
         skip_untrained=args.skip_untrained,
+        epoch=args.epoch,
     )
     remote = is_remote(str(args.source))
     if remote:  # what reading it cost: requests, bytes, the cache's hits
@@ -54,4 +55,7 @@ def register(commands: Any) -> None:
     )
     add_source(inspect, required_window=False)
     inspect.add_argument("--json", action="store_true", help="print JSON for scripts instead of aligned text")
+    inspect.add_argument(
+        "--epoch", type=int, default=0, help="with a batch-size schedule: lay out this epoch of the run (default 0)"
+    )
     inspect.set_defaults(run=_inspect)

@@ -217,8 +217,7 @@ class RunSteps:
 
     def epoch_size(self, epoch: int) -> int | BatchSchedule:
         """The batch size of epoch *epoch*: the int, or the schedule after the earlier epochs' items."""
-        size = self.batch_size
-        return size.after(epoch * self.items) if isinstance(size, BatchSchedule) else size
+        return in_epoch(self.batch_size, epoch, self.items)
 
     def _count_of(self, epoch: int) -> int:
         size = self.epoch_size(epoch)
@@ -249,6 +248,12 @@ class RunSteps:
         size = self.epoch_size(epoch)
         within = size.items_before(batch, self.items) if isinstance(size, BatchSchedule) else min(batch * size, self.items)
         return epoch * self.items + within
+
+
+def in_epoch(batch_size: int | BatchSchedule, epoch: int, items: int) -> int | BatchSchedule:
+    """*batch_size* in epoch *epoch* of a run of *items*-item epochs: a schedule goes on after ``epoch * items``
+    items (`BatchSchedule.after`); an int is every epoch's."""
+    return batch_size.after(epoch * items) if isinstance(batch_size, BatchSchedule) else batch_size
 
 
 def state_batch_size(batch_size: int | BatchSchedule) -> int | str:

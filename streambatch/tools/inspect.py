@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._checks import check_positive
+from .._checks import check_non_negative, check_positive
 from ..errors import ConfigError
 from ..items.pack.pack import pack_lengths
 from ..items.windows.window_index import window_counts, window_tails
@@ -27,7 +27,7 @@ from ..items.windows.windows import POSITION_LIMIT
 from ..model.documents import Partition
 from ..model.source import Source, as_source
 from ..stages.chunk import BatchSize, batch_count, final_batch
-from ..stages.schedule import BatchSchedule, state_batch_size
+from ..stages.schedule import BatchSchedule, in_epoch, state_batch_size
 from .inspect_mask import mask_rows, mask_summary
 
 MODES = ("windows", "packed")  # the item kinds `mode_summaries` counts, in the order of its table
@@ -51,6 +51,7 @@ def inspect_source(
     partition: Partition | str | None = None,
     pack: bool = False,
     skip_untrained: bool = False,
+    epoch: int = 0,
 ) -> dict[str, Any]:
     """Summarize *source* (a `Source`, a store or documents) and, given ``T`` (and ``B``), its epochs.
 
@@ -64,6 +65,8 @@ def inspect_source(
     (`mode_summaries`).  A store with a loss mask adds, per
     partition, ``loss_mask`` (`streambatch.tools.inspect_mask`); with
     *skip_untrained* it also counts the windows and rows an epoch then keeps.
+    A batch-size schedule's thresholds count over the run (`streambatch.stages.schedule`): *epoch* ``e`` lays
+    out epoch ``e``'s batches, after ``e`` epochs of the partition's items (``epoch`` is then in the summary).
 
     >>> import streambatch as sb
     >>> docs = [sb.Document("train-a", "train", [0, 10, 11, 12, 1]), sb.Document("train-b", "train", [0, 20, 21, 1])]
@@ -77,6 +80,7 @@ def inspect_source(
     B = None if batch_size is None or T is None else BatchSchedule.parse(batch_size)  # an int, or a schedule
     B = B.bound(T) if isinstance(B, BatchSchedule) and T is not None else B
     s = check_positive(stride, "stride", "the distance between window starts")
+    number = check_non_negative(epoch, "epoch", "the epoch of the run to lay out (0 for the first)")
     if pack and T is None:
         raise ConfigError("pack=True needs a context_length; pass context_length=T to pack rows of T positions")
     if pack and s not in (1, T):
@@ -110,23 +114,26 @@ def inspect_source(
             summary["skip_untrained"] = True
         if B is not None:
             summary["batch_size"] = state_batch_size(B)  # a schedule as its text
+            if number and isinstance(B, BatchSchedule):
+                summary["epoch"] = number  # the run's epoch whose batches are laid out
     wanted = [Partition.parse(partition)] if partition is not None else list(Partition)
     parts = {}
     for part in wanted:
         mask = store.partition_codes == part.code
         if partition is None and not mask.any():
             continue
-        parts[part.value] = _partition_summary(lengths[mask], T, B, s, store.flat_size)
+        parts[part.value] = _partition_summary(lengths[mask], T, B, s, store.flat_size, number)
         if pack and T is not None:
-            parts[part.value]["modes"] = mode_summaries(lengths[mask], T, B)
+            parts[part.value]["modes"] = mode_summaries(lengths[mask], T, B, number)
         if store.has_loss_mask:
             parts[part.value]["loss_mask"] = mask_summary(store, part, T, s, pack, skip_untrained)
     summary["partitions"] = parts
     return summary
 
 
-def mode_summaries(lengths: npt.NDArray[Any], T: int, B: BatchSize | None) -> dict[str, dict[str, Any]]:
-    """Each item kind of `MODES` over documents of *lengths* at ``T`` (and batch size *B*): see the module docstring.
+def mode_summaries(lengths: npt.NDArray[Any], T: int, B: BatchSize | None, epoch: int = 0) -> dict[str, dict[str, Any]]:
+    """Each item kind of `MODES` over documents of *lengths* at ``T`` (and batch size *B*, in the run's *epoch*):
+    see the module docstring.
 
     >>> s = mode_summaries(np.array([5, 1, 4, 2]), 2, 2)
     >>> [(s[m]["covered_targets"], s[m]["documents_seen"], s[m]["rows"], s[m]["pad_positions"]) for m in MODES]
@@ -137,14 +144,14 @@ def mode_summaries(lengths: npt.NDArray[Any], T: int, B: BatchSize | None) -> di
     windows = window_counts(sizes, T, T)
     packed = pack_lengths(sizes, T).report
     out = {  # per kind: (targets covered, documents seen, rows)
-        "windows": _mode(targets, int(windows.sum()) * T, int(np.count_nonzero(windows)), int(windows.sum()), T, B),
-        "packed": _mode(targets, packed.targets, int(np.count_nonzero(sizes > 1)), packed.rows, T, B),
+        "windows": _mode(targets, int(windows.sum()) * T, int(np.count_nonzero(windows)), int(windows.sum()), T, B, epoch),
+        "packed": _mode(targets, packed.targets, int(np.count_nonzero(sizes > 1)), packed.rows, T, B, epoch),
     }
     out["packed"].update(skipped_one_token_documents=packed.skipped_pieces, row_lower_bound=packed.lower_bound)
     return out
 
 
-def _mode(targets: int, covered: int, seen: int, rows: int, T: int, B: BatchSize | None) -> dict[str, Any]:
+def _mode(targets: int, covered: int, seen: int, rows: int, T: int, B: BatchSize | None, epoch: int = 0) -> dict[str, Any]:
     positions = rows * T
     out: dict[str, Any] = {
         "covered_targets": covered,
@@ -156,11 +163,13 @@ def _mode(targets: int, covered: int, seen: int, rows: int, T: int, B: BatchSize
         "pad_share": (positions - covered) / positions if positions else 0.0,
     }
     if B is not None:
-        out["batches"] = batch_count(rows, B)
+        out["batches"] = batch_count(rows, in_epoch(B, epoch, rows))
     return out
 
 
-def _partition_summary(lengths: Any, T: int | None, B: BatchSize | None, stride: int, store_tokens: int) -> dict[str, Any]:
+def _partition_summary(
+    lengths: Any, T: int | None, B: BatchSize | None, stride: int, store_tokens: int, epoch: int = 0
+) -> dict[str, Any]:
     tokens = int(lengths.sum())
     out: dict[str, Any] = {"documents": int(lengths.size), "tokens": tokens}
     if T is None:
@@ -177,6 +186,7 @@ def _partition_summary(lengths: Any, T: int | None, B: BatchSize | None, stride:
     )
     if B is None:
         return out
+    B = in_epoch(B, epoch, windows)
     count = batch_count(windows, B)
     full, width, capacity = final_batch(windows, B)
     out.update(
@@ -259,6 +269,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     corner = "partition" if T is None else f"T={T}, stride={summary['stride']}"
     if "batch_size" in summary:
         corner += f", B={summary['batch_size']}"
+    if "epoch" in summary:
+        corner += f", epoch {summary['epoch']}"
     if T is not None and summary.get("pack"):
         corner = f"windows: {corner}"  # below the packed table: the window mode it is compared with
     rows = [("documents", [format_count(p["documents"]) for p in parts.values()])]

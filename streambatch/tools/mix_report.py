@@ -32,7 +32,7 @@ from ..items.mix.plan import plan_mix, source_order
 from ..items.mix.source import as_mixture
 from ..items.mix.targets import source_targets
 from ..stages.chunk import batch_count, bind_batch_size, check_batch_size, fixed_batch_size
-from ..stages.schedule import state_batch_size
+from ..stages.schedule import BatchSchedule, in_epoch, state_batch_size
 from .inspect import format_count
 from .mix_audit_rows import check_packed_rows, check_source_targets
 
@@ -46,8 +46,10 @@ def inspect_mixture(
     partition: Any = None,
     pack: bool = False,
     skip_untrained: bool = False,
+    epoch: int = 0,
 ) -> dict[str, Any]:
     """Per source: path, weight, documents, tokens; with ``T``: windows, items, effective share, source epochs.
+    *epoch*: the run's epoch whose batches a batch-size schedule lays out (its thresholds count over the run).
 
     With *pack* the items are packed rows: per source its rows, targets and pad share per source epoch.  With
     *skip_untrained* each source's items are its kept ones, and its row counts what the filter dropped.
@@ -91,7 +93,9 @@ def inspect_mixture(
         summary["skip_untrained"] = True
     if batch_size is not None:
         size = bind_batch_size(check_batch_size(batch_size), mixture)  # an int, or a schedule
-        summary.update(batch_size=state_batch_size(size), batches=batch_count(len(mixture), size))
+        summary.update(batch_size=state_batch_size(size), batches=batch_count(len(mixture), in_epoch(size, epoch, len(mixture))))
+        if epoch and isinstance(size, BatchSchedule):
+            summary["epoch"] = epoch
     return summary
 
 

@@ -23,7 +23,10 @@ OTHER = [sb.Document(f"o{i}", "train", np.arange(30 + i) % 17) for i in range(3)
 
 
 def make_run(kind: str) -> sb.Run:
-    """Two epochs of windows, packed rows or a mixture; batches wider than three ranks, and short final ones."""
+    """Two epochs of windows, packed rows or a mixture; batches wider than three ranks, and short final ones.
+    ``schedule``: three epochs of windows under a batch-size schedule whose thresholds fall in epochs 1 and 2."""
+    if kind == "schedule":
+        return sb.Run(DOCS, context_length=3, batch_size="0:4 500:3 1000:5", seed=5, epochs=3)
     if kind == "windows":
         return sb.Run(DOCS, context_length=3, batch_size=7, seed=5, epochs=2)
     if kind == "packed":

@@ -27,7 +27,7 @@ from streambatch.errors import ConfigError, StateError
 from . import rank_loader_worker as worker
 from .spawn import spawn_ranks
 
-KINDS = ["windows", "packed", "mixture"]
+KINDS = ["windows", "packed", "mixture", "schedule"]
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
 
@@ -50,7 +50,7 @@ def _assemble(phases: list[list[list[dict[str, Any]]]], kind: str) -> None:
             counts = {r["count"] for rank in ranks for r in rank if r["step"] == step}
             assert counts == {whole.token_count}  # the step's count on every rank and micro-batch, from the plan
         seen += steps
-    assert seen == list(range(run.epochs * run.batches_per_epoch))  # no gap, no repeat, in order
+    assert seen == list(range(run.steps_stop()))  # no gap, no repeat, in order
 
 
 def _phase(folder: Path, world: int, **config: Any) -> list[list[dict[str, Any]]]:
@@ -84,6 +84,22 @@ def test_a_dcp_checkpoint_resumes_under_another_world_size(tmp_path: Path, kind:
     _assemble([saved, loaded], kind)
 
 
+@pytest.mark.parametrize(("before", "after"), [((2, 1, 2), (1, 0, 3)), ((1, 0, 1), (3, 2, 2))])
+def test_a_dcp_checkpoint_resumes_across_a_schedule_change_in_a_later_epoch(tmp_path: Path, before: tuple, after: tuple) -> None:
+    """The schedule's thresholds count over the run: saved in epoch 1 after its change (4 -> 3), loaded under another
+    (world, workers, accumulation), the rest crosses epoch 2's change (3 -> 5) exactly."""
+    run = worker.make_run("schedule")
+    assert [run.batches_in(e) for e in range(3)] == [35, 45, 36]  # epochs differ: the thresholds fall in 1 and 2
+    at = run.step_of(1, 10)  # past item 167: epoch 1's batches of 3
+    assert run.batch(*run.position_of(at - 1)).width == 3
+    checkpoint = str(tmp_path / "checkpoint")
+    world, workers, acc = before
+    saved = _phase(tmp_path / "save", world, kind="schedule", workers=workers, accumulation=acc, steps=at, save=checkpoint)
+    world, workers, acc = after
+    loaded = _phase(tmp_path / "load", world, kind="schedule", workers=workers, accumulation=acc, load=checkpoint)
+    _assemble([saved, loaded], "schedule")
+
+
 def _simulate(kind: str, cuts: list[int], settings_: list[tuple[int, int, int]]) -> None:
     """Ranks simulated in one process: phase p runs under settings_[p] (world, workers, accumulation) for cuts[p]
     steps (None: to the end), resumed from the previous phase's state."""
@@ -115,7 +131,7 @@ def test_any_settings_before_and_after_give_the_plan_exactly_once(
 ) -> None:
     """Property: any (world, workers, accumulation) for each of three stretches of the run: the consumed multiset
     is the plan's prefix at every cut (no duplicate, no gap), and the whole is the run."""
-    total = worker.make_run(kind).epochs * worker.make_run(kind).batches_per_epoch  # type: ignore[operator]
+    total = worker.make_run(kind).steps_stop()
     a = data.draw(st.integers(0, total))
     b = data.draw(st.integers(0, total - a))
     _simulate(kind, [a, b, None], [first, second, third])

@@ -7,6 +7,7 @@ count; the steps written equal the uninterrupted run's, byte for byte.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -26,10 +27,11 @@ from .rank_loader_worker import DOCS, OTHER
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _life(out: Path, world: int, accumulation: int, workers: int, kill_at: int) -> int:
+def _life(out: Path, world: int, accumulation: int, workers: int, kill_at: int, whole: bool = False) -> int:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     command = [sys.executable, "-m", "tests.torch.schedule_worker", str(out), str(world), str(accumulation), str(workers)]
-    done = subprocess.run([*command, str(kill_at)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    command += [str(kill_at), *(["run"] if whole else [])]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, -9), done.stderr
     return done.returncode
 
@@ -57,6 +59,30 @@ def test_a_killed_schedule_run_resumes_byte_for_byte(tmp_path: Path) -> None:
     assert _life(killed, 2, 1, 2, -1) == 0
     assert _steps(killed) == expected
     assert audit_epoch(epoch, workers=2, world_size=3).ok  # coverage of the schedule epoch, proved by the audit
+
+
+def test_a_run_killed_after_a_change_in_a_later_epoch_resumes_byte_for_byte(tmp_path: Path) -> None:
+    """Three epochs whose schedule changes in epoch 1 (4 -> 3) and epoch 2 (3 -> 5), thresholds counted over the
+    run: killed mid-epoch 2 after its change (and once in epoch 1 after its), each life under other settings."""
+    run = schedule_worker.make_epochs()
+    expected = [b.inputs.tobytes() + b.targets.tobytes() for b in run]  # the uninterrupted run
+    assert len(expected) == run.steps_stop() == sum(run.batches_in(e) for e in range(3))
+    widths2 = run.epoch(2).batch_widths
+    change = run.step_of(2, widths2.index(5))  # the first batch of 5, mid-epoch 2
+    rng = random.Random(40)
+    kills = [rng.randrange(run.step_of(1, 8), run.step_of(2, 0)), rng.randrange(change, change + 6)]
+    kills.append(rng.randrange(kills[-1] + 1, len(expected) - 1))
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    for kill, (world, acc, workers) in zip(kills, [(2, 2, 2), (3, 1, 0), (1, 3, 1)], strict=True):
+        assert _life(killed, world, acc, workers, kill, whole=True) == -9  # SIGKILL
+        assert len(_steps(killed)) == kill + 1
+        saved = json.loads((killed / "state.json").read_text())
+        assert saved["items"] == run.state_dict(run.position_of(kill))["items"]  # items consumed since the start
+    assert _life(killed, 2, 1, 2, -1, whole=True) == 0
+    assert _steps(killed) == expected
+    for e in range(3):
+        assert audit_epoch(run.epoch(e), workers=2, world_size=3).ok  # each epoch of the run: coverage, widths
 
 
 @pytest.mark.parametrize("kind", ["windows", "packed", "mixture"])
