@@ -282,7 +282,7 @@ class Run:
                     held = (epoch, self.epoch(epoch).batches(rank=rank, world_size=world_size))
                 yield held[1][index].in_epoch(epoch)
             return
-        for epoch, local in epoch_ranges(steps, self._steps):
+        for epoch, local in self._steps.epoch_ranges(steps):
             for batch in self.epoch(epoch).batches(rank=rank, world_size=world_size).road(local):
                 batch.epoch = epoch  # made for this call alone: placed in its epoch as it is (no copy)
                 yield batch
@@ -452,18 +452,3 @@ class Run:
             f"stride={self.config.stride}, "
             f"batch_size={self.batch_size}, {order}, partition={self.partition.value!r})"
         )
-
-
-def epoch_ranges(steps: range, layout: RunSteps) -> Iterator[tuple[int, range]]:
-    """``(epoch, batches)`` for increasing global *steps*: each epoch's part as a range of its batch indexes.
-
-    >>> [(e, list(r)) for e, r in epoch_ranges(range(1, 9, 2), RunSteps(2, 5))]
-    [(0, [1]), (1, [0, 2]), (2, [1])]
-    """
-    rest = steps
-    while len(rest):
-        epoch = layout.position(rest[0])[0]
-        first, end = layout.first(epoch), layout.first(epoch + 1)
-        count = len(range(rest.start, min(end, rest.stop), rest.step)) if rest.start < end else 0
-        part, rest = rest[:count], rest[count:]
-        yield epoch, range(part[0] - first, part[-1] - first + 1, part.step)

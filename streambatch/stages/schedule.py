@@ -28,7 +28,7 @@ import bisect
 import functools
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,6 +242,20 @@ class RunSteps:
         k = 0 if self.uniform else bisect.bisect_right(self._firsts, step) - 1
         epoch, batch = divmod(step - self._firsts[k], self._counts[k])
         return self._marks[k] + epoch, batch
+
+    def epoch_ranges(self, steps: range) -> Iterator[tuple[int, range]]:
+        """``(epoch, batches)`` for increasing global *steps*: each epoch's part as a range of its batch indexes.
+
+        >>> [(e, list(r)) for e, r in RunSteps(2, 5).epoch_ranges(range(1, 9, 2))]
+        [(0, [1]), (1, [0, 2]), (2, [1])]
+        """
+        rest = steps
+        while len(rest):
+            epoch = self.position(rest[0])[0]
+            first, end = self.first(epoch), self.first(epoch + 1)
+            count = len(range(rest.start, min(end, rest.stop), rest.step)) if rest.start < end else 0
+            part, rest = rest[:count], rest[count:]
+            yield epoch, range(part[0] - first, part[-1] - first + 1, part.step)
 
     def items_before(self, epoch: int, batch: int) -> int:
         """Items the run consumed before batch *batch* of epoch *epoch* (Megatron's consumed samples)."""
