@@ -48,6 +48,14 @@ extern int use_rep_movsb; /* FSRM (fast short rep movsb): copy_chunk */
 #define STREAM_AHEAD 6144 /* ~96 lines in flight: a VM's memory latency needs that many to stream (see copy_piece) */
 #endif
 
+/* Release *view* where *held* says it is held, and clear *held*: what every release and error path does. */
+static inline void release_held(Py_buffer *view, int *held) {
+    if (*held) {
+        PyBuffer_Release(view);
+        *held = 0;
+    }
+}
+
 static inline int kind_is(const Py_buffer *view, const char *kinds, Py_ssize_t itemsize) {
     return sb_buffer_is(view, kinds, itemsize);
 }

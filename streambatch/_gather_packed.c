@@ -112,14 +112,8 @@ static void gatherer_release(Gatherer *self) {
         PyBuffer_Release(&self->views[k]);
     }
     self->held = 0;
-    if (self->has_bits) {
-        PyBuffer_Release(&self->bits);
-        self->has_bits = 0;
-    }
-    if (self->has_row_counts) {
-        PyBuffer_Release(&self->row_counts);
-        self->has_row_counts = 0;
-    }
+    release_held(&self->bits, &self->has_bits);
+    release_held(&self->row_counts, &self->has_row_counts);
 }
 
 /* The tables the gatherer made itself (position templates, resolve_packing's), freed and cleared. */
@@ -755,15 +749,9 @@ typedef struct {
 } call_args;
 
 static void call_release(call_args *c) {
-    if (c->rows_viewed) {
-        PyBuffer_Release(&c->rows_view);
-    }
-    if (c->kinds_viewed) {
-        PyBuffer_Release(&c->kinds_view);
-    }
-    if (c->next_viewed) {
-        PyBuffer_Release(&c->next_view);
-    }
+    release_held(&c->rows_view, &c->rows_viewed);
+    release_held(&c->kinds_view, &c->kinds_viewed);
+    release_held(&c->next_view, &c->next_viewed);
 }
 
 /* (rows[, next]) or (rows, kinds, sources) into c, o's next (a hint) and s (a mixture's sources, found in many);
@@ -1038,10 +1026,7 @@ static PyObject *gatherer_use_row_counts(Gatherer *self, PyObject *counts) {
     }
     rows = self->full_rows + self->counts[OFFSETS] - 1;
     if (counts == Py_None) {
-        if (self->has_row_counts) {
-            PyBuffer_Release(&self->row_counts);
-            self->has_row_counts = 0;
-        }
+        release_held(&self->row_counts, &self->has_row_counts);
         Py_RETURN_NONE;
     }
     if (PyObject_GetBuffer(counts, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
@@ -1053,9 +1038,7 @@ static PyObject *gatherer_use_row_counts(Gatherer *self, PyObject *counts) {
                      (long long)rows);
         return NULL;
     }
-    if (self->has_row_counts) {
-        PyBuffer_Release(&self->row_counts);
-    }
+    release_held(&self->row_counts, &self->has_row_counts);
     self->row_counts = view;
     self->has_row_counts = 1;
     Py_RETURN_NONE;

@@ -40,14 +40,8 @@ typedef struct {
 } WindowGatherer;
 
 static void window_release(WindowGatherer *self) {
-    if (self->held) {
-        PyBuffer_Release(&self->view);
-        self->held = 0;
-    }
-    if (self->has_bits) {
-        PyBuffer_Release(&self->bits);
-        self->has_bits = 0;
-    }
+    release_held(&self->view, &self->held);
+    release_held(&self->bits, &self->has_bits);
 }
 
 static void window_dealloc(WindowGatherer *self) {
@@ -218,12 +212,8 @@ static PyObject *window_run(WindowGatherer *self, PyObject *const *args, Py_ssiz
 done:
     Py_XDECREF(inputs);
     Py_XDECREF(targets);
-    if (rows_viewed) {
-        PyBuffer_Release(&rows_view);
-    }
-    if (next_viewed) {
-        PyBuffer_Release(&next_view);
-    }
+    release_held(&rows_view, &rows_viewed);
+    release_held(&next_view, &next_viewed);
     return result;
 }
 

@@ -51,9 +51,7 @@ typedef struct {
 } bit_rows;
 
 static void bit_rows_close(bit_rows *b) {
-    if (b->rows_viewed) {
-        PyBuffer_Release(&b->rows_view);
-    }
+    release_held(&b->rows_view, &b->rows_viewed);
     PyBuffer_Release(&b->bits);
 }
 
