@@ -8,7 +8,22 @@ global cursor), saved in every Lightning checkpoint; ``load_state_dict`` moves
 the run (and a loader already built) there.  Lightning restores a datamodule
 before it sets up the strategy, so the position holds even when
 ``trainer.estimated_stepping_batches`` made the loader early
-(Lightning #20550), and under another world size or accumulation.
+(Lightning #20550), and under another world size.
+
+**Another accumulation on resume.**  Lightning restores its own count of the
+epoch's micro-batches (``fit_loop.epoch_loop.batch_progress``) and steps the
+optimizer when that count reaches a multiple of ``accumulate_grad_batches``: a
+checkpoint after ``k`` steps under accumulation ``a`` holds ``k * a``, which
+under another accumulation ``a'`` would step inside a global batch.
+`ElasticAccumulation`, a ``Callback`` that `RunDataModule.setup` adds to the
+trainer (once), rewrites that count on ``on_train_start`` (after Lightning
+restored its loops, before the epoch loop reads them) as ``k * a'``, the
+micro-batches the loader's position means under this fit's accumulation; the
+optimizer steps, ``global_step`` and ``_batches_that_stepped`` count steps and
+stay.  It touches Lightning internals: the ``ready``, ``started``,
+``processed`` and ``completed`` counters of ``batch_progress.current`` and
+``.total``, as Lightning 2.4 to 2.6 keep them (the ``lightning`` extra pins
+``lightning>=2.4,<3``; tested on 2.6).
 
 The loss, under ``strategy="ddp"``::
 
@@ -20,7 +35,7 @@ The loss, under ``strategy="ddp"``::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 try:
     import lightning.pytorch as pl
@@ -32,11 +47,13 @@ except ImportError as err:  # pragma: no cover - exercised in a subprocess witho
 import torch
 
 from ._checks import short_repr
-from .errors import ConfigError
+from .errors import ConfigError, StateError
 from .run import Run
 from .torch.rank_loader import Output, RankLoader
 
-__all__ = ["RunDataModule"]
+__all__ = ["ElasticAccumulation", "RunDataModule"]
+
+_COUNTERS = ("ready", "started", "processed", "completed")  # Lightning's _ProcessedTracker fields
 
 
 class RunDataModule(pl.LightningDataModule):
@@ -66,6 +83,12 @@ class RunDataModule(pl.LightningDataModule):
         self.accumulation = accumulation
         self.loader: RankLoader | None = None
 
+    def setup(self, stage: str) -> None:
+        """Add `ElasticAccumulation` to the trainer's callbacks (once), so a resume under another accumulation is exact."""
+        callbacks: list[pl.Callback] = [] if self.trainer is None else cast(Any, self.trainer).callbacks  # set by Lightning
+        if self.trainer is not None and not any(isinstance(c, ElasticAccumulation) for c in callbacks):
+            callbacks.append(ElasticAccumulation())
+
     def train_dataloader(self) -> RankLoader:
         """This rank's micro-batches of the run from its position (built once; Lightning asks once per fit)."""
         trainer = self.trainer
@@ -89,3 +112,49 @@ class RunDataModule(pl.LightningDataModule):
             self.run.load_state_dict(state_dict)
         else:
             self.loader.load_state_dict(state_dict)
+
+
+class ElasticAccumulation(pl.Callback):
+    """On ``on_train_start``: Lightning's restored micro-batch count of the epoch, in this fit's accumulation.
+
+    A checkpoint ``k`` steps into an epoch holds ``k * a`` micro-batches (accumulation ``a`` when saved);
+    the epoch loop steps the optimizer when its count reaches a multiple of ``accumulate_grad_batches``.  The
+    count becomes ``k * a'`` for this fit's ``a'``, ``k`` read off the `RunDataModule`'s loader (its global
+    cursor) and the trainer's epoch, so the optimizer steps on the same global batches as an uninterrupted run.
+    Added by `RunDataModule.setup`; nothing to do on a fresh start or under the same accumulation.  Its state
+    (saved in every checkpoint) is the accumulation, so a count that disagrees with the run's position is refused.
+    """
+
+    def __init__(self) -> None:
+        self._accumulation: int | None = None  # this fit's, recorded in its checkpoints
+        self._saved: int | None = None  # the accumulation a loaded checkpoint was saved under
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._accumulation = int(trainer.accumulate_grad_batches)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"accumulation": self._accumulation}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._saved = state_dict.get("accumulation")
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        module = cast(Any, trainer).datamodule  # an attribute Lightning sets
+        loader = module.loader if isinstance(module, RunDataModule) else None
+        progress = trainer.fit_loop.epoch_loop.batch_progress
+        held = int(progress.current.ready)
+        if loader is None or not held:
+            return
+        epoch = int(trainer.current_epoch)
+        done = loader.step - loader.run.step_of(epoch, 0)  # the steps of this epoch the run's position says are done
+        saved = self._saved
+        if not 0 < done <= loader.run.batches_in(epoch) or (held != done * saved if saved else held % done):
+            under = f" under accumulation {saved}" if saved else ""
+            raise StateError(
+                f"Lightning restored {held} micro-batches of epoch {epoch}{under} but the run's state is {done} steps "
+                "into it; resume from a checkpoint whose RunDataModule state was saved with it, unedited"
+            )
+        shift = done * int(trainer.accumulate_grad_batches) - held
+        for counts in (progress.current, progress.total):
+            for name in _COUNTERS:
+                setattr(counts, name, getattr(counts, name) + shift)

@@ -1,7 +1,7 @@
-"""test_lightning's training script: ``python tests/torch/lightning_script.py OUT DEVICES [CKPT]``.
+"""test_lightning's training script: ``python tests/torch/lightning_script.py OUT DEVICES [CKPT [ACCUMULATION]]``.
 
 A tiny float64 LM trained by Lightning (``strategy="ddp"`` on CPU with *DEVICES* processes, gloo) over a packed
-`sb.Run` through `streambatch.lightning.RunDataModule`, with ``accumulate_grad_batches=2``; a checkpoint every
+`sb.Run` through `streambatch.lightning.RunDataModule`, with ``accumulate_grad_batches=2`` (or *ACCUMULATION*); a checkpoint every
 `EVERY` optimizer steps (mid-epoch).  Given *CKPT* it resumes from it, after reading
 ``trainer.estimated_stepping_batches`` in ``configure_optimizers`` (Lightning #20550).  Rank 0 writes the final
 parameters to ``OUT/params.pt``.
@@ -9,6 +9,7 @@ parameters to ``OUT/params.pt``.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -52,17 +53,18 @@ class TinyLM(pl.LightningModule):
         return torch.optim.SGD(self.model.parameters(), lr=0.5)
 
 
-def main(out: Path, devices: int, checkpoint: str | None) -> None:
+def main(out: Path, devices: int, checkpoint: str | None, accumulation: int = 2) -> None:
     saver = pl.callbacks.ModelCheckpoint(dirpath=out / "checkpoints", every_n_train_steps=EVERY, save_top_k=-1)
     trainer = pl.Trainer(
         accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto", max_epochs=1,
-        accumulate_grad_batches=2, callbacks=[saver], logger=False, enable_progress_bar=False,
+        accumulate_grad_batches=accumulation, callbacks=[saver], logger=False, enable_progress_bar=False,
         enable_model_summary=False, num_sanity_val_steps=0,
     )  # fmt: skip
     trainer.fit(TinyLM(read_estimate=checkpoint is not None), datamodule=RunDataModule(make_run()), ckpt_path=checkpoint)
     if trainer.global_rank == 0:
         torch.save({k: v.detach().clone() for k, v in trainer.lightning_module.model.state_dict().items()}, out / "params.pt")
+        (out / "steps.json").write_text(json.dumps({"global_step": trainer.global_step}))
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
+    main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None, *map(int, sys.argv[4:5]))

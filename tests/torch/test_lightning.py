@@ -8,6 +8,7 @@ Lightning relaunches the script for its second rank, so each training runs as a 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,13 +24,19 @@ from . import lightning_script as script
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _train(out: Path, devices: int, checkpoint: Path | None = None) -> dict[str, torch.Tensor]:
+def _train(out: Path, devices: int, checkpoint: Path | None = None, accumulation: int = 2) -> dict[str, torch.Tensor]:
+    done = _script(out, devices, checkpoint, accumulation)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert json.loads((out / "steps.json").read_text())["global_step"] == script.make_run().batches_per_epoch
+    return torch.load(out / "params.pt")  # type: ignore[no-any-return]
+
+
+def _script(out: Path, devices: int, checkpoint: Path | None, accumulation: int) -> subprocess.CompletedProcess[str]:
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "GLOO_SOCKET_IFNAME": "lo"}
-    command = [sys.executable, str(Path(script.__file__)), str(out), str(devices), *([str(checkpoint)] if checkpoint else [])]
-    done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True, timeout=420)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return torch.load(out / "params.pt")  # type: ignore[no-any-return]
+    command = [sys.executable, str(Path(script.__file__)), str(out), str(devices)]
+    command += [str(checkpoint), str(accumulation)] if checkpoint else []
+    return subprocess.run(command, cwd=out, env=env, capture_output=True, text=True, timeout=420)
 
 
 def _reference() -> dict[str, torch.Tensor]:
@@ -67,3 +74,23 @@ def test_ddp_equals_the_one_process_token_mean_and_a_mid_epoch_checkpoint_resume
     assert saved["RunDataModule"]["batch"] == script.EVERY  # the run's position, in Lightning's own checkpoint
     _close(_train(tmp_path / "resumed", 2, checkpoint), whole, 1e-10)
     _close(_train(tmp_path / "resumed-alone", 1, checkpoint), whole, 1e-9)  # and under world size 1
+
+
+@pytest.mark.parametrize(("devices", "accumulation"), [(2, 4), (1, 5)])
+def test_a_checkpoint_resumes_exactly_under_another_accumulation(tmp_path: Path, devices: int, accumulation: int) -> None:
+    """Saved at step 3 under accumulation 2 (6 micro-batches into the epoch), resumed under accumulation 4 at world
+    size 2, or 5 alone: 6 is no multiple of either, so Lightning's own micro-batch count would step the optimizer
+    inside a global batch; `RunDataModule` counts it in the new accumulation's micro-batches instead."""
+    whole = _train(tmp_path / "whole", 2)
+    checkpoint = tmp_path / "whole" / "checkpoints" / f"epoch=0-step={script.EVERY}.ckpt"
+    saved = torch.load(checkpoint, weights_only=False)
+    assert saved["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["ready"] == 2 * script.EVERY
+    assert (2 * script.EVERY) % accumulation  # misaligned: not vacuous
+    resumed = _train(tmp_path / "resumed", devices, checkpoint, accumulation)
+    _close(resumed, whole, 1e-9)
+    _close(resumed, _reference(), 1e-6)
+    saved["RunDataModule"]["batch"] = 2  # the run's state edited: it no longer says what Lightning's count says
+    torch.save(saved, tmp_path / "edited.ckpt")
+    refused = _script(tmp_path / "edited", 1, tmp_path / "edited.ckpt", accumulation)
+    assert refused.returncode != 0
+    assert "StateError: Lightning restored 6 micro-batches of epoch 0 under accumulation 2" in refused.stderr
