@@ -42,6 +42,7 @@ from .io.mixture_file import MixtureSource
 from .io.remote.location import is_remote
 from .io.store import StoreWriter
 from .model.documents import PARTITIONS
+from .model.source import TokenSource
 from .model.store import DocumentStore
 from .parts.corpus import part_name
 from .parts.on_ray import ray_module
@@ -115,10 +116,10 @@ def read_corpus(source: Any, *, documents_per_block: int = BLOCK_DOCUMENTS) -> A
     return ray.data.read_datasource(_CorpusSource(source, documents_per_block))
 
 
-_OPENED: dict[str, Any] = {}
+_OPENED: dict[str, TokenSource] = {}
 
 
-def _opened(source: Any) -> Any:
+def _opened(source: TokenSource | str | os.PathLike[str]) -> TokenSource:
     """The store or corpus *source* names, opened once per process."""
     if not isinstance(source, (str, os.PathLike)):
         return source
@@ -131,7 +132,7 @@ def _opened(source: Any) -> Any:
     return _OPENED[name]
 
 
-def _shards(opened: Any) -> list[tuple[int, DocumentStore]]:
+def _shards(opened: TokenSource) -> list[tuple[int, DocumentStore]]:
     """``(first document, store)`` of each shard of a corpus (a store: itself)."""
     starts = opened.flat().document_bases[:-1].tolist()
     return [(int(base), shard) for base, shard in zip(starts, opened.shards, strict=True)]
@@ -176,7 +177,7 @@ def _reader(source: Any, group: list[tuple[int, int]]) -> Any:
     return read
 
 
-def _documents_table(opened: Any, lo: int, hi: int) -> Any:
+def _documents_table(opened: TokenSource, lo: int, hi: int) -> Any:
     """Documents ``[lo, hi)`` (within one shard) as a table: their tokens copied in one slice (or one gather)."""
     base, store = next((b, s) for b, s in reversed(_shards(opened)) if b <= lo)
     starts, lengths = store.starts[lo - base : hi - base], store.lengths[lo - base : hi - base]

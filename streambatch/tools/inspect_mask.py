@@ -18,10 +18,11 @@ from ..items.pack.rows import pack
 from ..items.untrained import counted_between, item_targets
 from ..items.windows.windows import windows
 from ..model.documents import Partition
+from ..model.source import TokenSource
 
 
 def mask_summary(
-    store: Any, part: Partition, T: int | None, stride: int, packed: bool, skip_untrained: bool = False
+    store: TokenSource, part: Partition, T: int | None, stride: int, packed: bool, skip_untrained: bool = False
 ) -> dict[str, Any]:
     """The loss-mask summary of partition *part* of *store* (which has a mask); with *skip_untrained* the windows
     (and rows) an epoch with ``skip_untrained=True`` keeps.

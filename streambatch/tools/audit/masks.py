@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ...model.source import TokenSource
+
 MASK_CHECKS = ("loss_mask", "denominator", "counted_once", "global_count")
 
 
@@ -125,7 +127,7 @@ class MaskTally:
 _UNITS_BLOCK = 1 << 22  # targets read per step of `counted_units`
 
 
-def counted_units(store: Any, documents: npt.NDArray[np.int64]) -> tuple[int, int]:
+def counted_units(store: TokenSource, documents: npt.NDArray[np.int64]) -> tuple[int, int]:
     """``(stand-in units, count)`` over the counted targets of *documents* (the packed audit's direct mean under a
     mask: `streambatch.tools.stand_in.target_units` at every target whose bit is set), in bounded blocks."""
     from ..stand_in import target_units
