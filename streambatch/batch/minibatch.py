@@ -1,25 +1,20 @@
 """The batch: one ``[width, T]`` stack of rows, the one class every item kind gathers into.
 
-`streambatch.materialize` makes them; the trainer and the reducer consume them.
-A window is a one-segment row with no padding, so windows, packed rows,
-mixtures and packed mixtures all give a `MiniBatch`:
+`streambatch.materialize` makes them; the trainer and the reducer consume them.  A window is a one-segment row with
+no padding, so windows, packed rows, mixtures and packed mixtures all give a `MiniBatch`:
 
 - ``inputs`` and ``targets``: C-contiguous ``(w, T)`` arrays in the store's token dtype.
-- optional columns, None where they do not apply (a batch of windows has none of
-  the packed ones, and allocates none): ``loss_mask`` (True at the targets that
-  train: packed rows always, a window batch when its store has a loss mask), ``segment_ids``,
-  ``position_ids``, ``cu_seqlens`` (+ ``max_seqlen``) for packed rows
-  (`streambatch.items.pack.gather`), ``sources`` (one source id per row) for a mixture.
-- provenance: one columnar table per *segment* (`Segments`: row, source,
-  document, start, length); a window's row is one segment of ``T`` targets.  A
-  batch of windows resolves it from ``positions`` on first use.
-- ``token_count``: the targets that count (``width * T`` for windows of an
-  unmasked store, else ``loss_mask.sum()``: padding and masked targets never count).
+- optional columns, None where they do not apply (a window batch allocates none of the packed ones): ``loss_mask``
+  (True at the targets that train: packed rows always, a window batch when its store has a loss mask), and for
+  packed rows (`streambatch.items.pack.gather`) ``segment_ids``, ``position_ids``, ``cu_seqlens`` (+ ``max_seqlen``);
+  ``sources`` (one source id per row) for a mixture.
+- provenance: one columnar table per *segment* (`Segments`: row, source, document, start, length); a window's row
+  is one segment of ``T`` targets.  A batch of windows resolves it from ``positions`` on first use.
+- ``token_count``: the targets that count (``width * T`` for windows of an unmasked store, else ``loss_mask.sum()``).
 
-``positions[r]`` is row *r*'s item locator within its source: a window's
-first-token position, a packed row's row number.  ``spaces[s]`` is source *s*'s
-item space (``space`` is source 0's).  ``(epoch, index)`` is the batch's place
-in a run (`streambatch.Run`); a batch of a lone `Epoch` has ``epoch`` 0.
+``positions[r]`` is row *r*'s item locator within its source: a window's first-token position, a packed row's row
+number.  ``spaces[s]`` is source *s*'s item space (``space`` is source 0's).  ``(epoch, index)`` is the batch's
+place in a run (`streambatch.Run`); a batch of a lone `Epoch` has ``epoch`` 0.
 """
 
 from __future__ import annotations
