@@ -17,17 +17,16 @@ time spent getting and collating micro-batches (HF: inside ``get_batch_samples``
 the window prefetch and the count's all-gather included; streambatch: the
 loader's ``next`` and `streambatch.hf.hf_batch`) over the step time.
 
-``resume``: a checkpoint at 90% of a --windows epoch (B=16, world size 1,
-accumulation 2; made by training one step from that position, its
-``trainer_state.json`` given that global step).  streambatch: the seconds from
-``train(resume_from_checkpoint=...)`` to the first step's start, against the
-same Trainer starting fresh (both mostly HF's own set-up), and the data's own
-part: from nothing to the checkpoint's next batch (the run, its `sbt.RankLoader`,
-the saved state, one batch).  HF replays: accelerate's ``skip_first_batches``
-over a DataLoader of HF's path (a map-style ``datasets.Dataset``: it skips the
-sampler's indices without loading rows) is timed over --skip batches and
-extrapolated linearly to the checkpoint's micro-batches (a Dataset of 10^7 rows
-and a replay of ~10^6 batches are too big to run here).  Prints JSON.
+``resume``: a checkpoint at 90% of a --windows epoch (T=16, stride 1, B=16, world size 1, accumulation 2;
+made by training one step, its ``trainer_state.json`` given the target global step), resumed on each path with
+``train(resume_from_checkpoint=...)`` and timed to the first trained step's start and end (median of 3; one
+run where the first takes over a minute).  streambatch: ``streambatch.hf.Trainer`` over an `sb.Run`, against the
+same Trainer starting fresh, and the data's own part (the run, its `sbt.RankLoader`, the saved state, one batch).
+HF: ``transformers.Trainer`` over a ``datasets.Dataset`` of the same windows (Arrow, T + 1 int32 tokens each,
+HF's sampler shuffling) with ``DataCollatorForLanguageModeling``, its real resume path run whole: accelerate's
+``skip_first_batches`` skips the checkpoint's micro-batches (checked: the number HF skipped, the step it ends
+at), against the same Trainer starting fresh.  ``--hf-windows N ...`` also times HF's resume over the first N
+windows (the scaling).  Prints JSON.
 """
 
 from __future__ import annotations
@@ -216,19 +215,31 @@ def steps(options: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-def first_step_seconds(trainer: Any, checkpoint: str | None) -> float:
+def first_step_seconds(trainer: Any, checkpoint: str | None) -> tuple[float, float]:
+    """Seconds from ``train(resume_from_checkpoint=checkpoint)`` to the first step's start and to its end."""
     from transformers import TrainerCallback
 
-    began, seen = time.perf_counter(), []
+    marks: list[float] = []
 
-    class First(TrainerCallback):
+    class Marks(TrainerCallback):
         def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if not seen:
-                seen.append(time.perf_counter() - began)
+            marks.append(time.perf_counter())
 
-    trainer.add_callback(First())
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            marks.append(time.perf_counter())
+
+    trainer.add_callback(Marks())
+    began = time.perf_counter()
     trainer.train(resume_from_checkpoint=checkpoint)
-    return seen[0]
+    return marks[0] - began, marks[1] - began
+
+
+def _medians(name: str, times: list[tuple[float, float]]) -> dict[str, Any]:
+    return {
+        f"{name}_begin_s": [t[0] for t in times], f"{name}_end_s": [t[1] for t in times],
+        f"{name}_begin_median_s": statistics.median(t[0] for t in times),
+        f"{name}_end_median_s": statistics.median(t[1] for t in times),
+    }  # fmt: skip
 
 
 def resume(options: argparse.Namespace) -> dict[str, Any]:
@@ -238,8 +249,9 @@ def resume(options: argparse.Namespace) -> dict[str, Any]:
     hf = {str(n): hf_resume(options, data, T, B, n) for n in options.hf_windows or []}
     hf["all"] = hf_resume(options, data, T, B, None)
     report["hf"] = hf
-    if "streambatch_resume_s" in report:
-        report["hf_over_streambatch_resume"] = hf["all"]["first_step_begin_median_s"] / report["streambatch_resume_s"]
+    if "resume_begin_median_s" in report:
+        report["hf_over_streambatch_to_first_step_begin"] = hf["all"]["resume_begin_median_s"] / report["resume_begin_median_s"]
+        report["hf_over_streambatch_to_first_step_end"] = hf["all"]["resume_end_median_s"] / report["resume_end_median_s"]
     return report
 
 
@@ -272,9 +284,8 @@ def streambatch_resume(options: argparse.Namespace, data: sb.DocumentStore, T: i
                 )
             )
     return {
-        "windows": run.window_count, "checkpoint_step": target, "streambatch_loader_resume_s": statistics.median(loader),
-        "streambatch_resume_s": statistics.median(ours), "streambatch_resume_runs_s": ours,
-        "streambatch_fresh_start_s": statistics.median(fresh),
+        "windows": run.window_count, "checkpoint_step": target, "loader_resume_s": loader,
+        "loader_resume_median_s": statistics.median(loader), **_medians("resume", ours), **_medians("fresh", fresh),
     }  # fmt: skip
 
 
@@ -314,7 +325,7 @@ def hf_resume(options: argparse.Namespace, data: sb.DocumentStore, T: int, B: in
     """HF's own resume, run whole: ``transformers.Trainer`` over a ``datasets.Dataset`` of the windows with HF's
     collator, a checkpoint at 90% of its epoch, ``train(resume_from_checkpoint=...)`` timed to the first trained
     step (accelerate's ``skip_first_batches`` skips the micro-batches before it); *windows* None: all of them."""
-    from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback
+    from transformers import DataCollatorForLanguageModeling, Trainer
 
     began = time.perf_counter()
     dataset = hf_rows(data, T, windows)
@@ -329,7 +340,6 @@ def hf_resume(options: argparse.Namespace, data: sb.DocumentStore, T: int, B: in
     collator = DataCollatorForLanguageModeling(tokenizer(), mlm=False)
     steps_per_epoch = -(-len(dataset) // B)
     target = int(steps_per_epoch * 0.9)
-    times: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as out:
         args = arguments(out, max_steps=1, save_strategy="steps", save_steps=1, per_device_train_batch_size=B // 2)
         Trainer(model=model(options.width), args=args, train_dataset=dataset, data_collator=collator).train()
@@ -339,34 +349,22 @@ def hf_resume(options: argparse.Namespace, data: sb.DocumentStore, T: int, B: in
         state["global_step"] = target
         Path(state_path).write_text(json.dumps(state))
 
-        class Marks(TrainerCallback):
-            def __init__(self) -> None:
-                self.at: list[float] = []
-
-            def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-                self.at.append(time.perf_counter())
-
-            def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-                self.at.append(time.perf_counter())
-
+        fresh, times = [], []
         for repeat in range(options.hf_repeats):
-            marks = Marks()
+            args = arguments(out, max_steps=1, per_device_train_batch_size=B // 2)
+            trainer = Trainer(model=model(options.width), args=args, train_dataset=dataset, data_collator=collator)
+            fresh.append(first_step_seconds(trainer, None))
             args = arguments(out, max_steps=target + 1, per_device_train_batch_size=B // 2)
-            trainer = Recorded(model=model(options.width), args=args, train_dataset=dataset, data_collator=collator,
-                               callbacks=[marks])  # fmt: skip
-            start = time.perf_counter()
-            trainer.train(resume_from_checkpoint=checkpoint)
+            trainer = Recorded(model=model(options.width), args=args, train_dataset=dataset, data_collator=collator)
+            times.append(first_step_seconds(trainer, checkpoint))
             assert skipped[-1] == 2 * target, skipped  # HF skipped the checkpoint's micro-batches
             assert trainer.state.global_step == target + 1, trainer.state.global_step
-            times.append((marks.at[0] - start, marks.at[1] - start))
             print(f"hf resume {repeat}: {len(dataset):,} windows, first step begins {times[-1][0]:.2f} s", file=sys.stderr)
             if repeat == 0 and times[0][1] > 60:
                 break  # over a minute: one run
     return {
         "windows": len(dataset), "dataset_build_s": built, "checkpoint_step": target, "skipped_micro_batches": 2 * target,
-        "runs": len(times), "first_step_begin_s": [t[0] for t in times], "first_step_end_s": [t[1] for t in times],
-        "first_step_begin_median_s": statistics.median(t[0] for t in times),
-        "first_step_end_median_s": statistics.median(t[1] for t in times),
+        "runs": len(times), **_medians("resume", times), **_medians("fresh", fresh),
     }  # fmt: skip
 
 
