@@ -218,7 +218,7 @@ class Run:
         held, epoch = self._current
         if wanted != held:
             seed = None if self._seed is None else derive_seed(self._seed, wanted)
-            epoch = epoch.reseeded(seed, consumed=wanted * epoch.item_count)  # a schedule goes on from the run's items
+            epoch = epoch.reseeded(seed, consumed=self._steps.consumed_before(wanted))  # a schedule goes on
             self._current = (wanted, epoch)
         return epoch
 

@@ -189,7 +189,8 @@ def _layout(
 
 class RunSteps:
     """A run's batches numbered epoch after epoch: epochs of *items* items each, under *batch_size* (an int, or a
-    schedule bound to its items) going on across epochs (epoch ``e`` starts after ``e * items`` items).
+    schedule bound to its items) going on across epochs (epoch ``e`` starts after ``base + e * items`` items,
+    ``base`` the schedule's own `BatchSchedule.consumed`: 0 unless the run's epoch 0 is a later epoch).
 
     Epochs differ only where a threshold falls: the epochs between two such are alike, so a handful of marks
     (at most two per phase) number every step in O(phases), whatever the run's length.
@@ -199,15 +200,16 @@ class RunSteps:
     ([3, 3, 2, 2, 2], 8, (3, 1), 12)
     """
 
-    __slots__ = ("_counts", "_firsts", "_marks", "batch_size", "items", "uniform")
+    __slots__ = ("_counts", "_firsts", "_marks", "base", "batch_size", "items", "uniform")
 
     def __init__(self, batch_size: int | BatchSchedule, items: int) -> None:
         self.batch_size, self.items = batch_size, check_non_negative(items, "items", "the items of each epoch")
+        self.base = batch_size.consumed if isinstance(batch_size, BatchSchedule) else 0
         marks = [0]
         if isinstance(batch_size, BatchSchedule) and items:
             batch_size.count(items)  # an unbound schedule's refusal
-            wanted = _wanted(batch_size.phases, batch_size.tokens_per_item or 1)
-            marks = sorted({0} | {w // items + d for w in wanted[1:] for d in (0, 1)})  # a threshold's epoch, the next
+            wanted = [w - self.base for w in _wanted(batch_size.phases, batch_size.tokens_per_item or 1) if w > self.base]
+            marks = sorted({0} | {w // items + d for w in wanted for d in (0, 1)})  # a threshold's epoch, the next
         counts = [self._count_of(m) for m in marks]
         firsts = [0]
         for k in range(1, len(marks)):
@@ -215,9 +217,14 @@ class RunSteps:
         self._marks, self._counts, self._firsts = tuple(marks), tuple(counts), tuple(firsts)
         self.uniform = len(set(counts)) == 1  # every epoch has as many batches
 
+    def consumed_before(self, epoch: int) -> int:
+        """The items consumed before epoch *epoch* starts, as the schedule counts them (``base + epoch * items``)."""
+        return self.base + epoch * self.items
+
     def epoch_size(self, epoch: int) -> int | BatchSchedule:
         """The batch size of epoch *epoch*: the int, or the schedule after the earlier epochs' items."""
-        return in_epoch(self.batch_size, epoch, self.items)
+        size = self.batch_size
+        return size.after(self.consumed_before(epoch)) if isinstance(size, BatchSchedule) else size
 
     def _count_of(self, epoch: int) -> int:
         size = self.epoch_size(epoch)
@@ -261,7 +268,7 @@ class RunSteps:
         """Items the run consumed before batch *batch* of epoch *epoch* (Megatron's consumed samples)."""
         size = self.epoch_size(epoch)
         within = size.items_before(batch, self.items) if isinstance(size, BatchSchedule) else min(batch * size, self.items)
-        return epoch * self.items + within
+        return self.consumed_before(epoch) + within
 
 
 def in_epoch(batch_size: int | BatchSchedule, epoch: int, items: int) -> int | BatchSchedule:

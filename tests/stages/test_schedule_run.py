@@ -119,3 +119,14 @@ def test_run_steps_are_o_of_the_phases() -> None:
     assert steps.position(first + 7) == (epoch, 7)
     assert steps.count(epoch) == -(-(10**9) // 3072)
     assert steps.count(0) == steps._count_of(0)
+
+
+def test_a_run_whose_epoch_zero_is_a_later_epoch_goes_on_from_it() -> None:
+    """`Run.from_epoch(run.epoch(2))` (what `EpochDataset` and HF's `as_run` build): its epoch 0 is that epoch,
+    and its epoch 1 the original run's epoch 3, the schedule going on from the epoch's own start."""
+    docs = [sb.Document(f"d{i}", "train", np.arange(3 + 5 * i) % 41) for i in range(8)]
+    run = sb.Run(docs, context_length=3, batch_size="0:4 500:3 1000:5", seed=9, epochs=4)
+    later = sb.Run.from_epoch(run.epoch(1), epochs=2)
+    assert [later.batches_in(e) for e in range(2)] == [run.batches_in(1), run.batches_in(2)]
+    assert [b.width for b in later] == run.epoch(1).batch_widths + run.epoch(2).batch_widths
+    assert later.state_dict((1, 0))["items"] == run.state_dict((2, 0))["items"] == 280
