@@ -84,11 +84,26 @@ class Batches(Sequence[MiniBatch]):
         if self._reader is None:
             self._reader = remote_reader(chunks)
         reader = self._reader or None
+        if not chunks.split and not chunks.uniform and reader is None and steps.step == 1:
+            return self._phases(steps)  # a schedule's, local: each phase's run of equal widths on the kind's loop
         if chunks.split or not chunks.uniform:  # a share's rows of every batch, or a schedule's: batch by batch
             return self._ranked(steps, reader)
         numbers = chunks.batches
         via = None if reader is None else Renumbered(reader, numbers.index, numbers.step)
         return chunks.items.gather_batches(chunks.batch_size, numbers[steps.start : steps.stop : steps.step], reader=via)  # type: ignore[no-any-return]
+
+    def _phases(self, steps: range) -> Iterator[MiniBatch]:
+        chunks = self.chunks
+        numbers = chunks.batches[steps.start : steps.stop]
+        if numbers.step != 1:  # a strided slice of the chunks: batch by batch
+            yield from self._ranked(steps, None)
+            return
+        items = chunks.items
+        for start, first, size, part in chunks.batch_size.phases_of(numbers, len(items)):  # type: ignore[union-attr]
+            local = range(part.start - start, part.stop - start)
+            for batch in items.view(first, len(items)).gather_batches(size, local):
+                batch.index += start  # the phase's batch numbers: the epoch's
+                yield batch
 
     def _ranked(self, steps: range, reader: Any) -> Iterator[MiniBatch]:
         for j in steps:

@@ -143,6 +143,19 @@ class BatchSchedule:
                 out[-1:] = [(out[-1][0], out[-1][1] - 1), (last, 1)] if out[-1][1] > 1 else [(last, 1)]
         return out
 
+    def phases_of(self, batches: range, items: int) -> list[tuple[int, int, int, range]]:
+        """``(first batch, first item, size, part)`` per phase that increasing *batches* (step 1) reach in an epoch
+        of *items* items: *part* is the phase's share of them; its batch ``j`` is the phase's size of items from
+        ``first item + (j - first batch) * size`` (the epoch's final batch short)."""
+        starts, firsts, sizes, total = self._layout(items)
+        out = []
+        for p, (start, first, size) in enumerate(zip(starts, firsts, sizes, strict=True)):
+            end = starts[p + 1] if p + 1 < len(starts) else total
+            part = range(max(batches.start, start), min(batches.stop, end))
+            if len(part):
+                out.append((start, first, size, part))
+        return out
+
     def widths(self, items: int) -> list[int]:
         """The width of every batch of an epoch of *items* items (the last may be short)."""
         return [width for width, count in self.runs(items) for _ in range(count)]

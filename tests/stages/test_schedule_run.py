@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import streambatch as sb
 from streambatch.errors import StateError
 from streambatch.order.splitmix import derive_seed
+from streambatch.stages.materialize import materialize_one
 from streambatch.stages.schedule import BatchSchedule, RunSteps
 
 from ..strategies import documents
@@ -130,3 +131,29 @@ def test_a_run_whose_epoch_zero_is_a_later_epoch_goes_on_from_it() -> None:
     assert [later.batches_in(e) for e in range(2)] == [run.batches_in(1), run.batches_in(2)]
     assert [b.width for b in later] == run.epoch(1).batch_widths + run.epoch(2).batch_widths
     assert later.state_dict((1, 0))["items"] == run.state_dict((2, 0))["items"] == 280
+
+
+@pytest.mark.parametrize("kind", ["windows", "packed", "mixture"])
+def test_a_schedules_phases_go_through_the_kinds_loop_as_batch_by_batch(kind: str) -> None:
+    """`Batches.road` gathers each phase's run of equal widths on the kind's own loop: the same batches (tokens,
+    provenance, numbers) as gathering each chunk alone, over the whole epoch and any stretch of it."""
+    docs = [sb.Document(f"d{i}", "train", np.arange(3 + 5 * i) % 41) for i in range(8)]
+    other = [sb.Document(f"o{i}", "train", np.arange(30 + i) % 17) for i in range(3)]
+
+    def make(batch_size: object) -> sb.Run:
+        if kind == "mixture":
+            parts = [sb.windows(docs, context_length=3), sb.windows(other, context_length=3)]
+            return sb.Run(sb.mix(parts, [2, 1], seed=4, length=90), batch_size=batch_size, seed=4, epochs=3)
+        return sb.Run(docs, context_length=3, batch_size=batch_size, seed=4, epochs=3, pack=kind == "packed")
+
+    n = make(2).item_count  # a change inside every epoch: tokens (items x T) at half of each
+    run = make([(0, 2), (3 * (n // 2), 4), (3 * (n + n // 2), 3), (3 * (2 * n + n // 2), 5)])
+    for e in range(3):
+        chunks = run.epoch(e).chunks()
+        alone = [materialize_one(c) for c in chunks]
+        assert len({len(c) for c in chunks}) > 1  # several phases: not vacuous
+        for lo, hi in [(0, len(chunks)), (1, len(chunks) - 1), (len(chunks) // 2, len(chunks))]:
+            got = list(sb.materialize(chunks).road(range(lo, hi)))
+            assert got == alone[lo:hi]
+            assert [b.index for b in got] == list(range(lo, hi))
+            assert list(sb.materialize(chunks[lo:hi])) == alone[lo:hi]
