@@ -25,6 +25,17 @@ stay.  It touches Lightning internals: the ``ready``, ``started``,
 ``.total``, as Lightning 2.4 to 2.6 keep them (the ``lightning`` extra pins
 ``lightning>=2.4,<3``; tested on 2.6).
 
+**Batch-size schedules.**  Under a schedule (``batch_size="0:768 250B:1536"``)
+the run's epochs hold different numbers of steps (`Run.batches_in`), and
+Lightning reads a loader's length, which ends its epoch, only when it loads the
+loader: once per fit unless ``reload_dataloaders_every_n_epochs`` says more
+often.  `RunDataModule.setup` sets that Trainer argument to 1 when it was left
+at 0, so every epoch re-reads the loader (the same `RankLoader`, whose length
+is the epoch it is in) and Lightning's epochs are the run's; another value is a
+`ConfigError`.  ``trainer.estimated_stepping_batches`` still multiplies the
+first epoch's length by ``max_epochs``: use ``run.steps_stop()`` for a
+scheduler's total steps.
+
 The loss, under ``strategy="ddp"``::
 
     def training_step(self, batch, batch_idx):
@@ -49,6 +60,7 @@ import torch
 from ._checks import short_repr
 from .errors import ConfigError, StateError
 from .run import Run
+from .stages.schedule import BatchSchedule
 from .torch.rank_loader import Output, RankLoader
 
 __all__ = ["ElasticAccumulation", "RunDataModule"]
@@ -84,13 +96,25 @@ class RunDataModule(pl.LightningDataModule):
         self.loader: RankLoader | None = None
 
     def setup(self, stage: str) -> None:
-        """Add `ElasticAccumulation` to the trainer's callbacks (once), so a resume under another accumulation is exact."""
-        callbacks: list[pl.Callback] = [] if self.trainer is None else cast(Any, self.trainer).callbacks  # set by Lightning
-        if self.trainer is not None and not any(isinstance(c, ElasticAccumulation) for c in callbacks):
-            callbacks.append(ElasticAccumulation())
+        """Add `ElasticAccumulation` to the trainer's callbacks (once), so a resume under another accumulation is exact;
+        under a batch-size schedule, have Lightning re-read the loader's length every epoch (see the module)."""
+        trainer = cast(Any, self.trainer)  # set by Lightning before it calls setup
+        if trainer is None:
+            return
+        if isinstance(self.run.batch_size, BatchSchedule):  # epochs may hold different numbers of steps
+            every = int(trainer.reload_dataloaders_every_n_epochs)
+            if every > 1:
+                raise ConfigError(
+                    f"reload_dataloaders_every_n_epochs={every} with a batch-size schedule ({self.run.batch_size}): "
+                    "its epochs hold different numbers of steps and Lightning keeps a loader's length until it "
+                    "reloads it; pass reload_dataloaders_every_n_epochs=1 (or leave it at 0: RunDataModule sets 1)"
+                )
+            trainer.reload_dataloaders_every_n_epochs = 1  # the Trainer argument's own attribute
+        if not any(isinstance(c, ElasticAccumulation) for c in trainer.callbacks):
+            trainer.callbacks.append(ElasticAccumulation())
 
     def train_dataloader(self) -> RankLoader:
-        """This rank's micro-batches of the run from its position (built once; Lightning asks once per fit)."""
+        """This rank's micro-batches of the run from its position (built once; Lightning asks once per fit, or per epoch)."""
         trainer = self.trainer
         accumulation = self.accumulation if self.accumulation is not None else int(getattr(trainer, "accumulate_grad_batches", 1))
         rank, world = (0, 1) if trainer is None else (int(trainer.global_rank), int(trainer.world_size))

@@ -25,6 +25,12 @@
   ``train(resume_from_checkpoint=...)`` starts the run there: HF's batch skipping
   is answered with the loader as it stands, so nothing is replayed, under any
   world size, accumulation or worker count.
+- **Epochs.** HF plans every epoch from the one loader length it reads; here
+  each HF epoch steps the run's own count (``run.batches_in(e)``: a batch-size
+  schedule's epochs differ), ``max_steps`` is the steps of the first
+  ``num_train_epochs`` epochs (capped at the run's end), or given ``max_steps``,
+  ``num_train_epochs`` the epochs it reaches, and a resume starts HF's epoch
+  and step count at the run's position.
 - **Eval.** ``evaluate`` over an `sb.Epoch` (or a run's epoch 0) is the exact
   token mean: every rank sums its share's loss, the sums are added across ranks
   once, and divided by the epoch's counted targets (known from the plan).
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -201,6 +208,41 @@ class StreamBatchMixin(_TrainerBase):
             loader.load_state_dict(read_state(self._sb_resume))
         self._sb_loader = loader
         return EpochLoader(loader)
+
+    def set_initial_training_values(self, args: Any, dataloader: Any) -> tuple[Any, ...]:
+        """HF's numbers from one epoch's length, made the run's: ``max_steps`` is the steps of the first
+        ``num_train_epochs`` epochs (each its own count, capped by the run's end), or ``num_train_epochs`` the
+        epochs ``max_steps`` reaches."""
+        values = super().set_initial_training_values(args, dataloader)
+        run = self._sb_train
+        if run is None:
+            return values
+        epochs, per_epoch, examples, samples, total, steps_in_epoch, max_steps = values
+        if int(args.max_steps) > 0:
+            epochs = run.position_of(max(min(max_steps, run.steps_stop()) - 1, 0))[0] + 1
+        else:
+            wanted = float(args.num_train_epochs)
+            whole = math.floor(wanted)
+            within = math.ceil((wanted - whole) * run.batches_in(whole))
+            max_steps = max(min(run.step_of(whole, within), run.steps_stop()), 1)
+            epochs = math.ceil(wanted) if run.epochs is None else min(math.ceil(wanted), run.epochs)
+        return epochs, per_epoch, examples, samples, total, steps_in_epoch, max_steps
+
+    def _init_training_state(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        trained: tuple[int, int] = super()._init_training_state(*args, **kwargs)
+        loader = self._sb_loader
+        if self._sb_train is None or loader is None or self._sb_resume is None:
+            return trained
+        epoch, batch = loader.run.position_of(loader.step)  # HF's global_step // its one epoch length is not it
+        return epoch, batch * int(self.args.gradient_accumulation_steps)
+
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> Any:
+        run = self._sb_train
+        if run is not None:  # each epoch its own length (a batch-size schedule's epochs differ), not the first's
+            steps = run.batches_in(int(kwargs["epoch"]))
+            kwargs["num_update_steps_per_epoch"] = steps
+            kwargs["steps_in_epoch"] = steps * int(self.args.gradient_accumulation_steps)
+        return super()._run_epoch(*args, **kwargs)  # type: ignore[no-untyped-call]
 
     def get_resumed_dataloader(self, dataloader: Any, num_batches: int) -> Any:
         if self._sb_train is None:

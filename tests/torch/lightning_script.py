@@ -25,11 +25,12 @@ EVERY = 3
 VOCAB = 41
 
 
-def make_run() -> sb.Run:
-    """Packed rows of uneven real targets: 6 steps of 5 rows, the last one short (4 rows: one rank, one micro-batch empty)."""
+def make_run(batch_size: int | str = 5, epochs: int = 1) -> sb.Run:
+    """Packed rows of uneven real targets: 6 steps of 5 rows, the last one short (4 rows: one rank, one micro-batch
+    empty); *batch_size* may be a schedule, over *epochs* epochs."""
     rng = np.random.default_rng(3)
     docs = [sb.Document(f"d{i}", "train", rng.integers(0, VOCAB, int(n))) for i, n in enumerate(rng.integers(2, 30, 20))]
-    return sb.Run(docs, context_length=8, batch_size=5, seed=7, epochs=1, pack=True)
+    return sb.Run(docs, context_length=8, batch_size=batch_size, seed=7, epochs=epochs, pack=True)
 
 
 def make_model() -> torch.nn.Module:

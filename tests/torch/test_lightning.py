@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -94,3 +95,79 @@ def test_a_checkpoint_resumes_exactly_under_another_accumulation(tmp_path: Path,
     refused = _script(tmp_path / "edited", 1, tmp_path / "edited.ckpt", accumulation)
     assert refused.returncode != 0
     assert "StateError: Lightning restored 6 micro-batches of epoch 0 under accumulation 2" in refused.stderr
+
+
+def _schedule_train(
+    out: Path, devices: int, accumulation: int, checkpoint: Path | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    from . import lightning_schedule_script as schedule
+
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "GLOO_SOCKET_IFNAME": "lo"}
+    command = [sys.executable, str(Path(schedule.__file__)), str(out), str(devices), str(accumulation)]
+    command += [str(checkpoint)] if checkpoint else []
+    done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True, timeout=420)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return torch.load(out / "params.pt"), json.loads((out / "steps.json").read_text())
+
+
+@pytest.mark.slow
+def test_schedule_epochs_of_different_lengths_are_lightnings_epochs_and_resume_mid_epoch_2(tmp_path: Path) -> None:
+    """A schedule whose change falls inside epoch 1 of 3 (6, 8 and 10 steps), ``reload_dataloaders_every_n_epochs``
+    left at 0: `RunDataModule` has Lightning re-read the loader's length each epoch, so every Lightning epoch steps
+    `Run.batches_in` times and the parameters equal the one-process loop over the run's global batches; a checkpoint
+    mid-epoch 2 resumes exactly at world size 2 and, under another accumulation, alone."""
+    from . import lightning_schedule_script as schedule
+
+    run = schedule.make_run()
+    counts = [run.batches_in(e) for e in range(schedule.EPOCHS)]
+    assert counts[0] < counts[1] < counts[2]  # Lightning's first length would cut epochs 1 and 2 short
+    whole, steps = _schedule_train(tmp_path / "whole", 2, 2)
+    ends = [(end["epoch"], end["global_step"], end["run"]) for end in steps["ends"]]
+    assert ends == [(e, sum(counts[: e + 1]), [e + 1, 0]) for e in range(schedule.EPOCHS)]
+    assert steps["global_step"] == run.steps_stop() == sum(counts)
+    model = script.make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    for batch in schedule.make_run():  # the one-process loop over the same global batches
+        import streambatch.torch as sbt
+
+        inputs, targets = sbt.as_tensors(batch)
+        (sbt.cross_entropy_sum(model, inputs, targets) / batch.token_count).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    _close(whole, {k: v.detach() for k, v in model.state_dict().items()}, 1e-6)
+    middle = run.step_of(2, 4)  # batch 4 of epoch 2
+    checkpoint = tmp_path / "whole" / "checkpoints" / f"epoch=2-step={middle}.ckpt"
+    assert torch.load(checkpoint, weights_only=False)["RunDataModule"]["epoch"] == 2
+    resumed, again = _schedule_train(tmp_path / "resumed", 2, 2, checkpoint)
+    _close(resumed, whole, 1e-10)
+    assert (again["global_step"], again["ends"][-1]["run"]) == (sum(counts), [3, 0])
+    alone, _ = _schedule_train(tmp_path / "resumed-alone", 1, 3, checkpoint)  # 8 micro-batches saved: no multiple of 3
+    _close(alone, whole, 1e-9)
+
+
+def test_a_schedule_refuses_a_reload_interval_that_keeps_an_epochs_length() -> None:
+    """``reload_dataloaders_every_n_epochs=2`` would keep epoch 0's length through epoch 1: a `ConfigError` naming it,
+    before setup changes anything; 0 becomes 1; a fixed batch size leaves it alone."""
+    import lightning.pytorch as pl
+
+    from streambatch.errors import ConfigError
+    from streambatch.lightning import ElasticAccumulation, RunDataModule
+
+    from . import lightning_schedule_script as schedule
+
+    def trainer(every: int) -> pl.Trainer:
+        return pl.Trainer(accelerator="cpu", devices=1, logger=False, reload_dataloaders_every_n_epochs=every)
+
+    data, refused = RunDataModule(schedule.make_run()), trainer(2)
+    data.trainer = refused
+    before = list(refused.callbacks)
+    with pytest.raises(ConfigError, match="reload_dataloaders_every_n_epochs=2 with a batch-size schedule"):
+        data.setup("fit")
+    assert (refused.callbacks, refused.reload_dataloaders_every_n_epochs) == (before, 2)
+    for run, wanted in ((schedule.make_run(), 1), (script.make_run(), 0)):
+        data, taken = RunDataModule(run), trainer(0)
+        data.trainer = taken
+        data.setup("fit")
+        assert taken.reload_dataloaders_every_n_epochs == wanted
+        assert sum(isinstance(c, ElasticAccumulation) for c in taken.callbacks) == 1
