@@ -44,7 +44,7 @@ from .stages.chunk import Chunks, chunk
 from .stages.materialize import materialize
 from .stages.share import share, split_rows
 
-__version__ = "0.4.2"
+__version__ = "0.5.0"
 
 __all__ = [
     "AccumulationError",
